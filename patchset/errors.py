@@ -1,0 +1,77 @@
+"""One error base with an exit code per kind; only the CLI turns them into a message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ExitCode:
+    """Documented exit codes shared by every command (see docs/exit-codes.md)."""
+
+    OK = 0
+    ATTENTION = 1  # a conflict, a partial patch, a failed build or verify
+    BAD_INPUT = 2  # bad usage, bad registry data, bad target, unknown id
+    UNAVAILABLE = 3  # a source, the index or the Docker engine could not be had
+    TARGET_MISSING = 4
+    OUT_OF_RANGE = 5
+    ALREADY_APPLIED = 6
+    APPLIED_WITH_WARNINGS = 7
+    INTERRUPTED = 130
+
+
+class PatchsetError(Exception):
+    """Base of every error patchset raises on purpose; `str()` is the one-line message."""
+
+    exit_code: int = ExitCode.BAD_INPUT
+
+    def __init__(self, message: str, *, path: Path | str | None = None) -> None:
+        self.path = None if path is None else str(path)
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class UsageError(PatchsetError):
+    """The command line asks for something that cannot be done."""
+
+
+class RegistryError(PatchsetError):
+    """A patch.toml, a payload or a build definition is malformed."""
+
+
+class PayloadError(RegistryError):
+    """A diff or runtime site file does not parse or breaks a rule."""
+
+
+class UnknownPatchError(PatchsetError):
+    """A patch id that the registry does not hold."""
+
+
+class TargetError(PatchsetError):
+    """The folder to patch is unusable: no vllm package, unsafe path, not writable."""
+
+
+class LockedError(PatchsetError):
+    """Another patchset process holds the lock on the same tree or cache."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class SourceError(PatchsetError):
+    """A vLLM release could not be had: unknown version, index unreachable, bad download."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class IntegrityError(SourceError):
+    """A download whose sha256 does not match what the index says."""
+
+
+class DockerError(PatchsetError):
+    """The Docker engine or a registry failed or refused."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
+
+class BuildError(PatchsetError):
+    """An image build stopped: a conflict with the base, a failed step, a refused push."""
+
+    exit_code = ExitCode.ATTENTION
