@@ -1,0 +1,3 @@
+from patchset.cli.main import main
+
+raise SystemExit(main())

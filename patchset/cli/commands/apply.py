@@ -1,0 +1,90 @@
+"""`patchset apply` and `patchset revert` on a folder that holds a vllm/ package."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patchset.cli.output import FORMATS, console, print_json, styled, table
+from patchset.engine.apply import ApplyReport, apply, revert
+from patchset.registry import load_registry
+
+TARGET_HELP = (
+    "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
+    " (default: the vllm this Python would import)"
+)
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for name, helptext in (
+        ("apply", "apply patches to a vLLM tree, all or nothing"),
+        ("revert", "take applied patches out of a vLLM tree, all or nothing"),
+    ):
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        p.add_argument("--target", type=Path, default=None, metavar="DIR", help=TARGET_HELP)
+        p.add_argument(
+            "--patch", action="append", dest="patches", metavar="ID",
+            help="only this patch (repeatable; default: every patch in the registry)",
+        )
+        p.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
+        p.add_argument(
+            "--vllm-version", metavar="VERSION",
+            help="the release in the target when it cannot be read from vllm/_version.py",
+        )
+        p.add_argument("--format", choices=FORMATS, default="table")
+        if name == "apply":
+            p.add_argument(
+                "--ignore-range", action="store_true",
+                help="apply even where the release is outside a patch's declared range",
+            )
+            p.add_argument(
+                "--fuzz", type=int, default=0, metavar="N",
+                help="allow dropping up to N context lines per hunk (reported; default 0)",
+            )
+        p.set_defaults(handler=run_apply if name == "apply" else run_revert)
+
+
+def run_apply(args: argparse.Namespace) -> int:
+    report = apply(
+        load_registry(args.registry),
+        args.target,
+        patches=args.patches,
+        dry_run=args.dry_run,
+        version=args.vllm_version,
+        ignore_range=args.ignore_range,
+        max_fuzz=args.fuzz,
+    )
+    return show(report, args.format)
+
+
+def run_revert(args: argparse.Namespace) -> int:
+    report = revert(
+        load_registry(args.registry),
+        args.target,
+        patches=args.patches,
+        dry_run=args.dry_run,
+        version=args.vllm_version,
+    )
+    return show(report, args.format)
+
+
+def show(report: ApplyReport, fmt: str) -> int:
+    if fmt == "json":
+        print_json(report.to_dict())
+        return report.exit_code
+    con = console()
+    title = f"{report.operation} on {report.target} (vLLM {report.vllm or 'unknown'})"
+    out = table(title, ["patch", "rev", "payload", "outcome", "details"])
+    for r in report.results:
+        lines = list(r.details) + [f"warning: {w}" for w in r.warnings]
+        out.add_row(r.patch, str(r.revision), r.variant or "-", styled(r.outcome), "\n".join(lines))
+    con.print(out)
+    for path in report.recovered:
+        con.print(f"rolled back {path} from an interrupted earlier run", markup=False)
+    if report.dry_run:
+        con.print("dry run: nothing was written", markup=False)
+    elif report.written:
+        con.print("written: every change above landed together", markup=False)
+    else:
+        con.print("nothing was written", markup=False)
+    return report.exit_code

@@ -1,0 +1,92 @@
+"""Reading unified diffs (through unidiff) into the engine's hunks, with strict path rules."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import unidiff
+
+from patchset.engine.hunks import Hunk
+from patchset.errors import PayloadError
+from patchset.paths import check_relpath
+
+_HUNK_HEADER = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    path: str  # relative to the folder that holds vllm/, e.g. "vllm/x/y.py"
+    hunks: tuple[Hunk, ...]
+    added: bool = False  # the diff creates the file
+
+    def reversed(self) -> FileDiff:
+        return FileDiff(self.path, tuple(h.reversed() for h in self.hunks), added=False)
+
+
+def _strip_prefix(name: str) -> str:
+    for prefix in ("a/", "b/"):
+        if name.startswith(prefix) and name[2:].startswith("vllm/"):
+            return name[2:]
+    return name
+
+
+def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
+    """Parse a unified diff; anything the engine cannot apply faithfully is a PayloadError."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("@@") and not _HUNK_HEADER.match(line):
+            raise PayloadError(f"line {number}: malformed hunk header {line[:60]!r}", path=file)
+    try:
+        patch = unidiff.PatchSet(text)
+    except unidiff.UnidiffParseError as exc:
+        raise PayloadError(f"not a valid unified diff: {exc}", path=file) from None
+    if not len(patch):
+        raise PayloadError("holds no file changes", path=file)
+    files: list[FileDiff] = []
+    seen: set[str] = set()
+    for pf in patch:
+        source, target = _strip_prefix(pf.source_file), _strip_prefix(pf.target_file)
+        if pf.is_binary_file:
+            raise PayloadError(f"{target}: binary diffs are not supported", path=file)
+        if pf.is_removed_file:
+            raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
+        if pf.is_rename or (not pf.is_added_file and source != target):
+            raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
+        check_relpath(target, file=file)
+        if target in seen:
+            raise PayloadError(f"{target}: appears twice in one diff", path=file)
+        seen.add(target)
+        files.append(FileDiff(target, tuple(_hunks(pf, file)), added=pf.is_added_file))
+    return tuple(files)
+
+
+def _hunks(pf: unidiff.PatchedFile, file: Path | str) -> list[Hunk]:
+    hunks = []
+    for index, hunk in enumerate(pf, start=1):
+        lines: list[tuple[str, str]] = []
+        old_eof = new_eof = True
+        for line in hunk:
+            tag = line.line_type
+            if tag == "\\":
+                prev = lines[-1][0] if lines else " "
+                old_eof = old_eof and prev == "+"
+                new_eof = new_eof and prev == "-"
+                continue
+            if tag not in (" ", "-", "+"):
+                raise PayloadError(f"{pf.path}: hunk #{index}: unexpected line {tag!r}", path=file)
+            lines.append((tag, line.value.rstrip("\r\n")))
+        if not any(tag in "-+" for tag, _ in lines):
+            raise PayloadError(f"{pf.path}: hunk #{index} changes nothing", path=file)
+        hunks.append(
+            Hunk(
+                index=index,
+                old_start=hunk.source_start,
+                new_start=hunk.target_start,
+                lines=tuple(lines),
+                section=hunk.section_header.strip(),
+                old_eof_newline=old_eof,
+                new_eof_newline=new_eof,
+            )
+        )
+    return hunks

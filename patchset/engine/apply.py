@@ -1,0 +1,235 @@
+"""`apply` and `revert`: every selected patch checked first, then one all-or-nothing write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from patchset.engine import transaction
+from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
+from patchset.errors import ExitCode
+from patchset.registry import Patch, Registry
+from patchset.vllm_tree import read_version, vllm_root
+
+Outcome = Literal[
+    "applied",
+    "already-applied",
+    "conflict",
+    "target-missing",
+    "out-of-range",
+    "reverted",
+    "not-applied",
+]
+
+# The exit code of a run is that of its most serious outcome, in this order.
+_SEVERITY: tuple[tuple[str, int], ...] = (
+    ("conflict", ExitCode.ATTENTION),
+    ("target-missing", ExitCode.TARGET_MISSING),
+    ("out-of-range", ExitCode.OUT_OF_RANGE),
+    ("warning", ExitCode.APPLIED_WITH_WARNINGS),
+    ("already-applied", ExitCode.ALREADY_APPLIED),
+    ("not-applied", ExitCode.ALREADY_APPLIED),
+)
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    patch: str
+    revision: int
+    variant: str | None
+    outcome: Outcome
+    details: tuple[str, ...] = ()  # per hunk or site, and failures with the nearest lines
+    warnings: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # the files this patch changed (or would change)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "patch": self.patch,
+            "revision": self.revision,
+            "variant": self.variant,
+            "outcome": self.outcome,
+            "details": list(self.details),
+            "warnings": list(self.warnings),
+            "files": list(self.files),
+        }
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    operation: Literal["apply", "revert"]
+    target: Path
+    vllm: str | None
+    registry: str
+    dry_run: bool
+    written: bool
+    results: tuple[PatchResult, ...]
+    recovered: tuple[str, ...] = ()  # files rolled back from an interrupted earlier run
+
+    @property
+    def exit_code(self) -> int:
+        seen = {r.outcome for r in self.results}
+        if any(r.warnings for r in self.results if r.outcome == "applied"):
+            seen.add("warning")
+        for outcome, code in _SEVERITY:
+            if outcome in seen:
+                return code
+        return ExitCode.OK
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "operation": self.operation,
+            "target": str(self.target),
+            "vllm": self.vllm,
+            "registry": self.registry,
+            "dry_run": self.dry_run,
+            "written": self.written,
+            "recovered": list(self.recovered),
+            "exit_code": self.exit_code,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+
+def _details(ev: Evaluation) -> tuple[str, ...]:
+    if ev.state == "already-applied" and ev.reverse:
+        return tuple(
+            f"{f}: hunk #{h.index} already present at line {h.line}" for f, h in ev.reverse
+        )
+    lines = [f"{f}: {h.describe()}" for f, h in ev.hunks]
+    lines += [s.describe() for s in ev.sites]
+    lines += [f"{m}: file not found" for m in ev.missing]
+    for f, h in ev.hunks:
+        if h.status == "failed" and h.nearest:
+            lines.append(f"{f}: nearest lines to hunk #{h.index} from line {h.nearest_line}:")
+            lines += [f"    {text}" for text in h.nearest[:6]]
+    return tuple(lines)
+
+
+def apply(
+    registry: Registry,
+    target: Path | str | None,
+    *,
+    patches: list[str] | tuple[str, ...] | None = None,
+    dry_run: bool = False,
+    version: str | None = None,
+    ignore_range: bool = False,
+    max_fuzz: int = 0,
+) -> ApplyReport:
+    """Apply the selected patches (all of them by default) to the tree at `target`.
+
+    Nothing is written unless every selected patch is applicable or already applied.
+    `target=None` patches the vLLM this interpreter would import.
+    """
+    return _run("apply", registry, target, patches, dry_run, version, ignore_range, max_fuzz)
+
+
+def revert(
+    registry: Registry,
+    target: Path | str | None,
+    *,
+    patches: list[str] | tuple[str, ...] | None = None,
+    dry_run: bool = False,
+    version: str | None = None,
+) -> ApplyReport:
+    """Take the selected patches out again; the same all-or-nothing rules as `apply`."""
+    return _run("revert", registry, target, patches, dry_run, version, True, 0)
+
+
+def _run(
+    operation: Literal["apply", "revert"],
+    registry: Registry,
+    target: Path | str | None,
+    ids: list[str] | tuple[str, ...] | None,
+    dry_run: bool,
+    version: str | None,
+    ignore_range: bool,
+    max_fuzz: int,
+) -> ApplyReport:
+    root = vllm_root(target)
+    selected = registry.select(ids)
+    recovered: list[str] = []
+    if not dry_run and (root / transaction.JOURNAL).exists():
+        with transaction.locked(root):
+            recovered = transaction.recover(root)
+    release = version or read_version(root)
+
+    def plan() -> tuple[list[PatchResult], dict[str, bytes]]:
+        overlay: dict[str, bytes] = {}
+
+        def read(rel: str) -> bytes | None:
+            if rel in overlay:
+                return overlay[rel]
+            path = transaction.resolve_inside(root, rel)
+            return path.read_bytes() if path.is_file() else None
+
+        results = [
+            _one(operation, patch, release, read, overlay, ignore_range, max_fuzz)
+            for patch in selected
+        ]
+        return results, overlay
+
+    blocked = {"conflict", "target-missing", "out-of-range"}
+    results, overlay = plan()
+    written = False
+    if not dry_run and overlay and not any(r.outcome in blocked for r in results):
+        with transaction.locked(root):
+            results, overlay = plan()  # again under the lock: another run may have written
+            if overlay and not any(r.outcome in blocked for r in results):
+                transaction.check_writable(root, list(overlay))
+                transaction.commit(root, overlay)
+                written = True
+    return ApplyReport(
+        operation=operation,
+        target=root,
+        vllm=release,
+        registry=registry.digest,
+        dry_run=dry_run,
+        written=written,
+        results=tuple(results),
+        recovered=tuple(recovered),
+    )
+
+
+def _one(
+    operation: Literal["apply", "revert"],
+    patch: Patch,
+    release: str | None,
+    read: transaction.Reader,
+    overlay: dict[str, bytes],
+    ignore_range: bool,
+    max_fuzz: int,
+) -> PatchResult:
+    if release is not None and not ignore_range and not patch.in_range(release):
+        return PatchResult(
+            patch.id,
+            patch.revision,
+            None,
+            "out-of-range",
+            (f"vLLM {release} is outside this patch's range {patch.vllm}",),
+        )
+    variant = patch.variant_for(release) or patch.variants[0]
+    if operation == "apply":
+        ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
+        mapping: dict[str, Outcome] = {
+            "applies": "applied",
+            "already-applied": "already-applied",
+            "target-missing": "target-missing",
+        }
+    else:
+        ev = evaluate_revert(patch, variant, read)
+        mapping = {
+            "applies": "reverted",
+            "already-applied": "not-applied",
+            "target-missing": "target-missing",
+        }
+    outcome = mapping.get(ev.state, "conflict")
+    overlay.update(ev.changes)
+    return PatchResult(
+        patch.id,
+        patch.revision,
+        variant.name,
+        outcome,
+        _details(ev),
+        ev.warnings,
+        tuple(ev.changes),
+    )

@@ -1,0 +1,162 @@
+"""Where one patch stands against a set of files, computed without writing anything.
+
+Both `apply` (which then writes) and `check` (which only reports) start here, so the two can
+never disagree about whether a patch fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from patchset.engine.hunks import HunkResult, apply_hunks, join_text, split_text
+from patchset.engine.sites import SiteResult, apply_site, revert_site
+from patchset.registry import Patch, Variant
+
+State = Literal["applies", "already-applied", "conflict", "partial", "target-missing"]
+Reader = Callable[[str], bytes | None]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The engine's findings for one patch variant (forward, or reverse for a revert)."""
+
+    state: State
+    hunks: tuple[tuple[str, HunkResult], ...] = ()  # (file, result) for diff patches
+    reverse_applies: bool = False  # diff: the reverse fits, i.e. the change is already there
+    reverse: tuple[tuple[str, HunkResult], ...] = ()  # where the reversed hunks fit
+    sites: tuple[SiteResult, ...] = ()
+    missing: tuple[str, ...] = ()
+    changes: dict[str, bytes] = field(default_factory=dict)  # new contents, when it applies
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        hunk_fails = tuple(f"{f}: {h.describe()}" for f, h in self.hunks if h.status == "failed")
+        site_fails = tuple(
+            s.describe() for s in self.sites if s.status not in ("applies", "already-applied")
+        )
+        return hunk_fails + site_fails + tuple(f"{m}: file not found" for m in self.missing)
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", errors="surrogateescape")
+
+
+def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evaluation:
+    missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
+    if missing:
+        return Evaluation("target-missing", missing=missing)
+    forward: list[tuple[str, HunkResult]] = []
+    changes: dict[str, bytes] = {}
+    ok = True
+    for diff in variant.diffs:
+        data = read(diff.path)
+        lines, eol, eof = split_text(_decode(data)) if data is not None else ([], "\n", True)
+        result = apply_hunks(lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof)
+        forward.extend((diff.path, h) for h in result.hunks)
+        if result.lines is None:
+            ok = False
+        else:
+            changes[diff.path] = _encode(join_text(result.lines, eol, result.eof_newline))
+    reverse = _reverse(variant, read)
+    reverse_ok = all(h.status != "failed" for _, h in reverse)
+    if ok:
+        warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
+        if reverse_ok:
+            warnings += ("the reverse of this diff fits too: check the file by hand",)
+        return Evaluation("applies", tuple(forward), reverse_ok, changes=changes,
+                          warnings=warnings)
+    if reverse_ok:
+        return Evaluation("already-applied", tuple(forward), True, reverse=reverse)
+    return Evaluation("conflict", tuple(forward), False)
+
+
+def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ...]:
+    """Where each reversed hunk fits (no fuzz): all fitting means the change is present."""
+    found: list[tuple[str, HunkResult]] = []
+    for diff in variant.diffs:
+        data = read(diff.path)
+        lines, _, eof = split_text(_decode(data)) if data is not None else ([], "\n", True)
+        result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof)
+        found.extend((diff.path, h) for h in result.hunks)
+    return tuple(found)
+
+
+def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
+    texts: dict[str, tuple[list[str], str, bool]] = {}
+    missing: list[str] = []
+    for site in variant.sites:
+        if site.file in texts or site.file in missing:
+            continue
+        data = read(site.file)
+        if data is None:
+            missing.append(site.file)
+        else:
+            texts[site.file] = split_text(_decode(data))
+    if missing:
+        return Evaluation("target-missing", missing=tuple(missing))
+    results: list[SiteResult] = []
+    for site in variant.sites:
+        lines, eol, eof = texts[site.file]
+        result, new = apply_site(site, lines)
+        texts[site.file] = (new, eol, eof)
+        results.append(result)
+    statuses = {r.status for r in results}
+    good = {"applies", "already-applied"}
+    if statuses == {"already-applied"}:
+        return Evaluation("already-applied", sites=tuple(results))
+    if statuses <= good:
+        changes = {f: _encode(join_text(lines, eol, eof)) for f, (lines, eol, eof) in texts.items()}
+        return Evaluation("applies", sites=tuple(results), changes=changes)
+    state: State = "partial" if statuses & good else "conflict"
+    return Evaluation(state, sites=tuple(results))
+
+
+def evaluate(patch: Patch, variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evaluation:
+    if patch.kind == "diff":
+        return evaluate_diff(variant, read, max_fuzz=max_fuzz)
+    return evaluate_runtime(variant, read)
+
+
+def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
+    """The reverse view: 'applies' means the patch is present and can be taken out."""
+    if patch.kind == "diff":
+        forward = evaluate_diff(variant, read)
+        if forward.state != "already-applied":
+            state: State = "already-applied" if forward.state == "applies" else forward.state
+            return Evaluation(state, forward.hunks, forward.reverse_applies,
+                              missing=forward.missing)
+        changes: dict[str, bytes] = {}
+        for diff in variant.diffs:
+            data = read(diff.path)
+            assert data is not None
+            lines, eol, eof = split_text(_decode(data))
+            result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof)
+            assert result.lines is not None
+            changes[diff.path] = _encode(join_text(result.lines, eol, result.eof_newline))
+        return Evaluation("applies", forward.hunks, True, changes=changes)
+    texts: dict[str, tuple[list[str], str, bool]] = {}
+    results: list[SiteResult] = []
+    for site in variant.sites:
+        if site.file not in texts:
+            data = read(site.file)
+            if data is None:
+                return Evaluation("target-missing", missing=(site.file,))
+            texts[site.file] = split_text(_decode(data))
+        lines, eol, eof = texts[site.file]
+        result, new = revert_site(site, lines)
+        texts[site.file] = (new, eol, eof)
+        results.append(result)
+    present = [r for r in results if r.status == "already-applied"]
+    if not present:
+        return Evaluation("already-applied", sites=tuple(results))  # nothing to take out
+    if len(present) < len(results):
+        return Evaluation("partial", sites=tuple(results))
+    changes = {f: _encode(join_text(lines, eol, eof)) for f, (lines, eol, eof) in texts.items()}
+    return Evaluation("applies", sites=tuple(results), changes=changes)

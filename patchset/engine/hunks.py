@@ -1,0 +1,231 @@
+"""Locating and applying unified-diff hunks on a file's lines (standard library only).
+
+A hunk is found exactly where its header says, else at the nearest offset, else (when allowed)
+with up to `max_fuzz` context lines dropped at either end, as GNU patch does. An offset or fuzz
+is reported with the result, never hidden: callers turn it into a warning.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Literal
+
+HunkStatus = Literal["exact", "offset", "fuzz", "failed"]
+
+
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk; `lines` holds (tag, text) with tag in ' ', '-', '+' and text without EOL."""
+
+    index: int  # 1-based position in its file's diff
+    old_start: int  # 1-based, as in the @@ header
+    new_start: int
+    lines: tuple[tuple[str, str], ...]
+    section: str = ""  # the text after the second @@, often the enclosing def
+    old_eof_newline: bool = True  # False when the old side ends with "\ No newline at end of file"
+    new_eof_newline: bool = True
+
+    @property
+    def old(self) -> list[str]:
+        return [text for tag, text in self.lines if tag in " -"]
+
+    @property
+    def new(self) -> list[str]:
+        return [text for tag, text in self.lines if tag in " +"]
+
+    @property
+    def header(self) -> str:
+        old, new = self.old, self.new
+        return f"@@ -{self.old_start},{len(old)} +{self.new_start},{len(new)} @@"
+
+    def reversed(self) -> Hunk:
+        swap = {" ": " ", "-": "+", "+": "-"}
+        return Hunk(
+            index=self.index,
+            old_start=self.new_start,
+            new_start=self.old_start,
+            lines=tuple((swap[tag], text) for tag, text in self.lines),
+            section=self.section,
+            old_eof_newline=self.new_eof_newline,
+            new_eof_newline=self.old_eof_newline,
+        )
+
+
+@dataclass(frozen=True)
+class HunkResult:
+    index: int
+    status: HunkStatus
+    line: int | None = None  # 1-based line in the file where the hunk's old side starts
+    offset: int = 0
+    fuzz: int = 0
+    nearest_line: int | None = None  # for failed hunks: where the file looks most like it
+    nearest: tuple[str, ...] = ()
+    similarity: float = 0.0
+
+    def describe(self) -> str:
+        if self.status == "exact":
+            return f"hunk #{self.index} exact at line {self.line}"
+        if self.status == "offset":
+            return f"hunk #{self.index} at line {self.line} (offset {self.offset:+d} lines)"
+        if self.status == "fuzz":
+            return (
+                f"hunk #{self.index} at line {self.line} with fuzz {self.fuzz}"
+                f" (offset {self.offset:+d} lines)"
+            )
+        where = (
+            f"; nearest lines {self.nearest_line}-{self.nearest_line + len(self.nearest) - 1}"
+            f" ({self.similarity:.0%} alike)"
+            if self.nearest_line is not None
+            else ""
+        )
+        return f"hunk #{self.index} does not match{where}"
+
+
+@dataclass(frozen=True)
+class FileResult:
+    hunks: tuple[HunkResult, ...]
+    lines: tuple[str, ...] | None  # the new file's lines (no EOL) when every hunk applied
+    eof_newline: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.lines is not None
+
+    @property
+    def clean(self) -> bool:
+        return self.ok and all(h.status == "exact" for h in self.hunks)
+
+
+def _strip_eol(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def split_text(text: str) -> tuple[list[str], str, bool]:
+    """Lines without EOL, the file's EOL ('\\n' or '\\r\\n') and whether it ends with one."""
+    raw = text.splitlines(keepends=True)
+    eol = "\r\n" if raw and raw[0].endswith("\r\n") else "\n"
+    ends = bool(raw) and raw[-1].endswith(("\n", "\r"))
+    return [_strip_eol(line) for line in raw], eol, ends or not raw
+
+
+def join_text(lines: list[str] | tuple[str, ...], eol: str, eof_newline: bool) -> str:
+    if not lines:
+        return ""
+    return eol.join(lines) + (eol if eof_newline else "")
+
+
+def _matches(lines: list[str], at: int, want: list[str]) -> bool:
+    return lines[at : at + len(want)] == want
+
+
+def _trim(hunk: Hunk, fuzz: int) -> tuple[list[str], list[str], int]:
+    """The hunk's old/new sides with up to `fuzz` leading/trailing context lines dropped."""
+    body = list(hunk.lines)
+    top = 0
+    while top < fuzz and top < len(body) and body[top][0] == " ":
+        top += 1
+    bottom = 0
+    while bottom < fuzz and bottom < len(body) - top and body[len(body) - 1 - bottom][0] == " ":
+        bottom += 1
+    kept = body[top : len(body) - bottom]
+    old = [t for tag, t in kept if tag in " -"]
+    new = [t for tag, t in kept if tag in " +"]
+    return old, new, top
+
+
+def _search(lines: list[str], want: list[str], expected: int, floor: int) -> int | None:
+    """The match position nearest `expected` at or after `floor`, or None."""
+    last = len(lines) - len(want)
+    expected = min(max(expected, floor), max(last, floor))
+    for distance in range(max(last - floor, 0) + 2):
+        for at in (expected - distance, expected + distance) if distance else (expected,):
+            if floor <= at <= last and _matches(lines, at, want):
+                return at
+        if expected - distance < floor and expected + distance > last:
+            break
+    return None
+
+
+def rank_windows(
+    lines: list[str], want: list[str], limit: int = 3
+) -> list[tuple[int, tuple[str, ...], float]]:
+    """The windows of `lines` most like `want`, best first: (0-based start, window, similarity).
+
+    Whitespace is ignored. Only windows sharing a non-blank line with `want` are scored, which
+    keeps this fast on large files; a file sharing none is sampled at half-window steps.
+    """
+    if not want or not lines:
+        return [(0, tuple(lines[:3]), 0.0)] if lines else []
+    size = len(want)
+    stripped = [" ".join(line.split()) for line in lines]
+    target = "\n".join(" ".join(line.split()) for line in want)
+    anchors = {" ".join(line.split()) for line in want} - {""}
+    last = max(0, len(lines) - size)
+    starts = {
+        min(last, max(0, i - k)) for i, line in enumerate(stripped) if line in anchors
+        for k in range(size)
+    } or set(range(0, last + 1, max(1, size // 2)))
+    scored = []
+    for start in sorted(starts):
+        window = "\n".join(stripped[start : start + size])
+        ratio = difflib.SequenceMatcher(None, target, window, autojunk=False).ratio()
+        scored.append((ratio, start))
+    scored.sort(key=lambda item: (-item[0], item[1]))
+    picked: list[tuple[int, tuple[str, ...], float]] = []
+    for ratio, start in scored:
+        if all(abs(start - other) >= size for other, _, _ in picked):
+            picked.append((start, tuple(lines[start : start + size]), ratio))
+        if len(picked) == limit:
+            break
+    return picked
+
+
+def nearest_window(lines: list[str], want: list[str]) -> tuple[int, tuple[str, ...], float]:
+    """Where `lines` looks most like `want`: 0-based start, the window, its similarity."""
+    ranked = rank_windows(lines, want, limit=1)
+    return ranked[0] if ranked else (0, (), 0.0)
+
+
+def apply_hunks(
+    lines: list[str], hunks: tuple[Hunk, ...], *, max_fuzz: int = 0, eof_newline: bool = True
+) -> FileResult:
+    """Apply hunks in order to a copy of `lines`; never raises for a mismatch."""
+    work = list(lines)
+    results: list[HunkResult] = []
+    shift = 0  # how far earlier hunks moved the text
+    floor = 0
+    failed = False
+    new_eof = eof_newline
+    for hunk in hunks:
+        placed = None
+        for fuzz in range(max_fuzz + 1):
+            old, new, top = _trim(hunk, fuzz)
+            if fuzz and len(old) == len(hunk.old):
+                continue  # nothing left to drop: fuzz would only repeat the search
+            start = hunk.old_start - 1 if hunk.old else hunk.old_start
+            expected = start + shift + top
+            at = _search(work, old, expected, floor)
+            if at is not None:
+                placed = (at, old, new, fuzz, at - expected)
+                break
+        if placed is None:
+            failed = True
+            near_at, near, ratio = nearest_window(work, hunk.old)
+            results.append(
+                HunkResult(
+                    hunk.index, "failed", nearest_line=near_at + 1, nearest=near, similarity=ratio
+                )
+            )
+            continue
+        at, old, new, fuzz, offset = placed
+        status: HunkStatus = "fuzz" if fuzz else ("offset" if offset else "exact")
+        results.append(HunkResult(hunk.index, status, line=at + 1, offset=offset, fuzz=fuzz))
+        work[at : at + len(old)] = new
+        shift += len(new) - len(old) + offset
+        floor = at + len(new)
+        if at + len(new) == len(work) and not hunk.new_eof_newline:
+            new_eof = False
+        elif at + len(new) == len(work) and not hunk.old_eof_newline:
+            new_eof = True
+    return FileResult(tuple(results), None if failed else tuple(work), new_eof)

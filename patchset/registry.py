@@ -1,0 +1,323 @@
+"""The patch registry: `patches/<id>/patch.toml` plus payload, validated when it loads."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from patchset.diffparse import FileDiff, parse_diff
+from patchset.engine.sites import ACTIONS, Site
+from patchset.errors import RegistryError, UnknownPatchError
+from patchset.paths import check_relpath
+from patchset.tomltable import Table, did_you_mean, load_toml
+
+Kind = Literal["diff", "runtime"]
+When = Literal["build", "startup"]
+KINDS: tuple[Kind, ...] = ("diff", "runtime")
+WHENS: tuple[When, ...] = ("build", "startup")
+STATES = ("open", "merged", "closed", "superseded", "unsubmitted")
+PATCH_FILE = "patch.toml"
+DEFAULT_PAYLOAD: dict[str, str] = {"diff": "patch.diff", "runtime": "sites.toml"}
+_ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
+_PR = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """How to recognise the upstream fix in a release's files."""
+
+    file: str
+    contains: tuple[str, ...] = ()  # every string must occur
+    regex: str | None = None
+
+    def matches(self, text: str | None) -> bool:
+        if text is None:
+            return False
+        if not all(needle in text for needle in self.contains):
+            return False
+        return self.regex is None or re.search(self.regex, text, re.MULTILINE) is not None
+
+    def describe(self) -> str:
+        what = [repr(c) for c in self.contains] + ([f"/{self.regex}/"] if self.regex else [])
+        return f"{self.file} contains {' and '.join(what)}"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    state: str
+    pr: str | None = None
+    superseded_by: str | None = None
+    superseded_in: str | None = None  # the first release carrying the superseding change
+    probe: Probe | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Hardware:
+    compute_capability: SpecifierSet | None = None  # over "major.minor", e.g. ">=12.0"
+    note: str | None = None
+
+    def allows(self, capability: tuple[int, int] | None) -> bool:
+        if self.compute_capability is None:
+            return True
+        if capability is None:
+            return False
+        return self.compute_capability.contains(f"{capability[0]}.{capability[1]}")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One payload of a patch and the releases it is meant for."""
+
+    name: str  # the payload file name, e.g. "patch.diff" or "v0.21.diff"
+    vllm: SpecifierSet
+    sha256: str
+    diffs: tuple[FileDiff, ...] = ()  # for kind "diff"
+    sites: tuple[Site, ...] = ()  # for kind "runtime"
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        seen = [d.path for d in self.diffs] + [s.file for s in self.sites]
+        return tuple(dict.fromkeys(seen))
+
+
+@dataclass(frozen=True)
+class Patch:
+    id: str
+    title: str
+    description: str
+    kind: Kind
+    revision: int
+    vllm: SpecifierSet
+    apply: When
+    targets: tuple[str, ...]
+    upstream: Upstream
+    hardware: Hardware
+    origin: str
+    credit: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    folder: Path
+    digest: str = field(default="")  # sha256 over patch.toml and every payload
+
+    def in_range(self, version: str) -> bool:
+        return self.vllm.contains(Version(version), prereleases=True)
+
+    def variant_for(self, version: str | None) -> Variant | None:
+        """The payload variant meant for `version`; the newest-listed first one if unknown."""
+        if version is None:
+            return self.variants[0]
+        for variant in self.variants:
+            if variant.vllm.contains(Version(version), prereleases=True):
+                return variant
+        return None
+
+
+@dataclass(frozen=True)
+class Registry:
+    root: Path
+    patches: tuple[Patch, ...]
+    digest: str  # "sha256:<hex>" over every patch's metadata and payload
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest.removeprefix("sha256:")[:12]
+
+    def get(self, patch_id: str) -> Patch:
+        for patch in self.patches:
+            if patch.id == patch_id:
+                return patch
+        ids = [p.id for p in self.patches]
+        raise UnknownPatchError(
+            f"no patch {patch_id!r} in {self.root}{did_you_mean(patch_id, ids)}"
+        )
+
+    def select(self, ids: list[str] | tuple[str, ...] | None) -> tuple[Patch, ...]:
+        if not ids:
+            return self.patches
+        return tuple(self.get(i) for i in dict.fromkeys(ids))
+
+
+def load_registry(root: Path | str) -> Registry:
+    """Load and validate every patch under `root`; the first problem raises RegistryError."""
+    root = Path(root)
+    if not root.is_dir():
+        raise RegistryError("registry folder does not exist", path=root)
+    patches = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (folder / PATCH_FILE).is_file():
+            raise RegistryError(f"no {PATCH_FILE} in this patch folder", path=folder)
+        patches.append(load_patch(folder))
+    whole = hashlib.sha256()
+    for patch in patches:
+        whole.update(f"{patch.id}\0{patch.digest}\0".encode())
+    return Registry(root=root, patches=tuple(patches), digest=f"sha256:{whole.hexdigest()}")
+
+
+def load_patch(folder: Path) -> Patch:
+    file = folder / PATCH_FILE
+    raw = file.read_bytes()
+    top = Table(load_toml(file), file=file)
+    patch_id = top.req_str("id")
+    if not _ID.match(patch_id):
+        raise top.error(f"{patch_id!r}: use 3-64 lowercase letters, digits and '-'", "id")
+    if patch_id != folder.name:
+        raise top.error(f"{patch_id!r} differs from the folder name {folder.name!r}", "id")
+    kind: Kind = top.choice("kind", KINDS)  # type: ignore[assignment]
+    when: When = top.choice("apply", WHENS)  # type: ignore[assignment]
+    vllm = top.specifier("vllm")
+    assert vllm is not None
+    targets = top.str_list("targets")
+    for target in targets:
+        _relpath(top, "targets", target)
+    digest = hashlib.sha256(raw)
+    variants = _variants(top, folder, kind, vllm, digest)
+    covered = {f for v in variants for f in v.files}
+    if covered - set(targets):
+        raise top.error(f"payload touches files not listed: {sorted(covered - set(targets))}",
+                        "targets")
+    patch = Patch(
+        id=patch_id,
+        title=top.req_str("title"),
+        description=top.req_str("description"),
+        kind=kind,
+        revision=top.int("revision", minimum=1),
+        vllm=vllm,
+        apply=when,
+        targets=targets,
+        upstream=_upstream(top),
+        hardware=_hardware(top),
+        origin=top.req_str("origin"),
+        credit=top.str_list("credit"),
+        variants=variants,
+        folder=folder,
+        digest=digest.hexdigest(),
+    )
+    top.finish()
+    return patch
+
+
+def _relpath(table: Table, key: str, value: str) -> None:
+    try:
+        check_relpath(value, file=table.file)
+    except RegistryError as exc:
+        raise table.error(str(exc).removeprefix(f"{table.file}: "), key) from None
+
+
+def _variants(
+    top: Table, folder: Path, kind: Kind, vllm: SpecifierSet, digest: "hashlib._Hash"
+) -> tuple[Variant, ...]:
+    tables = top.tables("variants")
+    payload = top.str("payload", required=False)
+    if tables and payload:
+        raise top.error("give either 'payload' or [[variants]], not both", "payload")
+    specs: list[tuple[str, SpecifierSet, str]] = []
+    if not tables:
+        specs.append((payload or DEFAULT_PAYLOAD[kind], vllm, "payload"))
+    for table in tables:
+        name = table.req_str("payload")
+        spec = table.specifier("vllm")
+        assert spec is not None
+        specs.append((name, spec, f"{table.where}.payload"))
+        table.finish()
+    variants = []
+    for name, spec, where in specs:
+        path = folder / name
+        if "/" in name or not path.is_file():
+            raise top.error(f"payload file {name!r} not found in {folder}", where)
+        data = path.read_bytes()
+        digest.update(f"\0{name}\0".encode() + data)
+        text = data.decode("utf-8", errors="strict")
+        sha = hashlib.sha256(data).hexdigest()
+        if kind == "diff":
+            variants.append(Variant(name, spec, sha, diffs=parse_diff(text, file=path)))
+        else:
+            variants.append(Variant(name, spec, sha, sites=load_sites(path)))
+    return tuple(variants)
+
+
+def load_sites(path: Path) -> tuple[Site, ...]:
+    top = Table(load_toml(path), file=path)
+    sites = []
+    names: set[str] = set()
+    for table in top.tables("site", required=True):
+        name = table.req_str("name")
+        if name in names:
+            raise table.error(f"site name {name!r} is used twice", "name")
+        names.add(name)
+        file = table.req_str("file")
+        _relpath(table, "file", file)
+        site = Site(
+            name=name,
+            file=file,
+            anchor=table.req_str("anchor"),
+            action=table.choice("action", ACTIONS),  # type: ignore[arg-type]
+            text=table.req_str("text"),
+            marker=table.req_str("marker"),
+        )
+        if not site.anchor_lines:
+            raise table.error("must hold at least one non-blank line", "anchor")
+        if "\n" in site.marker:
+            raise table.error("must be one line", "marker")
+        table.finish()
+        sites.append(site)
+    top.finish()
+    markers = [s.marker for s in sites]
+    if len(set(markers)) != len(markers):
+        raise top.error("every site needs its own marker", "site")
+    return tuple(sites)
+
+
+def _upstream(top: Table) -> Upstream:
+    table = top.table("upstream")
+    assert table is not None
+    state = table.choice("state", STATES)
+    pr = table.str("pr", required=state != "unsubmitted")
+    if pr is not None and not _PR.match(pr):
+        raise table.error(f"{pr!r}: expected owner/repo#number", "pr")
+    superseded_by = table.str("superseded_by", required=False)
+    if superseded_by is not None and not _PR.match(superseded_by):
+        raise table.error(f"{superseded_by!r}: expected owner/repo#number", "superseded_by")
+    probe_table = table.table("probe", required=False)
+    probe = None
+    if probe_table is not None:
+        probe_file = probe_table.req_str("file")
+        _relpath(probe_table, "file", probe_file)
+        contains = probe_table.str_list("contains", required=False)
+        regex = probe_table.str("regex", required=False)
+        if regex is not None:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise probe_table.error(f"not a valid regular expression: {exc}", "regex") from None
+        if not contains and regex is None:
+            raise probe_table.error("give 'contains' or 'regex'", "contains")
+        probe = Probe(probe_file, contains, regex)
+        probe_table.finish()
+    upstream = Upstream(
+        state=state,
+        pr=pr,
+        superseded_by=superseded_by,
+        superseded_in=table.version("superseded_in"),
+        probe=probe,
+        note=table.str("note", required=False),
+    )
+    table.finish()
+    return upstream
+
+
+def _hardware(top: Table) -> Hardware:
+    table = top.table("hardware", required=False)
+    if table is None:
+        return Hardware()
+    hardware = Hardware(
+        compute_capability=table.specifier("compute_capability", required=False),
+        note=table.str("note", required=False),
+    )
+    table.finish()
+    return hardware

@@ -1,0 +1,176 @@
+"""Typed reading of TOML tables with errors that name the file, the key and a likely fix.
+
+Every loader in patchset (patch.toml, sites.toml, builds/*.toml) reads through `Table`, so an
+unknown key or a bad value always reads the same way:
+``patches/fla-tma-sm12x/patch.toml: upstream.state: 'opne' is not one of open, merged, ...``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from patchset.errors import RegistryError
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error or unreadable file becomes a RegistryError."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise RegistryError(f"not valid TOML: {exc}", path=path) from None
+    except OSError as exc:
+        raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class Table:
+    """One TOML table being read; `finish()` rejects keys nobody asked for."""
+
+    def __init__(self, data: object, *, file: Path, where: str = "") -> None:
+        self.file = file
+        self.where = where
+        if not isinstance(data, dict):
+            raise self.error(f"expected a table, got {_kind(data)}")
+        self._data: dict[str, Any] = data
+        self._known: set[str] = set()
+
+    def error(self, message: str, key: str | None = None) -> RegistryError:
+        name = ".".join(part for part in (self.where, key) if part)
+        return RegistryError(f"{name}: {message}" if name else message, path=self.file)
+
+    def _get(self, key: str, required: bool) -> Any:
+        self._known.add(key)
+        if key not in self._data:
+            if required:
+                raise self.error("required key is missing", key)
+            return None
+        return self._data[key]
+
+    def str(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
+        value = self._get(key, required)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.error(f"expected a string, got {_kind(value)}", key)
+        if required and not value.strip():
+            raise self.error("must not be empty", key)
+        return value
+
+    def req_str(self, key: str) -> str:
+        value = self.str(key, required=True)
+        assert value is not None  # required=True raised otherwise
+        return value
+
+    def int(self, key: str, *, minimum: int | None = None) -> int:
+        value = self._get(key, True)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(f"expected an integer, got {_kind(value)}", key)
+        if minimum is not None and value < minimum:
+            raise self.error(f"must be >= {minimum}, got {value}", key)
+        return value
+
+    def bool(self, key: str, *, default: bool) -> bool:
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(f"expected true or false, got {_kind(value)}", key)
+        return value
+
+    def choice(self, key: str, choices: tuple[str, ...], *, default: str | None = None) -> str:
+        value = self.str(key, required=default is None, default=default)
+        assert value is not None
+        if value not in choices:
+            raise self.error(
+                f"{value!r} is not one of {', '.join(choices)}{did_you_mean(value, choices)}", key
+            )
+        return value
+
+    def specifier(self, key: str, *, required: bool = True) -> SpecifierSet | None:
+        value = self.str(key, required=required)
+        if value is None:
+            return None
+        try:
+            return SpecifierSet(value)
+        except InvalidSpecifier:
+            raise self.error(
+                f"{value!r} is not a PEP 440 version specifier (e.g. '>=0.17.0,<0.20.0')", key
+            ) from None
+
+    def version(self, key: str, *, required: bool = False) -> str | None:
+        value = self.str(key, required=required)
+        if value is None:
+            return None
+        try:
+            Version(value)
+        except InvalidVersion:
+            raise self.error(f"{value!r} is not a PEP 440 version", key) from None
+        return value
+
+    def str_list(self, key: str, *, required: bool = True) -> tuple[str, ...]:
+        value = self._get(key, required)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(f"expected a list of strings, got {_kind(value)}", key)
+        if required and not value:
+            raise self.error("must not be empty", key)
+        return tuple(value)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        value = self._get(key, False)
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise self.error(f"expected a table of strings, got {_kind(value)}", key)
+        return dict(value)
+
+    def table(self, key: str, *, required: bool = True) -> Table | None:
+        value = self._get(key, required)
+        if value is None:
+            return None
+        return Table(value, file=self.file, where=self._sub(key))
+
+    def tables(self, key: str, *, required: bool = False) -> list[Table]:
+        value = self._get(key, required)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not value:
+            raise self.error(f"expected a non-empty array of tables, got {_kind(value)}", key)
+        return [
+            Table(item, file=self.file, where=f"{self._sub(key)}[{i}]")
+            for i, item in enumerate(value)
+        ]
+
+    def finish(self) -> None:
+        for key in self._data:
+            if key not in self._known:
+                raise self.error(f"unknown key{did_you_mean(key, self._known)}", key)
+
+    def _sub(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+
+def _kind(value: object) -> str:
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
