@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import unidiff
+from unidiff.patch import PatchedFile, PatchSet
+from unidiff.errors import UnidiffParseError
 
 from patchset.engine.hunks import Hunk
 from patchset.errors import PayloadError
@@ -25,11 +26,13 @@ class FileDiff:
         return FileDiff(self.path, tuple(h.reversed() for h in self.hunks), added=False)
 
 
-def _strip_prefix(name: str) -> str:
-    for prefix in ("a/", "b/"):
-        if name.startswith(prefix) and name[2:].startswith("vllm/"):
-            return name[2:]
-    return name
+def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
+    """Drop git's a/ and b/ prefixes when the diff uses them; plain paths stay as they are."""
+    if source.startswith("a/") and target.startswith("b/"):
+        return source[2:], target[2:]
+    if source == "/dev/null" and target.startswith("b/"):
+        return source, target[2:]
+    return source, target
 
 
 def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
@@ -38,22 +41,24 @@ def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
         if line.startswith("@@") and not _HUNK_HEADER.match(line):
             raise PayloadError(f"line {number}: malformed hunk header {line[:60]!r}", path=file)
     try:
-        patch = unidiff.PatchSet(text)
-    except unidiff.UnidiffParseError as exc:
+        patch = PatchSet(text)
+    except UnidiffParseError as exc:
         raise PayloadError(f"not a valid unified diff: {exc}", path=file) from None
     if not len(patch):
         raise PayloadError("holds no file changes", path=file)
     files: list[FileDiff] = []
     seen: set[str] = set()
     for pf in patch:
-        source, target = _strip_prefix(pf.source_file), _strip_prefix(pf.target_file)
+        source, target = _strip_prefixes(pf.source_file, pf.target_file)
+        check_relpath(target, file=file)
+        if source != "/dev/null":
+            check_relpath(source, file=file)
         if pf.is_binary_file:
             raise PayloadError(f"{target}: binary diffs are not supported", path=file)
         if pf.is_removed_file:
             raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
         if pf.is_rename or (not pf.is_added_file and source != target):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
-        check_relpath(target, file=file)
         if target in seen:
             raise PayloadError(f"{target}: appears twice in one diff", path=file)
         seen.add(target)
@@ -61,7 +66,7 @@ def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
     return tuple(files)
 
 
-def _hunks(pf: unidiff.PatchedFile, file: Path | str) -> list[Hunk]:
+def _hunks(pf: PatchedFile, file: Path | str) -> list[Hunk]:
     hunks = []
     for index, hunk in enumerate(pf, start=1):
         lines: list[tuple[str, str]] = []

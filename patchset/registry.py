@@ -6,13 +6,13 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchset.diffparse import FileDiff, parse_diff
-from patchset.engine.sites import ACTIONS, Site
+from patchset.engine.sites import ACTIONS, Action, Site
 from patchset.errors import RegistryError, UnknownPatchError
 from patchset.paths import check_relpath
 from patchset.tomltable import Table, did_you_mean, load_toml
@@ -168,8 +168,8 @@ def load_patch(folder: Path) -> Patch:
         raise top.error(f"{patch_id!r}: use 3-64 lowercase letters, digits and '-'", "id")
     if patch_id != folder.name:
         raise top.error(f"{patch_id!r} differs from the folder name {folder.name!r}", "id")
-    kind: Kind = top.choice("kind", KINDS)  # type: ignore[assignment]
-    when: When = top.choice("apply", WHENS)  # type: ignore[assignment]
+    kind = cast(Kind, top.choice("kind", KINDS))
+    when = cast(When, top.choice("apply", WHENS))
     vllm = top.specifier("vllm")
     assert vllm is not None
     targets = top.str_list("targets")
@@ -179,14 +179,15 @@ def load_patch(folder: Path) -> Patch:
     variants = _variants(top, folder, kind, vllm, digest)
     covered = {f for v in variants for f in v.files}
     if covered - set(targets):
-        raise top.error(f"payload touches files not listed: {sorted(covered - set(targets))}",
-                        "targets")
+        raise top.error(
+            f"payload touches files not listed: {sorted(covered - set(targets))}", "targets"
+        )
     patch = Patch(
         id=patch_id,
         title=top.req_str("title"),
         description=top.req_str("description"),
         kind=kind,
-        revision=top.int("revision", minimum=1),
+        revision=top.integer("revision", minimum=1),
         vllm=vllm,
         apply=when,
         targets=targets,
@@ -210,10 +211,10 @@ def _relpath(table: Table, key: str, value: str) -> None:
 
 
 def _variants(
-    top: Table, folder: Path, kind: Kind, vllm: SpecifierSet, digest: "hashlib._Hash"
+    top: Table, folder: Path, kind: Kind, vllm: SpecifierSet, digest: hashlib._Hash
 ) -> tuple[Variant, ...]:
     tables = top.tables("variants")
-    payload = top.str("payload", required=False)
+    payload = top.opt_str("payload", required=False)
     if tables and payload:
         raise top.error("give either 'payload' or [[variants]], not both", "payload")
     specs: list[tuple[str, SpecifierSet, str]] = []
@@ -256,7 +257,7 @@ def load_sites(path: Path) -> tuple[Site, ...]:
             name=name,
             file=file,
             anchor=table.req_str("anchor"),
-            action=table.choice("action", ACTIONS),  # type: ignore[arg-type]
+            action=cast(Action, table.choice("action", ACTIONS)),
             text=table.req_str("text"),
             marker=table.req_str("marker"),
         )
@@ -277,10 +278,10 @@ def _upstream(top: Table) -> Upstream:
     table = top.table("upstream")
     assert table is not None
     state = table.choice("state", STATES)
-    pr = table.str("pr", required=state != "unsubmitted")
+    pr = table.opt_str("pr", required=state != "unsubmitted")
     if pr is not None and not _PR.match(pr):
         raise table.error(f"{pr!r}: expected owner/repo#number", "pr")
-    superseded_by = table.str("superseded_by", required=False)
+    superseded_by = table.opt_str("superseded_by", required=False)
     if superseded_by is not None and not _PR.match(superseded_by):
         raise table.error(f"{superseded_by!r}: expected owner/repo#number", "superseded_by")
     probe_table = table.table("probe", required=False)
@@ -289,7 +290,7 @@ def _upstream(top: Table) -> Upstream:
         probe_file = probe_table.req_str("file")
         _relpath(probe_table, "file", probe_file)
         contains = probe_table.str_list("contains", required=False)
-        regex = probe_table.str("regex", required=False)
+        regex = probe_table.opt_str("regex", required=False)
         if regex is not None:
             try:
                 re.compile(regex)
@@ -305,7 +306,7 @@ def _upstream(top: Table) -> Upstream:
         superseded_by=superseded_by,
         superseded_in=table.version("superseded_in"),
         probe=probe,
-        note=table.str("note", required=False),
+        note=table.opt_str("note", required=False),
     )
     table.finish()
     return upstream
@@ -317,7 +318,7 @@ def _hardware(top: Table) -> Hardware:
         return Hardware()
     hardware = Hardware(
         compute_capability=table.specifier("compute_capability", required=False),
-        note=table.str("note", required=False),
+        note=table.opt_str("note", required=False),
     )
     table.finish()
     return hardware

@@ -58,7 +58,7 @@ class Table:
             return None
         return self._data[key]
 
-    def str(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
+    def opt_str(self, key: str, *, required: bool = True, default: str | None = None) -> str | None:
         value = self._get(key, required)
         if value is None:
             return default
@@ -69,11 +69,11 @@ class Table:
         return value
 
     def req_str(self, key: str) -> str:
-        value = self.str(key, required=True)
+        value = self.opt_str(key, required=True)
         assert value is not None  # required=True raised otherwise
         return value
 
-    def int(self, key: str, *, minimum: int | None = None) -> int:
+    def integer(self, key: str, *, minimum: int | None = None) -> int:
         value = self._get(key, True)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(f"expected an integer, got {_kind(value)}", key)
@@ -81,7 +81,7 @@ class Table:
             raise self.error(f"must be >= {minimum}, got {value}", key)
         return value
 
-    def bool(self, key: str, *, default: bool) -> bool:
+    def flag(self, key: str, *, default: bool) -> bool:
         value = self._get(key, False)
         if value is None:
             return default
@@ -90,7 +90,7 @@ class Table:
         return value
 
     def choice(self, key: str, choices: tuple[str, ...], *, default: str | None = None) -> str:
-        value = self.str(key, required=default is None, default=default)
+        value = self.opt_str(key, required=default is None, default=default)
         assert value is not None
         if value not in choices:
             raise self.error(
@@ -99,7 +99,7 @@ class Table:
         return value
 
     def specifier(self, key: str, *, required: bool = True) -> SpecifierSet | None:
-        value = self.str(key, required=required)
+        value = self.opt_str(key, required=required)
         if value is None:
             return None
         try:
@@ -110,7 +110,7 @@ class Table:
             ) from None
 
     def version(self, key: str, *, required: bool = False) -> str | None:
-        value = self.str(key, required=required)
+        value = self.opt_str(key, required=required)
         if value is None:
             return None
         try:

@@ -68,7 +68,7 @@ class ApplyReport:
 
     @property
     def exit_code(self) -> int:
-        seen = {r.outcome for r in self.results}
+        seen: set[str] = {r.outcome for r in self.results}
         if any(r.warnings for r in self.results if r.outcome == "applied"):
             seen.add("warning")
         for outcome, code in _SEVERITY:
@@ -120,7 +120,16 @@ def apply(
     Nothing is written unless every selected patch is applicable or already applied.
     `target=None` patches the vLLM this interpreter would import.
     """
-    return _run("apply", registry, target, patches, dry_run, version, ignore_range, max_fuzz)
+    return _run(
+        "apply",
+        registry=registry,
+        target=target,
+        ids=patches,
+        dry_run=dry_run,
+        version=version,
+        ignore_range=ignore_range,
+        max_fuzz=max_fuzz,
+    )
 
 
 def revert(
@@ -132,11 +141,21 @@ def revert(
     version: str | None = None,
 ) -> ApplyReport:
     """Take the selected patches out again; the same all-or-nothing rules as `apply`."""
-    return _run("revert", registry, target, patches, dry_run, version, True, 0)
+    return _run(
+        "revert",
+        registry=registry,
+        target=target,
+        ids=patches,
+        dry_run=dry_run,
+        version=version,
+        ignore_range=True,
+        max_fuzz=0,
+    )
 
 
 def _run(
     operation: Literal["apply", "revert"],
+    *,
     registry: Registry,
     target: Path | str | None,
     ids: list[str] | tuple[str, ...] | None,
@@ -163,7 +182,15 @@ def _run(
             return path.read_bytes() if path.is_file() else None
 
         results = [
-            _one(operation, patch, release, read, overlay, ignore_range, max_fuzz)
+            _one(
+                operation,
+                patch,
+                release=release,
+                read=read,
+                overlay=overlay,
+                ignore_range=ignore_range,
+                max_fuzz=max_fuzz,
+            )
             for patch in selected
         ]
         return results, overlay
@@ -193,6 +220,7 @@ def _run(
 def _one(
     operation: Literal["apply", "revert"],
     patch: Patch,
+    *,
     release: str | None,
     read: transaction.Reader,
     overlay: dict[str, bytes],

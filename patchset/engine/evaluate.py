@@ -70,8 +70,7 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
         if reverse_ok:
             warnings += ("the reverse of this diff fits too: check the file by hand",)
-        return Evaluation("applies", tuple(forward), reverse_ok, changes=changes,
-                          warnings=warnings)
+        return Evaluation("applies", tuple(forward), reverse_ok, changes=changes, warnings=warnings)
     if reverse_ok:
         return Evaluation("already-applied", tuple(forward), True, reverse=reverse)
     return Evaluation("conflict", tuple(forward), False)
@@ -130,8 +129,9 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
         forward = evaluate_diff(variant, read)
         if forward.state != "already-applied":
             state: State = "already-applied" if forward.state == "applies" else forward.state
-            return Evaluation(state, forward.hunks, forward.reverse_applies,
-                              missing=forward.missing)
+            return Evaluation(
+                state, forward.hunks, forward.reverse_applies, missing=forward.missing
+            )
         changes: dict[str, bytes] = {}
         for diff in variant.diffs:
             data = read(diff.path)
@@ -150,9 +150,9 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
                 return Evaluation("target-missing", missing=(site.file,))
             texts[site.file] = split_text(_decode(data))
         lines, eol, eof = texts[site.file]
-        result, new = revert_site(site, lines)
+        site_result, new = revert_site(site, lines)
         texts[site.file] = (new, eol, eof)
-        results.append(result)
+        results.append(site_result)
     present = [r for r in results if r.status == "already-applied"]
     if not present:
         return Evaluation("already-applied", sites=tuple(results))  # nothing to take out

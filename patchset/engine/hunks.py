@@ -163,7 +163,9 @@ def rank_windows(
     anchors = {" ".join(line.split()) for line in want} - {""}
     last = max(0, len(lines) - size)
     starts = {
-        min(last, max(0, i - k)) for i, line in enumerate(stripped) if line in anchors
+        min(last, max(0, i - k))
+        for i, line in enumerate(stripped)
+        if line in anchors
         for k in range(size)
     } or set(range(0, last + 1, max(1, size // 2)))
     scored = []

@@ -97,9 +97,7 @@ def find_block(lines: list[str], block: list[str]) -> list[int]:
     folded = [_fold(line) for line in lines]
     first = want[0]
     return [
-        i
-        for i, line in enumerate(folded)
-        if line == first and folded[i : i + len(want)] == want
+        i for i, line in enumerate(folded) if line == first and folded[i : i + len(want)] == want
     ]
 
 
@@ -153,6 +151,12 @@ def apply_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
     base = _indent(lines[at])
     new = _reindent(site.edited_lines(), base)
     if site.action == "insert-after":
+        if lines[at + size - 1].rstrip().endswith(":"):
+            # The anchor opens a block (a def, an if): the text goes into that block.
+            following = [line for line in lines[at + size :] if line.strip()]
+            if following:
+                inner = _indent(following[0])
+                new = _reindent(site.edited_lines(), inner)
         new[:size] = lines[at : at + size]  # keep the anchor's own bytes
     elif site.action == "insert-before":
         new[len(new) - size :] = lines[at : at + size]

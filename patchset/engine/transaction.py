@@ -20,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from patchset.errors import LockedError, TargetError
-from patchset.paths import resolve_inside as resolve_inside
+from patchset.paths import resolve_inside
 
 JOURNAL = ".patchset-journal"
 LOCK = ".patchset.lock"
@@ -49,8 +49,8 @@ def check_writable(root: Path, relpaths: list[str]) -> None:
             if path.exists():
                 with path.open("r+b"):
                     pass
-            probe = tempfile.NamedTemporaryFile(dir=path.parent, prefix=".patchset-probe-")
-            probe.close()
+            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".patchset-probe-"):
+                pass
         except OSError as exc:
             raise TargetError(f"{rel}: not writable ({exc.strerror})", path=root) from None
 
@@ -132,3 +132,14 @@ def _write_json(path: Path, data: object) -> None:
 
 
 Reader = Callable[[str], bytes | None]
+
+__all__ = [
+    "JOURNAL",
+    "LOCK",
+    "Reader",
+    "check_writable",
+    "commit",
+    "locked",
+    "recover",
+    "resolve_inside",
+]

@@ -23,22 +23,30 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p = sub.add_parser(name, help=helptext, description=helptext)
         p.add_argument("--target", type=Path, default=None, metavar="DIR", help=TARGET_HELP)
         p.add_argument(
-            "--patch", action="append", dest="patches", metavar="ID",
+            "--patch",
+            action="append",
+            dest="patches",
+            metavar="ID",
             help="only this patch (repeatable; default: every patch in the registry)",
         )
         p.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
         p.add_argument(
-            "--vllm-version", metavar="VERSION",
+            "--vllm-version",
+            metavar="VERSION",
             help="the release in the target when it cannot be read from vllm/_version.py",
         )
         p.add_argument("--format", choices=FORMATS, default="table")
         if name == "apply":
             p.add_argument(
-                "--ignore-range", action="store_true",
+                "--ignore-range",
+                action="store_true",
                 help="apply even where the release is outside a patch's declared range",
             )
             p.add_argument(
-                "--fuzz", type=int, default=0, metavar="N",
+                "--fuzz",
+                type=int,
+                default=0,
+                metavar="N",
                 help="allow dropping up to N context lines per hunk (reported; default 0)",
             )
         p.set_defaults(handler=run_apply if name == "apply" else run_revert)

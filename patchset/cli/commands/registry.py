@@ -17,9 +17,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("id", metavar="ID")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_show)
-    p = sub.add_parser(
-        "validate", help="load and validate every patch; print the registry digest"
-    )
+    p = sub.add_parser("validate", help="load and validate every patch; print the registry digest")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_validate)
 
@@ -93,7 +91,9 @@ def run_show(args: argparse.Namespace) -> int:
     con.print()
     con.print(patch.description.strip(), markup=False)
     for variant in patch.variants:
-        con.print(f"\n[bold]payload {variant.name}[/] (vLLM {variant.vllm}, sha256 {variant.sha256[:12]})")
+        con.print(
+            f"\n[bold]payload {variant.name}[/] (vLLM {variant.vllm}, sha256 {variant.sha256[:12]})"
+        )
         con.print((patch.folder / variant.name).read_text(encoding="utf-8"), markup=False)
     return ExitCode.OK
 

@@ -1,0 +1,58 @@
+"""Small synthetic registries and trees, only for edge cases the real releases do not show."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+PATCH_TOML = """\
+id = "{id}"
+title = "synthetic {id}"
+description = "a patch made by a test"
+kind = "{kind}"
+revision = 1
+vllm = "{vllm}"
+apply = "{when}"
+targets = {targets}
+origin = "tests"
+credit = ["tests"]
+
+[upstream]
+state = "unsubmitted"
+"""
+
+
+def add_patch(
+    registry: Path,
+    patch_id: str,
+    *,
+    diff: str | None = None,
+    sites: str | None = None,
+    targets: list[str],
+    vllm: str = ">=0.1",
+    when: str = "build",
+) -> Path:
+    folder = registry / patch_id
+    folder.mkdir(parents=True)
+    kind = "diff" if diff is not None else "runtime"
+    quoted = "[" + ", ".join(f'"{t}"' for t in targets) + "]"
+    (folder / "patch.toml").write_text(
+        PATCH_TOML.format(id=patch_id, kind=kind, vllm=vllm, when=when, targets=quoted)
+    )
+    if diff is not None:
+        (folder / "patch.diff").write_text(textwrap.dedent(diff))
+    else:
+        assert sites is not None
+        (folder / "sites.toml").write_text(textwrap.dedent(sites))
+    return folder
+
+
+def make_tree(root: Path, files: dict[str, str], version: str = "0.19.1") -> Path:
+    (root / "vllm").mkdir(parents=True, exist_ok=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode())
+    return root

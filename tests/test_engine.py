@@ -1,0 +1,238 @@
+"""The apply engine on small synthetic trees: offsets, fuzz, idempotency, atomicity, safety."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from patchset.engine import transaction
+from patchset.engine.apply import apply, revert
+from patchset.errors import ExitCode, TargetError
+from patchset.registry import load_registry
+from tests.releases import tree_digest
+from tests.synthetic import add_patch, make_tree
+
+BODY = "".join(f"line {i}\n" for i in range(1, 21))
+DIFF = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -9,5 +9,5 @@
+ line 9
+ line 10
+-line 11
++line 11 patched
+ line 12
+ line 13
+"""
+
+
+@pytest.fixture
+def registry_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "patches"
+    add_patch(root, "mod-fix", diff=DIFF, targets=["vllm/mod.py"])
+    return root
+
+
+def test_apply_then_reapply_is_a_noop(tmp_path: Path, registry_dir: Path) -> None:
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    registry = load_registry(registry_dir)
+    report = apply(registry, tree)
+    assert report.exit_code == ExitCode.OK and report.written
+    assert "line 11 patched\n" in (tree / "vllm/mod.py").read_text()
+    before = tree_digest(tree)
+    again = apply(registry, tree)
+    assert [r.outcome for r in again.results] == ["already-applied"]
+    assert again.exit_code == ExitCode.ALREADY_APPLIED and not again.written
+    assert tree_digest(tree) == before
+    back = revert(registry, tree)
+    assert [r.outcome for r in back.results] == ["reverted"]
+    assert (tree / "vllm/mod.py").read_text() == BODY
+    assert revert(registry, tree).exit_code == ExitCode.ALREADY_APPLIED
+
+
+def test_offset_is_a_warning_not_clean(tmp_path: Path, registry_dir: Path) -> None:
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": "extra\nextra\n" + BODY})
+    report = apply(load_registry(registry_dir), tree, dry_run=True)
+    (result,) = report.results
+    assert result.outcome == "applied"
+    assert any("offset +2" in w for w in result.warnings)
+    assert report.exit_code == ExitCode.APPLIED_WITH_WARNINGS
+    assert not report.written
+
+
+def test_fuzz_only_when_allowed(tmp_path: Path, registry_dir: Path) -> None:
+    text = BODY.replace("line 13\n", "line thirteen\n")
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": text})
+    registry = load_registry(registry_dir)
+    strict = apply(registry, tree)
+    assert [r.outcome for r in strict.results] == ["conflict"]
+    assert (tree / "vllm/mod.py").read_text() == text
+    fuzzy = apply(registry, tree, max_fuzz=1)
+    assert [r.outcome for r in fuzzy.results] == ["applied"]
+    assert any("fuzz 1" in w for w in fuzzy.results[0].warnings)
+
+
+def test_conflict_names_hunk_and_nearest_lines(tmp_path: Path, registry_dir: Path) -> None:
+    text = BODY.replace("line 11\n", "line eleven\n")
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": text})
+    report = apply(load_registry(registry_dir), tree)
+    (result,) = report.results
+    assert result.outcome == "conflict" and report.exit_code == ExitCode.ATTENTION
+    assert any("hunk #1 does not match; nearest lines 9-13" in d for d in result.details)
+    assert any("line eleven" in d for d in result.details)
+
+
+def test_all_or_nothing_across_patches(tmp_path: Path) -> None:
+    root = tmp_path / "patches"
+    add_patch(root, "a-good", diff=DIFF, targets=["vllm/mod.py"])
+    add_patch(
+        root,
+        "b-bad",
+        diff="--- a/vllm/other.py\n+++ b/vllm/other.py\n@@ -1,1 +1,1 @@\n-nothing like it\n+x\n",
+        targets=["vllm/other.py"],
+    )
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": "hello\n"})
+    before = tree_digest(tree)
+    report = apply(load_registry(root), tree)
+    assert [r.outcome for r in report.results] == ["applied", "conflict"]
+    assert not report.written
+    assert tree_digest(tree) == before
+
+
+def test_target_missing(tmp_path: Path, registry_dir: Path) -> None:
+    tree = make_tree(tmp_path / "t", {})
+    report = apply(load_registry(registry_dir), tree)
+    assert [r.outcome for r in report.results] == ["target-missing"]
+    assert report.exit_code == ExitCode.TARGET_MISSING
+
+
+def test_out_of_range(tmp_path: Path) -> None:
+    root = tmp_path / "patches"
+    add_patch(root, "mod-fix", diff=DIFF, targets=["vllm/mod.py"], vllm=">=0.20")
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY}, version="0.19.1")
+    registry = load_registry(root)
+    report = apply(registry, tree)
+    assert [r.outcome for r in report.results] == ["out-of-range"]
+    assert report.exit_code == ExitCode.OUT_OF_RANGE
+    assert (tree / "vllm/mod.py").read_text() == BODY
+    assert apply(registry, tree, ignore_range=True).written
+
+
+def test_crlf_and_no_newline_at_eof(tmp_path: Path) -> None:
+    root = tmp_path / "patches"
+    diff = (
+        "--- a/vllm/crlf.py\n+++ b/vllm/crlf.py\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n"
+        "\\ No newline at end of file\n"
+    )
+    add_patch(root, "crlf-fix", diff=diff, targets=["vllm/crlf.py"])
+    tree = make_tree(tmp_path / "t", {"vllm/crlf.py": "a\r\nb"})
+    assert apply(load_registry(root), tree).written
+    assert (tree / "vllm/crlf.py").read_bytes() == b"a\r\nc"
+
+
+SITES = """\
+[[site]]
+name = "one"
+file = "vllm/run.py"
+action = "replace"
+marker = "patchset: synthetic one"
+anchor = "x = compute(y).tolist()"
+text = '''
+if capturing():
+    x = 0
+else:
+    x = compute(y).tolist()
+'''
+
+[[site]]
+name = "two"
+file = "vllm/run.py"
+action = "insert-after"
+marker = "patchset: synthetic two"
+anchor = "def body(self):"
+text = "guard()"
+"""
+RUN = "class A:\n    def body(self):\n        x = compute(y).tolist()\n        return x\n"
+
+
+def test_runtime_sites_apply_once(tmp_path: Path) -> None:
+    root = tmp_path / "patches"
+    add_patch(root, "rt-sites", sites=SITES, targets=["vllm/run.py"], when="startup")
+    tree = make_tree(tmp_path / "t", {"vllm/run.py": RUN})
+    registry = load_registry(root)
+    report = apply(registry, tree)
+    assert report.written
+    text = (tree / "vllm/run.py").read_text()
+    compile(text, "run.py", "exec")
+    assert "        # patchset: synthetic one\n        if capturing():\n" in text
+    assert "    def body(self):\n        # patchset: synthetic two\n        guard()\n" in text
+    assert apply(registry, tree).results[0].outcome == "already-applied"
+    assert revert(registry, tree).written
+    assert (tree / "vllm/run.py").read_text() == RUN
+
+
+def test_runtime_anchor_twice_or_absent(tmp_path: Path) -> None:
+    root = tmp_path / "patches"
+    add_patch(root, "rt-sites", sites=SITES, targets=["vllm/run.py"], when="startup")
+    registry = load_registry(root)
+    twice = make_tree(tmp_path / "t", {"vllm/run.py": RUN + RUN})
+    (result,) = apply(registry, twice).results
+    assert result.outcome == "conflict"
+    assert any("ambiguous" in d for d in result.details)
+    drifted = make_tree(tmp_path / "u", {"vllm/run.py": RUN.replace(".tolist()", ".cpu()")})
+    (result,) = apply(registry, drifted).results
+    assert result.outcome == "conflict"
+    assert any("anchor-not-found" in d and "nearest" in d for d in result.details)
+    assert (drifted / "vllm/run.py").read_text() == RUN.replace(".tolist()", ".cpu()")
+
+
+def test_symlink_out_of_target_is_refused(tmp_path: Path, registry_dir: Path) -> None:
+    outside = tmp_path / "outside.py"
+    outside.write_text(BODY)
+    tree = make_tree(tmp_path / "t", {})
+    (tree / "vllm" / "mod.py").symlink_to(outside)
+    with pytest.raises(TargetError, match="leads outside the target"):
+        apply(load_registry(registry_dir), tree)
+    assert outside.read_text() == BODY
+
+
+def test_no_vllm_package(tmp_path: Path, registry_dir: Path) -> None:
+    with pytest.raises(TargetError, match="no vllm/ package"):
+        apply(load_registry(registry_dir), tmp_path)
+
+
+def test_read_only_file_changes_nothing(tmp_path: Path, registry_dir: Path) -> None:
+    """A read-only bind mount is what users hit; root ignores modes, so use an immutable file."""
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    target = tree / "vllm" / "mod.py"
+    if os.geteuid() == 0:
+        if os.system(f"chattr +i {target} 2>/dev/null") != 0:  # noqa: S605 - fixed argument
+            pytest.fail("chattr +i is needed to make a file read-only for root")
+    else:
+        target.chmod(0o444)
+    try:
+        with pytest.raises(TargetError, match="not writable"):
+            apply(load_registry(registry_dir), tree)
+        assert target.read_text() == BODY
+        assert not (tree / transaction.JOURNAL).exists()
+    finally:
+        os.system(f"chattr -i {target} 2>/dev/null")  # noqa: S605 - fixed argument
+
+
+def test_journal_rolls_back_an_interrupted_write(tmp_path: Path, registry_dir: Path) -> None:
+    """A process killed after the journal was written but before it was removed."""
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    journal = tree / transaction.JOURNAL
+    journal.mkdir()
+    (journal / "0.orig").write_text(BODY)
+    entry = {"path": "vllm/mod.py", "backup": "0.orig", "existed": True}
+    (journal / "index.json").write_text(json.dumps([entry]))
+    (tree / "vllm/mod.py").write_text("half written")
+    report = apply(load_registry(registry_dir), tree, dry_run=False)
+    assert report.recovered == ("vllm/mod.py",)
+    assert report.written
+    assert "line 11 patched" in (tree / "vllm/mod.py").read_text()
+    assert not journal.exists()
