@@ -1,9 +1,204 @@
-"""`patchset check` (release check): filled in by the release-check work."""
+"""`patchset check`: which patches a vLLM release still needs, from the released code."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from packaging.version import InvalidVersion, Version
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from patchset.check import CheckReport, CheckResult, check
+from patchset.cli.output import console, err_console, print_json, styled, table
+from patchset.errors import UsageError
+from patchset.registry import Registry, load_registry
+from patchset.sources import parse_source
+
+if TYPE_CHECKING:
+    from patchset.sources.base import ReleaseSource
+
+DESCRIPTION = """\
+Check every patch against one or more vLLM releases and give one verdict per pair:
+needed (applies, release lacks the fix), upstream (reverse applies or the upstream probe
+matches), conflict, partial (some runtime sites match), missing-target (file absent; a
+moved file is named). Whether the release is in the patch's declared range is shown beside.
+
+exit codes: 0 nothing in range needs attention; 1 an in-range patch is conflict, partial
+or missing-target; 2 bad usage or input; 3 a source could not be had."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    del sub
+    p = sub.add_parser(
+        "check",
+        help="which patches a vLLM release still needs",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--vllm",
+        action="append",
+        default=[],
+        metavar="VERSION",
+        help="a release to check (repeatable; 'latest' is the newest on the index)",
+    )
+    p.add_argument("--since", metavar="VERSION", help="every release after VERSION")
+    p.add_argument(
+        "--source",
+        metavar="SPEC",
+        help="where releases come from: the package index (default), PATH (a checkout,"
+        " unpacked sdist or site-packages), git:PATH (a vLLM clone) or image:REF",
+    )
+    p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
+    p.add_argument("--offline", action="store_true", help="use the cache only")
+    p.add_argument("--patch", action="append", dest="patches", metavar="ID")
+    p.add_argument("--fuzz", type=int, default=0, metavar="N")
+    p.add_argument(
+        "--suggest-ranges",
+        action="store_true",
+        help="print, per patch, the releases where it is needed beside its declared range",
+    )
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.set_defaults(handler=run)
+
+
+def _versions(args: argparse.Namespace, source: ReleaseSource) -> list[str]:
+    wanted: list[str] = list(args.vllm)
+    for v in wanted:
+        if v != "latest":
+            try:
+                Version(v)
+            except InvalidVersion:
+                raise UsageError(f"--vllm {v!r} is not a PEP 440 version") from None
+    available: list[str] | None = None
+    if "latest" in wanted or args.since or source.name != "index":
+        available = source.versions()
+    if "latest" in wanted:
+        assert available is not None
+        if not available:
+            raise UsageError("the source offers no release")
+        wanted = [available[-1] if v == "latest" else v for v in wanted]
+    if args.since:
+        try:
+            since = Version(args.since)
+        except InvalidVersion:
+            raise UsageError(f"--since {args.since!r} is not a PEP 440 version") from None
+        assert available is not None
+        wanted += [v for v in available if Version(v) > since]
+    if not wanted and source.name != "index":
+        assert available is not None
+        wanted = available[-1:] if source.name == "git" else available
+    if not wanted:
+        raise UsageError("say which releases: --vllm VERSION, --vllm latest or --since VERSION")
+    if available is not None and source.name != "index":
+        missing = [v for v in wanted if v not in available]
+        if missing:
+            raise UsageError(f"the source has no release {', '.join(missing)}")
+    return list(dict.fromkeys(wanted))
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = load_registry(args.registry)
+    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+    versions = _versions(args, source)
+    _prefetch(source, versions)
+    report = check(registry, versions, source=source, patches=args.patches, max_fuzz=args.fuzz)
+    if args.format == "json":
+        print_json(report.to_dict())
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(report, registry) + "\n")
+    else:
+        show_table(report, registry, suggest=args.suggest_ranges)
+    return report.exit_code
+
+
+def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
+    """Download missing sdists in parallel, with a progress bar on stderr."""
+    prefetch = getattr(source, "prefetch", None)
+    if prefetch is None or getattr(source, "offline", False):
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+    )
+    with Progress(*columns, console=err_console(), transient=True) as progress:
+        prefetch(versions, progress=progress)
+
+
+def _cell(r: CheckResult) -> str:
+    mark = "" if r.in_range else " [dim](out of range)[/]"
+    warn = " [yellow]![/]" if r.disagreement else ""
+    return f"{styled(r.verdict)}{warn}{mark}"
+
+
+def show_table(report: CheckReport, registry: Registry, *, suggest: bool) -> None:
+    """One row per patch and a column per release; transposed when releases outnumber the
+    width of a terminal (more than six), so the matrix stays readable."""
+    con = console()
+    versions = [i.version for i in report.releases]
+    patches = [p for p in registry.patches if any(r.patch == p.id for r in report.results)]
+    title = f"patchset check  (registry {registry.short_digest})"
+    if len(versions) <= 6:
+        out = table(title, ["patch", *versions])
+        for patch in patches:
+            out.add_row(
+                f"{patch.id} r{patch.revision}",
+                *(_cell(report.result(v, patch.id)) for v in versions),
+            )
+    else:
+        out = table(title, ["vLLM", *(p.id for p in patches)])
+        for v in versions:
+            out.add_row(v, *(_cell(report.result(v, p.id)) for p in patches))
+    con.print(out)
+    for line in _notes(report):
+        con.print(line, markup=False)
+    if suggest:
+        con.print()
+        rows = table("suggested ranges (where needed)", ["patch", "declared", "needed in"])
+        for patch in patches:
+            rows.add_row(
+                patch.id, str(patch.vllm), " | ".join(report.suggested.get(patch.id, ())) or "none"
+            )
+        con.print(rows)
+
+
+def _notes(report: CheckReport) -> list[str]:
+    """Details of every verdict that is not a clean 'needed', runs of releases folded."""
+    groups: dict[tuple[str, str, str, str | None], list[str]] = {}
+    for r in report.results:
+        if r.verdict == "needed" and r.detail == "applies cleanly" and not r.disagreement:
+            continue
+        groups.setdefault((r.patch, r.verdict, r.detail, r.disagreement), []).append(r.vllm)
+    lines = []
+    for (patch, verdict, detail, disagreement), vs in groups.items():
+        span = vs[0] if len(vs) == 1 else f"{vs[0]}..{vs[-1]} ({len(vs)} releases)"
+        lines.append(f"{patch} @ {span}: {verdict}: {detail}")
+        if disagreement:
+            lines.append(f"    signals disagree: {disagreement}")
+    return lines
+
+
+def render_markdown(report: CheckReport, registry: Registry) -> str:
+    versions = [i.version for i in report.releases]
+    lines = [
+        f"**patchset check** (registry `{registry.short_digest}`)",
+        "",
+        "| patch | " + " | ".join(versions) + " |",
+        "|---|" + "---|" * len(versions),
+    ]
+    for patch in registry.patches:
+        cells = [
+            r.verdict + ("" if r.in_range else " (out of range)")
+            for v in versions
+            for r in report.results
+            if r.vllm == v and r.patch == patch.id
+        ]
+        if cells:
+            lines.append(f"| `{patch.id}` r{patch.revision} | " + " | ".join(cells) + " |")
+    notes = [r for r in report.results if r.verdict != "needed" or r.disagreement]
+    if notes:
+        lines.append("")
+        lines += [f"- {r.vllm} `{r.patch}`: **{r.verdict}**: {r.detail}" for r in notes]
+    return "\n".join(lines)

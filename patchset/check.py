@@ -1,0 +1,324 @@
+"""The release check: for every (release, patch), one verdict from the released code itself.
+
+Signals, each independent of the others:
+- forward: the engine's dry run of the patch (applies, at an offset, partial, conflict);
+- reverse: the diff's reverse fits, i.e. the release already holds the very change;
+- probe: the patch's declared upstream probe matches the release's file.
+The verdict is derived from them in a fixed order, and a disagreement is reported beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Literal
+
+from packaging.version import Version
+
+from patchset.engine.evaluate import Evaluation, evaluate
+from patchset.errors import ExitCode
+from patchset.registry import Patch, Registry, Variant
+from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
+
+Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
+VERDICTS: tuple[Verdict, ...] = ("needed", "upstream", "conflict", "partial", "missing-target")
+SCHEMA = "patchset.check/1"
+ATTENTION: frozenset[str] = frozenset({"conflict", "partial", "missing-target"})
+
+
+@dataclass(frozen=True)
+class Signals:
+    forward: str  # applies | already-applied | conflict | partial | target-missing
+    reverse: bool | None  # diff patches only
+    probe: bool | None  # None when the patch declares no probe
+
+    def to_dict(self) -> dict[str, object]:
+        return {"forward": self.forward, "reverse": self.reverse, "probe": self.probe}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    vllm: str
+    patch: str
+    revision: int
+    variant: str
+    verdict: Verdict
+    in_range: bool
+    detail: str
+    signals: Signals
+    disagreement: str | None = None
+    locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
+    moved_to: tuple[str, ...] = ()
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.in_range and self.verdict in ATTENTION
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "vllm": self.vllm,
+            "patch": self.patch,
+            "revision": self.revision,
+            "variant": self.variant,
+            "verdict": self.verdict,
+            "in_range": self.in_range,
+            "detail": self.detail,
+            "signals": self.signals.to_dict(),
+            "disagreement": self.disagreement,
+            "locations": list(self.locations),
+            "moved_to": list(self.moved_to),
+        }
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    registry: str
+    releases: tuple[ReleaseInfo, ...]
+    results: tuple[CheckResult, ...]
+    suggested: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.needs_attention for r in self.results):
+            return ExitCode.ATTENTION
+        return ExitCode.OK
+
+    def result(self, version: str, patch_id: str) -> CheckResult:
+        for r in self.results:
+            if r.vllm == version and r.patch == patch_id:
+                return r
+        raise KeyError((version, patch_id))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema": SCHEMA,
+            "registry": self.registry,
+            "releases": [
+                {"vllm": r.version, "origin": r.origin, "sha256": r.digest} for r in self.releases
+            ],
+            "results": [r.to_dict() for r in self.results],
+            "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
+            "exit_code": self.exit_code,
+        }
+
+
+def check(
+    registry: Registry,
+    versions: Iterable[str],
+    *,
+    source: ReleaseSource | None = None,
+    patches: list[str] | tuple[str, ...] | None = None,
+    max_fuzz: int = 0,
+    on_release: Callable[[str], None] | None = None,
+) -> CheckReport:
+    """Check the selected patches against each release; the package index by default."""
+    if source is None:
+        from patchset.sources.index import IndexSource  # noqa: PLC0415 - keep imports light
+
+        source = IndexSource()
+    selected = registry.select(patches)
+    ordered = sorted(dict.fromkeys(versions), key=_version_key)
+    infos: list[ReleaseInfo] = []
+    results: list[CheckResult] = []
+    for version in ordered:
+        with source.open(version) as tree:
+            infos.append(tree.info)
+            release = tree.info.version if tree.info.version != "unknown" else version
+            results.extend(check_tree(selected, tree, release, max_fuzz=max_fuzz))
+        if on_release is not None:
+            on_release(version)
+    return CheckReport(
+        registry=registry.digest,
+        releases=tuple(infos),
+        results=tuple(results),
+        suggested=suggest_ranges(results, [i.version for i in infos]),
+    )
+
+
+def check_tree(
+    patches: Iterable[Patch], tree: ReleaseTree, version: str, *, max_fuzz: int = 0
+) -> list[CheckResult]:
+    cache: dict[str, bytes | None] = {}
+
+    def read(rel: str) -> bytes | None:
+        if rel not in cache:
+            cache[rel] = tree.read(rel)
+        return cache[rel]
+
+    return [_one(patch, tree, version, read, max_fuzz) for patch in patches]
+
+
+def _pick_variant(
+    patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int
+) -> tuple[Variant, Evaluation]:
+    """The variant meant for the release; failing that, the first that fits it."""
+    meant = patch.variant_for(version) if _is_version(version) else None
+    if meant is not None:
+        return meant, evaluate(patch, meant, read, max_fuzz=max_fuzz)
+    tried = [(v, evaluate(patch, v, read, max_fuzz=max_fuzz)) for v in reversed(patch.variants)]
+    for variant, ev in tried:
+        if ev.state in ("applies", "already-applied"):
+            return variant, ev
+    return tried[0]
+
+
+def _one(
+    patch: Patch,
+    tree: ReleaseTree,
+    version: str,
+    read: Callable[[str], bytes | None],
+    max_fuzz: int,
+) -> CheckResult:
+    variant, ev = _pick_variant(patch, version, read, max_fuzz)
+    probe = patch.upstream.probe
+    probe_hit = probe.matches(_text(read(probe.file))) if probe else None
+    reverse = ev.reverse_applies if patch.kind == "diff" else None
+    signals = Signals(ev.state, reverse, probe_hit)
+    in_range = patch.in_range(version) if _is_version(version) else False
+    locations = _locations(ev)
+    verdict: Verdict
+    disagreement = None
+    moved: tuple[str, ...] = ()
+    if ev.state == "target-missing":
+        verdict = "missing-target"
+        moved = _moved(tree, variant, ev.missing)
+        where = f"; moved to {', '.join(moved)}?" if moved else ""
+        detail = f"{', '.join(ev.missing)} not in this release{where}"
+        if probe_hit:
+            disagreement = f"the upstream probe matches ({probe.describe() if probe else ''})"
+    elif ev.state == "already-applied":
+        verdict = "upstream"
+        detail = "the release already holds this change (the reverse applies)"
+        if patch.kind == "runtime":
+            detail = "every site is already in place (its markers are present)"
+        if probe_hit is False:
+            disagreement = "the upstream probe does not match"
+    elif probe_hit:
+        verdict = "upstream"
+        assert probe is not None
+        detail = f"the declared upstream fix is present: {probe.describe()}"
+        if ev.state == "applies":
+            disagreement = "the patch still applies, yet the probe says upstream fixed it"
+        elif ev.state == "partial":
+            disagreement = "some of the patch's sites still match"
+    elif ev.state == "applies":
+        verdict = "needed"
+        shifted = list(ev.warnings)
+        detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
+    elif ev.state == "partial":
+        verdict = "partial"
+        detail = "; ".join(ev.failures)
+    else:
+        verdict = "conflict"
+        detail = "; ".join(ev.failures)
+    return CheckResult(
+        vllm=version,
+        patch=patch.id,
+        revision=patch.revision,
+        variant=variant.name,
+        verdict=verdict,
+        in_range=in_range,
+        detail=detail,
+        signals=signals,
+        disagreement=disagreement,
+        locations=locations,
+        moved_to=moved,
+    )
+
+
+def _locations(ev: Evaluation) -> tuple[str, ...]:
+    hunks = ev.reverse if ev.state == "already-applied" and ev.reverse else ev.hunks
+    out = [f"{f}: {h.describe()}" for f, h in hunks]
+    out += [s.describe() for s in ev.sites]
+    return tuple(out)
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _moved(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> tuple[str, ...]:
+    """For each missing file, the release file that holds most of the lines the patch expects."""
+    found: list[str] = []
+    paths = [p for p in tree.paths() if p.endswith(".py")]
+    for rel in missing:
+        expected = {
+            line.strip()
+            for d in variant.diffs
+            if d.path == rel
+            for h in d.hunks
+            for line in h.old
+            if len(line.strip()) > 8
+        } | {
+            line.strip()
+            for s in variant.sites
+            if s.file == rel
+            for line in s.anchor_lines
+            if line.strip()
+        }
+        if not expected:
+            continue
+        name = PurePosixPath(rel).name
+        same_name = [p for p in paths if PurePosixPath(p).name == name]
+        best = _best_home(tree, same_name, expected)
+        if best is None:
+            best = _best_home(tree, paths, expected)
+        if best is not None:
+            found.append(best)
+    return tuple(found)
+
+
+def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
+    best: tuple[float, str] | None = None
+    for path in candidates:
+        data = tree.read(path)
+        if data is None:
+            continue
+        lines = {line.strip() for line in data.decode("utf-8", errors="replace").splitlines()}
+        score = len(expected & lines) / len(expected)
+        if score >= 0.5 and (best is None or score > best[0]):
+            best = (score, path)
+    return None if best is None else best[1]
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _version_key(text: str) -> tuple[int, Version | str]:
+    return (0, Version(text)) if _is_version(text) else (1, text)
+
+
+def suggest_ranges(
+    results: Iterable[CheckResult], versions: list[str]
+) -> dict[str, tuple[str, ...]]:
+    """Per patch, the checked releases where it is `needed`, as PEP 440 ranges.
+
+    Each run of consecutive checked releases becomes ``>=first,<next-checked`` (or
+    ``>=first`` when it reaches the newest release checked).
+    """
+    ordered = sorted({v for v in versions if _is_version(v)}, key=Version)
+    needed: dict[str, set[str]] = {}
+    for r in results:
+        needed.setdefault(r.patch, set())
+        if r.verdict == "needed":
+            needed[r.patch].add(r.vllm)
+    ranges: dict[str, tuple[str, ...]] = {}
+    for patch_id, hits in needed.items():
+        runs: list[str] = []
+        start: str | None = None
+        for i, version in enumerate(ordered):
+            if version in hits and start is None:
+                start = version
+            if start is not None and (version not in hits):
+                runs.append(f">={start},<{version}")
+                start = None
+            elif start is not None and i == len(ordered) - 1:
+                runs.append(f">={start}")
+        ranges[patch_id] = tuple(runs)
+    return ranges
