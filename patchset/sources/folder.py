@@ -1,0 +1,125 @@
+"""A release in a folder: a checkout, an unpacked sdist or a site-packages folder."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from packaging.version import InvalidVersion, Version
+
+from patchset.errors import SourceError
+from patchset.sources.base import ReleaseInfo
+
+UNKNOWN = "unknown"
+_FOLDER_NAME = re.compile(r"^vllm-(?P<version>\d[^/]*)$")
+_SKIP_DIRS = {"__pycache__"}  # bytecode is no part of a release
+
+
+class FolderTree:
+    """Files under a folder, read in place; a path that resolves outside it is refused."""
+
+    def __init__(self, info: ReleaseInfo, root: Path) -> None:
+        self.info = info
+        self.root = root
+        self._real_root = root.resolve()
+
+    def read(self, relpath: str) -> bytes | None:
+        path = self._inside(relpath)
+        try:
+            return path.read_bytes() if path.is_file() else None
+        except OSError as exc:
+            raise SourceError(
+                f"{relpath}: cannot be read ({exc.strerror})", path=self.root
+            ) from None
+
+    def paths(self) -> Iterator[str]:
+        found: list[str] = []
+        for folder, dirs, files in os.walk(self.root / "vllm"):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+            base = Path(folder)
+            for name in files:
+                path = base / name
+                if path.is_symlink() and not self._resolves_inside(path):
+                    continue
+                found.append(path.relative_to(self.root).as_posix())
+        return iter(sorted(found))
+
+    def _inside(self, relpath: str) -> Path:
+        pure = PurePosixPath(relpath)
+        if pure.is_absolute() or ".." in pure.parts or "\x00" in relpath:
+            raise SourceError(f"{relpath}: not a path inside the release", path=self.root)
+        path = self.root / pure
+        if not self._resolves_inside(path):
+            raise SourceError(
+                f"{relpath}: leads outside the folder through a symlink", path=self.root
+            )
+        return path
+
+    def _resolves_inside(self, path: Path) -> bool:
+        return path.resolve().is_relative_to(self._real_root)
+
+
+class FolderSource:
+    """Any folder that holds a ``vllm/`` package; it provides the one release it holds."""
+
+    name = "folder"
+
+    def __init__(self, path: Path | str, version: str | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise SourceError("no such folder", path=self.path)
+        if not (self.path / "vllm").is_dir():
+            raise SourceError("no vllm/ package here", path=self.path)
+        self.version = version or folder_version(self.path)
+
+    def versions(self) -> list[str]:
+        return [self.version]
+
+    @contextlib.contextmanager
+    def open(self, version: str) -> Iterator[FolderTree]:
+        if not _same_version(version, self.version):
+            raise SourceError(f"holds vllm {self.version}, not {version}", path=self.path)
+        info = ReleaseInfo(version=self.version, origin=f"folder {self.path}")
+        yield FolderTree(info, self.path)
+
+
+def folder_version(root: Path) -> str:
+    """The vLLM version in `root`, from the package's version module or the folder's name."""
+    for module in ("_version.py", "version.py"):
+        found = _assigned_version(root / "vllm" / module)
+        if found:
+            return found
+    match = _FOLDER_NAME.match(root.resolve().name)
+    return match["version"] if match else UNKNOWN
+
+
+def _assigned_version(path: Path) -> str | None:
+    """A string literal assigned to ``__version__`` (setuptools-scm writes
+    ``__version__ = version = '0.19.1'``). The file is parsed, never run."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        value = node.value
+        if "__version__" in names and isinstance(value, ast.Constant):
+            return value.value if isinstance(value.value, str) else None
+    return None
+
+
+def _same_version(wanted: str, held: str) -> bool:
+    """An unknown version matches anything; otherwise compare as PEP 440 versions."""
+    if held in {UNKNOWN, wanted}:
+        return True
+    try:
+        return Version(wanted) == Version(held)
+    except InvalidVersion:
+        return False
