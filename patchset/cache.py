@@ -351,6 +351,7 @@ def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
     """A file to write that replaces `dest` in one rename on success and vanishes on failure."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o644)  # as any cache file, not mkstemp's 0600
     try:
         with os.fdopen(fd, "w+b") as out:
             yield out

@@ -200,6 +200,7 @@ def _check_length(response: http.client.HTTPResponse, received: int) -> None:
 def _temp_beside(dest: Path) -> Iterator[tuple[IO[bytes], Path]]:
     """A temporary file in dest's folder (so the final rename is atomic), removed on failure."""
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from other users of the folder
     with os.fdopen(fd, "wb") as tmp:
         try:
             yield tmp, Path(name)

@@ -69,9 +69,12 @@ class IndexSource:
 
     def versions(self) -> list[str]:
         """The index's releases; offline without a cached answer, the releases in the cache."""
-        if self.offline and self.index.cached_project_json() is None:
+        try:
+            return self.index.list_versions(prereleases=self.prereleases)
+        except SourceError:
+            if not self.offline or self.index.cached_project_json() is not None:
+                raise
             return sorted(set(self.cache.cached_tree_versions()), key=_sort_key)
-        return self.index.list_versions(prereleases=self.prereleases)
 
     @contextlib.contextmanager
     def open(self, version: str) -> Iterator[ZipTree]:
@@ -149,9 +152,8 @@ class IndexSource:
     def _cached_tree_zip(self, version: str) -> TreeZip:
         """Offline: the cached tree, checked against the cached index answer when there is one."""
         expected: SdistFile | None = None
-        if self.index.cached_project_json() is not None:
-            with contextlib.suppress(SourceError):
-                expected = self.index.release_files(version)
+        with contextlib.suppress(SourceError):  # no cached answer, or no such release in it
+            expected = self.index.release_files(version)
         name = expected.version if expected else _canonical(version)
         zf = self.cache.open_tree(name)
         if zf is not None:
