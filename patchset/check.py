@@ -241,7 +241,7 @@ def _text(data: bytes | None) -> str | None:
 def _moved(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> tuple[str, ...]:
     """For each missing file, the release file that holds most of the lines the patch expects."""
     found: list[str] = []
-    paths = [p for p in tree.paths() if p.endswith(".py")]
+    paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
     for rel in missing:
         expected = {
             line.strip()
@@ -259,11 +259,14 @@ def _moved(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> tup
         }
         if not expected:
             continue
-        name = PurePosixPath(rel).name
-        same_name = [p for p in paths if PurePosixPath(p).name == name]
+        pure = PurePosixPath(rel)
+        suffix = f"/{pure.name}"
+        same_name = [p for p in paths if p.endswith(suffix)]
         best = _best_home(tree, same_name, expected)
-        if best is None:
-            best = _best_home(tree, paths, expected)
+        if best is None:  # renamed inside a folder that kept its name
+            infix = f"/{pure.parent.name}/"
+            folder = [p for p in paths if infix in p and p.rsplit("/", 1)[0].endswith(infix[:-1])]
+            best = _best_home(tree, folder, expected)
         if best is not None:
             found.append(best)
     return tuple(found)
@@ -271,12 +274,12 @@ def _moved(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> tup
 
 def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
     best: tuple[float, str] | None = None
+    needles = [line.encode() for line in expected]
     for path in candidates:
         data = tree.read(path)
         if data is None:
             continue
-        lines = {line.strip() for line in data.decode("utf-8", errors="replace").splitlines()}
-        score = len(expected & lines) / len(expected)
+        score = sum(needle in data for needle in needles) / len(needles)
         if score >= 0.5 and (best is None or score > best[0]):
             best = (score, path)
     return None if best is None else best[1]

@@ -60,7 +60,7 @@ def test_verdicts_across_releases() -> None:
 
 def test_in_range_partial_is_attention(tmp_path: Path) -> None:
     """A release inside the declared range where a site drifted: exit 1, verdict partial."""
-    tree = materialize("0.21.0", tmp_path, ["vllm/v1/attention/backends/turboquant_attn.py"])
+    materialize("0.21.0", tmp_path, ["vllm/v1/attention/backends/turboquant_attn.py"])
     version_file = tmp_path / "vllm" / "_version.py"
     version_file.write_text("__version__ = version = '0.20.5'\n")  # pretend: inside the range
     tq = tmp_path / "vllm/v1/attention/backends/turboquant_attn.py"

@@ -82,7 +82,7 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
     for diff in variant.diffs:
         data = read(diff.path)
         lines, _, eof = split_text(_decode(data)) if data is not None else ([], "\n", True)
-        result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof)
+        result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, nearest=False)
         found.extend((diff.path, h) for h in result.hunks)
     return tuple(found)
 

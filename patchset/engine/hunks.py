@@ -8,6 +8,7 @@ is reported with the result, never hidden: callers turn it into a warning.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -158,20 +159,34 @@ def rank_windows(
     if not want or not lines:
         return [(0, tuple(lines[:3]), 0.0)] if lines else []
     size = len(want)
-    stripped = [" ".join(line.split()) for line in lines]
-    target = "\n".join(" ".join(line.split()) for line in want)
-    anchors = {" ".join(line.split()) for line in want} - {""}
+    folded = [" ".join(line.split()) for line in lines]
+    target = [" ".join(line.split()) for line in want]
+    counts: dict[str, int] = {}
+    for line in folded:
+        counts[line] = counts.get(line, 0) + 1
+    # Distinctive lines only (not blank, not ")" and not repeated all over the file).
+    anchors = {line for line in target if len(line) > 3 and counts.get(line, 0) <= 5}
     last = max(0, len(lines) - size)
-    starts = {
-        min(last, max(0, i - k))
-        for i, line in enumerate(stripped)
-        if line in anchors
-        for k in range(size)
-    } or set(range(0, last + 1, max(1, size // 2)))
+    votes: dict[int, int] = {}
+    for i, line in enumerate(folded):
+        if line in anchors:
+            for k in range(size):
+                start = min(last, max(0, i - k))
+                votes[start] = votes.get(start, 0) + 1
+    joined = "\n".join(target)
+    if not votes:  # no line survived: vote by shared identifiers instead
+        words = set(re.findall(r"\w{4,}", joined))
+        for i, line in enumerate(folded):
+            shared = len(words.intersection(re.findall(r"\w{4,}", line)))
+            if shared:
+                for k in range(size):
+                    start = min(last, max(0, i - k))
+                    votes[start] = votes.get(start, 0) + shared
+    best_votes = sorted(votes, key=lambda st: (-votes[st], st))[: 4 * limit + 8] or [0]
     scored = []
-    for start in sorted(starts):
-        window = "\n".join(stripped[start : start + size])
-        ratio = difflib.SequenceMatcher(None, target, window, autojunk=False).ratio()
+    for start in best_votes:
+        window = "\n".join(folded[start : start + size])
+        ratio = difflib.SequenceMatcher(None, joined, window, autojunk=False).ratio()
         scored.append((ratio, start))
     scored.sort(key=lambda item: (-item[0], item[1]))
     picked: list[tuple[int, tuple[str, ...], float]] = []
@@ -190,7 +205,12 @@ def nearest_window(lines: list[str], want: list[str]) -> tuple[int, tuple[str, .
 
 
 def apply_hunks(
-    lines: list[str], hunks: tuple[Hunk, ...], *, max_fuzz: int = 0, eof_newline: bool = True
+    lines: list[str],
+    hunks: tuple[Hunk, ...],
+    *,
+    max_fuzz: int = 0,
+    eof_newline: bool = True,
+    nearest: bool = True,
 ) -> FileResult:
     """Apply hunks in order to a copy of `lines`; never raises for a mismatch."""
     work = list(lines)
@@ -213,6 +233,9 @@ def apply_hunks(
                 break
         if placed is None:
             failed = True
+            if not nearest:
+                results.append(HunkResult(hunk.index, "failed"))
+                continue
             near_at, near, ratio = nearest_window(work, hunk.old)
             results.append(
                 HunkResult(
