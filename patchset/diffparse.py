@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from unidiff.patch import PatchedFile, PatchSet
 from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchedFile, PatchSet
 
 from patchset.engine.hunks import Hunk
 from patchset.errors import PayloadError
