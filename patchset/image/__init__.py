@@ -1,0 +1,1 @@
+"""Patched image builds: definitions (`builds/*.toml`), the build itself, the in-image runtime."""
