@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
@@ -45,18 +44,14 @@ def _build_targets() -> list[str]:
 
 
 def _make_build_session(name: str) -> None:
-    @nox.session(name=f"build-{name}", python=False)
+    @nox.session(name=f"build-{name}")
     def build(session: nox.Session) -> None:
-        """Build, verify, label and tag the patched image of builds/<name>.toml (args after --)."""
-        session.run(
-            "python3",
-            "-m",
-            "patchset",
-            "build",
-            str(ROOT / "builds" / f"{name}.toml"),
-            *session.posargs,
-            env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
-        )
+        """Build, verify, label and tag the patched image of builds/<name>.toml.
+
+        Arguments after -- go to `patchset build`: --push, --tag REF, --no-cache.
+        """
+        session.install(".")
+        session.run("patchset", "build", str(ROOT / "builds" / f"{name}.toml"), *session.posargs)
 
     del build
 

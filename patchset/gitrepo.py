@@ -108,3 +108,25 @@ def _clean(path: str) -> str:
     if ".." in pure.parts or not pure.parts:
         raise SourceError(f"{path!r}: not a path inside the repository")
     return pure.as_posix()
+
+
+def provenance(path: Path | str) -> tuple[str, str]:
+    """(revision, source) of the checkout holding `path`, for image labels.
+
+    The revision is the HEAD commit, with "-dirty" when tracked files changed; the source is
+    the `origin` remote when there is one, else the checkout's folder. Outside a checkout:
+    ("unknown", the folder).
+    """
+    folder = Path(path).resolve()
+    try:
+        repo = git.Repo(folder, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return "unknown", str(folder)
+    with repo:
+        try:
+            revision = repo.head.commit.hexsha + ("-dirty" if repo.is_dirty() else "")
+        except ValueError:  # no commit yet
+            revision = "unknown"
+        remotes = {r.name: r for r in repo.remotes}
+        source = next(iter(remotes["origin"].urls)) if "origin" in remotes else repo.working_dir
+    return revision, str(source)

@@ -1,0 +1,129 @@
+"""`patchset build`, `inspect` and `verify`: patched images through the Docker engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from patchset import dockerengine
+from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.errors import ExitCode
+from patchset.image.build import build, verify_image
+from patchset.image.definition import load_definition
+from patchset.image.manifest import LABEL_PREFIX
+from patchset.registry import load_registry
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "build",
+        help="build, verify and tag a patched vLLM image from builds/<name>.toml",
+        description="Build the thin patched image of a build definition on its official base;"
+        " nothing is tagged unless the build and its verification pass.",
+    )
+    p.add_argument("definition", type=Path, metavar="BUILD_TOML")
+    p.add_argument("--push", action="store_true", help="push every tag to its registry")
+    p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
+    p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where build.log and report.json go (default: .patchset-builds/<name>)",
+    )
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(handler=run_build)
+    for name, helptext in (
+        ("inspect", "print a patched image's provenance (labels and manifest)"),
+        ("verify", "re-check, with no network, that every patch is present in an image"),
+    ):
+        p = sub.add_parser(name, help=helptext, description=helptext)
+        p.add_argument("image", metavar="IMAGE")
+        p.add_argument("--format", choices=FORMATS, default="table")
+        p.set_defaults(handler=run_inspect if name == "inspect" else run_verify)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    definition = load_definition(args.definition)
+    registry = load_registry(args.registry)
+    output = args.output or Path(".patchset-builds") / definition.name
+    err = err_console()
+    report = build(
+        definition,
+        registry,
+        extra_tags=tuple(args.tag),
+        push=args.push,
+        nocache=args.no_cache,
+        output=output,
+        on_log=lambda line: err.print(line, markup=False, highlight=False),
+    )
+    if args.format == "json":
+        print_json(report.to_dict())
+        return ExitCode.OK
+    con = console()
+    out = table(f"built {report.image_id[:19]} on {report.base}", ["patch", "rev", "apply"])
+    for p in report.patches:
+        out.add_row(p["id"], str(p["revision"]), p["apply"])
+    con.print(out)
+    for tag in report.tags:
+        con.print(
+            f"tag {tag}" + (f" pushed {report.pushed[tag]}" if tag in report.pushed else ""),
+            markup=False,
+        )
+    con.print(
+        f"added {report.added_bytes} bytes over the base; report {output}/report.json", markup=False
+    )
+    return ExitCode.OK
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    with dockerengine.connect() as engine:
+        info = engine.inspect(args.image)
+        copied = engine.copy_out(info.id, ["/opt/patchset/manifest.json"])
+    raw = copied.get("/opt/patchset/manifest.json")
+    manifest = json.loads(raw) if raw else None
+    data = {
+        "image": info.id,
+        "tags": list(info.tags),
+        "labels": dict(info.labels),
+        "manifest": manifest,
+    }
+    if args.format == "json":
+        print_json(data)
+        return ExitCode.OK
+    con = console()
+    for key, value in sorted(info.labels.items()):
+        if (
+            key.startswith(("org.opencontainers", LABEL_PREFIX))
+            and key != f"{LABEL_PREFIX}.patches"
+        ):
+            con.print(f"{key}: {value}", markup=False)
+    patches = json.loads(info.labels.get(f"{LABEL_PREFIX}.patches", "[]"))
+    out = table(f"patches in {args.image}", ["patch", "rev", "apply", "upstream", "payload sha256"])
+    for p in patches:
+        out.add_row(
+            p["id"], str(p["revision"]), p["apply"], p["upstream"] or "-", p["payload_sha256"][:16]
+        )
+    con.print(out)
+    if manifest is None:
+        con.print("no /opt/patchset/manifest.json in this image", markup=False)
+        return ExitCode.ATTENTION
+    return ExitCode.OK
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    with dockerengine.connect() as engine:
+        result = verify_image(engine, engine.inspect(args.image).id)
+    if args.format == "json":
+        print_json(result)
+    else:
+        con = console()
+        for r in result["results"]:
+            con.print(f"{r['patch']} ({r['apply']}): {r['state']}", markup=False)
+        con.print(
+            "verified: every patch is present" if result["ok"] else "verification FAILED",
+            markup=False,
+        )
+    return ExitCode.OK if result["ok"] else ExitCode.ATTENTION

@@ -1,0 +1,376 @@
+"""`patchset build`: a thin patched image on top of an official vLLM image.
+
+The base is used as it is (pulled only when not local); vLLM is found inside it by running its
+own Python; the target files are copied out, patched with the same engine as `patchset apply`,
+and copied back in one layer beside the standard-library runtime that applies startup patches
+and execs `vllm serve`. Nothing is tagged unless the build and its verification succeed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import patchset
+from patchset import dockerengine, gitrepo
+from patchset.engine.apply import apply
+from patchset.engine.evaluate import evaluate
+from patchset.errors import BuildError, DockerError
+from patchset.image.definition import BuildDefinition
+from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
+from patchset.registry import Registry, Variant
+
+LogSink = Callable[[str], None]
+_FIND_VLLM = """
+import importlib.util, json, pathlib, re, sys
+spec = importlib.util.find_spec("vllm")
+if spec is None or not spec.submodule_search_locations:
+    print(json.dumps({"root": None})); raise SystemExit(0)
+pkg = pathlib.Path(next(iter(spec.submodule_search_locations)))
+text = (pkg / "_version.py").read_text() if (pkg / "_version.py").is_file() else ""
+m = re.search(r"__version__\\s*(?::[^=\\n]*)?=\\s*(?:version\\s*=\\s*)?['\\"]([^'\\"]+)", text)
+print(json.dumps({"root": str(pkg.parent), "version": m.group(1) if m else None,
+                  "python": sys.version.split()[0]}))
+"""
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    name: str
+    base: str
+    base_id: str
+    base_digest: str
+    vllm: str
+    vllm_root: str
+    registry: str
+    image_id: str
+    tags: tuple[str, ...]
+    patches: tuple[dict[str, Any], ...]
+    added_bytes: int
+    pushed: dict[str, str] = field(default_factory=dict)
+    log: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "patchset.build/1",
+            "name": self.name,
+            "base": {"name": self.base, "id": self.base_id, "digest": self.base_digest},
+            "vllm": self.vllm,
+            "vllm_root": self.vllm_root,
+            "registry": self.registry,
+            "image_id": self.image_id,
+            "tags": list(self.tags),
+            "patches": list(self.patches),
+            "added_bytes": self.added_bytes,
+            "pushed": self.pushed,
+            "log": self.log,
+        }
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def runtime_sources() -> dict[str, bytes]:
+    """The files of the in-image runtime, keyed by their path under /opt/patchset."""
+    package = Path(patchset.__file__).parent
+    return {
+        "entrypoint.py": (package / "image" / "runtime" / "entrypoint.py").read_bytes(),
+        "patchset/__init__.py": b'"""patchset in-image runtime: the standard-library engine."""\n',
+        "patchset/engine/__init__.py": (package / "engine" / "__init__.py").read_bytes(),
+        "patchset/engine/hunks.py": (package / "engine" / "hunks.py").read_bytes(),
+        "patchset/engine/sites.py": (package / "engine" / "sites.py").read_bytes(),
+    }
+
+
+def locate_vllm(engine: dockerengine.Engine, image: str) -> tuple[str, str | None]:
+    out = engine.run_python(image, _FIND_VLLM, network=False)
+    found = json.loads(out.strip().splitlines()[-1])
+    if not found.get("root"):
+        raise BuildError(f"{image}: its python3 finds no vllm package")
+    return str(found["root"]), found.get("version")
+
+
+def build(
+    definition: BuildDefinition,
+    registry: Registry,
+    *,
+    extra_tags: tuple[str, ...] = (),
+    push: bool = False,
+    nocache: bool = False,
+    output: Path | None = None,
+    on_log: LogSink | None = None,
+    engine: dockerengine.Engine | None = None,
+) -> BuildReport:
+    """Build, verify and tag (and push) the image of `definition`; raise on any failure."""
+    definition.check_patches(registry)
+    log_lines: list[str] = []
+
+    def log(line: str) -> None:
+        log_lines.append(line)
+        if on_log is not None:
+            on_log(line)
+
+    own_engine = engine is None
+    engine = engine or dockerengine.connect()
+    try:
+        report = _build(
+            definition,
+            registry,
+            engine,
+            extra_tags=extra_tags,
+            push=push,
+            nocache=nocache,
+            log=log,
+        )
+    except BaseException:
+        _write_outputs(output, None, log_lines)
+        raise
+    finally:
+        if own_engine:
+            engine.close()
+    report = BuildReport(**{**report.__dict__, "log": str(output / "build.log") if output else ""})
+    _write_outputs(output, report, log_lines)
+    return report
+
+
+def _write_outputs(output: Path | None, report: BuildReport | None, lines: list[str]) -> None:
+    if output is None:
+        return
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "build.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if report is not None:
+        (output / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+def _build(
+    definition: BuildDefinition,
+    registry: Registry,
+    engine: dockerengine.Engine,
+    *,
+    extra_tags: tuple[str, ...],
+    push: bool,
+    nocache: bool,
+    log: LogSink,
+) -> BuildReport:
+    base = engine.ensure_image(definition.base, on_log=log)
+    base_digest = next((d.split("@", 1)[1] for d in base.repo_digests if "@" in d), base.id)
+    log(f"base {definition.base}: {base.id} ({base_digest})")
+    root, found_version = locate_vllm(engine, base.id)
+    log(f"vllm {found_version} at {root}")
+    if found_version is not None and found_version != definition.vllm:
+        raise BuildError(
+            f"{definition.base} holds vLLM {found_version}, the definition says {definition.vllm}",
+            path=definition.file,
+        )
+    patches = registry.select(definition.patches)
+    variants: dict[str, Variant] = {}
+    for patch in patches:
+        variant = patch.variant_for(definition.vllm)
+        if variant is None:
+            raise BuildError(f"{patch.id} has no payload for vLLM {definition.vllm}")
+        variants[patch.id] = variant
+    wanted = sorted({f for v in variants.values() for f in v.files})
+    copied = engine.copy_out(base.id, [f"{root}/{rel}" for rel in wanted])
+    originals = {rel: copied[f"{root}/{rel}"] for rel in wanted}
+
+    with tempfile.TemporaryDirectory(prefix="patchset-build-") as tmp:
+        work = Path(tmp)
+        patched, entries = _patch_files(
+            definition, registry, work / "tree", variants=variants, originals=originals, log=log
+        )
+        build_ids = [e["id"] for e in entries if e["apply"] == "build"]
+        short = registry.short_digest
+        revision, source = gitrepo.provenance(registry.root)
+        image_labels = labels(
+            base=definition.base,
+            base_digest=base_digest,
+            version=f"{definition.vllm}-{definition.cuda}-ps{short}",
+            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            revision=revision,
+            source=source,
+            registry=registry.digest,
+            entries=entries,
+        )
+        manifest = {
+            "schema": "patchset.manifest/1",
+            "registry": registry.digest,
+            "vllm": definition.vllm,
+            "vllm_root": root,
+            "base": {"name": definition.base, "id": base.id, "digest": base_digest},
+            "serve_args": list(definition.serve_args),
+            "patches": entries,
+        }
+        context = work / "context"
+        _write_context(
+            context,
+            definition=definition,
+            base_id=base.id,
+            root=root,
+            build_ids=build_ids,
+            patched=patched,
+            manifest=manifest,
+        )
+        tags = (*definition.tag_names(registry.digest), *extra_tags)
+        image_id = engine.build(context, (), labels=image_labels, nocache=nocache, on_log=log)
+    try:
+        _verify(engine, image_id, log)
+        for ref in tags:
+            engine.tag(image_id, ref)
+            log(f"tagged {ref}")
+        pushed = {}
+        if push:
+            for ref in tags:
+                pushed[ref] = engine.push(ref, on_log=log)
+                log(f"pushed {ref} {pushed[ref]}")
+    except BaseException:
+        for ref in tags:
+            try:
+                engine.untag(ref)
+            except DockerError as exc:  # the first error is the one to report
+                log(f"could not remove tag {ref}: {exc}")
+        raise
+    added = engine.image_size(image_id) - base.size
+    return BuildReport(
+        name=definition.name,
+        base=definition.base,
+        base_id=base.id,
+        base_digest=base_digest,
+        vllm=definition.vllm,
+        vllm_root=root,
+        registry=registry.digest,
+        image_id=image_id,
+        tags=tags,
+        patches=tuple(
+            {k: e[k] for k in ("id", "revision", "apply", "variant", "payload_sha256", "verdict")}
+            for e in entries
+        ),
+        added_bytes=added,
+        pushed=pushed,
+    )
+
+
+def _patch_files(
+    definition: BuildDefinition,
+    registry: Registry,
+    tree: Path,
+    *,
+    variants: dict[str, Variant],
+    originals: dict[str, bytes | None],
+    log: LogSink,
+) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+    """Apply the build patches to copies of the base's files and check the startup ones."""
+    patches = registry.select(definition.patches)
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm" / "__init__.py").write_bytes(b"")
+    for rel, data in originals.items():
+        if data is not None:
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tree / rel).write_bytes(data)
+    build_ids = [p.id for p in patches if p.apply == "build"]
+    if build_ids:
+        result = apply(registry, tree, patches=build_ids, version=definition.vllm)
+        bad = [r for r in result.results if r.outcome != "applied"]
+        if bad:
+            first = bad[0]
+            raise BuildError(
+                f"{first.patch} does not apply to {definition.base}: {first.outcome}: "
+                + "; ".join(first.details[:2]),
+                path=definition.file,
+            )
+        for r in result.results:
+            log(f"patch {r.patch} r{r.revision} ({r.variant}): applied at build")
+            for warning in r.warnings:
+                log(f"warning: {r.patch}: {warning}")
+    patched = {rel: (tree / rel).read_bytes() for rel in originals if (tree / rel).is_file()}
+    entries: list[dict[str, Any]] = []
+    for patch in patches:
+        variant = variants[patch.id]
+        files: dict[str, tuple[str, str]] = {}
+        if patch.apply == "build":
+            for rel in variant.files:
+                before = originals[rel]
+                files[rel] = (_sha(before) if before else "", _sha(patched[rel]))
+        else:
+            ev = evaluate(patch, variant, patched.get)
+            if ev.state != "applies":
+                raise BuildError(
+                    f"{patch.id} (startup) would not apply to {definition.base}: {ev.state}"
+                    + (f": {ev.failures[0]}" if ev.failures else ""),
+                    path=definition.file,
+                )
+            for rel in variant.files:
+                files[rel] = (_sha(patched[rel]), _sha(ev.changes[rel]))
+            log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup")
+        entries.append(patch_entry(patch, variant, "needed", files))
+    return patched, entries
+
+
+def _write_context(
+    context: Path,
+    *,
+    definition: BuildDefinition,
+    base_id: str,
+    root: str,
+    build_ids: list[str],
+    patched: dict[str, bytes],
+    manifest: dict[str, Any],
+) -> None:
+    runtime = context / "runtime"
+    for rel, data in runtime_sources().items():
+        (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
+        (runtime / rel).write_bytes(data)
+    (runtime / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    built = {f for e in manifest["patches"] if e["apply"] == "build" for f in e["files"]}
+    lines = [f"FROM {base_id}"]
+    if build_ids:
+        for rel in sorted(built):
+            (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (context / "files" / rel).write_bytes(patched[rel])
+        lines.append(f"COPY files/ {root}/")
+    lines.append(f"COPY runtime/ {RUNTIME_DIR}/")
+    for key, value in definition.env.items():
+        lines.append(f"ENV {key}={json.dumps(value)}")
+    lines += [
+        f'ENTRYPOINT ["python3", "{RUNTIME_DIR}/entrypoint.py"]',
+        "CMD []",
+    ]
+    (context / "Dockerfile").write_text("\n".join(lines) + "\n")
+
+
+def verify_image(engine: dockerengine.Engine, image: str) -> dict[str, Any]:
+    """Re-check, in a throwaway container with no network, that every patch is present."""
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['entrypoint', '--verify']\n"
+        "try:\n"
+        f"    runpy.run_path('{RUNTIME_DIR}/entrypoint.py', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+    )
+    try:
+        out = engine.run_python(image, code, network=False)
+    except DockerError as exc:
+        raise BuildError(f"{image}: verification could not run: {exc}") from exc
+    lines = out.strip().splitlines()
+    if not lines or not lines[-1].startswith("{"):
+        raise BuildError(f"{image}: no patchset manifest/runtime in this image")
+    parsed: dict[str, Any] = json.loads(lines[-1])
+    return parsed
+
+
+def _verify(engine: dockerengine.Engine, image_id: str, log: LogSink) -> None:
+    result = verify_image(engine, image_id)
+    for r in result["results"]:
+        log(f"verify {r['patch']} ({r['apply']}): {r['state']}")
+    if not result["ok"]:
+        failed = [r for r in result["results"] if r["state"].startswith("FAILED")]
+        raise BuildError(
+            f"the built image fails verification: {failed[0]['patch']}: {failed[0]['state']}"
+        )

@@ -1,0 +1,89 @@
+"""What a patched image says about itself: the in-image manifest and the OCI labels."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from patchset.engine.hunks import Hunk
+from patchset.registry import Patch, Variant
+
+LABEL_PREFIX = "io.patchset"
+MANIFEST_PATH = "/opt/patchset/manifest.json"
+RUNTIME_DIR = "/opt/patchset"
+
+
+def hunk_dict(hunk: Hunk) -> dict[str, Any]:
+    data = asdict(hunk)
+    data["lines"] = [list(pair) for pair in hunk.lines]
+    return data
+
+
+def patch_entry(
+    patch: Patch,
+    variant: Variant,
+    verdict: str,
+    files: dict[str, tuple[str, str]],
+) -> dict[str, Any]:
+    """One patch in the manifest: identity, provenance, and what the runtime needs."""
+    entry: dict[str, Any] = {
+        "id": patch.id,
+        "revision": patch.revision,
+        "kind": patch.kind,
+        "apply": patch.apply,
+        "variant": variant.name,
+        "payload_sha256": variant.sha256,
+        "upstream": patch.upstream.pr,
+        "upstream_state": patch.upstream.state,
+        "verdict": verdict,
+        "compute_capability": (
+            str(patch.hardware.compute_capability) if patch.hardware.compute_capability else None
+        ),
+        "files": {rel: {"before": b, "after": a} for rel, (b, a) in files.items()},
+    }
+    if patch.kind == "diff":
+        entry["hunks"] = {d.path: [hunk_dict(h) for h in d.hunks] for d in variant.diffs}
+    else:
+        entry["sites"] = [asdict(site) for site in variant.sites]
+    return entry
+
+
+def labels(
+    *,
+    base: str,
+    base_digest: str,
+    version: str,
+    created: str,
+    revision: str,
+    source: str,
+    registry: str,
+    entries: list[dict[str, Any]],
+) -> dict[str, str]:
+    """OCI annotations plus patchset's own, all strings as labels must be."""
+    summary = [
+        {
+            key: e[key]
+            for key in (
+                "id",
+                "revision",
+                "apply",
+                "variant",
+                "payload_sha256",
+                "upstream",
+                "verdict",
+            )
+        }
+        for e in entries
+    ]
+    return {
+        "org.opencontainers.image.base.name": base,
+        "org.opencontainers.image.base.digest": base_digest,
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.created": created,
+        "org.opencontainers.image.revision": revision,
+        "org.opencontainers.image.source": source,
+        f"{LABEL_PREFIX}.registry.digest": registry,
+        f"{LABEL_PREFIX}.patches": json.dumps(summary, separators=(",", ":")),
+        f"{LABEL_PREFIX}.manifest": MANIFEST_PATH,
+    }

@@ -1,0 +1,1 @@
+"""The in-image runtime: standard library only, copied into every patched image."""
