@@ -1,0 +1,313 @@
+"""Image builds against a real Docker engine and real registries, on stand-in bases that carry
+the real vLLM sources at the official layout (no image can be pulled on these machines)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchset import dockerengine
+from patchset.errors import BuildError, DockerError
+from patchset.image.build import build
+from patchset.image.definition import BuildDefinition, load_definition
+from patchset.registry import Registry, load_registry
+from tests.infra.docker_fixtures import AuthRegistry, StandinImage
+from tests.infra.registry import Registry as RunningRegistry
+from tests.infra.standin import build_standin_base
+
+pytestmark = [pytest.mark.docker, pytest.mark.network]
+REPO = Path(__file__).parent.parent
+REGISTRY = load_registry(REPO / "patches")
+
+
+@pytest.fixture(scope="module")
+def standin_020(docker_client: Any) -> str:
+    return build_standin_base(docker_client, "0.20.0")
+
+
+@pytest.fixture
+def repo_name(engine: dockerengine.Engine) -> Iterator[str]:
+    """A fresh repository name; every image tagged into it is removed afterwards."""
+    name = f"patchset-test/vllm-{secrets.token_hex(4)}"
+    yield name
+    for image in engine.client.images.list(name=name):
+        for tag in image.tags:
+            engine.untag(tag)
+
+
+def definition(tmp_path: Path, source: str, repository: str, **changes: str) -> BuildDefinition:
+    text = (REPO / "builds" / source).read_text()
+    text = text.replace('repository = "patchset/vllm-openai"', f'repository = "{repository}"')
+    for old, new in changes.items():
+        text = text.replace(old, new)
+    path = tmp_path / source
+    path.write_text(text)
+    return load_definition(path)
+
+
+def tags_of(engine: dockerengine.Engine, repository: str) -> list[str]:
+    return sorted(t for i in engine.client.images.list(name=repository) for t in i.tags)
+
+
+def run_image(
+    client: Any,
+    image: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    entrypoint: list[str] | None = None,
+) -> tuple[int, str]:
+    container = client.containers.run(
+        image,
+        list(args),
+        environment=env or {},
+        entrypoint=entrypoint,
+        detach=True,
+        network_mode="none",
+    )
+    try:
+        status = container.wait(timeout=120)["StatusCode"]
+        return status, container.logs().decode()
+    finally:
+        container.remove(force=True)
+
+
+def test_build_0191_recipe(
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    docker_client: Any,
+    standin_base: StandinImage,
+    repo_name: str,
+) -> None:
+    d = definition(tmp_path, "0.19.1.toml", repo_name)
+    lines: list[str] = []
+    report = build(d, REGISTRY, output=tmp_path / "out", on_log=lines.append, engine=engine)
+    short = REGISTRY.short_digest
+    assert report.tags == (f"{repo_name}:0.19.1-cu130", f"{repo_name}:0.19.1-cu130-ps{short}")
+    assert tags_of(engine, repo_name) == sorted(report.tags)
+    assert any(line.startswith("Step ") for line in lines)  # the build log was streamed
+    assert 0 < report.added_bytes < 256 * 1024
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert saved["image_id"] == report.image_id and saved["base"]["id"] == standin_base.id
+    assert (tmp_path / "out" / "build.log").read_text().count("Step ") >= 3
+    info = engine.inspect(report.image_id)
+    labels = info.labels
+    assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.19.1-cu130"
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    assert labels["org.opencontainers.image.version"] == f"0.19.1-cu130-ps{short}"
+    for key in ("created", "revision", "source"):
+        assert labels[f"org.opencontainers.image.{key}"]
+    assert labels["io.patchset.registry.digest"] == REGISTRY.digest
+    (entry,) = json.loads(labels["io.patchset.patches"])
+    tma = REGISTRY.get("fla-tma-sm12x")
+    assert entry == {
+        "id": "fla-tma-sm12x",
+        "revision": tma.revision,
+        "apply": "build",
+        "variant": "patch.diff",
+        "payload_sha256": tma.variants[0].sha256,
+        "upstream": "vllm-project/vllm#36325",
+        "verdict": "needed",
+    }
+    # the patched file is really in the image, at the official dist-packages layout
+    root = json.loads(
+        engine.copy_out(report.image_id, ["/opt/patchset/manifest.json"])[
+            "/opt/patchset/manifest.json"
+        ]
+        or b"{}"
+    )["vllm_root"]
+    assert "/dist-packages" in root
+    utils = engine.copy_out(report.image_id, [f"{root}/{tma.targets[0]}"])[
+        f"{root}/{tma.targets[0]}"
+    ]
+    assert utils is not None and b"9 <= torch.cuda.get_device_capability(0)[0] < 12" in utils
+    # the entrypoint checks the build patch, then execs `vllm serve <recipe> "$@"`
+    status, out = run_image(docker_client, report.image_id, "--port", "9000")
+    assert status == 0, out
+    assert (
+        "patchset: fla-tma-sm12x r1 (build): present (built in; scope cc >=12.0, this GPU: none)"
+        in out
+    )
+    recorded = json.loads(out.strip().splitlines()[-1])
+    assert recorded["argv"][:3] == ["serve", "--model", "Lorbus/Qwen3.6-27B-int4-AutoRound"]
+    assert recorded["argv"][-2:] == ["--port", "9000"]
+    assert recorded["env"]["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
+    # inspect and verify through the CLI
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchset", "verify", report.tags[1]],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0 and "verified" in proc.stdout, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchset", "inspect", report.tags[0], "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert json.loads(proc.stdout)["manifest"]["registry"] == REGISTRY.digest
+
+
+def test_build_0200_startup_patch_and_failure_policy(
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    docker_client: Any,
+    standin_020: str,
+    repo_name: str,
+) -> None:
+    d = definition(tmp_path, "0.20.0.toml", repo_name)
+    report = build(d, REGISTRY, engine=engine)
+    status, out = run_image(docker_client, report.image_id)
+    assert status == 0, out
+    assert "patchset: tolist-cudagraph r1 (startup): applied" in out
+    # the file in the image itself is untouched until start: verify says it applies
+    status, out = run_image(
+        docker_client,
+        report.image_id,
+        "-c",
+        "import subprocess,sys;"
+        "subprocess.run([sys.executable,'/opt/patchset/entrypoint.py'],env={'PATCHSET_EXEC':'true','PATH':'/usr/bin:/bin'});"
+        "subprocess.run([sys.executable,'/opt/patchset/entrypoint.py'],env={'PATCHSET_EXEC':'true','PATH':'/usr/bin:/bin'})",
+        entrypoint=["python3"],
+    )
+    assert "tolist-cudagraph r1 (startup): applied" in out
+    assert "tolist-cudagraph r1 (startup): already-applied" in out  # second start: a no-op
+    # a file changed behind patchset's back: fail by default, go on with warn
+    tamper = (
+        "import importlib.util,pathlib,os;"
+        "p=pathlib.Path(importlib.util.find_spec('vllm').submodule_search_locations[0])"
+        "/'v1/attention/backends/turboquant_attn.py';p.write_text(p.read_text()+'#x\\n');"
+        "os.execvp('python3',['python3','/opt/patchset/entrypoint.py'])"
+    )
+    status, out = run_image(docker_client, report.image_id, "-c", tamper, entrypoint=["python3"])
+    assert status == 1 and "FAILED" in out and "not starting vllm" in out
+    status, out = run_image(
+        docker_client,
+        report.image_id,
+        "-c",
+        tamper,
+        entrypoint=["python3"],
+        env={"PATCHSET_ON_FAILURE": "warn"},
+    )
+    assert status == 0 and "FAILED" in out and '"argv": ["serve"' in out
+
+
+def test_hardware_scope_skips_startup_patch(
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    docker_client: Any,
+    standin_020: str,
+    repo_name: str,
+) -> None:
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    toml = patches / "tolist-cudagraph" / "patch.toml"
+    toml.write_text(toml.read_text() + '\n[hardware]\ncompute_capability = ">=12.0"\n')
+    registry = load_registry(patches)
+    report = build(definition(tmp_path, "0.20.0.toml", repo_name), registry, engine=engine)
+    status, out = run_image(
+        docker_client, report.image_id, env={"PATCHSET_COMPUTE_CAPABILITY": "8.6"}
+    )
+    assert status == 0
+    assert "tolist-cudagraph r1 (startup): skipped (scope cc >=12.0, this GPU: 8.6)" in out
+    status, out = run_image(
+        docker_client, report.image_id, env={"PATCHSET_COMPUTE_CAPABILITY": "12.0"}
+    )
+    assert "tolist-cudagraph r1 (startup): applied" in out
+
+
+def conflicting_registry(tmp_path: Path) -> Registry:
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    diff = patches / "fla-tma-sm12x" / "patch.diff"
+    diff.write_text(diff.read_text().replace(" is_gather_supported =", " is_gather_supportd ="))
+    return load_registry(patches)
+
+
+def test_conflict_stops_before_any_tag(
+    tmp_path: Path, engine: dockerengine.Engine, standin_base: StandinImage, repo_name: str
+) -> None:
+    with pytest.raises(BuildError, match=r"fla-tma-sm12x does not apply to .*: conflict"):
+        build(
+            definition(tmp_path, "0.19.1.toml", repo_name),
+            conflicting_registry(tmp_path),
+            engine=engine,
+        )
+    assert tags_of(engine, repo_name) == []
+
+
+def test_base_without_vllm(
+    tmp_path: Path, engine: dockerengine.Engine, standin_base: StandinImage, repo_name: str
+) -> None:
+    d = definition(
+        tmp_path,
+        "0.19.1.toml",
+        repo_name,
+        **{
+            'base = "vllm/vllm-openai:v0.19.1-cu130"': 'base = "patchset-standin-rootfs:bookworm"',
+        },
+    )
+    with pytest.raises(BuildError, match="finds no vllm package"):
+        build(d, REGISTRY, engine=engine)
+    assert tags_of(engine, repo_name) == []
+
+
+def test_push_to_registry_and_refused_push(  # noqa: PLR0917 - pytest fixtures
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    standin_base: StandinImage,
+    registry_server: RunningRegistry,
+    auth_registry: AuthRegistry,
+    repo_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d = definition(tmp_path, "0.19.1.toml", f"{registry_server.address}/{repo_name}")
+    report = build(d, REGISTRY, push=True, engine=engine)
+    assert set(report.pushed) == set(report.tags)
+    assert all(v.startswith("sha256:") for v in report.pushed.values())
+    assert sorted(registry_server.tags(repo_name)) == sorted(
+        t.rsplit(":", 1)[1] for t in report.tags
+    )
+    # wrong credentials: the push is refused, and no local tag is left behind
+    monkeypatch.setenv("PATCHSET_REGISTRY_USER", auth_registry.user)
+    monkeypatch.setenv("PATCHSET_REGISTRY_PASSWORD", "wrong-" + auth_registry.password)
+    refused = definition(tmp_path, "0.19.1.toml", f"{auth_registry.address}/{repo_name}")
+    with pytest.raises(DockerError, match="refused the push"):
+        build(refused, REGISTRY, push=True, engine=engine)
+    assert tags_of(engine, f"{auth_registry.address}/{repo_name}") == []
+
+
+def test_cli_without_engine(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "build",
+            str(REPO / "builds" / "0.19.1.toml"),
+            "--output",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+        env={
+            "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+        },
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Docker engine" in proc.stderr
