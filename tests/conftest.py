@@ -13,6 +13,9 @@ import pytest
 from patchset.cache import Cache, cache_root
 from tests.fake_index import FakeIndex, FakeServer
 
+# Docker engine, registries and the stand-in base image (tests marked docker).
+pytest_plugins = ["tests.infra.docker_fixtures"]
+
 # -- network guard: unit tests reach loopback only ------------------------------------------
 
 

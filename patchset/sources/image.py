@@ -1,0 +1,142 @@
+"""The release inside a Docker image, e.g. an official ``vllm/vllm-openai`` image.
+
+The image's own python3 says where vLLM is (``importlib.util.find_spec("vllm")`` does not
+import a top-level package, so nothing of vLLM runs) and which version it is (the
+``.dist-info`` METADATA beside it, else ``vllm/_version.py``, parsed, never imported). The
+``vllm/`` folder's Python files are then copied out once, through the engine's archive API
+without starting anything, and held in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import cast
+
+from packaging.version import InvalidVersion, Version
+
+from patchset.dockerengine import Engine, ImageInfo, connect
+from patchset.errors import SourceError
+from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseTree
+
+# Run by the image's python3 (any 3.x the image has): where vllm is and what version it is.
+_LOCATE = r"""
+import ast, glob, importlib.util, json, os, sys
+out = {"python": sys.version.split()[0], "folder": None, "version": None, "via": None}
+try:
+    spec = importlib.util.find_spec("vllm")
+except (ImportError, ValueError):
+    spec = None
+if spec is not None and spec.submodule_search_locations:
+    folder = os.path.realpath(list(spec.submodule_search_locations)[0])
+    out["folder"] = folder
+    parent = os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
+    for meta in sorted(glob.glob(os.path.join(parent, "vllm-*.dist-info", "METADATA"))):
+        with open(meta, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    break
+                if line.startswith("Version:"):
+                    out["version"], out["via"] = line.split(":", 1)[1].strip(), meta
+                    break
+        if out["version"]:
+            break
+    if not out["version"]:
+        path = os.path.join(folder, "_version.py")
+        try:
+            with open(path, "rb") as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            tree = None
+        for node in tree.body if tree else []:
+            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+            names = {getattr(t, "id", None) for t in targets}
+            value = getattr(node, "value", None)
+            if "__version__" in names and isinstance(getattr(value, "value", None), str):
+                out["version"], out["via"] = value.value, path
+print(json.dumps(out))
+"""
+
+
+class ImageSource:
+    """The one vLLM release a Docker image holds (pulled first if it is not local)."""
+
+    name = "image"
+
+    def __init__(self, ref: str, *, engine: Engine | None = None) -> None:
+        self.ref = ref
+        self._engine = engine
+        self._image: ImageInfo | None = None
+        self._located: tuple[str, str, str] | None = None  # (folder, full version, via)
+        self._files: dict[str, bytes] | None = None
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = connect()
+        return self._engine
+
+    def _locate(self) -> tuple[str, str, str]:
+        if self._located is None:
+            self._image = self.engine.ensure_image(self.ref)
+            raw = self.engine.run_python(self._image.id, _LOCATE, network=False)
+            try:
+                found = json.loads(raw.strip().splitlines()[-1])
+            except (ValueError, IndexError) as exc:
+                raise SourceError(f"image {self.ref}: python3 printed {raw[-200:]!r}") from exc
+            folder, version, via = found.get("folder"), found.get("version"), found.get("via")
+            if not isinstance(folder, str):
+                raise SourceError(
+                    f"image {self.ref} has no vllm package on its python3's path"
+                    f" (python {found.get('python')})"
+                )
+            if not isinstance(version, str) or not isinstance(via, str):
+                raise SourceError(
+                    f"image {self.ref}: vllm at {folder} has neither a .dist-info METADATA"
+                    " nor a vllm/_version.py that names its version"
+                )
+            self._located = (folder, version, via)
+        return self._located
+
+    def _public_version(self) -> str:
+        """The release version: a local part such as ``+cu130`` names a build, not a release."""
+        version = self._locate()[1]
+        try:
+            return Version(version).public
+        except InvalidVersion:
+            return version
+
+    def versions(self) -> list[str]:
+        return [self._public_version()]
+
+    @contextlib.contextmanager
+    def open(self, version: str) -> Iterator[ReleaseTree]:
+        folder, full_version, via = self._locate()
+        held = self._public_version()
+        try:
+            same = Version(version) == Version(held)
+        except InvalidVersion:
+            same = version in {held, full_version}
+        if not same:
+            raise SourceError(f"image {self.ref} holds vllm {full_version}, not {version}")
+        image_id = self._image.id if self._image else self.ref
+        if self._files is None:
+            copied = self.engine.copy_tree(image_id, folder, suffixes=(".py",))
+            if not copied:
+                raise SourceError(f"image {self.ref}: no Python files under {folder}")
+            # Keyed "vllm/..." whatever the folder's real name (it may be a symlink's target).
+            self._files = {
+                "vllm/" + name.partition("/")[2]: data
+                for name, data in copied.items()
+                if "/" in name
+            }
+        info = ReleaseInfo(
+            version=held,
+            origin=f"image {self.ref} ({image_id[:19]}) {folder}, version {full_version}"
+            f" from {via}",
+            digest=image_id if image_id.startswith("sha256:") else None,
+        )
+        # cast: MemoryTree is frozen, so mypy sees its `info` as read-only where the
+        # ReleaseTree protocol declares a plain attribute; at run time it is a ReleaseTree.
+        yield cast(ReleaseTree, MemoryTree(info, self._files))
