@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,3 +88,32 @@ def test_apply_dry_run_and_exit_codes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bad", ["--fuzz=x", "--bogus"])
 def test_bad_usage_exits_2(bad: str) -> None:
     assert run("apply", bad).returncode == 2
+
+
+def test_apply_without_target_finds_the_importable_vllm(tmp_path: Path) -> None:
+    """No --target: the vLLM this Python would import, found without importing it."""
+    site = tmp_path / "site-packages"
+    make_tree(site, {"vllm/model_executor/layers/fla/ops/utils.py": "x = 1\n"})
+    (site / "vllm" / "__init__.py").write_text("raise SystemExit('vllm must not be imported')\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "apply",
+            "--dry-run",
+            "--format",
+            "json",
+            "--patch",
+            "fla-tma-sm12x",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(site)},
+    )
+    report = json.loads(proc.stdout)
+    assert report["target"] == str(site)
+    assert report["results"][0]["outcome"] == "conflict"
