@@ -25,6 +25,7 @@ from typing import Any, cast
 import docker
 import docker.errors
 import requests
+import urllib3.exceptions
 
 from patchset.errors import DockerError
 
@@ -81,6 +82,9 @@ def _engine_call(what: str) -> Iterator[None]:
         raise
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise DockerError(f"{what}: {_reason(exc)}") from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        # A stream cut mid-way (the engine died or restarted) surfaces from urllib3.
+        raise DockerError(f"{what}: the connection to the engine broke ({_reason(exc)})") from exc
 
 
 def _str(value: object) -> str:
