@@ -311,3 +311,40 @@ def test_cli_without_engine(tmp_path: Path) -> None:
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Docker engine" in proc.stderr
+
+
+TOUCHED = """
+import hashlib, json, os, pathlib, subprocess, sys
+root = pathlib.Path(json.load(open('/opt/patchset/manifest.json'))['vllm_root'])
+def snap():
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob('*')) if p.is_file() and '__pycache__' not in p.parts}
+before = snap()
+subprocess.run([sys.executable, '/opt/patchset/entrypoint.py'], check=True,
+               env={**os.environ, 'PATCHSET_EXEC': 'true'}, stdout=subprocess.DEVNULL)
+after = snap()
+special = subprocess.run(['find', '/opt/patchset', str(root), '-perm', '/6000'],
+                         capture_output=True, text=True).stdout.split()
+print(json.dumps({'changed': sorted(k for k in after if before.get(k) != after[k]),
+                  'setuid': special}))
+"""
+
+
+def test_runtime_touches_only_manifest_files_and_adds_no_privilege(
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    docker_client: Any,
+    standin_020: str,
+    repo_name: str,
+) -> None:
+    report = build(definition(tmp_path, "0.20.0.toml", repo_name), REGISTRY, engine=engine)
+    status, out = run_image(docker_client, report.image_id, "-c", TOUCHED, entrypoint=["python3"])
+    assert status == 0, out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert [p.split("/dist-packages/")[1] for p in result["changed"]] == [
+        "vllm/v1/attention/backends/turboquant_attn.py"
+    ]
+    assert result["setuid"] == []
+    base, image = engine.inspect(standin_020), engine.inspect(report.image_id)
+    base_user = docker_client.api.inspect_image(base.id)["Config"].get("User", "")
+    assert docker_client.api.inspect_image(image.id)["Config"].get("User", "") == base_user
