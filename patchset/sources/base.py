@@ -25,7 +25,10 @@ class ReleaseTree(Protocol):
     e.g. ``vllm/model_executor/layers/fla/ops/utils.py``.
     """
 
-    info: ReleaseInfo
+    @property
+    def info(self) -> ReleaseInfo:
+        """Which release this is and where it came from."""
+        ...
 
     def read(self, relpath: str) -> bytes | None:
         """The file's bytes, or None when the release has no such file."""

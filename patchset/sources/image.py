@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import cast
 
 from packaging.version import InvalidVersion, Version
 
@@ -137,6 +136,4 @@ class ImageSource:
             f" from {via}",
             digest=image_id if image_id.startswith("sha256:") else None,
         )
-        # cast: MemoryTree is frozen, so mypy sees its `info` as read-only where the
-        # ReleaseTree protocol declares a plain attribute; at run time it is a ReleaseTree.
-        yield cast(ReleaseTree, MemoryTree(info, self._files))
+        yield MemoryTree(info, self._files)
