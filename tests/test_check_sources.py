@@ -1,0 +1,80 @@
+"""One check, four sources: the index's sdists, a git clone, a folder, a Docker image must give
+the same verdicts for the same real release files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchset.check import check
+from patchset.registry import load_registry
+from patchset.sources.folder import FolderSource
+from patchset.sources.git import GitSource
+from tests.releases import materialize
+from tests.test_git_source import commit, git, git_identity  # noqa: F401 - autouse fixture
+
+pytestmark = pytest.mark.network
+REPO = Path(__file__).parent.parent
+REGISTRY = load_registry(REPO / "patches")
+FILES = [t for p in REGISTRY.patches for t in p.targets]
+
+
+def verdicts(report_results: object) -> dict[tuple[str, str], str]:
+    assert isinstance(report_results, tuple)
+    return {(r.vllm, r.patch): r.verdict for r in report_results}
+
+
+def test_git_and_folder_agree_with_the_index(tmp_path: Path) -> None:
+    releases = ["0.19.1", "0.20.0"]
+    expected = verdicts(check(REGISTRY, releases).results)
+    clone = tmp_path / "vllm"
+    clone.mkdir()
+    git(clone, "init", "-q", "-b", "main")
+    for version in releases:
+        tree = materialize(version, tmp_path / f"tree-{version}", FILES)
+        files = {str(p.relative_to(tree)): p.read_text() for p in tree.rglob("*.py")}
+        if version != releases[0]:  # files the newer release dropped
+            for p in clone.rglob("*.py"):
+                rel = str(p.relative_to(clone))
+                files.setdefault(rel, None)  # type: ignore[arg-type]
+        commit(clone, files, f"vLLM {version}")
+        git(clone, "tag", f"v{version}")
+    from_git = check(REGISTRY, releases, source=GitSource(clone))
+    assert verdicts(from_git.results) == expected
+    assert all("git tag" in r.origin or "v0." in r.origin for r in from_git.releases)
+    folder = materialize("0.19.1", tmp_path / "folder", FILES)
+    from_folder = check(REGISTRY, ["0.19.1"], source=FolderSource(folder))
+    assert verdicts(from_folder.results) == {k: v for k, v in expected.items() if k[0] == "0.19.1"}
+
+
+@pytest.mark.docker
+def test_image_source_through_the_cli(standin_base: object) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "check",
+            "--source",
+            "image:vllm/vllm-openai:v0.19.1-cu130",
+            "--format",
+            "json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    got = {(r["vllm"], r["patch"]): r["verdict"] for r in data["results"]}
+    assert got == {
+        ("0.19.1", "fla-tma-sm12x"): "needed",
+        ("0.19.1", "tolist-cudagraph"): "missing-target",
+    }
+    assert "image vllm/vllm-openai:v0.19.1-cu130" in data["releases"][0]["origin"]
