@@ -1,12 +1,17 @@
-"""The one wrapper around gitpython: open a clone, list its tags, read blobs at a revision.
+"""The one wrapper around gitpython: read a clone's tags and blobs; merge in a scratch repo.
 
-Nothing here checks anything out; blobs are read from the object database, so a clone's
-working tree is never touched. Use `open_repo` as a context manager: gitpython keeps
+`GitRepo` never checks anything out; blobs are read from the object database, so a clone's
+working tree is never touched. `ScratchRepo` is a throwaway repository (refresh's three-way
+merges), run with no user or system git configuration, hooks or templates, so a person's
+settings cannot change a merge. Use both as context managers: gitpython keeps
 ``git cat-file`` processes alive until the repository is closed.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 
@@ -130,3 +135,188 @@ def provenance(path: Path | str) -> tuple[str, str]:
         remotes = {r.name: r for r in repo.remotes}
         source = next(iter(remotes["origin"].urls)) if "origin" in remotes else repo.working_dir
     return revision, str(source)
+
+
+# -- scratch repositories --------------------------------------------------------------------
+
+_SCRATCH_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "patchset",
+    "GIT_AUTHOR_EMAIL": "patchset@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+00:00",
+    "GIT_COMMITTER_NAME": "patchset",
+    "GIT_COMMITTER_EMAIL": "patchset@localhost",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+00:00",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+_SCRATCH_CONFIG = {
+    "core.autocrlf": "false",
+    "core.safecrlf": "false",
+    "core.hooksPath": os.devnull,
+    "merge.conflictStyle": "diff3",  # the base's lines between the two sides
+    "diff.renames": "false",
+    "commit.gpgsign": "false",
+}
+_OURS, _BASE, _THEIRS, _SPLIT = "<<<<<<<", "|||||||", ">>>>>>>", "======="
+
+
+@dataclass(frozen=True)
+class MergeLabels:
+    """What conflict markers call the two sides and their base (git says HEAD and a sha)."""
+
+    ours: str
+    base: str
+    theirs: str
+
+
+class ScratchRepo:
+    """A throwaway repository to merge files in; paths are POSIX paths inside it."""
+
+    def __init__(self, repo: git.Repo, path: Path) -> None:
+        self._repo = repo
+        self.path = path
+
+    def __enter__(self) -> ScratchRepo:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._repo.close()
+
+    def _git(self, *args: str) -> str:
+        try:
+            return str(self._repo.git.execute(["git", *args]))
+        except git.GitCommandError as exc:
+            raise SourceError(f"git {args[0]} failed: {_stderr(exc)}", path=self.path) from None
+
+    def commit_files(self, files: Mapping[str, bytes | None], message: str) -> str:
+        """Write (None: delete) files, commit them on the current branch; the commit's sha."""
+        for rel, data in files.items():
+            path = self.path / _clean(rel)
+            if data is None:
+                path.unlink(missing_ok=True)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        self._git("add", "--all")
+        self._git("commit", "--quiet", "--allow-empty", "--no-verify", "-m", message)
+        return self._git("rev-parse", "HEAD").strip()
+
+    def branch(self, name: str, at: str) -> None:
+        """Create branch `name` at the commit `at` and check it out."""
+        self._git("checkout", "--quiet", "-b", name, at)
+
+    def merge(self, branch: str, labels: MergeLabels) -> tuple[str, ...]:
+        """Merge `branch` into the current one; the paths left with conflicts (none: clean).
+
+        A conflicted file keeps git's markers, relabelled with `labels`; nothing is committed.
+        """
+        try:
+            self._repo.git.execute(
+                ["git", "merge", "--no-ff", "--no-edit", "--quiet", "-m", f"merge {branch}", branch]
+            )
+        except git.GitCommandError as exc:
+            conflicted = tuple(
+                line
+                for line in self._git("diff", "--name-only", "--diff-filter=U").splitlines()
+                if line.strip()
+            )
+            if not conflicted:
+                raise SourceError(f"git merge failed: {_stderr(exc)}", path=self.path) from None
+            for rel in conflicted:
+                path = self.path / rel
+                if path.is_file():
+                    path.write_bytes(_relabel(path.read_bytes(), branch, labels))
+            return conflicted
+        return ()
+
+    def read(self, rel: str) -> bytes | None:
+        """A file of the working tree, or None when it is absent."""
+        path = self.path / _clean(rel)
+        return path.read_bytes() if path.is_file() else None
+
+    def diff(self, old: str, new: str, paths: list[str] | tuple[str, ...]) -> bytes:
+        """`git diff old new -- paths` with a/ and b/ prefixes, as bytes (empty: no change)."""
+        try:
+            out = self._repo.git.execute(
+                [
+                    "git",
+                    "diff",
+                    "--no-color",
+                    "--no-ext-diff",
+                    "--no-renames",
+                    "--src-prefix=a/",
+                    "--dst-prefix=b/",
+                    old,
+                    new,
+                    "--",
+                    *paths,
+                ],
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        except git.GitCommandError as exc:
+            raise SourceError(f"git diff failed: {_stderr(exc)}", path=self.path) from None
+        return bytes(out)
+
+
+def scratch_repo(path: Path | str) -> ScratchRepo:
+    """A new repository in the empty folder `path`, with branch `base` and no commits."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        cmd = git.Git(str(folder))
+        cmd.update_environment(**_SCRATCH_ENV)
+        cmd.execute(["git", "init", "--quiet", "--template=", str(folder)])
+        repo = git.Repo(folder)
+    except git.GitCommandNotFound:
+        raise SourceError("git is not installed (refresh merges with git)") from None
+    except git.GitCommandError as exc:
+        raise SourceError(f"git init failed: {_stderr(exc)}", path=folder) from None
+    repo.git.update_environment(**_SCRATCH_ENV)
+    scratch = ScratchRepo(repo, folder)
+    for key, value in _SCRATCH_CONFIG.items():
+        scratch._git("config", key, value)
+    scratch._git("symbolic-ref", "HEAD", "refs/heads/base")
+    return scratch
+
+
+def conflict_lines(data: bytes) -> list[int]:
+    """1-based numbers of the lines that open or close a conflict (git's markers)."""
+    found = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if line.startswith((_OURS.encode(), _THEIRS.encode())) and line[7:8] in (b"", b" "):
+            found.append(number)
+    return found
+
+
+def _relabel(data: bytes, branch: str, labels: MergeLabels) -> bytes:
+    """Name git's sides: `<<<<<<< HEAD`, `||||||| <sha>` and `>>>>>>> branch` become labels."""
+    out = []
+    inside = False
+    for line in data.splitlines(keepends=True):
+        body = line.rstrip(b"\r\n")
+        eol = line[len(body) :]
+        if not inside and body == f"{_OURS} HEAD".encode():
+            inside = True
+            body = f"{_OURS} {labels.ours}".encode()
+        elif inside and body.startswith(f"{_BASE} ".encode()):
+            body = f"{_BASE} {labels.base}".encode()
+        elif inside and body == f"{_THEIRS} {branch}".encode():
+            inside = False
+            body = f"{_THEIRS} {labels.theirs}".encode()
+        out.append(body + eol)
+    return b"".join(out)
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    text = str(exc.stderr or exc.stdout or exc).strip().replace("\n", " ")
+    return text.removeprefix("stderr: ").strip(" '")

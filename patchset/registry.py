@@ -80,6 +80,7 @@ class Variant:
     sha256: str
     diffs: tuple[FileDiff, ...] = ()  # for kind "diff"
     sites: tuple[Site, ...] = ()  # for kind "runtime"
+    base: str | None = None  # the release the payload was written against (refresh's base)
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -215,19 +216,26 @@ def _variants(
 ) -> tuple[Variant, ...]:
     tables = top.tables("variants")
     payload = top.opt_str("payload", required=False)
+    base = top.version("base")
     if tables and payload:
         raise top.error("give either 'payload' or [[variants]], not both", "payload")
-    specs: list[tuple[str, SpecifierSet, str]] = []
+    if tables and base:
+        raise top.error("with [[variants]], give 'base' inside each variant", "base")
+    specs: list[tuple[str, SpecifierSet, str | None, str]] = []
     if not tables:
-        specs.append((payload or DEFAULT_PAYLOAD[kind], vllm, "payload"))
+        specs.append((payload or DEFAULT_PAYLOAD[kind], vllm, base, "payload"))
+    names: set[str] = set()
     for table in tables:
         name = table.req_str("payload")
+        if name in names:
+            raise table.error(f"payload {name!r} is listed twice", "payload")
+        names.add(name)
         spec = table.specifier("vllm")
         assert spec is not None
-        specs.append((name, spec, f"{table.where}.payload"))
+        specs.append((name, spec, table.version("base"), f"{table.where}.payload"))
         table.finish()
     variants = []
-    for name, spec, where in specs:
+    for name, spec, variant_base, where in specs:
         path = folder / name
         if "/" in name or not path.is_file():
             raise top.error(f"payload file {name!r} not found in {folder}", where)
@@ -236,9 +244,10 @@ def _variants(
         text = data.decode("utf-8", errors="strict")
         sha = hashlib.sha256(data).hexdigest()
         if kind == "diff":
-            variants.append(Variant(name, spec, sha, diffs=parse_diff(text, file=path)))
+            diffs = parse_diff(text, file=path)
+            variants.append(Variant(name, spec, sha, diffs=diffs, base=variant_base))
         else:
-            variants.append(Variant(name, spec, sha, sites=load_sites(path)))
+            variants.append(Variant(name, spec, sha, sites=load_sites(path), base=variant_base))
     return tuple(variants)
 
 

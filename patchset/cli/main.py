@@ -12,11 +12,12 @@ from patchset import __version__
 from patchset.cli.commands import apply as apply_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import image as image_cmd
+from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.output import err_console
 from patchset.errors import ExitCode, PatchsetError
 
-COMMANDS = (registry_cmd, apply_cmd, check_cmd, image_cmd)
+COMMANDS = (registry_cmd, apply_cmd, check_cmd, image_cmd, refresh_cmd)
 
 EPILOG = """\
 exit codes: 0 ok; 1 a conflict or partial patch (nothing written); 2 bad usage or input;

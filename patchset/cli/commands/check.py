@@ -13,6 +13,7 @@ from patchset.check import CheckReport, CheckResult, check
 from patchset.cli.output import console, err_console, print_json, styled, table
 from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
+from patchset.registry_write import write_ranges
 from patchset.sources import parse_source
 
 if TYPE_CHECKING:
@@ -58,6 +59,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="print, per patch, the releases where it is needed beside its declared range",
     )
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="with --suggest-ranges: record each range as the patch's vllm in patch.toml"
+        " (comments and formatting kept; a patch needed in separate runs is left as is)",
+    )
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
     p.set_defaults(handler=run)
 
@@ -98,6 +105,8 @@ def _versions(args: argparse.Namespace, source: ReleaseSource) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.write and not args.suggest_ranges:
+        raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
     source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
     versions = _versions(args, source)
@@ -109,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_markdown(report, registry) + "\n")
     else:
         show_table(report, registry, suggest=args.suggest_ranges)
+    if args.write:
+        written, _ = write_ranges(registry, report.suggested)
+        out = console() if args.format == "table" else err_console()
+        for line in written:
+            out.print(f"range {line.status}: {line.describe()}", markup=False, soft_wrap=True)
     return report.exit_code
 
 
@@ -127,10 +141,11 @@ def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
         prefetch(versions, progress=progress)
 
 
-def _cell(r: CheckResult) -> str:
+def _cell(r: CheckResult, *, variant: bool = False) -> str:
     mark = "" if r.in_range else " [dim](out of range)[/]"
     warn = " [yellow]![/]" if r.disagreement else ""
-    return f"{styled(r.verdict)}{warn}{mark}"
+    which = f" [dim]{r.variant}[/]" if variant else ""  # for patches with several variants
+    return f"{styled(r.verdict)}{warn}{mark}{which}"
 
 
 def show_table(report: CheckReport, registry: Registry, *, suggest: bool) -> None:
@@ -140,17 +155,20 @@ def show_table(report: CheckReport, registry: Registry, *, suggest: bool) -> Non
     versions = [i.version for i in report.releases]
     patches = [p for p in registry.patches if any(r.patch == p.id for r in report.results)]
     title = f"patchset check  (registry {registry.short_digest})"
+    several = {p.id for p in patches if len(p.variants) > 1}
     if len(versions) <= 6:
         out = table(title, ["patch", *versions])
         for patch in patches:
             out.add_row(
                 f"{patch.id} r{patch.revision}",
-                *(_cell(report.result(v, patch.id)) for v in versions),
+                *(_cell(report.result(v, patch.id), variant=patch.id in several) for v in versions),
             )
     else:
         out = table(title, ["vLLM", *(p.id for p in patches)])
         for v in versions:
-            out.add_row(v, *(_cell(report.result(v, p.id)) for p in patches))
+            out.add_row(
+                v, *(_cell(report.result(v, p.id), variant=p.id in several) for p in patches)
+            )
     con.print(out)
     for line in _notes(report):
         con.print(line, markup=False)

@@ -1,0 +1,179 @@
+"""`patchset refresh`: carry a patch that no longer fits onto a newer vLLM release."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from patchset.cli.output import FORMATS, console, print_json
+from patchset.errors import ExitCode, UsageError
+from patchset.refresh import RefreshResult, SiteRefresh, abort, finish, refresh
+from patchset.registry import load_registry
+from patchset.sources import parse_source
+
+DESCRIPTION = """\
+Carry a patch that no longer fits onto release X, as a new payload variant for X (the old
+variant keeps the releases before X; the revision is bumped).
+
+diff patches: a three-way merge (git) of the patch onto X, with the release the variant was
+written against as the base (its `base` in patch.toml, else the newest release in its range).
+A clean merge is written at once (--dry-run: only shown). A conflict leaves the merged files,
+with conflict markers, in a work folder: edit them, then `patchset refresh ID --finish`.
+
+runtime patches: for each site whose anchor no longer matches, the nearest candidates in X;
+where one is clearly best it is proposed as the new anchor. --write records the proposal;
+--pick SITE=N takes candidate N instead.
+
+exit codes: 0 written (or proposed); 1 a conflict to resolve or a site without a clear
+anchor; 2 bad input (the patch already fits X, an unknown release, a read-only registry,
+conflict markers left); 3 a release could not be had."""
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "refresh",
+        help="carry a patch that no longer fits onto a newer vLLM release",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("id", metavar="ID")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--vllm", metavar="VERSION", help="the release to carry it onto ('latest': the newest)"
+    )
+    what.add_argument(
+        "--finish", action="store_true", help="turn the edited work folder into the new variant"
+    )
+    what.add_argument("--abort", action="store_true", help="drop an unfinished refresh")
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        metavar="DIR",
+        help="where a conflicted merge is left (default: .patchset-refresh/ID beside the registry)",
+    )
+    p.add_argument("--write", action="store_true", help="runtime patches: record the proposal")
+    p.add_argument(
+        "--dry-run", action="store_true", help="diff patches: show the merge, write nothing"
+    )
+    p.add_argument(
+        "--pick",
+        action="append",
+        default=[],
+        metavar="SITE=N",
+        help="runtime patches: take candidate N (1-based) as SITE's new anchor (repeatable)",
+    )
+    p.add_argument(
+        "--source",
+        metavar="SPEC",
+        help="where releases come from: the package index (default), PATH, git:PATH or image:REF",
+    )
+    p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
+    p.add_argument("--offline", action="store_true", help="use the cache only")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(handler=run)
+
+
+def _picks(values: list[str]) -> dict[str, int]:
+    picks: dict[str, int] = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        if not sep or not name or not number.isdigit():
+            raise UsageError(f"--pick {value!r}: expected SITE=N, e.g. a-forward-prefill-max-seq=1")
+        picks[name] = int(number)
+    return picks
+
+
+def run(args: argparse.Namespace) -> int:
+    registry = load_registry(args.registry)
+    if args.finish or args.abort:
+        extra = [flag for flag in ("write", "dry_run", "pick", "source") if getattr(args, flag)]
+        if extra:
+            flags = ", ".join("--" + f.replace("_", "-") for f in extra)
+            raise UsageError(f"{flags} cannot go with --finish or --abort")
+    if args.abort:
+        work = abort(registry, args.id, workdir=args.workdir)
+        console().print(f"dropped the unfinished refresh of {args.id} in {work}", markup=False)
+        return ExitCode.OK
+    if args.finish:
+        result = finish(registry, args.id, workdir=args.workdir)
+    else:
+        patch = registry.get(args.id)
+        if patch.kind == "diff" and (args.write or args.pick):
+            raise UsageError("--write and --pick are for runtime patches; diff patches write")
+        if patch.kind == "runtime" and args.dry_run:
+            raise UsageError("--dry-run is for diff patches; runtime patches write with --write")
+        source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+        write = args.write if patch.kind == "runtime" else not args.dry_run
+        result = refresh(
+            registry,
+            args.id,
+            args.vllm,
+            source=source,
+            write=write,
+            workdir=args.workdir,
+            picks=_picks(args.pick),
+        )
+    if args.format == "json":
+        print_json(result.to_dict())
+    else:
+        show(result)
+    return result.exit_code
+
+
+def show(result: RefreshResult) -> None:
+    con = console()
+
+    def say(text: str = "") -> None:
+        con.print(text, markup=False, soft_wrap=True)
+
+    base = f", base {result.base}" if result.base else ""
+    say(f"refresh {result.patch} onto vllm {result.vllm} (from {result.from_variant}{base})")
+    for site in result.sites:
+        for line in _site_lines(site):
+            say(line)
+    if result.kind == "diff" and result.outcome in ("written", "proposed"):
+        say("three-way merge: clean")
+    if result.outcome == "conflict":
+        say(f"three-way merge: conflicts in {len(result.conflicts)} file(s)")
+        for conflict in result.conflicts:
+            where = ", ".join(str(n) for n in conflict.lines)
+            say(f"  {conflict.file}: conflict markers at lines {where}")
+        if result.workdir is None:
+            say("dry run: nothing was written")
+            return
+        say(f"the merged files, with conflict markers, are in {result.workdir}")
+        say(f"resolve them there, then: patchset refresh {result.patch} --finish")
+        return
+    if result.outcome == "unresolved":
+        say("no new variant: a site above has no clear new anchor (--pick SITE=N takes one);")
+        say("nothing was written")
+        return
+    if result.outcome == "proposed":
+        say(f"proposed variant {result.variant}:")
+        sys.stdout.write(result.payload)
+        say("nothing was written" + (" (--write records it)" if result.kind == "runtime" else ""))
+        return
+    say(f"new variant {result.variant}; revision {result.revision}; ranges:")
+    for change in result.ranges:
+        was = "new" if change.old is None else f"was {change.old}"
+        say(f"  {change.what}: {change.new} ({'unchanged' if change.old == change.new else was})")
+    say("written: " + ", ".join(str(p) for p in result.written))
+    sys.stdout.write(result.payload)
+
+
+def _site_lines(site: SiteRefresh) -> list[str]:
+    if site.status == "applies":
+        return [f"site {site.site}: still matches at {site.file}:{site.line}"]
+    lines = [f"site {site.site}: {site.status} in {site.file}"]
+    for number, c in enumerate(site.candidates, start=1):
+        first = c.lines[0].strip() if c.lines else ""
+        note = " (unchanged since the base: other code)" if c.unchanged else ""
+        lines.append(f"  {number}. line {c.line}, {c.similarity:.0%} alike: {first}{note}")
+    if site.anchor is not None:
+        lines.append(f"  new anchor (candidate {site.picked}): {site.anchor}")
+        if site.text_follows:
+            lines.append("  its text held the old anchor: it now holds the new one")
+    elif site.reason:
+        lines.append(f"  no proposal: {site.reason}")
+    return lines

@@ -1,0 +1,246 @@
+"""Every write to the registry: style-kept TOML edits, atomic files, checked by a reload.
+
+`patch.toml` is edited through tomlkit, so comments, key order and quoting stay as the author
+wrote them; only the values asked for change. A change is planned in memory, then written file
+by file (a temp file in the same folder, fsync, rename). The registry is loaded again
+afterwards; if it does not load, every file is put back, so a change that fails leaves the
+registry byte-for-byte unchanged. Nothing is written unless every folder involved is writable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import tomlkit
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.toml_document import TOMLDocument
+
+from patchset.errors import PatchsetError, RegistryError
+from patchset.registry import PATCH_FILE, Patch, Registry, load_registry
+
+LOG = logging.getLogger(__name__)
+
+
+class RegistryChange:
+    """New contents for some registry files, written together by `commit()`."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._planned: dict[Path, bytes] = {}
+        self._read: dict[Path, bytes | None] = {}  # each file as it was when first read
+
+    @property
+    def planned(self) -> tuple[Path, ...]:
+        return tuple(self._planned)
+
+    def _current(self, path: Path) -> bytes | None:
+        if path in self._planned:
+            return self._planned[path]
+        if path not in self._read:
+            self._read[path] = path.read_bytes() if path.is_file() else None
+        return self._read[path]
+
+    def edit_toml(self, patch: Patch, edit: Callable[[TOMLDocument], None]) -> None:
+        """Change `patch.toml` of `patch` in memory; `edit` gets the parsed document."""
+        path = patch.folder / PATCH_FILE
+        data = self._current(path)
+        if data is None:
+            raise RegistryError("no such file", path=path)
+        try:
+            doc = tomlkit.parse(data.decode("utf-8"))
+            edit(doc)
+            text = tomlkit.dumps(doc)
+        except (TOMLKitError, UnicodeDecodeError) as exc:
+            raise RegistryError(f"cannot edit: {exc}", path=path) from None
+        self._planned[path] = text.encode("utf-8")
+
+    def add_file(self, patch: Patch, name: str, data: bytes) -> Path:
+        """A new payload file in the patch's folder; an existing file is never overwritten."""
+        if "/" in name or name.startswith(".") or name == PATCH_FILE:
+            raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
+        path = patch.folder / name
+        if self._current(path) is not None:
+            raise RegistryError("exists already; not overwritten", path=path)
+        self._planned[path] = data
+        return path
+
+    def commit(self) -> Registry:
+        """Write every planned file, then load the registry again; on failure, undo all."""
+        root = self.registry.root
+        folders = dict.fromkeys([root, *(p.parent for p in self._planned)])
+        for folder in folders:
+            check_writable(folder)
+        for path, before in self._read.items():
+            now = path.read_bytes() if path.is_file() else None
+            if now != before:
+                raise RegistryError(
+                    "changed by someone else meanwhile; nothing was written", path=path
+                )
+        done: list[tuple[Path, bytes | None]] = []
+        try:
+            for path, data in self._planned.items():
+                before = self._read.get(path)
+                if before is None and path.is_file():
+                    before = path.read_bytes()
+                write_atomic(path, data)
+                done.append((path, before))
+            return load_registry(root)
+        except PatchsetError as exc:
+            _undo(done)
+            raise RegistryError(
+                f"the changed registry would not load ({exc}); nothing was changed"
+            ) from None
+        except OSError as exc:
+            _undo(done)
+            raise RegistryError(
+                f"cannot write: {exc.strerror or exc}; nothing was changed", path=exc.filename
+            ) from None
+        except BaseException:
+            _undo(done)
+            raise
+
+
+def _undo(done: list[tuple[Path, bytes | None]]) -> None:
+    for path, before in reversed(done):
+        try:
+            if before is None:
+                path.unlink(missing_ok=True)
+            else:
+                write_atomic(path, before)
+        except OSError:  # pragma: no cover -- the folder turned read-only mid-way
+            LOG.exception("could not restore %s", path)
+
+
+def check_writable(folder: Path) -> None:
+    """Create and delete a file in `folder`: the only test that root, ACLs and immutable
+    folders (`chattr +i`) all answer truthfully."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".patchset-probe-", dir=folder)
+    except OSError as exc:
+        raise RegistryError(
+            f"the registry folder is not writable ({exc.strerror}); nothing was changed",
+            path=folder,
+        ) from None
+    os.close(fd)
+    Path(name).unlink()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` by a rename in the same folder (readers see old or new)."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).chmod(mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            Path(tmp).unlink()
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# -- version ranges as patch.toml writes them --------------------------------------------------
+
+_ORDER = {">=": 0, ">": 0, "~=": 1, "==": 1, "===": 1, "!=": 2, "<=": 3, "<": 3}
+
+
+def range_text(parts: list[str]) -> str:
+    """Specifiers joined lower bounds first (SpecifierSet's own str() sorts them as text)."""
+    unique = list(dict.fromkeys(p.strip() for p in parts if p.strip()))
+    return ",".join(sorted(unique, key=lambda p: _ORDER.get(_operator(p), 2)))
+
+
+def _operator(part: str) -> str:
+    for op in ("===", "~=", "==", "!=", "<=", ">=", "<", ">"):
+        if part.startswith(op):
+            return op
+    return ""
+
+
+def same_range(a: str, b: str) -> bool:
+    try:
+        return SpecifierSet(a) == SpecifierSet(b)
+    except InvalidSpecifier:
+        return a == b
+
+
+# -- `patchset check --suggest-ranges --write` -------------------------------------------------
+
+RangeStatus = Literal["written", "unchanged", "skipped"]
+
+
+@dataclass(frozen=True)
+class RangeWrite:
+    patch: str
+    old: str
+    new: str | None
+    status: RangeStatus
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.status == "written":
+            return f"{self.patch}: vllm {self.old!r} -> {self.new!r}"
+        if self.status == "unchanged":
+            return f"{self.patch}: vllm {self.old!r} already says so"
+        return f"{self.patch}: vllm {self.old!r} left as is: {self.reason}"
+
+
+def write_ranges(
+    registry: Registry, suggested: Mapping[str, tuple[str, ...]]
+) -> tuple[tuple[RangeWrite, ...], Registry]:
+    """Record each patch's evidence-derived range as its top-level `vllm`, all or nothing.
+
+    A patch needed in no checked release, or in separate runs of releases (which one PEP 440
+    range cannot say), is left as is and reported.
+    """
+    change = RegistryChange(registry)
+    results: list[RangeWrite] = []
+    for patch_id, runs in suggested.items():
+        patch = registry.get(patch_id)
+        old = str(_declared(patch))
+        if not runs:
+            results.append(RangeWrite(patch_id, old, None, "skipped", "needed in none checked"))
+            continue
+        if len(runs) > 1:
+            reason = f"needed in separate runs ({' | '.join(runs)}); edit it by hand"
+            results.append(RangeWrite(patch_id, old, None, "skipped", reason))
+            continue
+        new = runs[0]
+        if same_range(old, new):
+            results.append(RangeWrite(patch_id, old, new, "unchanged"))
+            continue
+
+        def edit(doc: TOMLDocument, new: str = new) -> None:
+            doc["vllm"] = new
+
+        change.edit_toml(patch, edit)
+        results.append(RangeWrite(patch_id, old, new, "written"))
+    if change.planned:
+        registry = change.commit()
+    return tuple(results), registry
+
+
+def _declared(patch: Patch) -> str:
+    """The range as written in patch.toml (keeps the author's order of specifiers)."""
+    try:
+        doc = tomlkit.parse((patch.folder / PATCH_FILE).read_text(encoding="utf-8"))
+        value = doc.get("vllm")
+    except (OSError, TOMLKitError, UnicodeDecodeError):
+        value = None
+    return str(value) if isinstance(value, str) else str(patch.vllm)
