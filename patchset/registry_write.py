@@ -24,7 +24,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.toml_document import TOMLDocument
 
 from patchset.errors import PatchsetError, RegistryError
-from patchset.registry import PATCH_FILE, Patch, Registry, load_registry
+from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
 
 LOG = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ class RegistryChange:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self._planned: dict[Path, bytes] = {}
+        self._patches: dict[Path, Patch] = {}  # the patches changed, as they were loaded
         self._read: dict[Path, bytes | None] = {}  # each file as it was when first read
 
     @property
@@ -51,6 +52,7 @@ class RegistryChange:
     def edit_toml(self, patch: Patch, edit: Callable[[TOMLDocument], None]) -> None:
         """Change `patch.toml` of `patch` in memory; `edit` gets the parsed document."""
         path = patch.folder / PATCH_FILE
+        self._patches[patch.folder] = patch
         data = self._current(path)
         if data is None:
             raise RegistryError("no such file", path=path)
@@ -67,6 +69,7 @@ class RegistryChange:
         if "/" in name or name.startswith(".") or name == PATCH_FILE:
             raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
         path = patch.folder / name
+        self._patches[patch.folder] = patch
         if self._current(path) is not None:
             raise RegistryError("exists already; not overwritten", path=path)
         self._planned[path] = data
@@ -78,12 +81,14 @@ class RegistryChange:
         folders = dict.fromkeys([root, *(p.parent for p in self._planned)])
         for folder in folders:
             check_writable(folder)
-        for path, before in self._read.items():
-            now = path.read_bytes() if path.is_file() else None
-            if now != before:
-                raise RegistryError(
-                    "changed by someone else meanwhile; nothing was written", path=path
-                )
+        stale = [path for path, before in self._read.items() if _bytes(path) != before]
+        stale += [
+            p.folder for p in self._patches.values() if load_patch(p.folder).digest != p.digest
+        ]
+        if stale:
+            raise RegistryError(
+                "changed since it was read (another run?); nothing was written", path=stale[0]
+            )
         done: list[tuple[Path, bytes | None]] = []
         try:
             for path, data in self._planned.items():
@@ -106,6 +111,10 @@ class RegistryChange:
         except BaseException:
             _undo(done)
             raise
+
+
+def _bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
 
 
 def _undo(done: list[tuple[Path, bytes | None]]) -> None:

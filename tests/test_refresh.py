@@ -471,6 +471,18 @@ def test_a_write_that_would_not_load_is_rolled_back(registry_root: Path) -> None
     assert tree_digest(registry_root) == before
 
 
+def test_a_patch_changed_since_it_was_loaded_is_not_overwritten(
+    registry_root: Path, source: IndexSource
+) -> None:
+    registry = load_registry(registry_root)
+    sites = registry_root / "tolist-cudagraph" / "sites.toml"
+    sites.write_text(sites.read_text() + "# edited by someone else meanwhile\n")
+    before = tree_digest(registry_root)
+    with pytest.raises(RegistryError, match="changed since it was read"):
+        refresh(registry, "tolist-cudagraph", "0.21.0", source=source, write=True)
+    assert tree_digest(registry_root) == before
+
+
 def test_check_suggest_ranges_write(registry_root: Path) -> None:
     path = registry_root / "fla-tma-sm12x" / "patch.toml"
     text = path.read_text()
