@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
 import textwrap
@@ -51,6 +52,7 @@ MARGIN = 0.1  # and this much ahead of the next candidate
 WORK_FOLDER = ".patchset-refresh"  # beside the registry: <registry>/../.patchset-refresh/<id>
 STATE = ".patchset/refresh.json"  # inside the work folder, with the release's files beside it
 STATE_SCHEMA = "patchset.refresh-state/1"
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -241,6 +243,7 @@ def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) ->
         variant is None
         or variant.sha256 != state["from_sha256"]
         or patch.revision != state["revision"]
+        or sorted(state["files"]) != sorted(variant.files)
     ):
         raise UsageError(
             f"{patch.id} changed since its refresh began (revision {state['revision']},"
@@ -281,9 +284,7 @@ def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) ->
         )
     job = _Job(registry, patch, variant, target, state["base"], release, tuple(state["versions"]))
     result = _write_diff_variant(job, payload)
-    shutil.rmtree(work)
-    if work.parent.name == WORK_FOLDER and not any(work.parent.iterdir()):
-        work.parent.rmdir()
+    _remove_work(work)
     return result
 
 
@@ -292,10 +293,17 @@ def abort(registry: Registry, patch_id: str, *, workdir: Path | None = None) -> 
     patch = registry.get(patch_id)
     work = workdir or default_workdir(registry, patch.id)
     _load_state(work, patch.id)  # refuse to delete a folder that is not ours
-    shutil.rmtree(work)
-    if work.parent.name == WORK_FOLDER and not any(work.parent.iterdir()):
-        work.parent.rmdir()
+    _remove_work(work)
     return work
+
+
+def _remove_work(work: Path) -> None:
+    try:
+        shutil.rmtree(work)
+        if work.parent.name == WORK_FOLDER and not any(work.parent.iterdir()):
+            work.parent.rmdir()
+    except OSError as exc:  # the registry is written: a leftover folder is only clutter
+        LOG.warning("could not remove the work folder %s: %s", work, exc.strerror)
 
 
 # -- choosing what to refresh ------------------------------------------------------------------
@@ -476,6 +484,7 @@ def _write_work(job: _Job, work: Path, merged: dict[str, bytes | None]) -> None:
             " drop it (--abort)"
         )
     state_path = work / STATE
+    created = not work.exists()
     try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
         for rel, data in merged.items():
@@ -501,9 +510,22 @@ def _write_work(job: _Job, work: Path, merged: dict[str, bytes | None]) -> None:
                 for rel, data in job.files.items()
             },
         }
-        state_path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        state_path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")  # last
     except OSError as exc:
+        if created:
+            shutil.rmtree(work, ignore_errors=True)
         raise UsageError(f"cannot write the work folder: {exc.strerror}", path=work) from None
+
+
+_STATE_KEYS: dict[str, type] = {
+    "revision": int,
+    "from_variant": str,
+    "from_sha256": str,
+    "base": str,
+    "vllm": str,
+    "versions": list,
+    "files": dict,
+}
 
 
 def _load_state(work: Path, patch_id: str) -> dict[str, Any]:
@@ -516,6 +538,9 @@ def _load_state(work: Path, patch_id: str) -> dict[str, Any]:
         raise UsageError(f"unreadable refresh state: {exc}", path=path) from None
     if not isinstance(state, dict) or state.get("schema") != STATE_SCHEMA:
         raise UsageError("not a patchset refresh state", path=path)
+    for key, kind in _STATE_KEYS.items():
+        if not isinstance(state.get(key), kind):
+            raise UsageError(f"refresh state without a valid {key!r}", path=path)
     if state.get("patch") != patch_id:
         raise UsageError(f"this is a refresh of {state.get('patch')!r}, not {patch_id}", path=path)
     return state
