@@ -13,7 +13,7 @@ from patchset.engine.hunks import Hunk
 from patchset.errors import PayloadError
 from patchset.paths import check_relpath
 
-_HUNK_HEADER = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
+_HUNK_HEADER = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,8 @@ def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
 
 def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
     """Parse a unified diff; anything the engine cannot apply faithfully is a PayloadError."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.startswith("@@") and not _HUNK_HEADER.match(line):
-            raise PayloadError(f"line {number}: malformed hunk header {line[:60]!r}", path=file)
+    text = text.replace("\r\n", "\n")  # a CRLF payload means what its LF twin means
+    _check_hunk_lines(text, file)
     try:
         patch = PatchSet(text)
     except UnidiffParseError as exc:
@@ -50,20 +49,67 @@ def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
     seen: set[str] = set()
     for pf in patch:
         source, target = _strip_prefixes(pf.source_file, pf.target_file)
+        if target == "/dev/null":
+            raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
         check_relpath(target, file=file)
         if source != "/dev/null":
             check_relpath(source, file=file)
         if pf.is_binary_file:
             raise PayloadError(f"{target}: binary diffs are not supported", path=file)
-        if pf.is_removed_file:
-            raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
         if pf.is_rename or (not pf.is_added_file and source != target):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
+        hunks = _hunks(pf, file)  # first: an empty hunk must not read as a deletion
+        if not hunks:
+            raise PayloadError(
+                f"{target}: a file header without hunks (mode changes are not supported)",
+                path=file,
+            )
+        if pf.is_removed_file:
+            raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
         if target in seen:
             raise PayloadError(f"{target}: appears twice in one diff", path=file)
         seen.add(target)
-        files.append(FileDiff(target, tuple(_hunks(pf, file)), added=pf.is_added_file))
+        files.append(FileDiff(target, tuple(hunks), added=pf.is_added_file))
     return tuple(files)
+
+
+def _check_hunk_lines(text: str, file: Path | str) -> None:
+    """Every hunk header well formed, and no '+' or '-' line outside the hunks' counts.
+
+    unidiff stops reading a hunk once its header's counts are used up and skips what follows
+    up to the next header, so a hunk whose counts are too small would lose changes silently.
+    """
+    lines = text.split("\n")
+    old = new = 0  # lines still to come in the current hunk
+    for number, line in enumerate(lines, start=1):
+        if old > 0 or new > 0:
+            if line.startswith("\\"):
+                continue
+            tag = line[:1] or " "  # unidiff reads an empty line in a hunk as blank context
+            old -= tag in " -"
+            new -= tag in " +"
+            continue
+        if line.startswith("@@"):
+            header = _HUNK_HEADER.match(line)
+            if header is None:
+                raise PayloadError(f"line {number}: malformed hunk header {line[:60]!r}", path=file)
+            old, new = (int(n) if n else 1 for n in header.groups())
+        elif line == "-- ":
+            return  # git format-patch's signature follows
+        elif line.startswith(("+", "-")) and not _file_header(lines, number - 1):
+            raise PayloadError(
+                f"line {number}: {line[:60]!r} lies outside every hunk"
+                " (the @@ line counts before it are too small)",
+                path=file,
+            )
+
+
+def _file_header(lines: list[str], index: int) -> bool:
+    """Whether lines[index] is part of a '--- a/x' + '+++ b/x' pair."""
+    line = lines[index]
+    if line.startswith("--- "):
+        return index + 1 < len(lines) and lines[index + 1].startswith("+++ ")
+    return line.startswith("+++ ") and index > 0 and lines[index - 1].startswith("--- ")
 
 
 def _hunks(pf: PatchedFile, file: Path | str) -> list[Hunk]:

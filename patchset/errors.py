@@ -4,6 +4,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
+MAX_MESSAGE = 2000  # characters; a hostile payload can put a megabyte into one quoted line
+
+
+def one_line(text: str) -> str:
+    """`text` made safe to print as one terminal line: control characters (newlines, escape
+    sequences, NUL) are shown escaped, and a giant message is cut in the middle."""
+    if text.isprintable():
+        safe = text
+    else:
+        safe = "".join(
+            ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+            for ch in text
+        )
+    if len(safe) > MAX_MESSAGE:
+        cut = len(safe) - MAX_MESSAGE
+        safe = f"{safe[: MAX_MESSAGE - 200]} ...[{cut} characters cut]... {safe[-200:]}"
+    return safe
+
 
 class ExitCode:
     """Documented exit codes shared by every command (see docs/exit-codes.md)."""
@@ -26,7 +44,7 @@ class PatchsetError(Exception):
 
     def __init__(self, message: str, *, path: Path | str | None = None) -> None:
         self.path = None if path is None else str(path)
-        super().__init__(f"{self.path}: {message}" if self.path else message)
+        super().__init__(one_line(f"{self.path}: {message}" if self.path else message))
 
 
 class UsageError(PatchsetError):

@@ -10,7 +10,7 @@ from patchset.errors import PayloadError, TargetError
 def check_relpath(relpath: str, *, file: Path | str) -> str:
     """A payload path must be relative, inside vllm/, free of '..' and backslashes."""
     pure = PurePosixPath(relpath)
-    if not relpath or "\\" in relpath or "\x00" in relpath:
+    if not relpath or "\\" in relpath or not relpath.isprintable():
         raise PayloadError(f"{relpath!r}: not a usable path", path=file)
     if pure.is_absolute():
         raise PayloadError(f"{relpath}: absolute paths are refused", path=file)

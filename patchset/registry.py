@@ -13,7 +13,7 @@ from packaging.version import Version
 
 from patchset.diffparse import FileDiff, parse_diff
 from patchset.engine.sites import ACTIONS, Action, Site
-from patchset.errors import RegistryError, UnknownPatchError
+from patchset.errors import PayloadError, RegistryError, UnknownPatchError
 from patchset.paths import check_relpath
 from patchset.tomltable import Table, did_you_mean, load_toml
 
@@ -162,7 +162,10 @@ def load_registry(root: Path | str) -> Registry:
 
 def load_patch(folder: Path) -> Patch:
     file = folder / PATCH_FILE
-    raw = file.read_bytes()
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise RegistryError(f"cannot read: {exc.strerror}", path=file) from None
     top = Table(load_toml(file), file=file)
     patch_id = top.req_str("id")
     if not _ID.match(patch_id):
@@ -239,9 +242,19 @@ def _variants(
         path = folder / name
         if "/" in name or not path.is_file():
             raise top.error(f"payload file {name!r} not found in {folder}", where)
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
         digest.update(f"\0{name}\0".encode() + data)
-        text = data.decode("utf-8", errors="strict")
+        try:
+            text = data.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise PayloadError(
+                f"line {line}: not UTF-8 (byte {data[exc.start]:#04x}); payloads are UTF-8 text",
+                path=path,
+            ) from None
         sha = hashlib.sha256(data).hexdigest()
         if kind == "diff":
             diffs = parse_diff(text, file=path)

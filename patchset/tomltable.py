@@ -26,6 +26,11 @@ def load_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"not valid TOML: {exc}", path=path) from None
+    except UnicodeDecodeError as exc:
+        line = exc.object.count(b"\n", 0, exc.start) + 1
+        raise RegistryError(
+            f"line {line}: not UTF-8 (byte {exc.object[exc.start]:#04x})", path=path
+        ) from None
     except OSError as exc:
         raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
 

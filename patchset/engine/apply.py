@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from packaging.version import InvalidVersion, Version
+
 from patchset.engine import transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
-from patchset.errors import ExitCode
+from patchset.errors import ExitCode, TargetError, UsageError
 from patchset.registry import Patch, Registry
 from patchset.vllm_tree import read_version, vllm_root
 
@@ -167,13 +170,17 @@ def _run(
     root = vllm_root(target)
     selected = registry.select(ids)
     recovered: list[str] = []
-    if not dry_run and (root / transaction.JOURNAL).exists():
+    if not dry_run and os.path.lexists(root / transaction.JOURNAL):
+        if not _lock_used(root):  # no run can be writing: refuse a bad journal before locking
+            transaction.check_journal(root)
         with transaction.locked(root):
             recovered = transaction.recover(root)
     release = version or read_version(root)
+    if release is not None:
+        _check_version(release, given=version is not None, root=root)
 
-    def plan() -> tuple[list[PatchResult], dict[str, bytes]]:
-        overlay: dict[str, bytes] = {}
+    def plan() -> tuple[list[PatchResult], dict[str, bytes | None]]:
+        overlay: dict[str, bytes | None] = {}  # relpath: new bytes, or None to delete
 
         def read(rel: str) -> bytes | None:
             if rel in overlay:
@@ -197,8 +204,14 @@ def _run(
 
     blocked = {"conflict", "target-missing", "out-of-range"}
     results, overlay = plan()
+    if not dry_run and any(r.outcome in blocked for r in results) and _lock_used(root):
+        # Another run may be writing just now, and a half-written tree reads as a conflict:
+        # wait for it and look again before saying so.
+        with transaction.locked(root):
+            results, overlay = plan()
     written = False
     if not dry_run and overlay and not any(r.outcome in blocked for r in results):
+        transaction.check_writable(root, list(overlay))  # before the lock file appears
         with transaction.locked(root):
             results, overlay = plan()  # again under the lock: another run may have written
             if overlay and not any(r.outcome in blocked for r in results):
@@ -217,13 +230,31 @@ def _run(
     )
 
 
+def _check_version(release: str, *, given: bool, root: Path) -> None:
+    try:
+        Version(release)
+    except InvalidVersion:
+        if given:
+            raise UsageError(f"--vllm-version {release!r} is not a PEP 440 version") from None
+        raise TargetError(
+            f"the tree says it is vLLM {release!r}, which is not a PEP 440 version;"
+            " pass --vllm-version",
+            path=root,
+        ) from None
+
+
+def _lock_used(root: Path) -> bool:
+    """Whether some run has taken this tree's lock before (its file is left in place)."""
+    return (root / transaction.LOCK).is_file() and os.access(root / transaction.LOCK, os.W_OK)
+
+
 def _one(
     operation: Literal["apply", "revert"],
     patch: Patch,
     *,
     release: str | None,
     read: transaction.Reader,
-    overlay: dict[str, bytes],
+    overlay: dict[str, bytes | None],
     ignore_range: bool,
     max_fuzz: int,
 ) -> PatchResult:
@@ -252,6 +283,7 @@ def _one(
         }
     outcome = mapping.get(ev.state, "conflict")
     overlay.update(ev.changes)
+    overlay.update(dict.fromkeys(ev.removed))
     return PatchResult(
         patch.id,
         patch.revision,
@@ -259,5 +291,5 @@ def _one(
         outcome,
         _details(ev),
         ev.warnings,
-        tuple(ev.changes),
+        (*ev.changes, *ev.removed),
     )

@@ -6,11 +6,20 @@ never disagree about whether a patch fits.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from patchset.engine.hunks import HunkResult, apply_hunks, join_text, split_text
+from patchset.diffparse import FileDiff
+from patchset.engine.hunks import (
+    FileResult,
+    HunkResult,
+    HunkStatus,
+    apply_hunks,
+    join_text,
+    split_text,
+)
 from patchset.engine.sites import SiteResult, apply_site, revert_site
 from patchset.registry import Patch, Variant
 
@@ -29,6 +38,7 @@ class Evaluation:
     sites: tuple[SiteResult, ...] = ()
     missing: tuple[str, ...] = ()
     changes: dict[str, bytes] = field(default_factory=dict)  # new contents, when it applies
+    removed: tuple[str, ...] = ()  # files to delete (a revert of a diff that created them)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -48,6 +58,60 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", errors="surrogateescape")
 
 
+def _mixed(text: str) -> bool:
+    """Whether the text mixes CRLF and LF line ends."""
+    crlf = text.count("\r\n")
+    return 0 < crlf < text.count("\n")
+
+
+def _line_ends(text: str) -> list[str]:
+    """Each line's own end, as `split_text` cuts the lines: '\\n', '\\r\\n' or '' (the last)."""
+    parts = text.split("\n")
+    ends = ["\r\n" if part.endswith("\r") else "\n" for part in parts[:-1]]
+    return ends if parts[-1] == "" else [*ends, ""]
+
+
+def _render(
+    before: str | None,
+    old: list[str],
+    new: list[str] | tuple[str, ...],
+    eol: str,
+    eof_newline: bool,
+) -> bytes:
+    """The new file's bytes. In a file that mixes line ends, each line kept (or replaced one
+    for one) keeps its own, so a revert gives back the very bytes; new lines take the first's."""
+    if before is None or not _mixed(before):
+        return _encode(join_text(new, eol, eof_newline))
+    ends = _line_ends(before)
+    out: list[str] = []
+    matcher = difflib.SequenceMatcher(None, old, list(new), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        kept = ends[i1:i2] if tag == "equal" else ends[i1 : min(i2, i1 + j2 - j1)]
+        out += kept + [eol] * (j2 - j1 - len(kept))
+    out = [end or eol for end in out]
+    if out:
+        out[-1] = out[-1] if eof_newline else ""
+    return _encode("".join(line + end for line, end in zip(new, out, strict=True)))
+
+
+def _created(diff: FileDiff) -> bytes:
+    """The bytes of the file a diff creates (`--- /dev/null`)."""
+    result = apply_hunks([], diff.hunks)
+    assert result.lines is not None  # hunks with an empty old side fit an empty file
+    return _encode(join_text(result.lines, "\n", result.eof_newline))
+
+
+def _exists_already(diff: FileDiff, data: bytes) -> FileResult:
+    """A diff that creates a file meets a file already there: a conflict unless it is the very
+    file the diff creates (then the reverse view reports it as already applied)."""
+    detail = (
+        "the diff creates this file and it is already there"
+        if data == _created(diff)
+        else "the diff creates this file, but a different one is already there"
+    )
+    return FileResult(tuple(HunkResult(h.index, "failed", detail=detail) for h in diff.hunks), None)
+
+
 def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evaluation:
     missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
     if missing:
@@ -57,13 +121,17 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
     ok = True
     for diff in variant.diffs:
         data = read(diff.path)
-        lines, eol, eof = split_text(_decode(data)) if data is not None else ([], "\n", True)
-        result = apply_hunks(lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof)
+        text = _decode(data) if data is not None else None
+        lines, eol, eof = split_text(text) if text is not None else ([], "\n", True)
+        if diff.added and data is not None:
+            result = _exists_already(diff, data)
+        else:
+            result = apply_hunks(lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof)
         forward.extend((diff.path, h) for h in result.hunks)
         if result.lines is None:
             ok = False
         else:
-            changes[diff.path] = _encode(join_text(result.lines, eol, result.eof_newline))
+            changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
     reverse = _reverse(variant, read)
     reverse_ok = all(h.status != "failed" for _, h in reverse)
     if ok:
@@ -81,6 +149,11 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
     found: list[tuple[str, HunkResult]] = []
     for diff in variant.diffs:
         data = read(diff.path)
+        if diff.added:  # present means: this very file, byte for byte
+            status: HunkStatus = "exact" if data == _created(diff) else "failed"
+            line = 1 if status == "exact" else None
+            found.extend((diff.path, HunkResult(h.index, status, line=line)) for h in diff.hunks)
+            continue
         lines, _, eof = split_text(_decode(data)) if data is not None else ([], "\n", True)
         result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, nearest=False)
         found.extend((diff.path, h) for h in result.hunks)
@@ -89,6 +162,7 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
 
 def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
     texts: dict[str, tuple[list[str], str, bool]] = {}
+    originals: dict[str, tuple[str, list[str]]] = {}
     missing: list[str] = []
     for site in variant.sites:
         if site.file in texts or site.file in missing:
@@ -98,6 +172,7 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
             missing.append(site.file)
         else:
             texts[site.file] = split_text(_decode(data))
+            originals[site.file] = (_decode(data), texts[site.file][0])
     if missing:
         return Evaluation("target-missing", missing=tuple(missing))
     results: list[SiteResult] = []
@@ -111,7 +186,9 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
     if statuses == {"already-applied"}:
         return Evaluation("already-applied", sites=tuple(results))
     if statuses <= good:
-        changes = {f: _encode(join_text(lines, eol, eof)) for f, (lines, eol, eof) in texts.items()}
+        changes = {
+            f: _render(*originals[f], lines, eol, eof) for f, (lines, eol, eof) in texts.items()
+        }
         return Evaluation("applies", sites=tuple(results), changes=changes)
     state: State = "partial" if statuses & good else "conflict"
     return Evaluation(state, sites=tuple(results))
@@ -133,15 +210,21 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
                 state, forward.hunks, forward.reverse_applies, missing=forward.missing
             )
         changes: dict[str, bytes] = {}
+        removed: list[str] = []
         for diff in variant.diffs:
+            if diff.added:  # the file is exactly what the diff created: take it away again
+                removed.append(diff.path)
+                continue
             data = read(diff.path)
             assert data is not None
-            lines, eol, eof = split_text(_decode(data))
+            text = _decode(data)
+            lines, eol, eof = split_text(text)
             result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof)
             assert result.lines is not None
-            changes[diff.path] = _encode(join_text(result.lines, eol, result.eof_newline))
-        return Evaluation("applies", forward.hunks, True, changes=changes)
+            changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
+        return Evaluation("applies", forward.hunks, True, changes=changes, removed=tuple(removed))
     texts: dict[str, tuple[list[str], str, bool]] = {}
+    originals: dict[str, tuple[str, list[str]]] = {}
     results: list[SiteResult] = []
     for site in variant.sites:
         if site.file not in texts:
@@ -149,6 +232,7 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
             if data is None:
                 return Evaluation("target-missing", missing=(site.file,))
             texts[site.file] = split_text(_decode(data))
+            originals[site.file] = (_decode(data), texts[site.file][0])
         lines, eol, eof = texts[site.file]
         site_result, new = revert_site(site, lines)
         texts[site.file] = (new, eol, eof)
@@ -158,5 +242,5 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
         return Evaluation("already-applied", sites=tuple(results))  # nothing to take out
     if len(present) < len(results):
         return Evaluation("partial", sites=tuple(results))
-    changes = {f: _encode(join_text(lines, eol, eof)) for f, (lines, eol, eof) in texts.items()}
+    changes = {f: _render(*originals[f], lines, eol, eof) for f, (lines, eol, eof) in texts.items()}
     return Evaluation("applies", sites=tuple(results), changes=changes)

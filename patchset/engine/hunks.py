@@ -63,6 +63,7 @@ class HunkResult:
     nearest_line: int | None = None  # for failed hunks: where the file looks most like it
     nearest: tuple[str, ...] = ()
     similarity: float = 0.0
+    detail: str = ""  # for failed hunks: why, when it is not a plain mismatch
 
     def describe(self) -> str:
         if self.status == "exact":
@@ -74,6 +75,8 @@ class HunkResult:
                 f"hunk #{self.index} at line {self.line} with fuzz {self.fuzz}"
                 f" (offset {self.offset:+d} lines)"
             )
+        if self.detail:
+            return f"hunk #{self.index} does not match: {self.detail}"
         where = (
             f"; nearest lines {self.nearest_line}-{self.nearest_line + len(self.nearest) - 1}"
             f" ({self.similarity:.0%} alike)"
@@ -98,16 +101,25 @@ class FileResult:
         return self.ok and all(h.status == "exact" for h in self.hunks)
 
 
-def _strip_eol(line: str) -> str:
-    return line.rstrip("\r\n")
-
-
 def split_text(text: str) -> tuple[list[str], str, bool]:
-    """Lines without EOL, the file's EOL ('\\n' or '\\r\\n') and whether it ends with one."""
-    raw = text.splitlines(keepends=True)
-    eol = "\r\n" if raw and raw[0].endswith("\r\n") else "\n"
-    ends = bool(raw) and raw[-1].endswith(("\n", "\r"))
-    return [_strip_eol(line) for line in raw], eol, ends or not raw
+    """Lines without EOL, the file's EOL ('\\n' or '\\r\\n') and whether it ends with one.
+
+    Lines end at '\\n' only, as in a diff: a form feed, a lone '\\r' or U+2028 inside a line
+    stays part of it (str.splitlines would cut the line there, and joining would add a newline).
+    """
+    if not text:
+        return [], "\n", True
+    lines = text.split("\n")
+    ends = lines[-1] == ""
+    if ends:
+        lines.pop()
+    eol = "\r\n" if "\n" in text and lines[0].endswith("\r") else "\n"
+    last = len(lines) - 1
+    stripped = [
+        line[:-1] if line.endswith("\r") and (i < last or ends) else line
+        for i, line in enumerate(lines)
+    ]
+    return stripped, eol, ends
 
 
 def join_text(lines: list[str] | tuple[str, ...], eol: str, eof_newline: bool) -> str:

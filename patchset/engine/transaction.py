@@ -1,9 +1,15 @@
 """All-or-nothing writes to a target tree: lock, writability check, journal, rename, verify.
 
-Every file is first written beside its original as a temp file. Before the first rename a
-journal (`.patchset-journal/` in the target) holds the originals; the journal is removed only
-after every rename has been made and read back. A process killed in between leaves the
-journal, and the next run rolls the tree back from it before doing anything else.
+Before anything in the tree changes, a journal (`.patchset-journal/` in the target) records
+every file to be written with a copy of its original and the name of the temp file the new
+bytes go to (beside the file, so the rename is atomic). Then the temp files are written, the
+renames made and read back, and only then is the journal removed. A process killed at any
+point leaves either an untouched tree or the journal, and the next run rolls the tree back
+from it (removing the temp files too) before doing anything else.
+
+The tree may be writable by others than the user running patchset, so nothing found in it is
+trusted: the lock file and journal must not be symlinks, and a journal's entries must name
+files inside the tree and backups inside the journal, or nothing is restored.
 """
 
 from __future__ import annotations
@@ -11,40 +17,57 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock, Timeout
 
-from patchset.errors import LockedError, TargetError
-from patchset.paths import resolve_inside
+from patchset.errors import LockedError, PayloadError, TargetError
+from patchset.paths import check_relpath, resolve_inside
 
 JOURNAL = ".patchset-journal"
 LOCK = ".patchset.lock"
+LOCK_TIMEOUT = 30.0  # seconds a second apply on the same tree waits before it refuses
+TEMP_SUFFIX = ".patchset-new"
+_BACKUP = re.compile(r"^[0-9]{1,9}\.orig$")
 
 
 @contextmanager
-def locked(root: Path, *, timeout: float = 30.0) -> Iterator[None]:
+def locked(root: Path, *, timeout: float | None = None) -> Iterator[None]:
     """Hold the tree's lock; a second apply on the same tree waits, then refuses."""
-    try:
-        lock = FileLock(str(root / LOCK), timeout=timeout)
-        with lock:
-            yield
+    wait = LOCK_TIMEOUT if timeout is None else timeout
+    path = root / LOCK
+    if path.is_symlink():  # an old filelock would truncate whatever the link points to
+        raise TargetError(f"{LOCK} is a symlink; refusing to lock through it", path=root)
+    lock = FileLock(str(path), timeout=wait)
+    try:  # only the taking of the lock: errors of the work under it are not lock errors
+        lock.acquire()
     except Timeout:
         raise LockedError(
-            f"another patchset process holds {LOCK} (waited {timeout:.0f} s)", path=root
+            f"another patchset process holds {LOCK} (waited {wait:.0f} s)", path=root
         ) from None
     except PermissionError:
         raise TargetError("not writable: cannot create the lock file", path=root) from None
+    except OSError as exc:
+        raise TargetError(f"cannot lock {LOCK}: {exc.strerror}", path=root) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def check_writable(root: Path, relpaths: list[str]) -> None:
     """Open every file to be changed for writing, and its folder for a new file."""
+    _distinct(root, relpaths)
     for rel in relpaths:
         path = resolve_inside(root, rel)
+        if not path.parent.is_dir():
+            raise TargetError(f"{rel}: its folder does not exist in the target", path=root)
         try:
             if path.exists():
                 with path.open("r+b"):
@@ -55,71 +78,168 @@ def check_writable(root: Path, relpaths: list[str]) -> None:
             raise TargetError(f"{rel}: not writable ({exc.strerror})", path=root) from None
 
 
+def _distinct(root: Path, relpaths: list[str]) -> None:
+    """Two payload paths that are one file through a symlink would be written twice."""
+    seen: dict[Path, str] = {}
+    for rel in relpaths:
+        path = resolve_inside(root, rel)
+        if path in seen:
+            raise TargetError(
+                f"{seen[path]} and {rel} are one file (a symlink); refusing to write it twice",
+                path=root,
+            )
+        seen[path] = rel
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _damaged(why: str, root: Path) -> TargetError:
+    return TargetError(
+        f"{JOURNAL}: {why}; an interrupted run cannot be rolled back from it: check the"
+        f" files it names and delete the folder",
+        path=root,
+    )
+
+
+def _read_journal(root: Path, journal: Path) -> list[dict[str, Any]]:
+    """The journal's entries, each checked: a path in the tree, a backup in the journal."""
+    try:
+        entries = json.loads((journal / "index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _damaged(f"index.json is unreadable ({exc})", root) from None
+    if not isinstance(entries, list):
+        raise _damaged("index.json is not a list", root)
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("existed"), bool):
+            raise _damaged(f"bad entry {entry!r}", root)
+        rel, backup, temp = entry.get("path"), entry.get("backup"), entry.get("temp")
+        if not isinstance(rel, str) or not isinstance(backup, str) or not _BACKUP.match(backup):
+            raise _damaged(f"bad entry {entry!r}", root)
+        if temp is not None and (not isinstance(temp, str) or not temp.endswith(TEMP_SUFFIX)):
+            raise _damaged(f"bad entry {entry!r}", root)
+        try:
+            for name in (rel, temp) if temp else (rel,):
+                check_relpath(name, file=journal)
+        except PayloadError as exc:
+            raise _damaged(f"bad entry ({exc})", root) from None
+        if entry["existed"]:
+            copy = journal / backup
+            if copy.is_symlink() or not copy.is_file():
+                raise _damaged(f"backup {backup} is missing", root)
+    return entries
+
+
+def check_journal(root: Path) -> None:
+    """Raise TargetError if the tree holds a journal that cannot be trusted to roll back."""
+    journal = root / JOURNAL
+    if not os.path.lexists(journal):
+        return
+    if journal.is_symlink() or not journal.is_dir():
+        raise _damaged("not a folder", root)
+    if (journal / "index.json").is_file():
+        _read_journal(root, journal)
 
 
 def recover(root: Path) -> list[str]:
     """Roll back an interrupted write from its journal; the files restored."""
     journal = root / JOURNAL
-    index = journal / "index.json"
-    if not journal.exists():
+    if not os.path.lexists(journal):
         return []
+    check_journal(root)
     restored: list[str] = []
-    if index.is_file():
-        entries = json.loads(index.read_text(encoding="utf-8"))
-        for entry in entries:
+    if (journal / "index.json").is_file():
+        for entry in _read_journal(root, journal):
+            if entry.get("temp"):  # journals of patchset 0.1.0 have no temp names
+                _unresolved(root, entry["temp"]).unlink(missing_ok=True)
             path = resolve_inside(root, entry["path"])
-            backup = journal / entry["backup"]
             if entry["existed"]:
-                tmp = path.with_name(f".{path.name}.patchset-restore")
-                shutil.copy2(backup, tmp)
-                os.replace(tmp, path)
+                backup = journal / entry["backup"]
+                if path.is_file() and path.read_bytes() == backup.read_bytes():
+                    continue  # never renamed: the original is still there
+                fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+                os.close(fd)
+                shutil.copy2(backup, name)
+                os.replace(name, path)
             elif path.exists():
                 path.unlink()
+            else:
+                continue
             restored.append(entry["path"])
     shutil.rmtree(journal)
     return restored
 
 
-def commit(root: Path, changes: dict[str, bytes]) -> None:
-    """Write `changes` (relpath -> new bytes) so that either all land or none do."""
+def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
+    """Write `changes` (relpath -> new bytes, None to delete) so that all land or none do."""
     if not changes:
         return
     journal = root / JOURNAL
-    temps: dict[str, Path] = {}
+    real_root = root.resolve()
+    if os.path.lexists(journal):
+        raise TargetError(
+            f"{JOURNAL} is present: an interrupted run must be rolled back", path=root
+        )
+    _distinct(root, list(changes))
+    journal.mkdir()
     try:
-        for rel, data in changes.items():
+        entries: list[dict[str, Any]] = []
+        paths: dict[str, tuple[Path, Path | None]] = {}
+        for number, (rel, data) in enumerate(changes.items()):
             path = resolve_inside(root, rel)
-            fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if path.exists():
-                shutil.copymode(path, name)
-            temps[rel] = Path(name)
-        journal.mkdir()
-        entries = []
-        for number, rel in enumerate(changes):
-            path = resolve_inside(root, rel)
+            existed = path.exists()
             backup = f"{number}.orig"
-            if path.exists():
+            if existed:
                 shutil.copy2(path, journal / backup)
-            entries.append({"path": rel, "backup": backup, "existed": path.exists()})
-        _write_json(journal / "index.json", entries)
-        for rel, tmp in temps.items():
-            os.replace(tmp, resolve_inside(root, rel))
-        temps.clear()
+            temp = None if data is None else path.with_name(f".{path.name}{TEMP_SUFFIX}")
+            paths[rel] = (path, temp)
+            entries.append(
+                {
+                    "path": rel,
+                    "backup": backup,
+                    "existed": existed,
+                    "temp": None if temp is None else temp.relative_to(real_root).as_posix(),
+                }
+            )
+        _write_json(journal / "index.json", entries)  # from here on, a kill is rolled back
         for rel, data in changes.items():
-            if _sha(resolve_inside(root, rel).read_bytes()) != _sha(data):
+            path, temp = paths[rel]
+            if temp is not None and data is not None:
+                _write_new(temp, data, mode_of=path)
+        for path, temp in paths.values():
+            if temp is None:
+                path.unlink()
+            else:
+                os.replace(temp, path)
+        for rel, data in changes.items():
+            path = resolve_inside(root, rel)
+            now = path.read_bytes() if path.exists() else None
+            if (None if now is None else _sha(now)) != (None if data is None else _sha(data)):
                 raise TargetError(f"{rel}: read back differs from what was written", path=root)
     except BaseException:
-        for tmp in temps.values():
-            tmp.unlink(missing_ok=True)
         recover(root)
         raise
     shutil.rmtree(journal)
+
+
+def _unresolved(root: Path, relpath: str) -> Path:
+    """`relpath` in the tree with its folder resolved but not its last part (a symlink there
+    is the thing to remove, not what it points to)."""
+    rel = Path(relpath)
+    return resolve_inside(root, rel.parent.as_posix()) / rel.name
+
+
+def _write_new(temp: Path, data: bytes, *, mode_of: Path) -> None:
+    """Create `temp` afresh (a leftover or a planted symlink there is removed, not followed)."""
+    temp.unlink(missing_ok=True)
+    mode = mode_of.stat().st_mode & 0o7777 if mode_of.exists() else 0o644
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fh.fileno(), mode)  # the umask may have narrowed it
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _write_json(path: Path, data: object) -> None:
@@ -136,7 +256,9 @@ Reader = Callable[[str], bytes | None]
 __all__ = [
     "JOURNAL",
     "LOCK",
+    "LOCK_TIMEOUT",
     "Reader",
+    "check_journal",
     "check_writable",
     "commit",
     "locked",

@@ -1,0 +1,74 @@
+"""Helpers for the hardening tests: exact snapshots of folders, and the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+REPO = Path(__file__).parent.parent
+LOCK = ".patchset.lock"  # the one file patchset leaves in a target it wrote to, by design
+
+Snapshot = dict[str, str]
+
+
+def snapshot(root: Path, *, ignore: Iterable[str] = ()) -> Snapshot:
+    """Every entry under `root` (not following symlinks): file bytes and mode, link targets,
+    folders, FIFOs. Two equal snapshots mean nothing in the folder changed."""
+    skip = set(ignore)
+    found: Snapshot = {}
+    if not root.exists() and not root.is_symlink():
+        return found
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        for name in [*dirs, *files]:
+            path = Path(folder, name)
+            rel = path.relative_to(root).as_posix()
+            if rel in skip:
+                continue
+            info = path.lstat()
+            mode = stat.S_IMODE(info.st_mode)
+            if stat.S_ISLNK(info.st_mode):
+                found[rel] = f"link -> {path.readlink()}"
+            elif stat.S_ISDIR(info.st_mode):
+                found[rel] = f"dir {mode:o}"
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                found[rel] = f"file {mode:o} {digest}"
+            else:
+                found[rel] = f"special {stat.S_IFMT(info.st_mode):o}"
+    return found
+
+
+def changed(before: Snapshot, after: Snapshot) -> list[str]:
+    """The entries that differ between two snapshots, for assertion messages."""
+    return sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+
+
+def cli(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`python -m patchset ARGS` in a fresh process, as a user would run it."""
+    return subprocess.run(
+        [sys.executable, "-m", "patchset", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        check=False,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one error line a failed command printed; no traceback, no second line."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip("\n").splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("patchset: error: "), lines[0]
+    assert "\x1b" not in lines[0], "control characters must be shown escaped"
+    return lines[0]

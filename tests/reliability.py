@@ -1,0 +1,70 @@
+"""The ledger behind docs/reliability.md: every hostile input tried and fault injected.
+
+Hardening tests call `record` once per case with `intact`: whether everything they check about
+the files held (nothing outside the target touched, nothing written on failure, a revert or a
+roll-back restoring every byte). A case that breaks an invariant is recorded before the test
+fails, so the table counts it.
+
+Records go to the JSON-lines file named by ``$PATCHSET_RELIABILITY_LOG`` when it is set (by
+`benchmarks/reliability_report.py`) and nowhere otherwise. Loaded as a plugin
+(``-p tests.reliability``), this module also records the outcome of the existing download and
+index tests that inject faults, so they count without being written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+LOG_ENV = "PATCHSET_RELIABILITY_LOG"
+
+# Kinds of record, in the order the table lists them.
+HOSTILE = "hostile input"
+FAULT = "fault injected"
+
+# Existing tests that inject a fault, counted by their outcome (see tests/test_net.py and
+# tests/test_index_source.py): the test passing means nothing corrupt was used or kept.
+REUSED: dict[str, str] = {
+    "tests/test_net.py::test_fetch_json_retries_a_500": "index answers 5xx, then recovers",
+    "tests/test_net.py::test_persistent_500_gives_one_clear_line": "index answers 5xx, always",
+    "tests/test_net.py::test_unreachable_port": "index unreachable",
+    "tests/test_net.py::test_timeout_is_retried_then_reported": "index times out",
+    "tests/test_net.py::test_not_json": "index answers garbage",
+    "tests/test_net.py::test_download_retries_a_truncated_body": "download cut short, then whole",
+    "tests/test_net.py::test_download_always_truncated_leaves_nothing": "download cut short",
+    "tests/test_net.py::test_wrong_sha256_deletes_and_does_not_retry": "download corrupted",
+    "tests/test_index_source.py::test_unreachable_index_says_offline": "index unreachable",
+    "tests/test_index_source.py::test_wrong_sha256_leaves_the_cache_consistent": (
+        "download corrupted"
+    ),
+    "tests/test_index_source.py::test_bad_cached_sdist_is_replaced": "cached sdist corrupted",
+    "tests/test_index_source.py::test_damaged_tree_is_rebuilt_from_the_cached_sdist": (
+        "cached tree corrupted"
+    ),
+    "tests/test_index_source.py::test_tree_of_another_sdist_is_rebuilt": "cached tree stale",
+    "tests/test_index_source.py::test_two_readers_download_once": "two readers, one cache",
+    "tests/test_index_source.py::test_a_held_lock_times_out": "cache lock held elsewhere",
+}
+
+
+def record(kind: str, group: str, case: str, *, intact: bool) -> None:
+    """Count one case; `intact` is False when anything was lost or half-written."""
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    line = json.dumps({"kind": kind, "group": group, "case": case, "intact": intact})
+    # One short write to a file opened for appending: lines of concurrent writers stay whole.
+    with Path(path).open("a", encoding="utf-8") as log:
+        log.write(line + "\n")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Record the reused fault tests by outcome (only when loaded with -p tests.reliability)."""
+    if report.when != "call" or report.skipped:
+        return
+    group = REUSED.get(report.nodeid.split("[")[0])
+    if group is not None:
+        record(FAULT, f"downloads and index: {group}", report.nodeid, intact=report.passed)

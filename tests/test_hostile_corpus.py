@@ -1,0 +1,319 @@
+"""Hostile and malformed input from tests/corpus/, through the command line as a user runs it.
+
+Each case gives its documented exit code; an error is one line that names the place (the
+payload, the patch folder or the target) and says what is wrong; nothing outside the target
+changes; nothing at all changes on failure; a successful apply is reverted byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchset.errors import PayloadError
+from patchset.paths import check_relpath
+from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
+from tests.reliability import HOSTILE, record
+
+CORPUS = Path(__file__).parent / "corpus"
+PWNED = Path("/tmp/patchset-pwned")  # what the Python-looking payloads would create if run
+
+BODY = "".join(f"line {i}\n" for i in range(1, 21))
+OTHER = "alpha\nbeta\ngamma\n"
+GOOD_DIFF = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -9,5 +9,5 @@
+ line 9
+ line 10
+-line 11
++line 11 patched
+ line 12
+ line 13
+--- a/vllm/other.py
++++ b/vllm/other.py
+@@ -1,3 +1,3 @@
+ alpha
+-beta
++beta patched
+ gamma
+"""
+GOOD_SITES = """\
+[[site]]
+name = "five"
+file = "vllm/mod.py"
+action = "replace"
+marker = "patchset: corpus five"
+anchor = "line 5"
+text = "line five"
+"""
+PATCH_TOML = """\
+id = "{id}"
+title = "a corpus case"
+description = "built by tests/test_hostile_corpus.py"
+kind = "{kind}"
+revision = 1
+vllm = ">=0.1"
+apply = "{when}"
+targets = {targets}
+origin = "tests/corpus"
+credit = ["tests"]
+
+[upstream]
+state = "unsubmitted"
+"""
+GROUPS = {
+    ".diff": "corpus: diff payloads",
+    ".sites.toml": "corpus: runtime site payloads",
+    ".patch.toml": "corpus: patch.toml metadata",
+    ".registry.toml": "corpus: registry layouts",
+    ".tree.toml": "corpus: target trees",
+}
+_ROW = re.compile(r"^\| `(?P<name>[^`]+)` \| (?P<code>\d+)(?:: (?P<text>.*?))? \| (?P<what>.+) \|$")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    code: int
+    text: str
+    what: str
+
+    @property
+    def suffix(self) -> str:
+        return next(s for s in GROUPS if self.name.endswith(s))
+
+
+def read_cases() -> list[Case]:
+    rows = []
+    for line in (CORPUS / "README.md").read_text(encoding="utf-8").splitlines():
+        if match := _ROW.match(line):
+            code = int(match["code"])
+            rows.append(Case(match["name"], code, match["text"] or "", match["what"]))
+    return rows
+
+
+CASES = read_cases()
+
+
+@dataclass(frozen=True)
+class Setup:
+    registry: Path
+    target: Path
+    outside: Path
+    place: Path  # what an error must name
+    transient: tuple[str, ...] = ()  # entries patchset may remove (planted in its own names)
+
+
+def _safe(path: str) -> bool:
+    try:
+        check_relpath(path, file="corpus")
+    except PayloadError:
+        return False
+    return True
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in dict.fromkeys(items)) + "]"
+
+
+def _diff_targets(text: str) -> list[str]:
+    found = []
+    for line in text.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            path = line[4:].split("\t")[0].strip()
+            path = path[2:] if path.startswith(("a/", "b/")) else path
+            if _safe(path):
+                found.append(path)
+    return found or ["vllm/mod.py"]
+
+
+def _write_patch(folder: Path, *, kind: str, targets: list[str], payload: bytes) -> None:
+    folder.mkdir(parents=True)
+    when = "build" if kind == "diff" else "startup"
+    meta = PATCH_TOML.format(id=folder.name, kind=kind, when=when, targets=_toml_list(targets))
+    (folder / "patch.toml").write_text(meta)
+    (folder / ("patch.diff" if kind == "diff" else "sites.toml")).write_bytes(payload)
+
+
+def _default_tree(target: Path) -> None:
+    (target / "vllm").mkdir(parents=True)
+    (target / "vllm" / "__init__.py").write_text("")
+    (target / "vllm" / "_version.py").write_text("__version__ = version = '0.19.1'\n")
+    (target / "vllm" / "mod.py").write_text(BODY)
+    (target / "vllm" / "other.py").write_text(OTHER)
+
+
+def _fill(value: str, outside: Path) -> str:
+    return (
+        value.replace("{outside}", str(outside))
+        .replace("{body_crlf}", BODY.replace("\n", "\r\n"))
+        .replace("{body}", BODY)
+    )
+
+
+def _build_tree(spec: dict[str, Any], target: Path, outside: Path) -> None:
+    if spec.get("bare"):
+        target.mkdir(parents=True)
+    else:
+        _default_tree(target)
+    for item in spec.get("outside", []):
+        path = outside / item["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_fill(item["text"], outside))
+    for item in spec.get("file", []):
+        path = target / item["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if "hex" in item:
+            data = bytes.fromhex(item["hex"])
+        else:
+            data = _fill(item["text"], outside).encode() * item.get("repeat", 1)
+        with path.open("ab" if item.get("append") else "wb") as fh:
+            fh.write(data)
+    for item in spec.get("dir", []):
+        _clear(target / item["path"]).mkdir(parents=True)
+    for item in spec.get("fifo", []):
+        os.mkfifo(_clear(target / item["path"]))
+    for item in spec.get("link", []):
+        _clear(target / item["path"]).symlink_to(_fill(item["to"], outside))
+    for item in spec.get("hardlink", []):
+        _clear(target / item["path"]).hardlink_to(_fill(item["to"], outside))
+
+
+def _clear(path: Path) -> Path:
+    """Make room for a special entry where the default tree has a file."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    return path
+
+
+def build(case: Case, tmp: Path) -> Setup:
+    registry, target, outside = tmp / "patches", tmp / "target", tmp / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("do not touch\n")
+    data = (CORPUS / case.name).read_bytes()
+    folder = registry / "corpus-case"
+    transient: tuple[str, ...] = ()
+    place = folder
+    if case.suffix == ".diff":
+        targets = _diff_targets(data.decode("utf-8", errors="replace"))
+        _write_patch(folder, kind="diff", targets=targets, payload=data)
+        _default_tree(target)
+    elif case.suffix == ".sites.toml":
+        found = re.findall(r'^file = "([^"]*)"', data.decode("utf-8", "replace"), re.M)
+        targets = [f for f in found if _safe(f)] or ["vllm/mod.py"]
+        _write_patch(folder, kind="runtime", targets=targets, payload=data)
+        _default_tree(target)
+    elif case.suffix == ".patch.toml":
+        _write_patch(folder, kind="diff", targets=[], payload=GOOD_DIFF.encode())
+        (folder / "sites.toml").write_text(GOOD_SITES)
+        (folder / "patch.toml").write_bytes(data)
+        _default_tree(target)
+    elif case.suffix == ".registry.toml":
+        place = registry
+        registry.mkdir()
+        for name, spec in tomllib.loads(data.decode())["folders"].items():
+            if spec.get("missing"):
+                (registry / name).mkdir()
+                continue
+            _write_patch(
+                registry / name,
+                kind="diff",
+                targets=["vllm/mod.py", "vllm/other.py"],
+                payload=GOOD_DIFF.encode(),
+            )
+            meta = registry / name / "patch.toml"
+            text = meta.read_text().replace(f'id = "{name}"', f"id = {json.dumps(spec['id'])}")
+            meta.write_text(text)
+            if spec.get("toml_is_folder"):
+                meta.unlink()
+                meta.mkdir()
+        _default_tree(target)
+    else:
+        spec = tomllib.loads(data.decode())
+        diff = spec.get("diff", GOOD_DIFF)
+        targets = _diff_targets(diff)
+        _write_patch(folder, kind="diff", targets=targets, payload=diff.encode())
+        _build_tree(spec, target, outside)
+        place = target
+        transient = tuple(spec.get("transient", ()))
+    return Setup(registry, target, outside, place, transient)
+
+
+def _report_text(stdout: str) -> str:
+    report = json.loads(stdout)
+    lines = [line for r in report["results"] for line in r["details"] + r["warnings"]]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    setup: Setup
+    before: Snapshot  # the target before the apply
+    after: Snapshot  # ... after it
+    proc: subprocess.CompletedProcess[str]
+    untouched: bool  # outside the target, the registry: unchanged; no payload ran
+    restored: bool  # failed: the target unchanged; applied: the revert gave it back
+
+
+def run_case(case: Case, tmp: Path) -> Outcome:
+    tmp.mkdir()
+    setup = build(case, tmp)
+    before = snapshot(setup.target)
+    outside_before = snapshot(setup.outside)
+    registry_before = snapshot(setup.registry)
+    args = ("--registry", str(setup.registry))
+    proc = cli(*args, "apply", "--target", str(setup.target), "--format", "json")
+    after = snapshot(setup.target)
+    untouched = snapshot(setup.outside) == outside_before
+    untouched = untouched and snapshot(setup.registry) == registry_before and not PWNED.exists()
+    if proc.returncode in (0, 7):
+        back = cli(*args, "revert", "--target", str(setup.target), "--format", "json")
+        now = snapshot(setup.target, ignore=(LOCK, *setup.transient))
+        expected = {k: v for k, v in before.items() if k not in setup.transient}
+        restored = back.returncode == 0 and now == expected
+    else:
+        restored = after == before
+    return Outcome(setup, before, after, proc, untouched, restored)
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Every case at once, a few processes at a time: each costs an interpreter start."""
+    root = tmp_path_factory.mktemp("corpus")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {c.name: pool.submit(run_case, c, root / c.name) for c in CASES}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_case(case: Case, outcomes: dict[str, Outcome]) -> None:
+    out = outcomes[case.name]
+    record(HOSTILE, GROUPS[case.suffix], case.name, intact=out.untouched and out.restored)
+    assert out.untouched, "something outside the target, or the registry, changed"
+    assert out.proc.returncode == case.code, out.proc.stdout + out.proc.stderr
+    if case.code == 2:
+        line = error_line(out.proc)
+        assert case.text in line
+        assert str(out.setup.place) in line, f"the error does not name {out.setup.place}"
+        assert out.after == out.before, changed(out.before, out.after)
+    else:
+        assert case.text in _report_text(out.proc.stdout)
+        assert out.restored, "the revert did not give back the very bytes"
+
+
+def test_every_corpus_file_has_a_readme_line() -> None:
+    files = {p.name for p in CORPUS.iterdir() if p.name != "README.md"}
+    described = [c.name for c in CASES]
+    assert len(described) == len(set(described)), "a case is described twice"
+    assert files == set(described)
+    assert all(c.what.strip() for c in CASES)
