@@ -1,4 +1,4 @@
-"""The one module that talks HTTP: JSON fetches and verified downloads over urllib.
+"""The one module that talks HTTP: JSON and small fetches, verified downloads, over urllib.
 
 Transient failures (no connection, a timeout, a cut-off body, a 5xx or a 429) are tried
 again with exponential backoff; any other 4xx fails at once. A download is streamed into
@@ -84,6 +84,28 @@ def fetch_json(url: str, *, timeout: float = 30.0, retries: int = 3) -> Any:
         raise SourceError(f"{redact(url)}: the answer is not JSON ({exc})") from None
 
 
+def fetch_bytes(
+    url: str,
+    *,
+    timeout: float = 30.0,
+    retries: int = 3,
+    max_bytes: int = 32 << 20,
+    what: str = "the server",
+) -> bytes:
+    """GET `url` and return its body (at most `max_bytes`); `what` names the server in
+    messages (e.g. "the forge"), since this is not only for the package index."""
+
+    def attempt() -> bytes:
+        with _open(url, timeout) as response:
+            body = _read(response, max_bytes + 1)
+            if len(body) > max_bytes:
+                raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
+            _check_length(response, len(body))
+            return body
+
+    return _with_retries(url, attempt, retries=retries, what=what, hint="")
+
+
 def download(
     url: str,
     dest: Path,
@@ -115,7 +137,14 @@ def download(
     _with_retries(url, attempt, retries=retries)
 
 
-def _with_retries(url: str, attempt: Callable[[], T], *, retries: int) -> T:
+def _with_retries(
+    url: str,
+    attempt: Callable[[], T],
+    *,
+    retries: int,
+    what: str = "the package index",
+    hint: str = "; use --offline to work from the cache",
+) -> T:
     tries = retries + 1
     reason = ""
     for number in range(1, tries + 1):
@@ -128,8 +157,7 @@ def _with_retries(url: str, attempt: Callable[[], T], *, retries: int) -> T:
             LOG.info("%s: %s; trying again in %.1fs", redact(url), reason, delay)
             time.sleep(delay)
     raise UnreachableError(
-        f"cannot reach the package index at {redact(url)}: {reason} (tried {tries} times);"
-        " use --offline to work from the cache"
+        f"cannot reach {what} at {redact(url)}: {reason} (tried {tries} times){hint}"
     )
 
 

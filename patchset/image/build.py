@@ -149,21 +149,41 @@ def _write_outputs(output: Path | None, report: BuildReport | None, lines: list[
         (output / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
 
 
-def _build(
+@dataclass(frozen=True)
+class PreparedContext:
+    """A build context folder (Dockerfile, patched files, runtime) and what goes with it."""
+
+    folder: Path
+    base: dockerengine.ImageInfo
+    base_digest: str  # the base's repo digest, or its ID when it has none
+    vllm_root: str  # the folder holding vllm/ in the base
+    labels: dict[str, str]
+    tags: tuple[str, ...]  # the definition's tags (no extra ones)
+    entries: tuple[dict[str, Any], ...]  # the manifest's patch entries
+
+
+def prepare_context(
     definition: BuildDefinition,
     registry: Registry,
     engine: dockerengine.Engine,
+    folder: Path,
     *,
-    extra_tags: tuple[str, ...],
-    push: bool,
-    nocache: bool,
-    log: LogSink,
-) -> BuildReport:
-    base = engine.ensure_image(definition.base, on_log=log)
+    from_ref: str | None = None,
+    log: LogSink | None = None,
+) -> PreparedContext:
+    """Write the build context of `definition` into `folder`: find vLLM in the base, copy its
+    target files out, patch them, and lay out the Dockerfile, files and runtime.
+
+    The Dockerfile starts ``FROM <from_ref>``: the base's local image ID by default (what
+    `build` uses); `patchset bake` passes the base's name pinned by digest instead, which a
+    remote builder can pull.
+    """
+    sink: LogSink = log or (lambda _line: None)
+    base = engine.ensure_image(definition.base, on_log=sink)
     base_digest = next((d.split("@", 1)[1] for d in base.repo_digests if "@" in d), base.id)
-    log(f"base {definition.base}: {base.id} ({base_digest})")
+    sink(f"base {definition.base}: {base.id} ({base_digest})")
     root, found_version = locate_vllm(engine, base.id)
-    log(f"vllm {found_version} at {root}")
+    sink(f"vllm {found_version} at {root}")
     if found_version is not None and found_version != definition.vllm:
         raise BuildError(
             f"{definition.base} holds vLLM {found_version}, the definition says {definition.vllm}",
@@ -179,46 +199,75 @@ def _build(
     wanted = sorted({f for v in variants.values() for f in v.files})
     copied = engine.copy_out(base.id, [f"{root}/{rel}" for rel in wanted])
     originals = {rel: copied[f"{root}/{rel}"] for rel in wanted}
-
-    with tempfile.TemporaryDirectory(prefix="patchset-build-") as tmp:
-        work = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
         patched, entries = _patch_files(
-            definition, registry, work / "tree", variants=variants, originals=originals, log=log
+            definition,
+            registry,
+            Path(tmp) / "tree",
+            variants=variants,
+            originals=originals,
+            log=sink,
         )
-        build_ids = [e["id"] for e in entries if e["apply"] == "build"]
-        short = registry.short_digest
-        revision, source = gitrepo.provenance(registry.root)
-        image_labels = labels(
-            base=definition.base,
-            base_digest=base_digest,
-            version=f"{definition.vllm}-{definition.cuda}-ps{short}",
-            created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            revision=revision,
-            source=source,
-            registry=registry.digest,
-            entries=entries,
+    build_ids = [e["id"] for e in entries if e["apply"] == "build"]
+    short = registry.short_digest
+    revision, source = gitrepo.provenance(registry.root)
+    image_labels = labels(
+        base=definition.base,
+        base_digest=base_digest,
+        version=f"{definition.vllm}-{definition.cuda}-ps{short}",
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        revision=revision,
+        source=source,
+        registry=registry.digest,
+        entries=entries,
+    )
+    manifest = {
+        "schema": "patchset.manifest/1",
+        "registry": registry.digest,
+        "vllm": definition.vllm,
+        "vllm_root": root,
+        "base": {"name": definition.base, "id": base.id, "digest": base_digest},
+        "serve_args": list(definition.serve_args),
+        "patches": entries,
+    }
+    _write_context(
+        folder,
+        definition=definition,
+        from_ref=from_ref or base.id,
+        root=root,
+        build_ids=build_ids,
+        patched=patched,
+        manifest=manifest,
+    )
+    return PreparedContext(
+        folder=folder,
+        base=base,
+        base_digest=base_digest,
+        vllm_root=root,
+        labels=image_labels,
+        tags=definition.tag_names(registry.digest),
+        entries=tuple(entries),
+    )
+
+
+def _build(
+    definition: BuildDefinition,
+    registry: Registry,
+    engine: dockerengine.Engine,
+    *,
+    extra_tags: tuple[str, ...],
+    push: bool,
+    nocache: bool,
+    log: LogSink,
+) -> BuildReport:
+    with tempfile.TemporaryDirectory(prefix="patchset-build-") as tmp:
+        context = prepare_context(definition, registry, engine, Path(tmp) / "context", log=log)
+        base, base_digest, root = context.base, context.base_digest, context.vllm_root
+        entries = context.entries
+        tags = (*context.tags, *extra_tags)
+        image_id = engine.build(
+            context.folder, (), labels=context.labels, nocache=nocache, on_log=log
         )
-        manifest = {
-            "schema": "patchset.manifest/1",
-            "registry": registry.digest,
-            "vllm": definition.vllm,
-            "vllm_root": root,
-            "base": {"name": definition.base, "id": base.id, "digest": base_digest},
-            "serve_args": list(definition.serve_args),
-            "patches": entries,
-        }
-        context = work / "context"
-        _write_context(
-            context,
-            definition=definition,
-            base_id=base.id,
-            root=root,
-            build_ids=build_ids,
-            patched=patched,
-            manifest=manifest,
-        )
-        tags = (*definition.tag_names(registry.digest), *extra_tags)
-        image_id = engine.build(context, (), labels=image_labels, nocache=nocache, on_log=log)
     try:
         _verify(engine, image_id, log)
         for ref in tags:
@@ -316,7 +365,7 @@ def _write_context(
     context: Path,
     *,
     definition: BuildDefinition,
-    base_id: str,
+    from_ref: str,
     root: str,
     build_ids: list[str],
     patched: dict[str, bytes],
@@ -328,7 +377,7 @@ def _write_context(
         (runtime / rel).write_bytes(data)
     (runtime / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     built = {f for e in manifest["patches"] if e["apply"] == "build" for f in e["files"]}
-    lines = [f"FROM {base_id}"]
+    lines = [f"FROM {from_ref}"]
     if build_ids:
         for rel in sorted(built):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,463 @@
+"""`patchset add`: a new patch folder from a pull request's diff, a local diff, or a skeleton.
+
+A diff is read leniently and written strictly: `diff --git` headers or plain `diff -u`
+output, `a/`/`b/` prefixes or none, paths below some other folder (`vllm-0.19.1/vllm/...`);
+files outside `vllm/` (tests, docs) are left out and named. The payload is written in one
+form (`--- a/vllm/...`, `+++ b/vllm/...`, the hunks as they were), the registry's own rules
+are applied to it, and the new folder is loaded back before it is moved into place, so a
+refused add writes nothing. The release range is suggested by a check of the new patch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import textwrap
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import tomlkit
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from tomlkit.items import Table as TomlTable
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchedFile, PatchSet
+
+from patchset import net
+from patchset.check import CheckReport, check
+from patchset.diffparse import parse_diff
+from patchset.errors import PayloadError, UsageError
+from patchset.registry import STATES, Patch, load_patch, load_registry
+from patchset.sources.base import ReleaseSource
+
+FORGE_ENV = "PATCHSET_FORGE_URL"
+DEFAULT_FORGE = "https://github.com"
+ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it
+PR_RULE = re.compile(r"^(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)#(?P<number>\d+)$")
+HUNK_HEADER = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
+ANY_RELEASE = ">=0"  # the range written when no release was checked
+
+
+@dataclass(frozen=True)
+class DiffPayload:
+    """A diff reduced to the files under vllm/, in the registry's form."""
+
+    text: str
+    targets: tuple[str, ...]
+    dropped: tuple[str, ...]  # files outside vllm/, left out
+
+
+@dataclass(frozen=True)
+class AddResult:
+    patch: Patch
+    dropped: tuple[str, ...]
+    report: CheckReport | None  # the check that suggested the range; None when none ran
+    suggested: tuple[str, ...]  # the ranges where the check found the patch `needed`
+    range: str  # the range written to patch.toml
+    range_note: str  # how it was chosen
+
+
+# -- reading diffs ---------------------------------------------------------------------------
+
+
+def _vllm_path(raw: str, *, git: bool) -> str:
+    """The path relative to the folder holding vllm/. A git diff's paths are already relative
+    to the repository; a plain diff's may sit below any folder (`vllm-0.19.1/vllm/x.py`)."""
+    if raw == "/dev/null":
+        return raw
+    parts = PurePosixPath(raw).parts
+    if git:
+        return raw
+    if "vllm" in parts:
+        return "/".join(parts[parts.index("vllm") :])
+    return raw
+
+
+def normalize_diff(text: str, *, file: Path | str) -> DiffPayload:
+    """Read a unified diff from a forge or a file; PayloadError if it does not parse, touches
+    no file under vllm/, or changes a vllm/ file in a way the engine does not apply."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("@@") and not HUNK_HEADER.match(line):  # unidiff would skip it
+            raise PayloadError(f"line {number}: malformed hunk header {line[:60]!r}", path=file)
+    try:
+        patch = PatchSet(text)
+    except UnidiffParseError as exc:
+        raise PayloadError(f"not a valid unified diff: {exc}", path=file) from None
+    if not len(patch):
+        raise PayloadError("not a unified diff: it holds no file changes", path=file)
+    parts: list[str] = []
+    targets: list[str] = []
+    dropped: list[str] = []
+    for pf in patch:
+        git = str(pf.patch_info or "").startswith("diff --git")
+        source, target = _paths(pf, git=git)
+        path = target if target != "/dev/null" else source
+        if not path.startswith("vllm/"):
+            dropped.append(path)
+            continue
+        if target == "/dev/null" or pf.is_removed_file:
+            raise PayloadError(f"{path}: diffs that delete files are not supported", path=file)
+        if pf.is_binary_file:
+            raise PayloadError(f"{path}: binary diffs are not supported", path=file)
+        if git and (pf.is_rename or (source not in ("/dev/null", target))):
+            raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
+        added = pf.is_added_file or source == "/dev/null"
+        parts.append(f"--- {'/dev/null' if added else 'a/' + path}\n+++ b/{path}\n")
+        parts += [_hunk_text(h) for h in pf]
+        targets.append(path)
+    if not targets:
+        more = len(dropped) - 3
+        shown = ", ".join(dropped[:3]) + (f" and {more} more" if more > 0 else "")
+        raise PayloadError(f"touches no file under vllm/ (only {shown})", path=file)
+    canonical = "".join(parts)
+    parse_diff(canonical, file=file)  # the registry's own rules, named against the input
+    return DiffPayload(canonical, tuple(dict.fromkeys(targets)), tuple(dropped))
+
+
+def _paths(pf: PatchedFile, *, git: bool) -> tuple[str, str]:
+    source, target = str(pf.source_file), str(pf.target_file)
+    if source.startswith("a/") and target.startswith("b/"):
+        source, target = source[2:], target[2:]
+    elif source == "/dev/null" and target.startswith("b/"):
+        target = target[2:]
+    elif target == "/dev/null" and source.startswith("a/"):
+        source = source[2:]
+    return _vllm_path(source, git=git), _vllm_path(target, git=git)
+
+
+def _hunk_text(hunk: object) -> str:
+    text = str(hunk)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def read_diff_file(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", path=path) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PayloadError(f"line {line}: not UTF-8; diffs are UTF-8 text", path=path) from None
+
+
+# -- the forge -------------------------------------------------------------------------------
+
+
+def parse_pr(pr: str) -> tuple[str, str, int]:
+    match = PR_RULE.match(pr)
+    if match is None:
+        raise UsageError(f"--pr {pr!r}: expected owner/repo#number, e.g. vllm-project/vllm#36325")
+    return match["owner"], match["repo"], int(match["number"])
+
+
+def forge_url(explicit: str | None = None) -> str:
+    """The forge's base URL: `explicit`, else $PATCHSET_FORGE_URL, else the default."""
+    return (explicit or os.environ.get(FORGE_ENV) or DEFAULT_FORGE).rstrip("/")
+
+
+def pr_diff_url(pr: str, forge: str | None = None) -> str:
+    owner, repo, number = parse_pr(pr)
+    return f"{forge_url(forge)}/{owner}/{repo}/pull/{number}.diff"
+
+
+def fetch_pr_diff(pr: str, forge: str | None = None) -> str:
+    """The pull request's diff from the forge (through patchset.net: retries, no 4xx retry)."""
+    url = pr_diff_url(pr, forge)
+    data = net.fetch_bytes(url, what="the forge")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PayloadError("the forge's answer is not UTF-8 text", path=net.redact(url)) from None
+
+
+# -- choosing releases to check --------------------------------------------------------------
+
+
+def releases_to_check(
+    source: ReleaseSource,
+    *,
+    versions: Sequence[str] = (),
+    since: str | None = None,
+) -> list[str]:
+    """`versions`, else the releases after `since`, else the releases the source holds
+    without downloading (the cache's, for the package index)."""
+    for v in (*versions, *([since] if since else [])):
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise UsageError(f"{v!r} is not a PEP 440 version") from None
+    if versions:
+        return list(dict.fromkeys(versions))
+    if since:
+        return [v for v in source.versions() if Version(v) > Version(since)]
+    cache = getattr(source, "cache", None)
+    if cache is not None:
+        cached = [v for v in cache.cached_tree_versions() if _is_version(v)]
+        return sorted(cached, key=Version)
+    return source.versions()
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+# -- writing ---------------------------------------------------------------------------------
+
+
+def check_new_id(root: Path, patch_id: str) -> None:
+    if not ID_RULE.match(patch_id):
+        raise UsageError(f"{patch_id!r}: use 3-64 lowercase letters, digits and '-' for an id")
+    if not root.is_dir():
+        raise UsageError("registry folder does not exist (`patchset init` lays one out)", path=root)
+    if (root / patch_id).exists():
+        raise UsageError(f"patch {patch_id!r} exists already", path=root / patch_id)
+
+
+def add_diff(
+    root: Path,
+    patch_id: str,
+    payload: DiffPayload,
+    *,
+    pr: str | None = None,
+    state: str | None = None,
+    title: str | None = None,
+    origin: str,
+    credit: Sequence[str] = (),
+    apply: str = "build",
+    vllm: str | None = None,
+    source: ReleaseSource | None = None,
+    versions: Iterable[str] = (),
+) -> AddResult:
+    """Write `root/patch_id/` (patch.diff and patch.toml), its range suggested by a check of
+    `versions` from `source` unless `vllm` says it; nothing is written on any error."""
+    check_new_id(root, patch_id)
+    state = _state(pr, state)
+    if vllm is not None:
+        _specifier(vllm)
+    wanted = list(versions)
+    with _staging(root, patch_id) as folder:
+        (folder / "patch.diff").write_text(payload.text, encoding="utf-8")
+
+        def write_toml(range_text: str, note: str) -> None:
+            doc = _patch_doc(
+                patch_id,
+                kind="diff",
+                title=title or (f"{pr}" if pr else f"{patch_id} (from {origin})"),
+                description=_description(pr, origin),
+                vllm=range_text,
+                vllm_note=note,
+                apply=apply,
+                targets=payload.targets,
+                origin=origin,
+                credit=list(credit) or [f"the author(s) of {pr or origin}"],
+                pr=pr,
+                state=state,
+            )
+            (folder / "patch.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
+
+        write_toml(vllm or ANY_RELEASE, "")
+        staged = load_registry(folder.parent)  # the registry's rules, before any check
+        report = check(staged, wanted, source=source) if wanted and source else None
+        suggested = report.suggested.get(patch_id, ()) if report else ()
+        range_text, note = _choose_range(vllm, report, suggested)
+        write_toml(range_text, note)
+        patch = _move_into_place(folder, root / patch_id)
+    return AddResult(patch, payload.dropped, report, suggested, range_text, note)
+
+
+def add_runtime(
+    root: Path,
+    patch_id: str,
+    *,
+    pr: str | None = None,
+    state: str | None = None,
+    title: str | None = None,
+    vllm: str | None = None,
+) -> Path:
+    """Lay out a runtime patch skeleton: patch.toml with an empty `targets` and a sites.toml
+    holding only a commented example, so `patchset validate` refuses it until filled in."""
+    check_new_id(root, patch_id)
+    state = _state(pr, state)
+    if vllm is not None:
+        _specifier(vllm)
+    with _staging(root, patch_id) as folder:
+        doc = _patch_doc(
+            patch_id,
+            kind="runtime",
+            title=title or f"{patch_id}: say in one line what it fixes",
+            description=(
+                "What goes wrong without it (the error, the hardware), what the sites change,"
+                "\nand why upstream does not (yet).\n"
+            ),
+            vllm=vllm or "",
+            vllm_note="the releases it is meant for, e.g. '>=0.20.0,<0.21.0'",
+            apply="startup",
+            targets=(),
+            origin="where the edit comes from (a script, a pull request, your own work)",
+            credit=["who found and wrote the fix"],
+            pr=pr,
+            state=state,
+        )
+        header = (
+            "A runtime patch skeleton from `patchset add --runtime`: fill in vllm, targets and"
+            " at least\none [[site]] in sites.toml. Until then `patchset validate` refuses it,"
+            " on purpose, so a\nhalf-written patch never ships."
+        )
+        text = "".join(f"# {line}\n" for line in header.splitlines()) + tomlkit.dumps(doc)
+        (folder / "patch.toml").write_text(text, encoding="utf-8")
+        (folder / "sites.toml").write_text(_sites_example(patch_id), encoding="utf-8")
+        dest = root / patch_id
+        _rename(folder, dest)
+    return dest
+
+
+def _state(pr: str | None, state: str | None) -> str:
+    if pr is not None:
+        parse_pr(pr)
+    chosen = state or ("open" if pr else "unsubmitted")
+    if chosen not in STATES:
+        raise UsageError(f"--state {chosen!r} is not one of {', '.join(STATES)}")
+    if chosen != "unsubmitted" and pr is None:
+        raise UsageError(f"--state {chosen} needs --pr owner/repo#number")
+    return chosen
+
+
+def _specifier(text: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier:
+        raise UsageError(
+            f"--range {text!r} is not a PEP 440 version specifier (e.g. '>=0.17.0,<0.20.0')"
+        ) from None
+
+
+def _choose_range(
+    explicit: str | None, report: CheckReport | None, suggested: tuple[str, ...]
+) -> tuple[str, str]:
+    """The range to write and a one-line note of the evidence."""
+    if report is None:
+        if explicit:
+            return explicit, "given with --range; not checked against any release"
+        return ANY_RELEASE, "not checked against any release: narrow it (patchset check)"
+    verdicts = _verdict_runs(report)
+    if explicit:
+        return explicit, f"given with --range; checked: {verdicts}"
+    if suggested:
+        others = f" (also needed in {', '.join(suggested[:-1])})" if len(suggested) > 1 else ""
+        return suggested[-1], f"suggested by a check: {verdicts}{others}"
+    newest = report.releases[-1].version
+    return (
+        f">{newest}",
+        f"no checked release needs it as it is ({verdicts}); this admits only later ones",
+    )
+
+
+def _verdict_runs(report: CheckReport) -> str:
+    """'0.17.0..0.19.1 needed, 0.20.0..0.33.0 upstream': consecutive releases folded."""
+    runs: list[tuple[str, str, str]] = []
+    for r in report.results:
+        if runs and runs[-1][2] == r.verdict:
+            runs[-1] = (runs[-1][0], r.vllm, r.verdict)
+        else:
+            runs.append((r.vllm, r.vllm, r.verdict))
+    return ", ".join(f"{a}{'' if a == b else '..' + b} {v}" for a, b, v in runs)
+
+
+def _description(pr: str | None, origin: str) -> str:
+    what = f"the diff of {pr}" if pr else f"the diff {origin}"
+    return (
+        f"Added by `patchset add` from {what}.\nSay what goes wrong without it (the error,"
+        " the hardware) and why it is\ncarried until upstream ships it.\n"
+    )
+
+
+def _patch_doc(
+    patch_id: str,
+    *,
+    kind: str,
+    title: str,
+    description: str,
+    vllm: str,
+    vllm_note: str,
+    apply: str,
+    targets: Sequence[str],
+    origin: str,
+    credit: list[str],
+    pr: str | None,
+    state: str,
+) -> tomlkit.TOMLDocument:
+    doc = tomlkit.document()
+    doc.add("id", patch_id)
+    doc.add("title", title)
+    doc.add("description", tomlkit.string(description, multiline=True))
+    doc.add("kind", kind)
+    doc.add("revision", 1)
+    for line in textwrap.wrap(vllm_note, 96):
+        doc.add(tomlkit.comment(line))
+    doc.add("vllm", vllm)
+    doc.add("apply", apply)
+    doc.add("targets", list(targets))
+    doc.add("origin", origin)
+    doc.add("credit", credit)
+    upstream: TomlTable = tomlkit.table()
+    if pr is not None:
+        upstream.add("pr", pr)
+    upstream.add("state", state)
+    doc.add(tomlkit.nl())
+    doc.add("upstream", upstream)
+    return doc
+
+
+def _sites_example(patch_id: str) -> str:
+    return f"""\
+# Runtime sites of {patch_id}: each anchor must match exactly once (runs of whitespace are
+# folded); the text is re-indented to the anchor and carries its marker as a comment.
+# Remove the leading '# ' of the example below and make it yours (docs/registry.md).
+#
+# [[site]]
+# name = "a-short-name"
+# file = "vllm/path/to/file.py"
+# action = "replace"                # replace | insert-after | insert-before
+# marker = "patchset: {patch_id} site a"
+# anchor = \"\"\"
+# the exact line(s) to find
+# \"\"\"
+# text = \"\"\"
+# the line(s) to put there
+# \"\"\"
+"""
+
+
+@contextlib.contextmanager
+def _staging(root: Path, patch_id: str) -> Iterator[Path]:
+    """`<id>/` inside a hidden folder of the registry root (the loader skips dot folders),
+    so the final rename is atomic; the hidden folder goes away whatever happened."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".add-{patch_id}-", dir=root))
+    try:
+        folder = tmp / patch_id
+        folder.mkdir()
+        yield folder
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _rename(folder: Path, dest: Path) -> None:
+    if dest.exists():  # someone added the same id meanwhile
+        raise UsageError(f"patch {dest.name!r} exists already", path=dest)
+    os.replace(folder, dest)
+
+
+def _move_into_place(folder: Path, dest: Path) -> Patch:
+    load_patch(folder)  # validated by loading it back, before it is visible
+    _rename(folder, dest)
+    return load_patch(dest)

@@ -1,0 +1,92 @@
+"""`patchset bake`: a docker-bake.json and build contexts for every build definition."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.errors import ExitCode, UsageError
+from patchset.image.bake import bake, target_name
+from patchset.image.definition import load_definitions
+from patchset.registry import load_registry
+
+DESCRIPTION = """\
+Write a BuildKit bake file (JSON) with one target per build definition (build-0-19-1 for
+builds/0.19.1.toml), each with the context, labels and tags `patchset build` uses; the
+contexts go to <file stem>.contexts/ beside the file. Then, from that folder:
+docker buildx bake [--push] [TARGET...]. Needs the base images on the local engine
+(pulled when missing) to prepare the contexts."""
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "bake",
+        help="write a docker-bake.json and build contexts for the build definitions",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--builds",
+        dest="bake_builds",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the build definitions (default: the global --builds)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("docker-bake.json"),
+        metavar="FILE",
+        help="the bake file to write (default: docker-bake.json)",
+    )
+    p.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this definition (0.19.1) or target (build-0-19-1); repeatable",
+    )
+    p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    folder: Path = args.bake_builds or args.builds
+    if not folder.is_dir():
+        raise UsageError("build definitions folder does not exist", path=folder)
+    definitions = load_definitions(folder)
+    if not definitions:
+        raise UsageError("holds no build definition (*.toml)", path=folder)
+    if args.target:
+        known = {d.name: d for d in definitions} | {target_name(d): d for d in definitions}
+        unknown = [t for t in args.target if t not in known]
+        if unknown:
+            raise UsageError(
+                f"no build target {unknown[0]!r} in {folder} (have: {', '.join(sorted(known))})"
+            )
+        definitions = list({id(known[t]): known[t] for t in args.target}.values())
+    err = err_console()
+    result = bake(
+        definitions,
+        load_registry(args.registry),
+        args.output,
+        extra_tags=tuple(args.tag),
+        log=lambda line: err.print(line, markup=False, highlight=False),
+    )
+    if args.format == "json":
+        print_json(result.data)
+        return ExitCode.OK
+    out = table(f"{result.file}", ["target", "context", "FROM", "tags"])
+    for t in result.targets:
+        out.add_row(t.name, str(t.context), t.base, "\n".join(t.tags))
+    con = console()
+    con.print(out)
+    con.print(
+        f"next: cd {result.file.parent} && docker buildx bake -f {result.file.name} [--push]",
+        markup=False,
+    )
+    return ExitCode.OK

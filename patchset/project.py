@@ -1,0 +1,193 @@
+"""Where a project keeps its patches and build definitions, and `patchset init` to lay them out.
+
+Each setting is taken from the first of: the command-line flag (`--registry`, `--builds`), the
+environment (`PATCHSET_REGISTRY`, `PATCHSET_BUILDS`), the `[tool.patchset]` table of the
+nearest `pyproject.toml` (searching up from the working folder; paths relative to that file),
+and the default `patches` / `builds` (beside that `pyproject.toml` when it has the table, else
+in the working folder).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+
+from patchset.errors import RegistryError
+from patchset.tomltable import Table, load_toml
+
+PYPROJECT = "pyproject.toml"
+ENV = {"registry": "PATCHSET_REGISTRY", "builds": "PATCHSET_BUILDS"}
+DEFAULTS = {"registry": "patches", "builds": "builds"}
+
+
+@dataclass(frozen=True)
+class Project:
+    registry: Path
+    builds: Path
+    pyproject: Path | None = None  # the file whose [tool.patchset] table was read
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml in `start` or a folder above it."""
+    start = start.absolute()
+    for folder in (start, *start.parents):
+        candidate = folder / PYPROJECT
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_tool_table(pyproject: Path) -> dict[str, str] | None:
+    """The validated `[tool.patchset]` table of `pyproject`, or None when it has none."""
+    data = load_toml(pyproject)
+    tool = data.get("tool")
+    if not isinstance(tool, dict) or "patchset" not in tool:
+        return None
+    table = Table(tool["patchset"], file=pyproject, where="tool.patchset")
+    values = {key: table.opt_str(key, required=False) for key in DEFAULTS}
+    table.finish()
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def resolve(
+    *,
+    registry: Path | None = None,
+    builds: Path | None = None,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Project:
+    """The registry and builds folders to use (see the module docstring for the order)."""
+    environ = os.environ if environ is None else environ
+    given = {"registry": registry, "builds": builds}
+    chosen: dict[str, Path | None] = {
+        key: value if value is not None else _env_path(environ.get(ENV[key]))
+        for key, value in given.items()
+    }
+    pyproject: Path | None = None
+    if any(value is None for value in chosen.values()):
+        here = cwd or Path.cwd()
+        found = find_pyproject(here)
+        table = read_tool_table(found) if found is not None else None
+        if table is not None and found is not None:
+            pyproject = found
+            for key, default in DEFAULTS.items():
+                if chosen[key] is None:
+                    chosen[key] = _beside(found, table.get(key, default), here)
+    return Project(
+        registry=chosen["registry"] or Path(DEFAULTS["registry"]),
+        builds=chosen["builds"] or Path(DEFAULTS["builds"]),
+        pyproject=pyproject,
+    )
+
+
+def _env_path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None
+
+
+def _beside(pyproject: Path, value: str, cwd: Path) -> Path:
+    """`value` relative to the pyproject's folder, shown relative to `cwd` when inside it."""
+    path = pyproject.parent / Path(value).expanduser()
+    try:
+        return path.relative_to(cwd.absolute())
+    except ValueError:
+        return path
+
+
+# -- patchset init ---------------------------------------------------------------------------
+
+PATCHES_README = """\
+# Patches
+
+One folder per patch: `<id>/patch.toml` plus its payload (`patch.diff` or `sites.toml`).
+Add one with `patchset add ID --pr owner/repo#N`, `patchset add ID --diff FILE` or
+`patchset add --runtime ID`; check them with `patchset validate` and `patchset check`.
+"""
+
+EXAMPLE_BUILD = """\
+# An example build definition. Copy it to <vLLM version>.toml (e.g. 0.19.1.toml), remove the
+# leading '# ' of each line below and fill in your own; every *.toml in this folder is a build
+# target of `patchset build` and `patchset bake`. This file (.sample) is never read.
+#
+# vllm = "0.19.1"
+# cuda = "cu130"
+# base = "vllm/vllm-openai:v0.19.1-cu130"
+# repository = "registry.example:5000/me/vllm-openai"
+# # <vllm>-<cuda> moves with the registry; <vllm>-<cuda>-ps<digest> never does.
+# tags = ["{vllm}-{cuda}", "{vllm}-{cuda}-ps{registry}"]
+# patches = ["my-patch-id"]
+#
+# [env]
+# VLLM_USE_FLASHINFER_SAMPLER = "1"
+#
+# [serve]
+# args = ["--model", "org/model", "--max-model-len", "32768"]
+"""
+
+
+@dataclass(frozen=True)
+class InitResult:
+    root: Path
+    created: tuple[Path, ...]  # files and folders written
+    kept: tuple[Path, ...]  # already there, left as they were
+
+
+def init_project(root: Path) -> InitResult:
+    """Lay out `root/patches/`, `root/builds/` (with a commented example) and the
+    `[tool.patchset]` table of `root/pyproject.toml`; anything already there is kept."""
+    root.mkdir(parents=True, exist_ok=True)
+    created: list[Path] = []
+    kept: list[Path] = []
+    for folder, name, text in (
+        (root / DEFAULTS["registry"], "README.md", PATCHES_README),
+        (root / DEFAULTS["builds"], "example.toml.sample", EXAMPLE_BUILD),
+    ):
+        if folder.exists() and not folder.is_dir():
+            raise RegistryError("exists and is not a folder", path=folder)
+        if folder.is_dir():
+            kept.append(folder)
+            continue
+        folder.mkdir()
+        (folder / name).write_text(text, encoding="utf-8")
+        created += [folder, folder / name]
+    pyproject = root / PYPROJECT
+    if _add_tool_table(pyproject):
+        created.append(pyproject)
+    else:
+        kept.append(pyproject)
+    return InitResult(root=root, created=tuple(created), kept=tuple(kept))
+
+
+def _add_tool_table(pyproject: Path) -> bool:
+    """Add `[tool.patchset]` to `pyproject` (created if missing), keeping its style;
+    False when the table is there already."""
+    existing = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
+    try:
+        doc = tomlkit.parse(existing)
+    except TOMLKitError as exc:
+        raise RegistryError(f"not valid TOML: {exc}", path=pyproject) from None
+    tool = doc.get("tool")
+    if tool is not None and "patchset" in tool:
+        read_tool_table(pyproject)  # an existing table must still be a valid one
+        return False
+    table = tomlkit.table()
+    table.add(tomlkit.comment("Where `patchset` finds this project's patches and builds."))
+    table.add("registry", DEFAULTS["registry"])
+    table.add("builds", DEFAULTS["builds"])
+    if tool is None:
+        tool = tomlkit.table(is_super_table=True)
+        tool.add("patchset", table)
+        if existing and not existing.endswith("\n\n"):
+            doc.add(tomlkit.nl())
+        doc.add("tool", tool)
+    else:
+        tool.add("patchset", table)
+    text = tomlkit.dumps(doc)
+    tmp = pyproject.with_name(f".{pyproject.name}.patchset-init")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, pyproject)
+    return True

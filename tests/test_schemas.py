@@ -1,0 +1,136 @@
+"""The public API and the JSON Schemas shipped in the package, checked against REAL outputs: a
+check of real cached releases and a real image build on the stand-in base."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import patchset
+from patchset import schemas
+from patchset.cache import Cache, cache_root
+from patchset.dockerengine import Engine
+from patchset.image.definition import load_definition
+from patchset.sources.index import IndexSource
+from tests.infra.docker_fixtures import StandinImage
+
+REPO = Path(__file__).parent.parent
+REGISTRY = patchset.load_registry(REPO / "patches")
+
+
+def undocumented(
+    instance: Any, schema: dict[str, Any], root: dict[str, Any], at: str = ""
+) -> list[str]:
+    """Keys of `instance` the schema does not describe (it accepts them, readers may not
+    know them): every field an output carries must be in the schema."""
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/$defs/")
+        schema = {**root["$defs"][name], **{k: v for k, v in schema.items() if k != "$ref"}}
+    found: list[str] = []
+    if isinstance(instance, dict):
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for key, value in instance.items():
+            if props is not None and key in props:
+                found += undocumented(value, props[key], root, f"{at}.{key}")
+            elif isinstance(extra, dict):
+                found += undocumented(value, extra, root, f"{at}.{key}")
+            elif props is not None:
+                found.append(f"{at}.{key}")
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(instance):
+            found += undocumented(item, schema["items"], root, f"{at}[{i}]")
+    return found
+
+
+def assert_matches(instance: Any, name: str) -> None:
+    schema = schemas.load(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator)
+    assert undocumented(instance, schema, schema) == []
+
+
+def test_schemas_ship_in_the_package() -> None:
+    for name in schemas.NAMES:
+        assert (Path(schemas.__file__).parent / f"{name}.json").is_file()
+        assert schemas.load(name)["properties"]["schema"]["const"] == f"patchset.{name}/1"
+    with pytest.raises(ValueError, match="no schema"):
+        schemas.load("nope")
+
+
+def test_the_public_api_imports_no_docker() -> None:
+    code = (
+        "import sys, patchset\n"
+        "assert 'docker' not in sys.modules, 'docker imported'\n"
+        "assert callable(patchset.check) and callable(patchset.apply)\n"
+        "assert patchset.Registry.__name__ == 'Registry'\n"
+        "build = patchset.build\n"
+        "assert 'docker' in sys.modules and build.__module__ == 'patchset.image.build'\n"
+        "assert all(hasattr(patchset, name) for name in patchset.__all__)\n"
+        "from patchset.check import CheckReport\n"
+        "assert patchset.check.__module__ == 'patchset.check'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=REPO
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_undocumented_keys_are_caught() -> None:
+    schema = schemas.load("check")
+    assert undocumented({"schema": "x", "surprise": 1}, schema, schema) == [".surprise"]
+
+
+@pytest.mark.network  # real releases, from the cache (downloaded once when it is empty)
+def test_a_real_check_report_matches_its_schema() -> None:
+    for version in ("0.19.1", "0.20.0", "0.21.0"):
+        IndexSource().fetch(version)
+    cached = sorted(Cache(cache_root()).cached_tree_versions())
+    report = patchset.check(REGISTRY, cached, source=IndexSource(offline=True))
+    data = json.loads(json.dumps(report.to_dict()))  # as a reader gets it
+    assert {r["verdict"] for r in data["results"]} >= {"needed", "upstream", "missing-target"}
+    assert any(r["disagreement"] for r in data["results"])  # nullable fields seen non-null
+    assert_matches(data, "check")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "check",
+            "--vllm",
+            "0.21.0",
+            "--offline",
+            "--format=json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert_matches(json.loads(proc.stdout), "check")
+
+
+@pytest.mark.docker
+@pytest.mark.network
+def test_a_real_build_report_matches_its_schema(
+    tmp_path: Path, standin_base: StandinImage, engine: Engine
+) -> None:
+    text = (REPO / "builds" / "0.19.1.toml").read_text()
+    definition_file = tmp_path / "0.19.1.toml"
+    definition_file.write_text(text.replace("patchset/vllm-openai", "patchset-test/schema"))
+    report = patchset.build(
+        load_definition(definition_file), REGISTRY, output=tmp_path / "out", engine=engine
+    )
+    try:
+        assert_matches(report.to_dict(), "build")
+        assert_matches(json.loads((tmp_path / "out" / "report.json").read_text()), "build")
+    finally:
+        for tag in report.tags:
+            engine.untag(tag)
