@@ -120,6 +120,12 @@ def _hunks(pf: PatchedFile, file: Path | str) -> list[Hunk]:
         for line in hunk:
             tag = line.line_type
             if tag == "\\":
+                if lines and not lines[-1][1]:
+                    raise PayloadError(
+                        f"{pf.path}: hunk #{index}: an empty last line without a newline is no"
+                        " line at all (\\ No newline at end of file after an empty line)",
+                        path=file,
+                    )
                 prev = lines[-1][0] if lines else " "
                 old_eof = old_eof and prev == "+"
                 new_eof = new_eof and prev == "-"
@@ -129,6 +135,14 @@ def _hunks(pf: PatchedFile, file: Path | str) -> list[Hunk]:
             lines.append((tag, line.value.rstrip("\r\n")))
         if not any(tag in "-+" for tag, _ in lines):
             raise PayloadError(f"{pf.path}: hunk #{index} changes nothing", path=file)
+        sides = {tag for tag, _ in lines}
+        if not pf.is_added_file and sides in ({"+"}, {"-"}):
+            raise PayloadError(
+                f"{pf.path}: hunk #{index} only {'adds' if sides == {'+'} else 'removes'}"
+                " lines, with no context: where it goes (or, reverted, went) cannot be"
+                " checked; write the diff with context (diff -U3)",
+                path=file,
+            )
         hunks.append(
             Hunk(
                 index=index,

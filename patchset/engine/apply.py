@@ -72,7 +72,7 @@ class ApplyReport:
     @property
     def exit_code(self) -> int:
         seen: set[str] = {r.outcome for r in self.results}
-        if any(r.warnings for r in self.results if r.outcome == "applied"):
+        if any(r.warnings for r in self.results if r.outcome in ("applied", "reverted")):
             seen.add("warning")
         for outcome, code in _SEVERITY:
             if outcome in seen:

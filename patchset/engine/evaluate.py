@@ -189,7 +189,8 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
         changes = {
             f: _render(*originals[f], lines, eol, eof) for f, (lines, eol, eof) in texts.items()
         }
-        return Evaluation("applies", sites=tuple(results), changes=changes)
+        warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)
+        return Evaluation("applies", sites=tuple(results), changes=changes, warnings=warnings)
     state: State = "partial" if statuses & good else "conflict"
     return Evaluation(state, sites=tuple(results))
 
@@ -204,7 +205,10 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
     """The reverse view: 'applies' means the patch is present and can be taken out."""
     if patch.kind == "diff":
         forward = evaluate_diff(variant, read)
-        if forward.state != "already-applied":
+        # Both ways fit (an insertion next to lines like it): the reverse fitting is what a
+        # revert needs, and an apply in the same state applies. Say so, as apply does.
+        both = forward.state == "applies" and forward.reverse_applies
+        if forward.state != "already-applied" and not both:
             state: State = "already-applied" if forward.state == "applies" else forward.state
             return Evaluation(
                 state, forward.hunks, forward.reverse_applies, missing=forward.missing
@@ -219,14 +223,24 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
             assert data is not None
             text = _decode(data)
             lines, eol, eof = split_text(text)
-            result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof)
-            assert result.lines is not None
+            result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, unique=True)
+            if result.lines is None:  # the change is there twice: which one to take out?
+                hunks = tuple((diff.path, h) for h in result.hunks if h.status == "failed")
+                return Evaluation("conflict", hunks, True)
             changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
-        return Evaluation("applies", forward.hunks, True, changes=changes, removed=tuple(removed))
+        warnings = ("the diff fits forward too: check the file by hand",) if both else ()
+        return Evaluation(
+            "applies",
+            forward.hunks,
+            True,
+            changes=changes,
+            removed=tuple(removed),
+            warnings=warnings,
+        )
     texts: dict[str, tuple[list[str], str, bool]] = {}
     originals: dict[str, tuple[str, list[str]]] = {}
     results: list[SiteResult] = []
-    for site in variant.sites:
+    for site in reversed(variant.sites):  # last applied, first out: a site may sit in another
         if site.file not in texts:
             data = read(site.file)
             if data is None:
@@ -236,7 +250,7 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
         lines, eol, eof = texts[site.file]
         site_result, new = revert_site(site, lines)
         texts[site.file] = (new, eol, eof)
-        results.append(site_result)
+        results.insert(0, site_result)
     present = [r for r in results if r.status == "already-applied"]
     if not present:
         return Evaluation("already-applied", sites=tuple(results))  # nothing to take out

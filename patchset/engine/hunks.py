@@ -216,6 +216,33 @@ def nearest_window(lines: list[str], want: list[str]) -> tuple[int, tuple[str, .
     return ranked[0] if ranked else (0, (), 0.0)
 
 
+def _places(work: list[str], old: list[str], floor: int) -> list[int]:
+    return [i for i in range(floor, len(work) - len(old) + 1) if _matches(work, i, old)]
+
+
+def _pinned(hunk: Hunk, fuzz: int) -> bool:
+    """Whether the hunk (with `fuzz` context lines dropped) must end at the end of the file."""
+    old, _, top = _trim(hunk, fuzz)
+    untrimmed_end = len(old) + top == len(hunk.old)
+    return untrimmed_end and not (hunk.old_eof_newline and hunk.new_eof_newline)
+
+
+def _find(
+    work: list[str], hunk: Hunk, fuzz: int, *, expected: int, floor: int, file_eof: bool
+) -> int | None:
+    """Where the hunk's (trimmed) old side fits, nearest to `expected`.
+
+    A side marked "\\ No newline at end of file" fits only at the end of the file, and its
+    old side only a file that lacks the newline too.
+    """
+    old, _, _ = _trim(hunk, fuzz)
+    if _pinned(hunk, fuzz):
+        at = len(work) - len(old)
+        fits = at >= floor and _matches(work, at, old)
+        return at if fits and (hunk.old_eof_newline or not file_eof) else None
+    return _search(work, old, expected, floor)
+
+
 def apply_hunks(
     lines: list[str],
     hunks: tuple[Hunk, ...],
@@ -223,8 +250,13 @@ def apply_hunks(
     max_fuzz: int = 0,
     eof_newline: bool = True,
     nearest: bool = True,
+    unique: bool = False,
 ) -> FileResult:
-    """Apply hunks in order to a copy of `lines`; never raises for a mismatch."""
+    """Apply hunks in order to a copy of `lines`; never raises for a mismatch.
+
+    With `unique`, a hunk that fits in more than one place fails: a revert must not guess
+    which of two equal places it once changed.
+    """
     work = list(lines)
     results: list[HunkResult] = []
     shift = 0  # how far earlier hunks moved the text
@@ -239,10 +271,16 @@ def apply_hunks(
                 continue  # nothing left to drop: fuzz would only repeat the search
             start = hunk.old_start - 1 if hunk.old else hunk.old_start
             expected = start + shift + top
-            at = _search(work, old, expected, floor)
+            at = _find(work, hunk, fuzz, expected=expected, floor=floor, file_eof=new_eof)
             if at is not None:
                 placed = (at, old, new, fuzz, at - expected)
                 break
+        ambiguous = placed is not None and unique and not _pinned(hunk, placed[3])
+        if placed is not None and ambiguous and len(_places(work, placed[1], floor)) > 1:
+            where = " and ".join(str(i + 1) for i in _places(work, placed[1], floor)[:3])
+            results.append(HunkResult(hunk.index, "failed", detail=f"it fits at lines {where}"))
+            failed = True
+            continue
         if placed is None:
             failed = True
             if not nearest:

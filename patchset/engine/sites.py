@@ -7,6 +7,7 @@ The edit carries a marker comment, so a second run finds the edit and does nothi
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from dataclasses import dataclass
 from typing import Literal
@@ -15,6 +16,7 @@ from patchset.engine.hunks import rank_windows
 
 Action = Literal["replace", "insert-after", "insert-before"]
 ACTIONS: tuple[Action, ...] = ("replace", "insert-after", "insert-before")
+INEXACT = "the anchor matched with whitespace folded: a revert writes it as sites.toml has it"
 SiteStatus = Literal["applies", "already-applied", "anchor-not-found", "ambiguous", "tampered"]
 
 
@@ -63,7 +65,8 @@ class SiteResult:
 
     def describe(self) -> str:
         if self.status in ("applies", "already-applied"):
-            return f"site {self.site}: {self.status} at {self.file}:{self.line}"
+            note = f" ({self.detail})" if self.detail else ""
+            return f"site {self.site}: {self.status} at {self.file}:{self.line}{note}"
         best = self.candidates[0] if self.candidates else None
         near = (
             f"; nearest {self.file}:{best.line} ({best.similarity:.0%} alike):"
@@ -160,6 +163,9 @@ def apply_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
         new[:size] = lines[at : at + size]  # keep the anchor's own bytes
     elif site.action == "insert-before":
         new[len(new) - size :] = lines[at : at + size]
+    elif lines[at : at + size] != _reindent(site.anchor_lines, base):
+        # Matched with whitespace folded: a revert can only put back the anchor as written.
+        result = dataclasses.replace(result, detail=INEXACT)
     return result, [*lines[:at], *new, *lines[at + size :]]
 
 
