@@ -10,6 +10,7 @@ from packaging.version import InvalidVersion, Version
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from patchset.check import CheckReport, CheckResult, check
+from patchset.cli import github
 from patchset.cli.output import console, err_console, print_json, styled, table
 from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
@@ -65,7 +66,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="with --suggest-ranges: record each range as the patch's vllm in patch.toml"
         " (comments and formatting kept; a patch needed in separate runs is left as is)",
     )
-    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument(
+        "--format",
+        choices=("table", "json", "markdown", "github"),
+        default="table",
+        help="github: workflow annotations (errors where the exit code is 1), and the markdown"
+        " table in $GITHUB_STEP_SUMMARY when set",
+    )
     p.set_defaults(handler=run)
 
 
@@ -116,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
     elif args.format == "markdown":
         sys.stdout.write(render_markdown(report, registry) + "\n")
+    elif args.format == "github":
+        sys.stdout.write(github.render(report, registry, render_markdown(report, registry)))
     else:
         show_table(report, registry, suggest=args.suggest_ranges)
     if args.write:

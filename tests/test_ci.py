@@ -1,0 +1,161 @@
+"""CI conveniences: `check --format github` annotations from real releases, the example
+workflow in docs/, and the pre-commit hook."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from patchset import schemas
+from patchset.cli.github import command, escape_data, escape_property
+from tests.releases import materialize
+
+REPO = Path(__file__).parent.parent
+TMA_FILE = "vllm/model_executor/layers/fla/ops/utils.py"
+
+
+def run(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "patchset", *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+def test_workflow_command_escaping() -> None:
+    assert escape_data("50% a\nb\r") == "50%25 a%0Ab%0D"
+    assert escape_property("a:b,c") == "a%3Ab%2Cc"
+    line = command("error", "two\nlines", file="patches/x/patch.diff", title="x r1: conflict, 0.20")
+    assert line == "::error file=patches/x/patch.diff,title=x r1%3A conflict%2C 0.20::two%0Alines"
+
+
+def open_ended_registry(tmp_path: Path) -> Path:
+    """fla-tma-sm12x as a project that carries it forward: an open-ended range, no probe."""
+    registry = tmp_path / "patches"
+    shutil.copytree(REPO / "patches" / "fla-tma-sm12x", registry / "fla-tma-sm12x")
+    toml = registry / "fla-tma-sm12x" / "patch.toml"
+    text = toml.read_text().replace('vllm = ">=0.11.1,<0.20.0"', 'vllm = ">=0.19.0"')
+    toml.write_text(re.sub(r"\[upstream\.probe\].*?(?=\[hardware\])", "", text, flags=re.S))
+    return registry
+
+
+@pytest.mark.network  # real releases, from the cache
+def test_github_annotations_fail_on_an_in_range_conflict(tmp_path: Path) -> None:
+    open_ended_registry(tmp_path)
+    summary = tmp_path / "summary.md"
+    proc = run(
+        *("check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--vllm", "0.21.0", "--offline"),
+        *("--format", "github"),
+        cwd=tmp_path,
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("::error ")]
+    assert len(errors) == 1  # 0.20.0 and 0.21.0 folded into one annotation
+    assert errors[0].startswith(
+        "::error file=patches/fla-tma-sm12x/patch.diff,"
+        "title=fla-tma-sm12x r1 on vLLM 0.20.0..0.21.0 (2)%3A conflict::"
+    )
+    assert "hunk" in errors[0]
+    assert lines[-1].endswith("; 2 in range need attention")
+    assert "| `fla-tma-sm12x` r1 | needed | conflict | conflict |" in summary.read_text()
+
+
+@pytest.mark.network
+def test_github_warning_for_an_offset(tmp_path: Path) -> None:
+    open_ended_registry(tmp_path)
+    tree = materialize("0.19.1", tmp_path / "tree", [TMA_FILE])
+    path = tree / TMA_FILE
+    path.write_text("# a line\n# and another\n" + path.read_text())  # the hunk moves by 2
+    proc = run("check", "--source", str(tree), "--format", "github", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = [line for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert warning.startswith("::warning file=patches/fla-tma-sm12x/patch.diff,")
+    assert "offset" in warning
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def test_example_workflow_checks_on_a_schedule() -> None:
+    workflow = load_yaml(REPO / "docs" / "ci-example.yml")
+    triggers = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads on: as True
+    assert triggers["schedule"][0]["cron"]
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    commands = "\n".join(step.get("run", "") for step in steps)
+    assert "patchset validate" in commands
+    check = next(line for line in commands.splitlines() if "patchset check" in line)
+    assert "--since" in check and "--format github" in check
+
+
+def test_pre_commit_hook_runs_validate(tmp_path: Path) -> None:
+    (hook,) = load_yaml(REPO / ".pre-commit-hooks.yaml")
+    assert hook["id"] == "patchset-validate" and hook["language"] == "python"
+    assert hook["pass_filenames"] is False
+    argv = shlex.split(hook["entry"])
+    assert argv[:2] == ["patchset", "validate"]
+    # what pre-commit runs, in this repository and in a broken one
+    assert run(*argv[1:], cwd=REPO).returncode == 0
+    broken = tmp_path / "patches" / "bad-patch"
+    broken.mkdir(parents=True)
+    (broken / "patch.toml").write_text('id = "bad-patch"\n')
+    proc = run(*argv[1:], cwd=tmp_path)
+    assert proc.returncode == 2 and "required key is missing" in proc.stderr
+
+
+def api_example() -> str:
+    text = (REPO / "docs" / "api.md").read_text()
+    return text.split('```python\n"""ci/check_patches.py', 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.network  # real releases, from the cache
+def test_the_documented_ci_script_runs(tmp_path: Path) -> None:
+    script = tmp_path / "check_patches.py"
+    script.write_text('"""ci/check_patches.py' + api_example())
+    shutil.copytree(REPO / "patches", tmp_path / "patches")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, str(script), "--offline"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the real ranges hold
+    verdicts = json.loads((tmp_path / "patch-verdicts.json").read_text())
+    jsonschema.validate(verdicts, schemas.load("check"))
+    assert verdicts["releases"][0]["vllm"] == "0.19.1"
+    shutil.rmtree(tmp_path / "patches")
+    open_ended_registry(tmp_path)  # a patch carried forward: newer releases conflict
+    proc = subprocess.run(
+        [sys.executable, str(script), "--offline"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "::error title=fla-tma-sm12x on 0.20.0::conflict" in proc.stdout
