@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import Self
 
 import git
 
@@ -23,14 +24,14 @@ _LINK_MODE = 0o120000  # a symlink's tree-entry mode
 _BLOB = "blob"
 
 
-class GitRepo:
-    """A read-only view of a local clone."""
+class _Handle:
+    """A gitpython repository held open; closed on `close()` or leaving a `with` block."""
 
     def __init__(self, repo: git.Repo, path: Path) -> None:
         self._repo = repo
         self.path = path
 
-    def __enter__(self) -> GitRepo:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -43,6 +44,10 @@ class GitRepo:
 
     def close(self) -> None:
         self._repo.close()
+
+
+class GitRepo(_Handle):
+    """A read-only view of a local clone."""
 
     def tags(self) -> list[str]:
         """Every tag name, unsorted."""
@@ -170,26 +175,8 @@ class MergeLabels:
     theirs: str
 
 
-class ScratchRepo:
+class ScratchRepo(_Handle):
     """A throwaway repository to merge files in; paths are POSIX paths inside it."""
-
-    def __init__(self, repo: git.Repo, path: Path) -> None:
-        self._repo = repo
-        self.path = path
-
-    def __enter__(self) -> ScratchRepo:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._repo.close()
 
     def _git(self, *args: str) -> str:
         try:
