@@ -67,7 +67,9 @@ class ApplyReport:
     dry_run: bool
     written: bool
     results: tuple[PatchResult, ...]
-    recovered: tuple[str, ...] = ()  # files rolled back from an interrupted earlier run
+    # Files rolled back from an interrupted earlier run (a dry run: to be rolled back, and
+    # the report shows the tree as it will be then).
+    recovered: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -170,7 +172,11 @@ def _run(
     root = vllm_root(target)
     selected = registry.select(ids)
     recovered: list[str] = []
-    if not dry_run and os.path.lexists(root / transaction.JOURNAL):
+    pending: dict[str, bytes | None] = {}  # a dry run's view of a roll-back still to come
+    if dry_run:
+        pending = transaction.pending_originals(root)
+        recovered = list(pending)
+    elif os.path.lexists(root / transaction.JOURNAL):
         if not _lock_used(root):  # no run can be writing: refuse a bad journal before locking
             transaction.check_journal(root)
         with transaction.locked(root):
@@ -185,6 +191,8 @@ def _run(
         def read(rel: str) -> bytes | None:
             if rel in overlay:
                 return overlay[rel]
+            if rel in pending:
+                return pending[rel]
             path = transaction.resolve_inside(root, rel)
             return path.read_bytes() if path.is_file() else None
 

@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +32,8 @@ from patchset.paths import check_relpath, resolve_inside
 JOURNAL = ".patchset-journal"
 LOCK = ".patchset.lock"
 LOCK_TIMEOUT = 30.0  # seconds a second apply on the same tree waits before it refuses
-TEMP_SUFFIX = ".patchset-new"
+TEMP_SUFFIX = ".patchset-new"  # the new bytes, beside the file, until the rename
+RESTORE_SUFFIX = ".patchset-restore"  # the original, beside the file, during a roll-back
 _BACKUP = re.compile(r"^[0-9]{1,9}\.orig$")
 
 
@@ -62,18 +62,19 @@ def locked(root: Path, *, timeout: float | None = None) -> Iterator[None]:
 
 
 def check_writable(root: Path, relpaths: list[str]) -> None:
-    """Open every file to be changed for writing, and its folder for a new file."""
+    """Open every file to be changed for writing, and check its folder; creates nothing (a
+    probe file would be left behind by a kill). What this cannot see, `commit` rolls back."""
     _distinct(root, relpaths)
     for rel in relpaths:
         path = resolve_inside(root, rel)
         if not path.parent.is_dir():
             raise TargetError(f"{rel}: its folder does not exist in the target", path=root)
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise TargetError(f"{rel}: not writable (its folder is read-only)", path=root)
         try:
             if path.exists():
                 with path.open("r+b"):
                     pass
-            with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".patchset-probe-"):
-                pass
         except OSError as exc:
             raise TargetError(f"{rel}: not writable ({exc.strerror})", path=root) from None
 
@@ -142,8 +143,22 @@ def check_journal(root: Path) -> None:
         _read_journal(root, journal)
 
 
+def pending_originals(root: Path) -> dict[str, bytes | None]:
+    """What a roll-back would put back (relpath: the original bytes, or None for no file), so
+    a dry run on a tree an interrupted run left half-written sees it as the real run will."""
+    journal = root / JOURNAL
+    check_journal(root)
+    if not os.path.lexists(journal) or not (journal / "index.json").is_file():
+        return {}
+    return {
+        entry["path"]: (journal / entry["backup"]).read_bytes() if entry["existed"] else None
+        for entry in _read_journal(root, journal)
+    }
+
+
 def recover(root: Path) -> list[str]:
-    """Roll back an interrupted write from its journal; the files restored."""
+    """Roll back an interrupted write from its journal; the files it names, each now as it
+    was before that write."""
     journal = root / JOURNAL
     if not os.path.lexists(journal):
         return []
@@ -154,21 +169,27 @@ def recover(root: Path) -> list[str]:
             if entry.get("temp"):  # journals of patchset 0.1.0 have no temp names
                 _unresolved(root, entry["temp"]).unlink(missing_ok=True)
             path = resolve_inside(root, entry["path"])
+            restore = path.with_name(f".{path.name}{RESTORE_SUFFIX}")
             if entry["existed"]:
                 backup = journal / entry["backup"]
                 if path.is_file() and path.read_bytes() == backup.read_bytes():
-                    continue  # never renamed: the original is still there
-                fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-                os.close(fd)
-                shutil.copy2(backup, name)
-                os.replace(name, path)
+                    restore.unlink(missing_ok=True)  # a killed roll-back's, maybe
+                else:  # renamed already: put the original back
+                    _write_new(restore, backup.read_bytes(), mode_of=backup)
+                    shutil.copystat(backup, restore)  # the original's time stamps too
+                    os.replace(restore, path)
             elif path.exists():
                 path.unlink()
-            else:
-                continue
             restored.append(entry["path"])
-    shutil.rmtree(journal)
+    _remove(journal)
     return restored
+
+
+def _remove(journal: Path) -> None:
+    """Remove the journal, its index first: a kill halfway leaves no index naming backups
+    that are gone (which would read as a damaged journal)."""
+    (journal / "index.json").unlink(missing_ok=True)
+    shutil.rmtree(journal)
 
 
 def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
@@ -217,10 +238,16 @@ def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
             now = path.read_bytes() if path.exists() else None
             if (None if now is None else _sha(now)) != (None if data is None else _sha(data)):
                 raise TargetError(f"{rel}: read back differs from what was written", path=root)
+    except OSError as exc:  # a full disk, a read-only folder: rolled back, then one line
+        recover(root)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise TargetError(
+            f"writing failed: {exc.strerror}{where}; rolled back", path=root
+        ) from None
     except BaseException:
         recover(root)
         raise
-    shutil.rmtree(journal)
+    _remove(journal)
 
 
 def _unresolved(root: Path, relpath: str) -> Path:
@@ -262,6 +289,7 @@ __all__ = [
     "check_writable",
     "commit",
     "locked",
+    "pending_originals",
     "recover",
     "resolve_inside",
 ]

@@ -88,7 +88,14 @@ def show(report: ApplyReport, fmt: str) -> int:
         out.add_row(r.patch, str(r.revision), r.variant or "-", styled(r.outcome), "\n".join(lines))
     con.print(out)
     for path in report.recovered:
-        con.print(f"rolled back {path} from an interrupted earlier run", markup=False)
+        if report.dry_run:
+            con.print(
+                f"{path}: an interrupted earlier run left it half-written; the real run rolls"
+                " it back first (shown above as it will be then)",
+                markup=False,
+            )
+        else:
+            con.print(f"rolled back {path} from an interrupted earlier run", markup=False)
     if report.dry_run:
         con.print("dry run: nothing was written", markup=False)
     elif report.written:

@@ -1,0 +1,400 @@
+"""Faults: a process killed between any two file-system steps of an apply or a revert, an
+index that cannot be reached, two checks sharing one cache, two applies on one tree.
+
+Kills use tests/faultrun.py (SIGKILL after step N of a real `patchset` process); the next run
+must find the tree untouched or fully patched, or roll it back from the journal, and leave
+nothing behind. Cut-short and corrupted downloads are tested in tests/test_net.py and
+tests/test_index_source.py (counted in docs/reliability.md through tests/reliability.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from patchset.cache import Cache, TreeZip, file_sha256
+from patchset.engine import transaction
+from patchset.engine.apply import apply, revert
+from patchset.errors import ExitCode
+from patchset.registry import load_registry
+from tests.fake_index import FakeIndex, Reply
+from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
+from tests.reliability import FAULT, record
+from tests.synthetic import add_patch, make_tree
+
+FAULTRUN = Path(__file__).parent / "faultrun.py"
+
+BODY = "".join(f"line {i}\n" for i in range(1, 21))
+FILES = {
+    "vllm/mod.py": BODY,
+    "vllm/other.py": "alpha\nbeta\ngamma\n",
+    "vllm/sub/third.py": "one\r\ntwo\r\nthree\r\n",
+    "vllm/run.py": "def body(self):\n    x = compute(y).tolist()\n    return x\n",
+}
+DIFF = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -9,5 +9,5 @@
+ line 9
+ line 10
+-line 11
++line 11 patched
+ line 12
+ line 13
+--- a/vllm/other.py
++++ b/vllm/other.py
+@@ -1,3 +1,3 @@
+ alpha
+-beta
++beta patched
+ gamma
+--- a/vllm/sub/third.py
++++ b/vllm/sub/third.py
+@@ -1,3 +1,4 @@
+ one
+ two
++two and a half
+ three
+--- /dev/null
++++ b/vllm/sub/created.py
+@@ -0,0 +1,2 @@
++created = True
++by = "the diff"
+"""
+SITES = """\
+[[site]]
+name = "guard"
+file = "vllm/run.py"
+action = "insert-after"
+marker = "patchset: faults guard"
+anchor = "def body(self):"
+text = "guard()"
+"""
+
+
+@dataclass(frozen=True)
+class World:
+    registry: Path
+    untouched: Snapshot  # the tree before any apply
+    patched: Snapshot  # ... after a clean one
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """A registry of two patches over five files (one created), and the two states a tree may
+    be in: untouched and fully patched (from a clean apply)."""
+    root = tmp_path_factory.mktemp("world")
+    registry = root / "patches"
+    targets = ["vllm/mod.py", "vllm/other.py", "vllm/sub/third.py", "vllm/sub/created.py"]
+    add_patch(registry, "multi-file", diff=DIFF, targets=targets)
+    add_patch(registry, "run-guard", sites=SITES, targets=["vllm/run.py"], when="startup")
+    tree = make_tree(root / "clean", FILES)
+    untouched = snapshot(tree)
+    assert apply(load_registry(registry), tree).exit_code == ExitCode.OK
+    return World(registry, untouched, snapshot(tree, ignore=(LOCK,)))
+
+
+def faultrun(
+    *args: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(FAULTRUN), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env={**os.environ, **env},
+    )
+
+
+def count_steps(world: World, tmp: Path, operation: str) -> int:
+    tree = make_tree(tmp / f"count-{operation}", FILES)
+    if operation == "revert":
+        apply(load_registry(world.registry), tree)
+    steps = tmp / f"steps-{operation}"
+    done = faultrun(
+        "--registry", str(world.registry), operation, "--target", str(tree),
+        env={"FAULT_STEPS": str(steps)},
+    )  # fmt: skip
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    return int(steps.read_text())
+
+
+def state_of(tree: Path, world: World) -> str:
+    now = snapshot(tree, ignore=(LOCK,))
+    if now == world.untouched:
+        return "untouched"
+    if now == world.patched:
+        return "patched"
+    if os.path.lexists(tree / transaction.JOURNAL):
+        return "journal"
+    return "broken: " + ", ".join(changed(world.untouched, now))
+
+
+def kill_once(world: World, tmp: Path, operation: str, step: int) -> tuple[str, bool]:
+    """Kill `operation` after `step`; then roll forward (apply) and back (revert) from copies
+    of what it left. The state it left, and whether both next runs ended where they should."""
+    tree = make_tree(tmp / "tree", FILES)
+    if operation == "revert":
+        apply(load_registry(world.registry), tree)
+    outside = tmp / "outside.py"
+    outside.write_text("do not touch\n")
+    proc = faultrun(
+        "--registry", str(world.registry), operation, "--target", str(tree),
+        env={"FAULT_KILL_AT": str(step)},
+    )  # fmt: skip
+    assert proc.returncode == -9, f"step {step} was not reached: {proc.stdout}{proc.stderr}"
+    left = state_of(tree, world)
+    ok = not left.startswith("broken") and outside.read_text() == "do not touch\n"
+    for next_run, goal in ((apply, world.patched), (revert, world.untouched)):
+        copy = tmp / f"next-{next_run.__name__}"
+        shutil.copytree(tree, copy, symlinks=True)
+        next_run(load_registry(world.registry), copy)
+        ends = snapshot(copy, ignore=(LOCK,))
+        ok = ok and ends == goal and not os.path.lexists(copy / transaction.JOURNAL)
+    return left, ok
+
+
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_killed_at_every_step(world: World, tmp_path: Path, operation: str) -> None:
+    """SIGKILL after each file-system step of a five-file apply (or revert) in turn."""
+    total = count_steps(world, tmp_path, operation)
+    assert total > 10  # temp files, journal, renames, read-back, clean-up
+
+    def one(step: int) -> tuple[int, str, bool]:
+        left, ok = kill_once(world, tmp_path / f"kill-{step}", operation, step)
+        record(FAULT, f"SIGKILL mid-{operation}, then apply or revert", f"step {step}", intact=ok)
+        return step, left, ok
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = list(pool.map(one, range(1, total + 1)))
+    bad = [(step, left) for step, left, ok in outcomes if not ok]
+    assert not bad, f"not recovered cleanly after these kills: {bad}"
+    states = {left for _, left, _ in outcomes}
+    assert "journal" in states  # the kills did land between two renames
+
+
+def test_killed_while_rolling_back(world: World, tmp_path: Path) -> None:
+    """A run that recovers from a journal is killed too; the run after it still recovers."""
+    total = count_steps(world, tmp_path, "apply")
+    failures = []
+    for first in (total // 2, total - 3):
+        for second in range(1, 8):
+            tmp = tmp_path / f"{first}-{second}"
+            tree = make_tree(tmp / "tree", FILES)
+            killed = faultrun(
+                "--registry", str(world.registry), "apply", "--target", str(tree),
+                env={"FAULT_KILL_AT": str(first)},
+            )  # fmt: skip
+            assert killed.returncode == -9
+            assert state_of(tree, world) == "journal"
+            again = faultrun(
+                "--registry", str(world.registry), "revert", "--target", str(tree),
+                env={"FAULT_KILL_AT": str(second)},
+            )  # fmt: skip
+            final = revert(load_registry(world.registry), tree)
+            ok = snapshot(tree, ignore=(LOCK,)) == world.untouched
+            ok = ok and not os.path.lexists(tree / transaction.JOURNAL)
+            record(FAULT, "SIGKILL during a roll-back", f"{first}/{second}", intact=ok)
+            if not ok:
+                failures.append((first, second, again.returncode, final.to_dict()))
+    assert not failures
+
+
+def test_cli_reports_the_roll_back(world: World, tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree", FILES)
+    killed = faultrun(
+        "--registry", str(world.registry), "apply", "--target", str(tree),
+        env={"FAULT_KILL_AT": str(count_steps(world, tmp_path, "apply") // 2)},
+    )  # fmt: skip
+    assert killed.returncode == -9 and state_of(tree, world) == "journal"
+    dry = cli("--registry", str(world.registry), "apply", "--target", str(tree), "--dry-run")
+    assert state_of(tree, world) == "journal", "a dry run must not write"
+    assert "interrupted" in dry.stdout
+    proc = cli("--registry", str(world.registry), "apply", "--target", str(tree))
+    assert proc.returncode == ExitCode.OK, proc.stdout + proc.stderr
+    assert "rolled back" in proc.stdout and "from an interrupted earlier run" in proc.stdout
+    assert state_of(tree, world) == "patched"
+
+
+# -- two applies on one tree ---------------------------------------------------------------
+
+
+def _wait_for(path: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not os.path.lexists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def slow_first_apply(world: World, tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """An apply that holds the tree's lock for 3 s after its first rename (half-written)."""
+    tree = make_tree(tmp_path / "tree", FILES)
+    steps = count_steps(world, tmp_path, "apply")
+    args = ["--registry", str(world.registry), "apply", "--target", str(tree)]
+    env = {**os.environ, "FAULT_SLEEP_AT": str(steps // 2), "FAULT_SLEEP": "3"}
+    first = subprocess.Popen(
+        [sys.executable, str(FAULTRUN), *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert first.stderr is not None
+    assert first.stderr.readline() == "faultrun: sleeping\n"  # the lock is held, mid-write
+    assert state_of(tree, world) == "journal"
+    yield tree, first
+    first.kill()
+    first.communicate()
+
+
+def test_second_apply_waits_and_finds_it_applied(
+    world: World, slow_first_apply: tuple[Path, subprocess.Popen[str]]
+) -> None:
+    tree, first = slow_first_apply
+    second = cli(
+        "--registry", str(world.registry), "apply", "--target", str(tree), "--format", "json"
+    )
+    out, err = first.communicate(timeout=60)
+    ok = first.returncode == ExitCode.OK and second.returncode == ExitCode.ALREADY_APPLIED
+    ok = ok and state_of(tree, world) == "patched"
+    record(FAULT, "two applies on one tree", "the second waits", intact=ok)
+    assert first.returncode == ExitCode.OK, out + err
+    assert second.returncode == ExitCode.ALREADY_APPLIED, second.stdout + second.stderr
+    outcomes = [r["outcome"] for r in json.loads(second.stdout)["results"]]
+    assert outcomes == ["already-applied", "already-applied"]
+    assert state_of(tree, world) == "patched"
+
+
+def test_second_apply_refuses_after_its_timeout(
+    world: World, slow_first_apply: tuple[Path, subprocess.Popen[str]]
+) -> None:
+    tree, first = slow_first_apply
+    second = faultrun(
+        "--registry", str(world.registry), "apply", "--target", str(tree),
+        env={"FAULT_LOCK_TIMEOUT": "0.5"},
+    )  # fmt: skip
+    out, err = first.communicate(timeout=60)
+    ok = first.returncode == ExitCode.OK and second.returncode == ExitCode.UNAVAILABLE
+    ok = ok and state_of(tree, world) == "patched"
+    record(FAULT, "two applies on one tree", "the second refuses", intact=ok)
+    assert second.returncode == ExitCode.UNAVAILABLE
+    assert "another patchset process holds .patchset.lock" in error_line(second)
+    assert first.returncode == ExitCode.OK, out + err
+    assert state_of(tree, world) == "patched"
+
+
+# -- the index -------------------------------------------------------------------------------
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/simple/"
+
+
+def _real_files(cache: Cache) -> dict[str, dict[str, bytes]]:
+    """The files the real patches touch, from the real releases in the cache when it has
+    them (it does once the network tests ran); small stand-ins otherwise."""
+    wanted = {
+        "0.19.1": "vllm/model_executor/layers/fla/ops/utils.py",
+        "0.20.0": "vllm/v1/attention/backends/turboquant_attn.py",
+    }
+    files: dict[str, dict[str, bytes]] = {}
+    for version, rel in wanted.items():
+        tree = TreeZip.open(cache.tree_path(version))
+        data = None
+        if tree is not None:
+            with tree:
+                data = tree.read(rel)
+        files[version] = {rel: data or b"is_tma_supported = True\n"}
+    return files
+
+
+def _check_json(env: dict[str, str], url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return cli(
+        "check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--index-url", url, "--format", "json",
+        *extra, env=env,
+    )  # fmt: skip
+
+
+def test_unreachable_index_then_offline(
+    fake_index: FakeIndex, tmp_path: Path, release_cache: Cache
+) -> None:
+    for version, files in _real_files(release_cache).items():
+        fake_index.add_release(version, files)
+    env = {"PATCHSET_CACHE_DIR": str(tmp_path / "cache")}
+    dead = _check_json(env, _closed_port_url())
+    line = error_line(dead)
+    ok_dead = dead.returncode == ExitCode.UNAVAILABLE and "tried 4 times" in line
+    assert ok_dead, dead.stderr
+    assert "--offline" in line
+    online = _check_json(env, fake_index.index_url)
+    assert online.returncode in (0, 1), online.stderr
+    offline = _check_json(env, _closed_port_url(), "--offline")
+    same = offline.returncode == online.returncode and _results(offline) == _results(online)
+    record(FAULT, "index unreachable", "retries, one line; --offline from the cache", intact=same)
+    assert same, offline.stderr
+
+
+def _results(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str, str]]:
+    report = json.loads(proc.stdout)
+    return [(r["vllm"], r["patch"], r["verdict"]) for r in report["results"]]
+
+
+def test_two_checks_share_one_cache(
+    fake_index: FakeIndex, tmp_path: Path, release_cache: Cache
+) -> None:
+    """Three `patchset check` processes start together on an empty cache; each sdist is
+    served slowly, so they meet at the cache's locks."""
+    for version, files in _real_files(release_cache).items():
+        data = fake_index.add_release(version, files)
+        fake_index.server.route(fake_index.sdist_path(version), Reply(200, data, delay=0.5))
+    cache_dir = tmp_path / "cache"
+    env = {"PATCHSET_CACHE_DIR": str(cache_dir)}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        runs = list(pool.map(lambda _: _check_json(env, fake_index.index_url), range(3)))
+    cache = Cache(cache_dir)
+    sound = all(_sound_tree(cache, v, fake_index) for v in ("0.19.1", "0.20.0"))
+    leftovers = [p.name for p in cache_dir.rglob("*") if p.name.endswith((".tmp", ".part"))]
+    once = all(fake_index.server.hits[fake_index.sdist_path(v)] == 1 for v in ("0.19.1", "0.20.0"))
+    agree = len({(r.returncode, json.dumps(_results(r))) for r in runs}) == 1
+    ok = sound and not leftovers and agree and all(r.returncode in (0, 1) for r in runs)
+    record(FAULT, "three checks, one cache", "started together", intact=ok)
+    assert all(r.returncode in (0, 1) for r in runs), [r.stderr for r in runs]
+    assert agree, [r.stdout for r in runs]
+    assert sound and not leftovers, leftovers
+    assert once, "each sdist is downloaded by one process; the others wait for its lock"
+
+
+def _sound_tree(cache: Cache, version: str, index: FakeIndex) -> bool:
+    sdist = cache.sdist_path(f"vllm-{version}.tar.gz")
+    if file_sha256(sdist) != _sha(index.sdists[version]):
+        return False
+    tree = TreeZip.open(cache.tree_path(version))
+    if tree is None or tree.stamp.sha256 != _sha(index.sdists[version]):
+        return False
+    tree.close()
+    with zipfile.ZipFile(cache.tree_path(version)) as zf:
+        return zf.testzip() is None
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
