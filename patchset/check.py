@@ -32,9 +32,15 @@ class Signals:
     forward: str  # applies | already-applied | conflict | partial | target-missing
     reverse: bool | None  # diff patches only
     probe: bool | None  # None when the patch declares no probe
+    ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
 
     def to_dict(self) -> dict[str, object]:
-        return {"forward": self.forward, "reverse": self.reverse, "probe": self.probe}
+        return {
+            "forward": self.forward,
+            "reverse": self.reverse,
+            "probe": self.probe,
+            "ancestry": self.ancestry,
+        }
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,8 @@ def _one(
     probe = patch.upstream.probe
     probe_hit = probe.matches(_text(read(probe.file))) if probe else None
     reverse = ev.reverse_applies if patch.kind == "diff" else None
-    signals = Signals(ev.state, reverse, probe_hit)
+    ancestry = _ancestry(tree, patch.upstream.commit)
+    signals = Signals(ev.state, reverse, probe_hit, ancestry)
     in_range = patch.in_range(version) if _is_version(version) else False
     locations = _locations(ev)
     verdict: Verdict
@@ -194,6 +201,13 @@ def _one(
             detail = "every site is already in place (its markers are present)"
         if probe_hit is False:
             disagreement = "the upstream probe does not match"
+        elif ancestry is False:
+            disagreement = "the release's git history lacks upstream.commit"
+    elif ancestry:
+        verdict = "upstream"
+        detail = f"the release's git history holds the upstream fix {patch.upstream.commit}"
+        if ev.state == "applies":
+            disagreement = "the patch still applies, yet git history holds the upstream fix"
     elif probe_hit:
         verdict = "upstream"
         assert probe is not None
@@ -225,6 +239,15 @@ def _one(
         locations=locations,
         moved_to=moved,
     )
+
+
+def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
+    """The git signal: only trees from a clone can answer (GitTree.contains_commit)."""
+    contains = getattr(tree, "contains_commit", None)
+    if commit is None or contains is None:
+        return None
+    answer = contains(commit)
+    return answer if isinstance(answer, bool) else None
 
 
 def _locations(ev: Evaluation) -> tuple[str, ...]:

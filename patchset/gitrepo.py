@@ -53,6 +53,14 @@ class GitRepo(_Handle):
         """Every tag name, unsorted."""
         return [ref.name for ref in self._repo.tags]
 
+    def is_ancestor(self, ancestor: str, rev: str) -> bool | None:
+        """Whether commit `ancestor` is in the history of `rev`; None if either is unknown."""
+        try:
+            first, second = self._repo.commit(ancestor), self._repo.commit(rev)
+        except (git.BadName, git.BadObject, ValueError):
+            return None
+        return bool(self._repo.is_ancestor(first, second))
+
     def commit(self, rev: str) -> str | None:
         """The hex sha of the commit `rev` names (a tag is peeled), or None."""
         try:

@@ -56,6 +56,7 @@ class Upstream:
     superseded_in: str | None = None  # the first release carrying the superseding change
     probe: Probe | None = None
     note: str | None = None
+    commit: str | None = None  # the upstream fix's commit, for the git ancestry signal
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,7 @@ def _upstream(top: Table) -> Upstream:
         pr=pr,
         superseded_by=superseded_by,
         superseded_in=table.version("superseded_in"),
+        commit=_commit(table),
         probe=probe,
         note=table.opt_str("note", required=False),
     )
@@ -344,3 +346,14 @@ def _hardware(top: Table) -> Hardware:
     )
     table.finish()
     return hardware
+
+
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def _commit(table: Table) -> str | None:
+    """`upstream.commit`: the fix's commit upstream (merged or superseding), hex sha."""
+    value = table.opt_str("commit", required=False)
+    if value is not None and not _SHA.match(value):
+        raise table.error(f"{value!r}: expected a hex commit sha (7-40 characters)", "commit")
+    return value

@@ -4,6 +4,7 @@ the same verdicts for the same real release files."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -76,3 +77,39 @@ def test_image_source_through_the_cli(standin_base: object) -> None:
         ("0.19.1", "tolist-cudagraph"): "missing-target",
     }
     assert "image vllm/vllm-openai:v0.19.1-cu130" in data["releases"][0]["origin"]
+
+
+def test_git_ancestry_is_a_third_signal(tmp_path: Path) -> None:
+    """upstream.commit in a clone's history says `upstream` even where the diff would still
+    apply; a release before the fix is `needed`, and the signals are shown side by side."""
+    clone = tmp_path / "vllm"
+    clone.mkdir()
+    git(clone, "init", "-q", "-b", "main")
+    tree = materialize("0.19.1", tmp_path / "t", FILES)
+    files: dict[str, str | None] = {
+        str(p.relative_to(tree)): p.read_text() for p in tree.rglob("*.py")
+    }
+    commit(clone, files, "vLLM 0.19.1")
+    git(clone, "tag", "v0.19.1")
+    fix = commit(clone, {"vllm/fix_elsewhere.py": "FIXED = True\n"}, "the upstream fix")
+    git(clone, "tag", "v0.19.2")
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    toml = patches / "fla-tma-sm12x" / "patch.toml"
+    toml.write_text(
+        toml.read_text().replace('state = "open"', f'state = "merged"\ncommit = "{fix}"')
+    )
+    registry = load_registry(patches)
+    report = check(
+        registry, ["0.19.1", "0.19.2"], source=GitSource(clone), patches=["fla-tma-sm12x"]
+    )
+    before, after = report.results
+    assert (before.verdict, before.signals.ancestry) == ("needed", False)
+    assert (after.verdict, after.signals.ancestry, after.signals.forward) == (
+        "upstream",
+        True,
+        "applies",
+    )
+    assert after.disagreement == "the patch still applies, yet git history holds the upstream fix"
+    index = check(registry, ["0.19.1"], patches=["fla-tma-sm12x"])
+    assert index.results[0].signals.ancestry is None  # no clone, no git signal

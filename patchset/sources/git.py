@@ -30,6 +30,10 @@ class GitTree:
     def paths(self) -> Iterator[str]:
         return iter(self._repo.list_paths(self._commit, "vllm"))
 
+    def contains_commit(self, commit: str) -> bool | None:
+        """Whether the release's history holds `commit` (None: the clone lacks it)."""
+        return self._repo.is_ancestor(commit, self._commit)
+
 
 class GitSource:
     """A local clone of vLLM whose release tags are the versions."""
