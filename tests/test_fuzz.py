@@ -2,7 +2,7 @@
 writes outside the target, writes nothing when it fails, and a revert gives back the very bytes
 of every tree it applied to.
 
-Bounded for two cores: a few hundred examples in all, no deadline (file writes vary), the whole
+Bounded for two cores: 200 examples per property, no deadline (file writes vary), the whole
 file well under a minute. `HYPOTHESIS_PROFILE=long` runs ten times as many.
 """
 
@@ -32,7 +32,7 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile("long", parent=settings.get_profile("default"), max_examples=600)
+settings.register_profile("long", parent=settings.get_profile("default"), max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 FILES = ("vllm/a.py", "vllm/sub/b.py", "vllm/c.py")
