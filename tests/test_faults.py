@@ -300,6 +300,42 @@ def test_second_apply_refuses_after_its_timeout(
     assert state_of(tree, world) == "patched"
 
 
+def test_a_conflict_read_mid_write_is_looked_at_again(world: World, tmp_path: Path) -> None:
+    """A run that read the tree while another was renaming (after its own journal check, so
+    it saw no journal) sees half the files patched: a conflict. It must wait for the writer's
+    lock and look again before saying so."""
+    tree = make_tree(tmp_path / "tree", FILES)
+    patched = make_tree(tmp_path / "patched", FILES)
+    apply(load_registry(world.registry), patched)
+    shutil.copyfile(patched / "vllm/mod.py", tree / "vllm/mod.py")  # the first rename landed
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tree), str(patched)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert writer.stdout is not None and writer.stdout.readline() == "locked\n"
+    report = apply(load_registry(world.registry), tree)
+    writer.communicate(timeout=30)
+    ok = [r.outcome for r in report.results] == ["already-applied", "already-applied"]
+    record(FAULT, "two applies on one tree", "a conflict read mid-write", intact=ok)
+    assert ok, report.to_dict()
+    assert state_of(tree, world) == "patched"
+
+
+# The other writer: holds the tree lock, finishes its renames a moment later, lets go.
+_WRITER = """
+import shutil, sys, time
+from pathlib import Path
+from filelock import FileLock
+tree, patched = Path(sys.argv[1]), Path(sys.argv[2])
+with FileLock(str(tree / ".patchset.lock")):
+    print("locked", flush=True)
+    time.sleep(1)
+    for rel in ("vllm/other.py", "vllm/sub/third.py", "vllm/sub/created.py", "vllm/run.py"):
+        shutil.copyfile(patched / rel, tree / rel)
+"""
+
+
 # -- the index -------------------------------------------------------------------------------
 
 
