@@ -317,3 +317,65 @@ def test_every_corpus_file_has_a_readme_line() -> None:
     assert len(described) == len(set(described)), "a case is described twice"
     assert files == set(described)
     assert all(c.what.strip() for c in CASES)
+
+
+# -- generated: inputs too big to keep as files ----------------------------------------------
+
+
+def _giant_setup(tmp_path: Path, diff: str, files: dict[str, bytes]) -> tuple[Path, Path]:
+    registry, target = tmp_path / "patches", tmp_path / "target"
+    targets = [p for p in _diff_targets(diff) if p in files] or ["vllm/mod.py"]
+    _write_patch(registry / "giant", kind="diff", targets=targets, payload=diff.encode())
+    _default_tree(target)
+    for rel, data in files.items():
+        (target / rel).write_bytes(data)
+    return registry, target
+
+
+@pytest.mark.parametrize("size", [1 << 20, 8 << 20])
+def test_giant_payload_line(tmp_path: Path, size: int) -> None:
+    """A diff adding one line of `size` bytes: applied and reverted byte for byte."""
+    giant = "x" * size
+    diff = f"--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -1,2 +1,3 @@\n line 1\n+{giant}\n line 2\n"
+    registry, target = _giant_setup(tmp_path, diff, {"vllm/mod.py": BODY.encode()})
+    before = snapshot(target)
+    args = ("--registry", str(registry))
+    done = cli(*args, "apply", "--target", str(target))
+    back = cli(*args, "revert", "--target", str(target))
+    ok = done.returncode == 0 and back.returncode == 0
+    ok = ok and snapshot(target, ignore=(LOCK,)) == before
+    record(HOSTILE, "generated: giant inputs", f"a {size >> 20} MB payload line", intact=ok)
+    assert ok, done.stderr + back.stderr
+
+
+def test_huge_hunk(tmp_path: Path) -> None:
+    """One hunk replacing a 20,000-line file with 40,000 lines, against a CRLF copy."""
+    old = [f"old {i}" for i in range(20_000)]
+    new = [f"new {i}" for i in range(40_000)]
+    diff = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -1,20000 +1,40000 @@\n"
+    diff += "".join(f"-{line}\n" for line in old) + "".join(f"+{line}\n" for line in new)
+    text = "\r\n".join(old) + "\r\n"
+    registry, target = _giant_setup(tmp_path, diff, {"vllm/mod.py": text.encode()})
+    before = snapshot(target)
+    args = ("--registry", str(registry))
+    done = cli(*args, "apply", "--target", str(target))
+    patched = (target / "vllm/mod.py").read_bytes()
+    back = cli(*args, "revert", "--target", str(target))
+    ok = done.returncode == 0 and patched == ("\r\n".join(new) + "\r\n").encode()
+    ok = ok and back.returncode == 0 and snapshot(target, ignore=(LOCK,)) == before
+    record(HOSTILE, "generated: giant inputs", "a 60,000-line hunk", intact=ok)
+    assert ok, done.stderr + back.stderr
+
+
+def test_giant_error_is_one_short_line(tmp_path: Path) -> None:
+    """A megabyte-long path with '..' and escape sequences: one line, cut, escaped."""
+    path = "vllm/" + "\x1b[31m../" * 100_000 + "x.py"
+    diff = f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
+    registry, target = _giant_setup(tmp_path, diff, {})
+    before = snapshot(target)
+    proc = cli("--registry", str(registry), "apply", "--target", str(target))
+    line = error_line(proc)
+    ok = proc.returncode == 2 and len(line) < 2_200 and snapshot(target) == before
+    record(HOSTILE, "generated: giant inputs", "a 1 MB hostile path", intact=ok)
+    assert ok, line[:300]
+    assert "characters cut" in line

@@ -129,6 +129,9 @@ def join_text(lines: list[str] | tuple[str, ...], eol: str, eof_newline: bool) -
 
 
 def _matches(lines: list[str], at: int, want: list[str]) -> bool:
+    # The first line first: a miss then costs one comparison, not a copy of the window.
+    if want and (at >= len(lines) or lines[at] != want[0]):
+        return False
     return lines[at : at + len(want)] == want
 
 
@@ -160,6 +163,30 @@ def _search(lines: list[str], want: list[str], expected: int, floor: int) -> int
     return None
 
 
+def _votes(hits: list[tuple[int, int]], size: int, last: int) -> dict[int, int]:
+    """Each hit at line i votes, with its weight, for every window start that would hold it:
+    i - k for k < size, clamped to 0..last. Summed with a difference array, so a hunk of
+    thousands of lines costs one pass, not one per line."""
+    diff = [0] * (last + 2)
+    for i, weight in hits:
+        low, high = max(0, i - size + 1), min(last, i)
+        if low <= high:
+            diff[low] += weight
+            diff[high + 1] -= weight
+        diff[0] += weight * max(0, size - 1 - i)  # k > i: clamped up to 0
+        diff[1] -= weight * max(0, size - 1 - i)
+        clamped = max(0, min(size, i - last))  # i - k > last: clamped down to last
+        diff[last] += weight * clamped
+        diff[last + 1] -= weight * clamped
+    votes: dict[int, int] = {}
+    running = 0
+    for start in range(last + 1):
+        running += diff[start]
+        if running:
+            votes[start] = running
+    return votes
+
+
 def rank_windows(
     lines: list[str], want: list[str], limit: int = 3
 ) -> list[tuple[int, tuple[str, ...], float]]:
@@ -179,26 +206,22 @@ def rank_windows(
     # Distinctive lines only (not blank, not ")" and not repeated all over the file).
     anchors = {line for line in target if len(line) > 3 and counts.get(line, 0) <= 5}
     last = max(0, len(lines) - size)
-    votes: dict[int, int] = {}
-    for i, line in enumerate(folded):
-        if line in anchors:
-            for k in range(size):
-                start = min(last, max(0, i - k))
-                votes[start] = votes.get(start, 0) + 1
+    hits = [(i, 1) for i, line in enumerate(folded) if line in anchors]
     joined = "\n".join(target)
-    if not votes:  # no line survived: vote by shared identifiers instead
+    if not hits:  # no line survived: vote by shared identifiers instead
         words = set(re.findall(r"\w{4,}", joined))
         for i, line in enumerate(folded):
             shared = len(words.intersection(re.findall(r"\w{4,}", line)))
             if shared:
-                for k in range(size):
-                    start = min(last, max(0, i - k))
-                    votes[start] = votes.get(start, 0) + shared
+                hits.append((i, shared))
+    votes = _votes(hits, size, last)
     best_votes = sorted(votes, key=lambda st: (-votes[st], st))[: 4 * limit + 8] or [0]
     scored = []
     for start in best_votes:
         window = "\n".join(folded[start : start + size])
-        ratio = difflib.SequenceMatcher(None, joined, window, autojunk=False).ratio()
+        matcher = difflib.SequenceMatcher(None, joined, window, autojunk=False)
+        # ratio() is quadratic in the worst case: past a few pages, its cheap upper bound.
+        ratio = matcher.ratio() if len(joined) + len(window) <= 40_000 else matcher.quick_ratio()
         scored.append((ratio, start))
     scored.sort(key=lambda item: (-item[0], item[1]))
     picked: list[tuple[int, tuple[str, ...], float]] = []
