@@ -7,7 +7,6 @@ from pathlib import Path
 
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode, UsageError
-from patchset.image.bake import bake, target_name
 from patchset.image.definition import load_definitions
 from patchset.registry import load_registry
 
@@ -58,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     folder: Path = args.bake_builds or args.builds
     if not folder.is_dir():
         raise UsageError("build definitions folder does not exist", path=folder)
+    from patchset.image.bake import bake, target_name  # noqa: PLC0415 - docker is slow to import
+
     definitions = load_definitions(folder)
     if not definitions:
         raise UsageError("holds no build definition (*.toml)", path=folder)

@@ -1,4 +1,8 @@
-"""`patchset build`, `inspect` and `verify`: patched images through the Docker engine."""
+"""`patchset build`, `inspect` and `verify`: patched images through the Docker engine.
+
+The Docker SDK is imported inside the handlers: it costs a tenth of a second, and every other
+command (and the in-image use of the engine) would pay it for nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
-from patchset import dockerengine
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode
-from patchset.image.build import build, verify_image
 from patchset.image.definition import load_definition
 from patchset.image.manifest import LABEL_PREFIX
 from patchset.registry import load_registry
@@ -46,6 +48,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from patchset.image.build import build  # noqa: PLC0415 - see the module docstring
+
     definition = load_definition(args.definition)
     registry = load_registry(args.registry)
     output = args.output or Path(".patchset-builds") / definition.name
@@ -79,6 +83,8 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from patchset import dockerengine  # noqa: PLC0415 - see the module docstring
+
     with dockerengine.connect() as engine:
         info = engine.inspect(args.image)
         copied = engine.copy_out(info.id, ["/opt/patchset/manifest.json"])
@@ -114,6 +120,9 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from patchset import dockerengine  # noqa: PLC0415 - see the module docstring
+    from patchset.image.build import verify_image  # noqa: PLC0415
+
     with dockerengine.connect() as engine:
         result = verify_image(engine, engine.inspect(args.image).id)
     if args.format == "json":
