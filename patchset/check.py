@@ -189,7 +189,7 @@ def _one(
     moved: tuple[str, ...] = ()
     if ev.state == "target-missing":
         verdict = "missing-target"
-        moved = _moved(tree, variant, ev.missing)
+        moved = tuple(moved_files(tree, variant, ev.missing).values())
         where = f"; moved to {', '.join(moved)}?" if moved else ""
         detail = f"{', '.join(ev.missing)} not in this release{where}"
         if probe_hit:
@@ -261,9 +261,14 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def _moved(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> tuple[str, ...]:
-    """For each missing file, the release file that holds most of the lines the patch expects."""
-    found: list[str] = []
+def moved_files(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> dict[str, str]:
+    """Where each missing file went: the release file (of the same name, else in a folder of
+    the same name) holding most of the lines the variant expects, at least half of them.
+
+    Missing files with no such home are left out. `check` reports these as `moved_to`;
+    `refresh` carries a patch onto them.
+    """
+    found: dict[str, str] = {}
     paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
     for rel in missing:
         expected = {
@@ -291,8 +296,8 @@ def _moved(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> tup
             folder = [p for p in paths if infix in p and p.rsplit("/", 1)[0].endswith(infix[:-1])]
             best = _best_home(tree, folder, expected)
         if best is not None:
-            found.append(best)
-    return tuple(found)
+            found[rel] = best
+    return found
 
 
 def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:

@@ -5,6 +5,8 @@ variant was written against (its `base`, else the newest release inside its rang
 target); one branch holds the base with the variant applied by the engine, the other the
 target release's files. A clean merge becomes a new payload variant; a conflict leaves the
 merged files, with markers, in a work folder that `finish` turns into the variant once edited.
+A target file the release moved is found as `check` finds it (`check.moved_files`): the merge
+takes the moved file as the release's side, and the new variant patches the new path.
 
 Runtime patches: for every site whose anchor no longer matches, the windows of the target's
 file most like the anchor (the engine's `rank_windows`). A window made only of lines that the
@@ -35,6 +37,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from tomlkit.toml_document import TOMLDocument
 
+from patchset.check import moved_files
 from patchset.diffparse import parse_diff
 from patchset.engine.evaluate import evaluate
 from patchset.engine.hunks import rank_windows, split_text
@@ -43,7 +46,7 @@ from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
 from patchset.gitrepo import MergeLabels, conflict_lines, scratch_repo
 from patchset.registry import Kind, Patch, Registry, Variant, load_sites
 from patchset.registry_write import RegistryChange, range_text
-from patchset.sources.base import ReleaseSource
+from patchset.sources.base import ReleaseSource, ReleaseTree
 from patchset.tomltable import did_you_mean
 
 Outcome = Literal["written", "proposed", "conflict", "unresolved"]
@@ -117,6 +120,12 @@ class Conflict:
 
 
 @dataclass(frozen=True)
+class MovedFile:
+    old: str  # the path the variant patches
+    new: str  # where the target release has the file: the new variant patches this path
+
+
+@dataclass(frozen=True)
 class RefreshResult:
     patch: str
     kind: Kind
@@ -132,6 +141,7 @@ class RefreshResult:
     workdir: Path | None = None
     sites: tuple[SiteRefresh, ...] = ()
     written: tuple[Path, ...] = ()
+    moved: tuple[MovedFile, ...] = ()  # target files the release moved, followed
 
     @property
     def exit_code(self) -> int:
@@ -153,6 +163,7 @@ class RefreshResult:
             "workdir": None if self.workdir is None else str(self.workdir),
             "sites": [s.to_dict() for s in self.sites],
             "written": [str(p) for p in self.written],
+            "moved": [{"old": m.old, "new": m.new} for m in self.moved],
             "exit_code": self.exit_code,
         }
 
@@ -166,10 +177,16 @@ class _Job:
     variant: Variant
     target: str
     base: str | None
-    files: dict[str, bytes | None]  # the target release's copies of the variant's files
+    files: dict[str, bytes | None]  # the target release's copies, at the variant's paths
     versions: tuple[str, ...]
+    moves: Mapping[str, str] = dataclasses.field(default_factory=dict)  # variant's -> release's
+
+    def at_release_paths(self, files: Mapping[str, bytes | None]) -> dict[str, bytes | None]:
+        """`files` (keyed by the variant's paths) keyed by where the target release has them."""
+        return {self.moves.get(rel, rel): data for rel, data in files.items()}
 
     def result(self, outcome: Outcome, **fields: Any) -> RefreshResult:
+        moved = tuple(MovedFile(old, new) for old, new in self.moves.items())
         return RefreshResult(
             self.patch.id,
             self.patch.kind,
@@ -177,6 +194,7 @@ class _Job:
             self.variant.name,
             self.base,
             outcome,
+            moved=moved,
             **fields,
         )
 
@@ -214,11 +232,15 @@ def refresh(
     variant = _from_variant(patch, target, versions)
     probe = patch.upstream.probe
     wanted = tuple(dict.fromkeys([*variant.files, *([probe.file] if probe else [])]))
-    release = _read(source, target, wanted)
-    target_files = {rel: release[rel] for rel in variant.files}
-    _refuse_if_fits(patch, variant, target, release)
+    with source.open(target) as tree:
+        release = {rel: tree.read(rel) for rel in wanted}
+        _refuse_if_fits(patch, variant, target, release)
+        moves = _follow_moves(tree, patch, variant, target, release)
+        target_files = {
+            rel: tree.read(moves[rel]) if rel in moves else release[rel] for rel in variant.files
+        }
     base = _base(variant, target, versions)
-    job = _Job(registry, patch, variant, target, base, target_files, tuple(versions))
+    job = _Job(registry, patch, variant, target, base, target_files, tuple(versions), moves)
     if patch.kind == "diff":
         if base is None:
             raise UsageError(
@@ -239,11 +261,13 @@ def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) ->
     work = workdir or default_workdir(registry, patch.id)
     state = _load_state(work, patch.id)
     variant = next((v for v in patch.variants if v.name == state["from_variant"]), None)
+    moves = state.get("moves", {})
     if (
         variant is None
         or variant.sha256 != state["from_sha256"]
         or patch.revision != state["revision"]
         or sorted(state["files"]) != sorted(variant.files)
+        or not set(moves) <= set(variant.files)
     ):
         raise UsageError(
             f"{patch.id} changed since its refresh began (revision {state['revision']},"
@@ -255,12 +279,13 @@ def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) ->
     edited: dict[str, bytes | None] = {}
     for rel, sha in state["files"].items():
         release[rel] = _stored_release(work, rel, sha)
-        path = work / rel
+        at = moves.get(rel, rel)
+        path = work / at
         if not path.is_file():
-            raise UsageError(f"{rel} is missing from the work folder", path=work)
+            raise UsageError(f"{at} is missing from the work folder", path=work)
         edited[rel] = path.read_bytes()
     left = [
-        f"{rel}:{n}"
+        f"{moves.get(rel, rel)}:{n}"
         for rel, data in edited.items()
         for n in conflict_lines(data or b"")[len(conflict_lines(release[rel] or b"")) :]
     ]
@@ -270,19 +295,14 @@ def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) ->
             f"{' and more' if len(left) > 3 else ''}: resolve them, then run --finish again",
             path=work,
         )
-    files = tuple(state["files"])
-    with (
-        tempfile.TemporaryDirectory(prefix="patchset-refresh-") as tmp,
-        scratch_repo(Path(tmp) / "repo") as repo,
-    ):
-        release_commit = repo.commit_files(release, f"vllm {target}")
-        edited_commit = repo.commit_files(edited, f"{patch.id} edited onto vllm {target}")
-        payload = repo.diff(release_commit, edited_commit, files)
+    job = _Job(
+        registry, patch, variant, target, state["base"], release, tuple(state["versions"]), moves
+    )
+    payload = _diff_of(job, edited)
     if not payload.strip():
         raise UsageError(
             f"the edited files are vllm {target}'s own: nothing is left of {patch.id}", path=work
         )
-    job = _Job(registry, patch, variant, target, state["base"], release, tuple(state["versions"]))
     result = _write_diff_variant(job, payload)
     _remove_work(work)
     return result
@@ -390,12 +410,42 @@ def _refuse_if_fits(
                 f"vllm {target} has {patch.id}'s upstream fix ({probe.describe()});"
                 " nothing to refresh"
             )
-    missing = [rel for rel in variant.files if files.get(rel) is None and not _added(variant, rel)]
-    if missing:
+
+
+def _follow_moves(
+    tree: ReleaseTree,
+    patch: Patch,
+    variant: Variant,
+    target: str,
+    files: Mapping[str, bytes | None],
+) -> dict[str, str]:
+    """Where the target release moved the variant's missing files (as `check` finds them);
+    refused when one has no new home (removed), or for a runtime patch."""
+    missing = tuple(
+        rel for rel in variant.files if files.get(rel) is None and not _added(variant, rel)
+    )
+    if not missing:
+        return {}
+    moves = moved_files(tree, variant, missing)
+    gone = [rel for rel in missing if rel not in moves]
+    if gone:
         raise UsageError(
-            f"vllm {target} has no {', '.join(missing)}: refresh cannot follow a moved or"
-            f" removed file (patchset check --vllm {target} names where it went)"
+            f"vllm {target} has no {', '.join(gone)}, and no file of it holds the lines"
+            f" {patch.id} expects there: refresh cannot follow a removed file"
         )
+    said = ", ".join(f"{old} -> {new}" for old, new in moves.items())
+    homes = list(moves.values())
+    if len(set(homes)) != len(homes) or set(homes) & set(variant.files):
+        raise UsageError(
+            f"vllm {target} moved {said}: files that meet in one are not followed;"
+            " write the variant by hand"
+        )
+    if patch.kind == "runtime":
+        raise UsageError(
+            f"vllm {target} moved {said}: refresh follows moved files for diff patches only;"
+            " edit the sites' file by hand"
+        )
+    return moves
 
 
 def _added(variant: Variant, rel: str) -> bool:
@@ -432,10 +482,13 @@ def _refresh_diff(
         release_commit = repo.commit_files(job.files, f"vllm {target}")
         conflicted = repo.merge("patched", labels)
         merged = {rel: repo.read(rel) for rel in files}
-        payload = b"" if conflicted else repo.diff(release_commit, "HEAD", files)
+        clean = not conflicted and not job.moves
+        payload = repo.diff(release_commit, "HEAD", files) if clean else b""
+    if job.moves and not conflicted:  # the diff names the paths the release has
+        payload = _diff_of(job, merged)
     if conflicted:
         conflicts = tuple(
-            Conflict(rel, tuple(conflict_lines(merged[rel] or b"")))
+            Conflict(job.moves.get(rel, rel), tuple(conflict_lines(merged[rel] or b"")))
             for rel in files
             if rel in conflicted
         )
@@ -456,11 +509,26 @@ def _refresh_diff(
     return _write_diff_variant(job, payload)
 
 
+def _diff_of(job: _Job, edited: Mapping[str, bytes | None]) -> bytes:
+    """`git diff` of the target release's files against `edited` (both keyed by the variant's
+    paths), at the paths the release has them."""
+    release = job.at_release_paths(job.files)
+    with (
+        tempfile.TemporaryDirectory(prefix="patchset-refresh-") as tmp,
+        scratch_repo(Path(tmp) / "repo") as repo,
+    ):
+        release_commit = repo.commit_files(release, f"vllm {job.target}")
+        edited_commit = repo.commit_files(
+            job.at_release_paths(edited), f"{job.patch.id} edited onto vllm {job.target}"
+        )
+        return repo.diff(release_commit, edited_commit, tuple(release))
+
+
 def _write_diff_variant(job: _Job, payload: bytes) -> RefreshResult:
     name = _payload_name(job.patch, job.target, ".diff")
     diffs = parse_diff(payload.decode("utf-8", errors="surrogateescape"), file=name)
     check = Variant(name, SpecifierSet(f">={job.target}"), "", diffs=diffs)
-    ev = evaluate(job.patch, check, job.files.get)
+    ev = evaluate(job.patch, check, job.at_release_paths(job.files).get)
     if ev.state != "applies" or ev.warnings:
         raise PatchsetError(  # pragma: no cover -- git's own diff of the very files
             f"{name} does not apply cleanly to vllm {job.target}: {'; '.join(ev.failures)}"
@@ -488,7 +556,7 @@ def _write_work(job: _Job, work: Path, merged: dict[str, bytes | None]) -> None:
     try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
         for rel, data in merged.items():
-            path = work / rel
+            path = work / job.moves.get(rel, rel)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data or b"")
         for rel, data in job.files.items():
@@ -505,6 +573,7 @@ def _write_work(job: _Job, work: Path, merged: dict[str, bytes | None]) -> None:
             "base": job.base,
             "vllm": job.target,
             "versions": list(job.versions),
+            "moves": dict(job.moves),
             "files": {
                 rel: None if data is None else hashlib.sha256(data).hexdigest()
                 for rel, data in job.files.items()
@@ -543,6 +612,11 @@ def _load_state(work: Path, patch_id: str) -> dict[str, Any]:
             raise UsageError(f"refresh state without a valid {key!r}", path=path)
     if state.get("patch") != patch_id:
         raise UsageError(f"this is a refresh of {state.get('patch')!r}, not {patch_id}", path=path)
+    moves = state.setdefault("moves", {})  # absent in a state written before moves were followed
+    if not isinstance(moves, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in moves.items()
+    ):
+        raise UsageError("refresh state without a valid 'moves'", path=path)
     return state
 
 
@@ -797,15 +871,13 @@ def _record(
 
     def edit(doc: TOMLDocument) -> None:
         doc["revision"] = revision
+        _add_targets(doc, list(job.moves.values()))
         top = str(doc["vllm"])
         widened = _widen(top, target, after)
         if widened != top:
             doc["vllm"] = widened
             changes.append(RangeChange("vllm", top, widened))
-        new_table = tomlkit.table()
-        new_table["payload"] = name
-        new_table["vllm"] = new_range
-        new_table["base"] = target
+        new_table = _variant_table(name, new_range, target)
         if "variants" in doc:
             tables = doc["variants"]
             for table in tables:
@@ -818,11 +890,7 @@ def _record(
             tables.append(new_table)
         else:
             capped = _cap(top, target)
-            old_table = tomlkit.table()
-            old_table["payload"] = variant.name
-            old_table["vllm"] = capped
-            if variant.base is not None:
-                old_table["base"] = variant.base
+            old_table = _variant_table(variant.name, capped, variant.base)
             for key in ("payload", "base"):
                 if key in doc:
                     del doc[key]
@@ -841,6 +909,29 @@ def _record(
     if picked is None or picked.name != name:  # pragma: no cover -- the ranges above say so
         raise RegistryError(f"{name} is not the variant for {target}", path=patch.folder)
     return (payload_path, patch.folder / "patch.toml"), tuple(changes), revision
+
+
+def _variant_table(payload: str, vllm: str, base: str | None) -> Any:
+    table = tomlkit.table()
+    table["payload"] = payload
+    table["vllm"] = vllm
+    if base is not None:
+        table["base"] = base
+    return table
+
+
+def _add_targets(doc: TOMLDocument, paths: list[str]) -> None:
+    """The moved files' new paths added to `targets` (the old paths stay: older variants
+    patch them); a one-line list that grows too long is laid out one path a line."""
+    targets = doc["targets"]
+    new = [p for p in paths if p not in targets]
+    if not new:
+        return
+    one_line = "\n" not in targets.as_string()
+    for path in new:
+        targets.append(path)
+    if one_line and len(f"targets = {targets.as_string()}") > 100:
+        targets.multiline(True)
 
 
 def _parts(spec: str) -> list[str]:

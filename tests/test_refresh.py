@@ -7,7 +7,8 @@ The cases are real drift between releases:
 - a small diff against 0.19.1's fla utils.py whose context 0.20.0 changed (a line removed two
   lines above) but whose changed line it kept: plain apply conflicts, the three-way merge is
   clean;
-- fla-tma-sm12x, without its probe: 0.20.0 rewrote the very lines it changes, a true conflict.
+- fla-tma-sm12x, without its probe: 0.20.0 rewrote the very lines it changes, a true conflict;
+  0.26.0 also moved its file to vllm/third_party/flash_linear_attention/ops/utils.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,10 @@ import tomlkit
 from patchset.check import check
 from patchset.engine.apply import apply
 from patchset.errors import RegistryError, UsageError
-from patchset.refresh import WORK_FOLDER, finish, refresh
+from patchset.refresh import WORK_FOLDER, MovedFile, finish, refresh
 from patchset.registry import load_registry
 from patchset.registry_write import RegistryChange, write_ranges
+from patchset.sources.base import MemoryTree, ReleaseTree
 from patchset.sources.index import IndexSource
 from tests.releases import materialize, tree_digest
 
@@ -37,6 +40,7 @@ pytestmark = pytest.mark.network
 REPO = Path(__file__).parent.parent
 TQ = "vllm/v1/attention/backends/turboquant_attn.py"
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
+MOVED_UTILS = "vllm/third_party/flash_linear_attention/ops/utils.py"  # since 0.26.0
 OLD_A = "prefill_max_seq = max(attn_metadata.seq_lens[num_decodes:].tolist())"
 NEW_A = "prefill_max_seq = int(attn_metadata.seq_lens_cpu[num_decodes:].max())"
 SUPPRESS = 'SUPPRESS_LEVEL = int(os.getenv("GDN_RECOMPUTE_SUPPRESS_LEVEL", "0"))'
@@ -358,6 +362,160 @@ def test_base_key_is_validated(registry_root: Path) -> None:
         load_registry(registry_root)
     path.write_text(text + variants)
     assert load_registry(registry_root).get("fla-tma-sm12x").variants[0].base == "0.19.1"
+
+
+# -- a target file the release moved ------------------------------------------------------------
+
+
+def cap_below_12(merged: str) -> str:
+    """0.20.0's and 0.26.0's opt-in TMA, and still never on compute capability 12."""
+    return take_ours(merged).replace(
+        "    is_nvidia_hopper\n",
+        "    is_nvidia_hopper\n    and torch.cuda.get_device_capability(0)[0] < 12\n",
+    )
+
+
+def test_diff_refresh_follows_a_moved_file(registry_root: Path, source: IndexSource) -> None:
+    tma = "fla-tma-sm12x"
+    registry = load_registry(registry_root)
+    r = check(registry, ["0.26.0"], source=source, patches=[tma]).result("0.26.0", tma)
+    assert (r.verdict, r.moved_to) == ("missing-target", (MOVED_UTILS,))
+
+    toml_before = (registry_root / tma / "patch.toml").read_text()
+    before = tree_digest(registry_root)
+    result = refresh(registry, tma, "0.26.0", source=source)
+    # The moved file is the release's side of the merge; 0.26.0 made TMA opt-in, as 0.20.0 did.
+    assert (result.outcome, result.base) == ("conflict", "0.19.1")
+    assert result.moved == (MovedFile(UTILS, MOVED_UTILS),)
+    assert result.to_dict()["moved"] == [{"old": UTILS, "new": MOVED_UTILS}]
+    assert tree_digest(registry_root) == before
+    work = registry_root.parent / WORK_FOLDER / tma
+    (conflict,) = result.conflicts
+    assert conflict.file == MOVED_UTILS  # the work folder holds it at its new path
+    assert not (work / UTILS).exists()
+    merged = (work / MOVED_UTILS).read_text()
+    assert 'and os.getenv("FLA_USE_TMA", "0") == "1"' in merged
+    with pytest.raises(UsageError, match=rf"conflict markers are left at {MOVED_UTILS}:\d+"):
+        finish(registry, tma)
+
+    (work / MOVED_UTILS).write_text(cap_below_12(merged))
+    done = finish(registry, tma)
+    assert (done.outcome, done.variant, done.revision) == ("written", "v0.26.0.diff", 2)
+    assert done.moved == (MovedFile(UTILS, MOVED_UTILS),)
+    assert f"--- a/{MOVED_UTILS}\n+++ b/{MOVED_UTILS}\n" in done.payload
+    assert UTILS not in done.payload
+    assert "+    and torch.cuda.get_device_capability(0)[0] < 12\n" in done.payload
+    toml_after = (registry_root / tma / "patch.toml").read_text()
+    assert comments(toml_after) == comments(toml_before)
+    assert f'targets = [\n    "{UTILS}",\n    "{MOVED_UTILS}",\n]\n' in toml_after
+
+    refreshed = load_registry(registry_root)
+    assert refreshed.get(tma).targets == (UTILS, MOVED_UTILS)
+    report = check(refreshed, ["0.17.0", "0.19.1", "0.26.0"], source=source, patches=[tma])
+    for version, variant in [
+        ("0.17.0", "patch.diff"),
+        ("0.19.1", "patch.diff"),
+        ("0.26.0", "v0.26.0.diff"),
+    ]:
+        r = report.result(version, tma)
+        assert (r.verdict, r.variant, r.in_range) == ("needed", variant, True), r.detail
+    with pytest.raises(UsageError, match=r"already fits vllm 0\.26\.0: v0\.26\.0\.diff"):
+        refresh(refreshed, tma, "0.26.0", source=source)
+
+
+def test_diff_refresh_clean_merge_onto_a_moved_file(
+    registry_root: Path, source: IndexSource
+) -> None:
+    patch_id = add_suppress_patch(registry_root, source)
+    result = refresh(load_registry(registry_root), patch_id, "0.26.0", source=source)
+    assert (result.outcome, result.variant) == ("written", "v0.26.0.diff")
+    assert result.moved == (MovedFile(UTILS, MOVED_UTILS),)
+    new_diff = (registry_root / patch_id / "v0.26.0.diff").read_text()
+    assert new_diff == result.payload
+    assert f"--- a/{MOVED_UTILS}\n+++ b/{MOVED_UTILS}\n" in new_diff
+    assert f"-{SUPPRESS}\n+{SUPPRESS_CLAMPED}\n" in new_diff
+    report = check(
+        load_registry(registry_root), ["0.19.1", "0.26.0"], source=source, patches=[patch_id]
+    )
+    assert report.result("0.19.1", patch_id).variant == "patch.diff"
+    r = report.result("0.26.0", patch_id)
+    assert (r.verdict, r.variant) == ("needed", "v0.26.0.diff"), r.detail
+
+
+class Reshaped:
+    """The index's releases, with one release's files moved (`where` gives a file's new path)
+    or removed (None)."""
+
+    name = "index"
+
+    def __init__(
+        self, source: IndexSource, version: str, where: Callable[[str], str | None]
+    ) -> None:
+        self.source, self.version, self.where = source, version, where
+
+    def versions(self) -> list[str]:
+        return self.source.versions()
+
+    def open(self, version: str) -> AbstractContextManager[ReleaseTree]:
+        @contextmanager
+        def opened() -> Iterator[ReleaseTree]:
+            with self.source.open(version) as tree:
+                if version != self.version:
+                    yield tree
+                    return
+                files = {
+                    new: tree.read(p) or b""
+                    for p in tree.paths()
+                    if p.endswith(".py") and (new := self.where(p)) is not None
+                }
+                yield MemoryTree(tree.info, files)
+
+        return opened()
+
+
+def test_diff_refresh_refuses_a_removed_file(registry_root: Path, source: IndexSource) -> None:
+    before = tree_digest(registry_root)
+    gone = "vllm/third_party/flash_linear_attention/"
+    removed = Reshaped(source, "0.26.0", lambda p: None if p.startswith(gone) else p)
+    with pytest.raises(UsageError, match=rf"vllm 0\.26\.0 has no {UTILS}, and no file of it"):
+        refresh(load_registry(registry_root), "fla-tma-sm12x", "0.26.0", source=removed)
+    assert tree_digest(registry_root) == before
+    assert not (registry_root.parent / WORK_FOLDER).exists()
+
+
+def test_runtime_refresh_refuses_a_moved_file(registry_root: Path, source: IndexSource) -> None:
+    moved = "vllm/v1/attention/backends/turboquant.py"
+    renamed = Reshaped(source, "0.21.0", lambda p: moved if p == TQ else p)
+    before = tree_digest(registry_root)
+    with pytest.raises(
+        UsageError, match=rf"moved {TQ} -> {moved}: refresh follows moved files for diff patches"
+    ):
+        refresh(load_registry(registry_root), "tolist-cudagraph", "0.21.0", source=renamed)
+    assert tree_digest(registry_root) == before
+
+
+def test_cli_refresh_a_moved_file_then_finish_and_show(registry_root: Path) -> None:
+    tma = "fla-tma-sm12x"
+    proc = run_cli(registry_root, "refresh", tma, "--vllm", "0.26.0")
+    assert proc.returncode == 1, proc.stderr
+    assert f"moved in vllm 0.26.0: {UTILS} -> {MOVED_UTILS}" in proc.stdout
+    assert f"  {MOVED_UTILS}: conflict markers at lines" in proc.stdout
+    work = registry_root.parent / WORK_FOLDER / tma
+    (work / MOVED_UTILS).write_text(cap_below_12((work / MOVED_UTILS).read_text()))
+    proc = run_cli(registry_root, "refresh", tma, "--finish")
+    assert proc.returncode == 0, proc.stderr
+    assert f"moved in vllm 0.26.0: {UTILS} -> {MOVED_UTILS}" in proc.stdout
+    assert "new variant v0.26.0.diff; revision 2" in proc.stdout
+    proc = run_cli(registry_root, "show", tma, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    variants = json.loads(proc.stdout)["variants"]
+    assert [(v["payload"], v["base"], v["files"]) for v in variants] == [
+        ("patch.diff", None, [UTILS]),
+        ("v0.26.0.diff", "0.26.0", [MOVED_UTILS]),
+    ]
+    proc = run_cli(registry_root, "show", tma)
+    assert "payload v0.26.0.diff (vLLM >=0.26.0, base 0.26.0, sha256 " in proc.stdout
+    assert "payload patch.diff (vLLM <0.20.0,>=0.11.1, sha256 " in proc.stdout
 
 
 # -- bad input: one line, non-zero, the registry byte-for-byte unchanged -----------------------

@@ -18,6 +18,8 @@ variant keeps the releases before X; the revision is bumped).
 
 diff patches: a three-way merge (git) of the patch onto X, with the release the variant was
 written against as the base (its `base` in patch.toml, else the newest release in its range).
+A target file X moved (found as `patchset check` finds it) is followed: the new variant
+patches its new path, which is added to `targets`.
 A clean merge is written at once (--dry-run: only shown). A conflict leaves the merged files,
 with conflict markers, in a work folder: edit them, then `patchset refresh ID --finish`.
 
@@ -129,6 +131,8 @@ def show(result: RefreshResult) -> None:
 
     base = f", base {result.base}" if result.base else ""
     say(f"refresh {result.patch} onto vllm {result.vllm} (from {result.from_variant}{base})")
+    for moved in result.moved:
+        say(f"moved in vllm {result.vllm}: {moved.old} -> {moved.new} (the new variant patches it)")
     for site in result.sites:
         for line in _site_lines(site):
             say(line)

@@ -52,7 +52,13 @@ def patch_dict(patch: Patch) -> dict[str, object]:
         "origin": patch.origin,
         "credit": list(patch.credit),
         "variants": [
-            {"payload": v.name, "vllm": str(v.vllm), "sha256": v.sha256, "files": list(v.files)}
+            {
+                "payload": v.name,
+                "vllm": str(v.vllm),
+                "base": v.base,
+                "sha256": v.sha256,
+                "files": list(v.files),
+            }
             for v in patch.variants
         ],
         "digest": patch.digest,
@@ -91,8 +97,10 @@ def run_show(args: argparse.Namespace) -> int:
     con.print()
     con.print(patch.description.strip(), markup=False)
     for variant in patch.variants:
+        base = f", base {variant.base}" if variant.base else ""
         con.print(
-            f"\n[bold]payload {variant.name}[/] (vLLM {variant.vllm}, sha256 {variant.sha256[:12]})"
+            f"\n[bold]payload {variant.name}[/] (vLLM {variant.vllm}{base},"
+            f" sha256 {variant.sha256[:12]})"
         )
         con.print((patch.folder / variant.name).read_text(encoding="utf-8"), markup=False)
     return ExitCode.OK
