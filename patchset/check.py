@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.errors import ExitCode
-from patchset.registry import Patch, Registry, Variant
+from patchset.registry import Patch, Probe, Registry, Variant
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
@@ -189,11 +189,9 @@ def _one(
     moved: tuple[str, ...] = ()
     if ev.state == "target-missing":
         verdict = "missing-target"
-        moved = tuple(moved_files(tree, variant, ev.missing).values())
-        where = f"; moved to {', '.join(moved)}?" if moved else ""
-        detail = f"{', '.join(ev.missing)} not in this release{where}"
-        if probe_hit:
-            disagreement = f"the upstream probe matches ({probe.describe() if probe else ''})"
+        detail, moved, signals, disagreement = _missing(
+            tree, variant, ev, probe=probe, read=read, signals=signals
+        )
     elif ev.state == "already-applied":
         verdict = "upstream"
         detail = "the release already holds this change (the reverse applies)"
@@ -239,6 +237,35 @@ def _one(
         locations=locations,
         moved_to=moved,
     )
+
+
+def _missing(
+    tree: ReleaseTree,
+    variant: Variant,
+    ev: Evaluation,
+    *,
+    probe: Probe | None,
+    read: Callable[[str], bytes | None],
+    signals: Signals,
+) -> tuple[str, tuple[str, ...], Signals, str | None]:
+    """A missing target: where it went, and whether the upstream fix is in the moved file."""
+    moves = moved_files(tree, variant, ev.missing)
+    moved = tuple(moves.values())
+    where = f"; moved to {', '.join(moved)}?" if moved else ""
+    detail = f"{', '.join(ev.missing)} not in this release{where}"
+    disagreement = None
+    if probe is not None and probe.file in moves:
+        # The probe names the old path too: look for the upstream fix where the file went.
+        hit = probe.matches(_text(read(moves[probe.file])))
+        signals = Signals(signals.forward, signals.reverse, hit, signals.ancestry)
+        if hit:
+            disagreement = (
+                f"the upstream probe matches in the moved file {moves[probe.file]}:"
+                " the fix looks upstream there"
+            )
+    elif signals.probe:
+        disagreement = f"the upstream probe matches ({probe.describe() if probe else ''})"
+    return detail, moved, signals, disagreement
 
 
 def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:

@@ -47,6 +47,9 @@ def test_verdicts_across_releases() -> None:
     r = report.result("0.26.0", tma)
     assert r.verdict == "missing-target"
     assert r.moved_to == ("vllm/third_party/flash_linear_attention/ops/utils.py",)
+    # the probe follows the move: the moved file holds upstream's FLA_USE_TMA opt-in
+    assert r.signals.probe is True
+    assert r.disagreement is not None and "moved file" in r.disagreement
     # the runtime patch: absent file before 0.20.0, needed in 0.20.0, upstream from 0.21.0
     assert report.result("0.19.1", tolist).verdict == "missing-target"
     assert report.result("0.20.0", tolist).verdict == "needed"
