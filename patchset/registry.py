@@ -108,7 +108,16 @@ class Patch:
     digest: str = field(default="")  # sha256 over patch.toml and every payload
 
     def in_range(self, version: str) -> bool:
-        return self.vllm.contains(Version(version), prereleases=True)
+        """Inside the declared range and inside one of the variants' ranges.
+
+        A refresh widens the declared range past releases it never checked (a gap between
+        two variants); a release in such a gap has no payload meant for it, so it is out of
+        range rather than a failure of the newest payload.
+        """
+        release = Version(version)
+        return self.vllm.contains(release, prereleases=True) and any(
+            v.vllm.contains(release, prereleases=True) for v in self.variants
+        )
 
     def variant_for(self, version: str | None) -> Variant | None:
         """The payload variant meant for `version`; the newest-listed first one if unknown."""

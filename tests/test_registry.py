@@ -152,3 +152,24 @@ def test_unknown_id_suggests(tmp_path: Path) -> None:
     registry = load_registry(REAL)
     with pytest.raises(UnknownPatchError, match="did you mean 'fla-tma-sm12x'"):
         registry.get("fla-tma-sm12")
+
+
+def test_release_in_a_gap_between_variants_is_out_of_range(tmp_path: Path) -> None:
+    root = copy_registry(tmp_path)
+    folder = root / "fla-tma-sm12x"
+    shutil.copy(folder / "patch.diff", folder / "v0.26.0.diff")
+    toml = folder / "patch.toml"
+    edit(toml, 'vllm = ">=0.11.1,<0.20.0"', 'vllm = ">=0.11.1,<0.27.0"')
+    toml.write_text(
+        toml.read_text()
+        + '\n[[variants]]\npayload = "patch.diff"\nvllm = ">=0.11.1,<0.20.0"\n'
+        + '\n[[variants]]\npayload = "v0.26.0.diff"\nvllm = ">=0.26.0"\n'
+    )
+    patch = load_registry(root).get("fla-tma-sm12x")
+    assert [patch.in_range(v) for v in ("0.19.1", "0.22.0", "0.26.0", "0.27.0")] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert patch.variant_for("0.22.0") is None
