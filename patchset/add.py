@@ -24,12 +24,11 @@ import tomlkit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from tomlkit.items import Table as TomlTable
-from unidiff.errors import UnidiffParseError
-from unidiff.patch import PatchedFile, PatchSet
+from unidiff.patch import PatchedFile
 
 from patchset import net
 from patchset.check import CheckReport, check
-from patchset.diffparse import parse_diff
+from patchset.diffparse import parse_diff, read_patchset
 from patchset.errors import PayloadError, UsageError
 from patchset.registry import STATES, Patch, load_patch, load_registry
 from patchset.sources.base import ReleaseSource
@@ -38,7 +37,6 @@ FORGE_ENV = "PATCHSET_FORGE_URL"
 DEFAULT_FORGE = "https://github.com"
 ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it
 PR_RULE = re.compile(r"^(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)#(?P<number>\d+)$")
-HUNK_HEADER = re.compile(r"^@@ -\d+(,\d+)? \+\d+(,\d+)? @@")
 ANY_RELEASE = ">=0"  # the range written when no release was checked
 
 
@@ -80,15 +78,7 @@ def _vllm_path(raw: str, *, git: bool) -> str:
 def normalize_diff(text: str, *, file: Path | str) -> DiffPayload:
     """Read a unified diff from a forge or a file; PayloadError if it does not parse, touches
     no file under vllm/, or changes a vllm/ file in a way the engine does not apply."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.startswith("@@") and not HUNK_HEADER.match(line):  # unidiff would skip it
-            raise PayloadError(f"line {number}: malformed hunk header {line[:60]!r}", path=file)
-    try:
-        patch = PatchSet(text)
-    except UnidiffParseError as exc:
-        raise PayloadError(f"not a valid unified diff: {exc}", path=file) from None
-    if not len(patch):
-        raise PayloadError("not a unified diff: it holds no file changes", path=file)
+    patch = read_patchset(text, file=file, empty="not a unified diff: it holds no file changes")
     parts: list[str] = []
     targets: list[str] = []
     dropped: list[str] = []

@@ -38,13 +38,7 @@ def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
 def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
     """Parse a unified diff; anything the engine cannot apply faithfully is a PayloadError."""
     text = text.replace("\r\n", "\n")  # a CRLF payload means what its LF twin means
-    _check_hunk_lines(text, file)
-    try:
-        patch = PatchSet(text)
-    except UnidiffParseError as exc:
-        raise PayloadError(f"not a valid unified diff: {exc}", path=file) from None
-    if not len(patch):
-        raise PayloadError("holds no file changes", path=file)
+    patch = read_patchset(text, file=file)
     files: list[FileDiff] = []
     seen: set[str] = set()
     for pf in patch:
@@ -71,6 +65,19 @@ def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
         seen.add(target)
         files.append(FileDiff(target, tuple(hunks), added=pf.is_added_file))
     return tuple(files)
+
+
+def read_patchset(text: str, *, file: Path | str, empty: str = "holds no file changes") -> PatchSet:
+    """unidiff's reading of `text`, after the checks unidiff skips (see _check_hunk_lines);
+    a diff with no file in it is a PayloadError saying `empty`."""
+    _check_hunk_lines(text, file)
+    try:
+        patch = PatchSet(text)
+    except UnidiffParseError as exc:
+        raise PayloadError(f"not a valid unified diff: {exc}", path=file) from None
+    if not len(patch):
+        raise PayloadError(empty, path=file)
+    return patch
 
 
 def _check_hunk_lines(text: str, file: Path | str) -> None:
