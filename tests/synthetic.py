@@ -5,6 +5,30 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+# A small tree and diffs for it, shared by the engine, fault and hostile-input tests.
+BODY = "".join(f"line {i}\n" for i in range(1, 21))
+OTHER = "alpha\nbeta\ngamma\n"
+MOD_DIFF = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -9,5 +9,5 @@
+ line 9
+ line 10
+-line 11
++line 11 patched
+ line 12
+ line 13
+"""
+OTHER_DIFF = """\
+--- a/vllm/other.py
++++ b/vllm/other.py
+@@ -1,3 +1,3 @@
+ alpha
+-beta
++beta patched
+ gamma
+"""
+
 PATCH_TOML = """\
 id = "{id}"
 title = "synthetic {id}"

@@ -13,20 +13,9 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, TargetError
 from patchset.registry import load_registry
 from tests.releases import tree_digest
-from tests.synthetic import add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
-BODY = "".join(f"line {i}\n" for i in range(1, 21))
-DIFF = """\
---- a/vllm/mod.py
-+++ b/vllm/mod.py
-@@ -9,5 +9,5 @@
- line 9
- line 10
--line 11
-+line 11 patched
- line 12
- line 13
-"""
+DIFF = MOD_DIFF
 
 
 @pytest.fixture

@@ -33,34 +33,20 @@ from patchset.registry import load_registry
 from tests.fake_index import FakeIndex, Reply
 from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import FAULT, REUSED, record
-from tests.synthetic import add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
 
 FAULTRUN = Path(__file__).parent / "faultrun.py"
 
-BODY = "".join(f"line {i}\n" for i in range(1, 21))
 FILES = {
     "vllm/mod.py": BODY,
-    "vllm/other.py": "alpha\nbeta\ngamma\n",
+    "vllm/other.py": OTHER,
     "vllm/sub/third.py": "one\r\ntwo\r\nthree\r\n",
     "vllm/run.py": "def body(self):\n    x = compute(y).tolist()\n    return x\n",
 }
-DIFF = """\
---- a/vllm/mod.py
-+++ b/vllm/mod.py
-@@ -9,5 +9,5 @@
- line 9
- line 10
--line 11
-+line 11 patched
- line 12
- line 13
---- a/vllm/other.py
-+++ b/vllm/other.py
-@@ -1,3 +1,3 @@
- alpha
--beta
-+beta patched
- gamma
+DIFF = (
+    MOD_DIFF
+    + OTHER_DIFF
+    + """\
 --- a/vllm/sub/third.py
 +++ b/vllm/sub/third.py
 @@ -1,3 +1,4 @@
@@ -74,6 +60,7 @@ DIFF = """\
 +created = True
 +by = "the diff"
 """
+)
 SITES = """\
 [[site]]
 name = "guard"

@@ -23,30 +23,12 @@ from patchset.errors import PayloadError
 from patchset.paths import check_relpath
 from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import HOSTILE, record
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF
 
 CORPUS = Path(__file__).parent / "corpus"
 PWNED = Path("/tmp/patchset-pwned")  # what the Python-looking payloads would create if run
 
-BODY = "".join(f"line {i}\n" for i in range(1, 21))
-OTHER = "alpha\nbeta\ngamma\n"
-GOOD_DIFF = """\
---- a/vllm/mod.py
-+++ b/vllm/mod.py
-@@ -9,5 +9,5 @@
- line 9
- line 10
--line 11
-+line 11 patched
- line 12
- line 13
---- a/vllm/other.py
-+++ b/vllm/other.py
-@@ -1,3 +1,3 @@
- alpha
--beta
-+beta patched
- gamma
-"""
+GOOD_DIFF = MOD_DIFF + OTHER_DIFF
 GOOD_SITES = """\
 [[site]]
 name = "five"

@@ -18,9 +18,7 @@ from patchset.registry import load_registry
 from patchset.sources.index import IndexSource
 from tests.hardening import LOCK, REPO, changed, cli, snapshot
 from tests.reliability import HOSTILE, record
-from tests.synthetic import make_tree
-
-BODY = "".join(f"line {i}\n" for i in range(1, 21))
+from tests.synthetic import BODY, make_tree
 
 
 def _code(sentinels: Path, name: str) -> str:
