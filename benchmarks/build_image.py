@@ -25,7 +25,7 @@ import docker
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from patchset import dockerengine  # noqa: E402
+from patchset.adapters import dockerengine  # noqa: E402
 from patchset.image.build import build  # noqa: E402
 from patchset.image.definition import load_definition  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402

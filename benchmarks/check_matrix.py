@@ -19,9 +19,9 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from patchset.check import check
 from patchset.registry import load_registry
-from patchset.sources.index import IndexSource
+from patchset.release_check.verdicts import check
+from patchset.sources.package_index import IndexSource
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -10,17 +10,17 @@ The public API, for other projects' CI (docs/api.md)::
 
 `patchset.build` is imported on first use, so `import patchset` does not import the Docker SDK.
 `patchset.check` is the function; its module's other names come from `patchset.check` as
-usual (`from patchset.check import CheckReport`).
+usual (`from patchset.release_check.verdicts import CheckReport`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from patchset.check import CheckReport, CheckResult, check
 from patchset.engine.apply import ApplyReport, PatchResult, apply, revert
 from patchset.errors import ExitCode, PatchsetError
 from patchset.registry import Patch, Registry, Variant, load_registry
+from patchset.release_check.verdicts import CheckReport, CheckResult, check
 
 if TYPE_CHECKING:
     from patchset.image.build import BuildReport, build

@@ -26,17 +26,14 @@ from packaging.version import InvalidVersion, Version
 from tomlkit.items import Table as TomlTable
 from unidiff.patch import PatchedFile
 
-from patchset import net
-from patchset.check import CheckReport, check
-from patchset.diffparse import parse_diff, read_patchset
+from patchset.adapters import forge
 from patchset.errors import PayloadError, UsageError
 from patchset.registry import STATES, Patch, load_patch, load_registry
+from patchset.registry.diffs import parse_diff, read_patchset
+from patchset.release_check.verdicts import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
-FORGE_ENV = "PATCHSET_FORGE_URL"
-DEFAULT_FORGE = "https://github.com"
 ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it
-PR_RULE = re.compile(r"^(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)#(?P<number>\d+)$")
 ANY_RELEASE = ">=0"  # the range written when no release was checked
 
 
@@ -134,36 +131,6 @@ def read_diff_file(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise PayloadError(f"line {line}: not UTF-8; diffs are UTF-8 text", path=path) from None
-
-
-# -- the forge -------------------------------------------------------------------------------
-
-
-def parse_pr(pr: str) -> tuple[str, str, int]:
-    match = PR_RULE.match(pr)
-    if match is None:
-        raise UsageError(f"--pr {pr!r}: expected owner/repo#number, e.g. vllm-project/vllm#36325")
-    return match["owner"], match["repo"], int(match["number"])
-
-
-def forge_url(explicit: str | None = None) -> str:
-    """The forge's base URL: `explicit`, else $PATCHSET_FORGE_URL, else the default."""
-    return (explicit or os.environ.get(FORGE_ENV) or DEFAULT_FORGE).rstrip("/")
-
-
-def pr_diff_url(pr: str, forge: str | None = None) -> str:
-    owner, repo, number = parse_pr(pr)
-    return f"{forge_url(forge)}/{owner}/{repo}/pull/{number}.diff"
-
-
-def fetch_pr_diff(pr: str, forge: str | None = None) -> str:
-    """The pull request's diff from the forge (through patchset.net: retries, no 4xx retry)."""
-    url = pr_diff_url(pr, forge)
-    data = net.fetch_bytes(url, what="the forge")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PayloadError("the forge's answer is not UTF-8 text", path=net.redact(url)) from None
 
 
 # -- choosing releases to check --------------------------------------------------------------
@@ -313,7 +280,7 @@ def add_runtime(
 
 def _state(pr: str | None, state: str | None) -> str:
     if pr is not None:
-        parse_pr(pr)
+        forge.parse_pr(pr)
     chosen = state or ("open" if pr else "unsubmitted")
     if chosen not in STATES:
         raise UsageError(f"--state {chosen!r} is not one of {', '.join(STATES)}")

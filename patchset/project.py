@@ -18,7 +18,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from patchset.errors import RegistryError
-from patchset.tomltable import Table, load_toml
+from patchset.registry.toml import Table, load_toml
 
 PYPROJECT = "pyproject.toml"
 ENV = {"registry": "PATCHSET_REGISTRY", "builds": "PATCHSET_BUILDS"}

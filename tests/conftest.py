@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from patchset.cache import Cache, cache_root
+from patchset.sources.package_index.cache import Cache, cache_root
 from tests.fake_index import FakeIndex, FakeServer
 
 # Docker engine, registries and the stand-in base image (tests marked docker).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from patchset.sources.index import IndexSource
+from patchset.sources.package_index import IndexSource
 
 ALWAYS = ("vllm/__init__.py", "vllm/_version.py")
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from patchset import add, net
+from patchset import add
+from patchset.adapters import forge, net
 from patchset.cli.main import main
-from patchset.diffparse import parse_diff
 from patchset.errors import PayloadError, SourceError
 from patchset.registry import load_patch, load_registry
+from patchset.registry.diffs import parse_diff
 from tests.fake_index import FakeServer, Reply
 from tests.releases import tree_digest
 
@@ -160,8 +161,8 @@ def test_forge_from_the_environment_and_a_404(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv(add.FORGE_ENV, http_server.url + "/")
-    assert add.pr_diff_url(PR) == f"{http_server.url}/vllm-project/vllm/pull/36325.diff"
+    monkeypatch.setenv(forge.FORGE_ENV, http_server.url + "/")
+    assert forge.pr_diff_url(PR) == f"{http_server.url}/vllm-project/vllm/pull/36325.diff"
     root = registry_dir(tmp_path)
     code = main(["--registry", str(root), "add", "fla-pr", "--pr", PR, "--no-check"])
     assert code == 3
@@ -244,8 +245,8 @@ def test_range_suggested_by_a_check_of_real_releases(
 @pytest.mark.network
 def test_cached_releases_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No --vllm/--since: every release in the cache, nothing downloaded (offline source)."""
-    from patchset.cache import Cache, cache_root
-    from patchset.sources.index import IndexSource
+    from patchset.sources.package_index import IndexSource
+    from patchset.sources.package_index.cache import Cache, cache_root
 
     IndexSource().fetch("0.19.1")  # at least one release in the cache
     cached = Cache(cache_root()).cached_tree_versions()

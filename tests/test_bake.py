@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from patchset import dockerengine
+from patchset.adapters import dockerengine
 from patchset.cli.main import main
 from patchset.errors import BuildError
 from patchset.image.bake import bake, bake_data, contexts_folder, pinned_base, target_name

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from patchset.check import check
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
+from patchset.release_check.verdicts import check
 from patchset.sources.folder import FolderSource
 from tests.releases import materialize
 

@@ -1,4 +1,4 @@
-"""patchset.dockerengine against a real engine and real registries on 127.0.0.1."""
+"""patchset.adapters.dockerengine against a real engine and real registries on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.dockerengine import Engine, connect, registry_of, split_ref
+from patchset.adapters.dockerengine import Engine, connect, registry_of, split_ref
 from patchset.errors import DockerError
 from tests.infra.docker_fixtures import AuthRegistry, StandinImage
 from tests.infra.registry import Registry

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset import gitrepo
+from patchset.adapters import gitrepo
 from patchset.errors import SourceError
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from patchset.errors import PayloadError
-from patchset.paths import check_relpath
+from patchset.registry.paths import check_relpath
 from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import HOSTILE, record
 from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from patchset import dockerengine
+from patchset.adapters import dockerengine
 from patchset.errors import BuildError, DockerError
 from patchset.image.build import build
 from patchset.image.definition import BuildDefinition, load_definition

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset import dockerengine
+from patchset.adapters import dockerengine
 from patchset.errors import DockerError
 from patchset.image.build import build
 from patchset.image.definition import load_definition

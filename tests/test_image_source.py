@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchset.dockerengine import Engine
+from patchset.adapters.dockerengine import Engine
 from patchset.errors import DockerError, SourceError
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree

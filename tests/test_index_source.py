@@ -20,14 +20,18 @@ from pip._internal.models.index import PyPI
 from rich.console import Console
 from rich.progress import Progress
 
-from patchset import cache as cache_module
-from patchset import net
-from patchset.cache import Cache, TreeZip, cache_root
+from patchset.adapters import net
 from patchset.errors import IntegrityError, LockedError, SourceError
-from patchset.index import PackageIndex, index_json_base, json_base_from_index_url
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
-from patchset.sources.index import IndexSource
+from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index import cache as cache_module
+from patchset.sources.package_index.cache import Cache, TreeZip, cache_root
+from patchset.sources.package_index.client import (
+    PackageIndex,
+    index_json_base,
+    json_base_from_index_url,
+)
 from tests.fake_index import FakeIndex, Reply, make_sdist
 
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"

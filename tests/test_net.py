@@ -1,4 +1,4 @@
-"""patchset.net against a real HTTP server on 127.0.0.1: retries, 4xx, truncation, sha256."""
+"""patchset.adapters.net against a real HTTP server on 127.0.0.1: retries, 4xx, truncation."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset import net
+from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
 from tests.fake_index import FakeServer, Reply
 

@@ -26,14 +26,14 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from patchset.check import check
 from patchset.engine.apply import apply
 from patchset.errors import RegistryError, UsageError
 from patchset.refresh import WORK_FOLDER, MovedFile, finish, refresh
 from patchset.registry import load_registry
-from patchset.registry_write import RegistryChange, write_ranges
+from patchset.registry.write import RegistryChange, write_ranges
+from patchset.release_check.verdicts import check
 from patchset.sources.base import MemoryTree, ReleaseTree
-from patchset.sources.index import IndexSource
+from patchset.sources.package_index import IndexSource
 from tests.releases import materialize, tree_digest
 
 pytestmark = pytest.mark.network

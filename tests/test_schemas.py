@@ -14,10 +14,10 @@ import pytest
 
 import patchset
 from patchset import schemas
-from patchset.cache import Cache, cache_root
-from patchset.dockerengine import Engine
+from patchset.adapters.dockerengine import Engine
 from patchset.image.definition import load_definition
-from patchset.sources.index import IndexSource
+from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index.cache import Cache, cache_root
 from tests.infra.docker_fixtures import StandinImage
 
 REPO = Path(__file__).parent.parent
@@ -73,8 +73,10 @@ def test_the_public_api_imports_no_docker() -> None:
         "build = patchset.build\n"
         "assert 'docker' in sys.modules and build.__module__ == 'patchset.image.build'\n"
         "assert all(hasattr(patchset, name) for name in patchset.__all__)\n"
-        "from patchset.check import CheckReport\n"
-        "assert patchset.check.__module__ == 'patchset.check'\n"
+        "from patchset.release_check.verdicts import CheckReport\n"
+        "assert patchset.check.__module__ == 'patchset.release_check.verdicts'\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('patchset.check') is None, 'a module shadows the function'\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=REPO

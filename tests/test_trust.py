@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cache import Cache, TreeZip
 from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from patchset.sources.index import IndexSource
+from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index.cache import Cache, TreeZip
 from tests.hardening import LOCK, REPO, changed, cli, snapshot
 from tests.reliability import HOSTILE, record
 from tests.synthetic import BODY, make_tree

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from patchset.check import CheckReport, CheckResult
 from patchset.registry import Registry
+from patchset.release_check.verdicts import CheckReport, CheckResult
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

@@ -1,5 +1,5 @@
-"""The apply engine.
+"""The apply engine on the host: `evaluate` (a dry run of one patch on a tree), `apply` (apply and
+revert with outcomes and exit codes) and `transaction` (lock, journal, atomic commit, recovery).
 
-`hunks` and `sites` are standard-library only on purpose: the same code runs inside the
-patched image (see `patchset.image.runtime`), where only Python's standard library exists.
+It places hunks and sites with `patchset.kernel`, the same code the images run.
 """

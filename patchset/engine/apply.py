@@ -12,8 +12,8 @@ from packaging.version import InvalidVersion, Version
 from patchset.engine import transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.errors import ExitCode, TargetError, UsageError
+from patchset.kernel.vllm import read_version, vllm_root
 from patchset.registry import Patch, Registry
-from patchset.vllm_tree import read_version, vllm_root
 
 Outcome = Literal[
     "applied",

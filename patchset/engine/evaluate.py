@@ -11,8 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from patchset.diffparse import FileDiff
-from patchset.engine.hunks import (
+from patchset.kernel.hunks import (
     FileResult,
     HunkResult,
     HunkStatus,
@@ -20,8 +19,9 @@ from patchset.engine.hunks import (
     join_text,
     split_text,
 )
-from patchset.engine.sites import SiteResult, apply_site, revert_site
+from patchset.kernel.sites import SiteResult, apply_site, revert_site
 from patchset.registry import Patch, Variant
+from patchset.registry.diffs import FileDiff
 
 State = Literal["applies", "already-applied", "conflict", "partial", "target-missing"]
 Reader = Callable[[str], bytes | None]

@@ -27,7 +27,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from patchset.errors import LockedError, PayloadError, TargetError
-from patchset.paths import check_relpath, resolve_inside
+from patchset.registry.paths import check_relpath, resolve_inside
 
 JOURNAL = ".patchset-journal"
 LOCK = ".patchset.lock"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset import dockerengine
+from patchset.adapters import dockerengine
 from patchset.errors import UsageError
 from patchset.image.build import LogSink, prepare_context
 from patchset.image.definition import BuildDefinition

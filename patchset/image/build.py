@@ -14,11 +14,11 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import patchset
-from patchset import dockerengine, gitrepo
+from patchset.adapters import dockerengine, gitrepo
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
 from patchset.errors import BuildError, DockerError
@@ -78,15 +78,17 @@ def _sha(data: bytes) -> str:
 
 
 def runtime_sources() -> dict[str, bytes]:
-    """The files of the in-image runtime, keyed by their path under /opt/patchset."""
-    package = Path(patchset.__file__).parent
-    return {
-        "entrypoint.py": (package / "image" / "runtime" / "entrypoint.py").read_bytes(),
-        "patchset/__init__.py": b'"""patchset in-image runtime: the standard-library engine."""\n',
-        "patchset/engine/__init__.py": (package / "engine" / "__init__.py").read_bytes(),
-        "patchset/engine/hunks.py": (package / "engine" / "hunks.py").read_bytes(),
-        "patchset/engine/sites.py": (package / "engine" / "sites.py").read_bytes(),
-    }
+    """The files of the in-image runtime, keyed by their path under /opt/patchset.
+
+    The entrypoint, and `patchset.kernel` copied whole as the top-level package
+    `patchset_kernel` (its modules import each other relatively, so the name does not matter).
+    """
+    package = resources.files("patchset")
+    files = {"entrypoint.py": package.joinpath("image", "runtime", "entrypoint.py").read_bytes()}
+    for item in package.joinpath("kernel").iterdir():
+        if item.name.endswith(".py"):
+            files[f"patchset_kernel/{item.name}"] = item.read_bytes()
+    return files
 
 
 def locate_vllm(engine: dockerengine.Engine, image: str) -> tuple[str, str | None]:

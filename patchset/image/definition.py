@@ -10,7 +10,7 @@ from packaging.version import Version
 
 from patchset.errors import RegistryError
 from patchset.registry import Registry
-from patchset.tomltable import Table, load_toml
+from patchset.registry.toml import Table, load_toml
 
 _CUDA = re.compile(r"^cu\d{3}$")
 _REPO = re.compile(r"^[a-z0-9]+([._/-][a-z0-9]+)*(:\d+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$")

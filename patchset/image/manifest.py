@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from patchset.engine.hunks import Hunk
+from patchset.kernel.hunks import Hunk
 from patchset.registry import Patch, Variant
 
 LABEL_PREFIX = "io.patchset"

@@ -20,7 +20,7 @@ __all__ = ["SOURCES", "ReleaseInfo", "ReleaseSource", "ReleaseTree", "parse_sour
 
 
 def _index(*args: Any, **kwargs: Any) -> ReleaseSource:
-    from patchset.sources.index import IndexSource  # noqa: PLC0415 -- see the module docstring
+    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- see the module docstring
 
     return IndexSource(*args, **kwargs)
 

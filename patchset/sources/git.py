@@ -9,8 +9,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from patchset.adapters.gitrepo import GitRepo, open_repo
 from patchset.errors import SourceError
-from patchset.gitrepo import GitRepo, open_repo
 from patchset.sources.base import ReleaseInfo
 
 _RELEASE_TAG = re.compile(r"^v\d+(\.\d+)*")

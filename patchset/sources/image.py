@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.dockerengine import Engine, ImageInfo, connect
+from patchset.adapters.dockerengine import Engine, ImageInfo, connect
 from patchset.errors import SourceError
 from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseTree
 

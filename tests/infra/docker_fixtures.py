@@ -19,7 +19,7 @@ import docker
 import docker.errors
 import pytest
 
-from patchset.dockerengine import Engine, connect
+from patchset.adapters.dockerengine import Engine, connect
 from patchset.errors import DockerError
 from tests.infra.registry import Registry, start_registry
 from tests.infra.standin import build_standin_base, standin_tag

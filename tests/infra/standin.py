@@ -31,7 +31,7 @@ from urllib.parse import urljoin
 
 from filelock import FileLock
 
-from patchset.dockerengine import Engine
+from patchset.adapters.dockerengine import Engine
 
 LOG = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def standin_site_packages(engine: Engine, ref: str) -> str:
 
 
 def cache_root() -> Path:
-    """Where the sdists are cached; the same rule and layout as patchset.cache."""
+    """Where the sdists are cached; the same rule and layout as the package-index cache."""
     if explicit := os.environ.get("PATCHSET_CACHE_DIR"):
         return Path(explicit).expanduser()
     if xdg := os.environ.get("XDG_CACHE_HOME"):

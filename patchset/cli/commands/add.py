@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from patchset import add
+from patchset.adapters import forge
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import STATES, WHENS
@@ -44,8 +45,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--forge-url",
         metavar="URL",
-        help=f"the forge serving <owner>/<repo>/pull/<n>.diff (default: ${add.FORGE_ENV}"
-        f" or {add.DEFAULT_FORGE})",
+        help=f"the forge serving <owner>/<repo>/pull/<n>.diff (default: ${forge.FORGE_ENV}"
+        f" or {forge.DEFAULT_FORGE})",
     )
     p.add_argument("--state", choices=STATES, help="upstream state (default: open with --pr)")
     p.add_argument("--title", metavar="TEXT")
@@ -91,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if args.diff == "-" else add.read_diff_file(Path(args.diff))
         origin = f"{args.pr + ', ' if args.pr else ''}diff {Path(name).name} (added {today})"
     else:
-        url = add.pr_diff_url(args.pr, args.forge_url)
+        url = forge.pr_diff_url(args.pr, args.forge_url)
         name = url
-        text = add.fetch_pr_diff(args.pr, args.forge_url)
+        text = forge.fetch_pr_diff(args.pr, args.forge_url)
         origin = f"{args.pr} (its diff, fetched {today})"
     payload = add.normalize_diff(text, file=name)
     source = None

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from patchset.check import CheckReport, CheckResult, check
 from patchset.cli import github
 from patchset.cli.output import console, err_console, print_json, styled, table
 from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
-from patchset.registry_write import write_ranges
+from patchset.registry.write import write_ranges
+from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources import parse_source
 
 if TYPE_CHECKING:

@@ -83,7 +83,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from patchset import dockerengine  # noqa: PLC0415 - see the module docstring
+    from patchset.adapters import dockerengine  # noqa: PLC0415 - see the module docstring
 
     with dockerengine.connect() as engine:
         info = engine.inspect(args.image)
@@ -120,7 +120,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from patchset import dockerengine  # noqa: PLC0415 - see the module docstring
+    from patchset.adapters import dockerengine  # noqa: PLC0415 - see the module docstring
     from patchset.image.build import verify_image  # noqa: PLC0415
 
     with dockerengine.connect() as engine:

@@ -1,7 +1,7 @@
 """The patched image's entrypoint: check build patches, apply startup patches, exec vllm serve.
 
 Runs inside the image with nothing but Python's standard library and patchset's own
-standard-library engine (`patchset.engine.hunks`, `patchset.engine.sites`), copied beside it.
+standard-library kernel (`patchset.kernel`, copied beside it as the package `patchset_kernel`).
 It touches only the files its manifest names, and checks each file's sha256 before and after.
 
     python3 /opt/patchset/entrypoint.py [vllm serve arguments...]
@@ -24,14 +24,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from patchset.engine.hunks import Hunk, apply_hunks, join_text, split_text  # noqa: E402
-from patchset.engine.sites import Site, apply_site, check_site  # noqa: E402
+if TYPE_CHECKING:  # the same files, checked where they live in the source tree
+    from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset.kernel.sites import Site, apply_site, check_site
+else:
+    from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset_kernel.sites import Site, apply_site, check_site
 
 MANIFEST = HERE / "manifest.json"
 

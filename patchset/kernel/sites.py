@@ -12,7 +12,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Literal
 
-from patchset.engine.hunks import rank_windows
+from .hunks import rank_windows
 
 Action = Literal["replace", "insert-after", "insert-before"]
 ACTIONS: tuple[Action, ...] = ("replace", "insert-after", "insert-before")

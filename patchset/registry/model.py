@@ -11,11 +11,11 @@ from typing import Literal, cast
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from patchset.diffparse import FileDiff, parse_diff
-from patchset.engine.sites import ACTIONS, Action, Site
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
-from patchset.paths import check_relpath
-from patchset.tomltable import Table, did_you_mean, load_toml
+from patchset.kernel.sites import ACTIONS, Action, Site
+from patchset.registry.diffs import FileDiff, parse_diff
+from patchset.registry.paths import check_relpath
+from patchset.registry.toml import Table, did_you_mean, load_toml
 
 Kind = Literal["diff", "runtime"]
 When = Literal["build", "startup"]

@@ -120,7 +120,7 @@ def check(
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default."""
     if source is None:
-        from patchset.sources.index import IndexSource  # noqa: PLC0415 - keep imports light
+        from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
 
         source = IndexSource()
     selected = registry.select(patches)

@@ -9,9 +9,9 @@ from pathlib import Path
 from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchedFile, PatchSet
 
-from patchset.engine.hunks import Hunk
 from patchset.errors import PayloadError
-from patchset.paths import check_relpath
+from patchset.kernel.hunks import Hunk
+from patchset.registry.paths import check_relpath
 
 _HUNK_HEADER = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from patchset import net
-from patchset.cache import Cache
+from patchset.adapters import net
 from patchset.errors import SourceError
+from patchset.sources.package_index.cache import Cache
 
 LOG = logging.getLogger(__name__)
 

@@ -37,17 +37,17 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from tomlkit.toml_document import TOMLDocument
 
-from patchset.check import moved_files
-from patchset.diffparse import parse_diff
+from patchset.adapters.gitrepo import MergeLabels, conflict_lines, scratch_repo
 from patchset.engine.evaluate import evaluate
-from patchset.engine.hunks import rank_windows, split_text
-from patchset.engine.sites import Site, SiteStatus, check_site, find_block
 from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
-from patchset.gitrepo import MergeLabels, conflict_lines, scratch_repo
+from patchset.kernel.hunks import rank_windows, split_text
+from patchset.kernel.sites import Site, SiteStatus, check_site, find_block
 from patchset.registry import Kind, Patch, Registry, Variant, load_sites
-from patchset.registry_write import RegistryChange, range_text
+from patchset.registry.diffs import parse_diff
+from patchset.registry.toml import did_you_mean
+from patchset.registry.write import RegistryChange, range_text
+from patchset.release_check.verdicts import moved_files
 from patchset.sources.base import ReleaseSource, ReleaseTree
-from patchset.tomltable import did_you_mean
 
 Outcome = Literal["written", "proposed", "conflict", "unresolved"]
 MIN_SIMILARITY = 0.6  # a proposed anchor is at least this much like the old one
@@ -223,7 +223,7 @@ def refresh(
     A patch that already fits the release, or whose upstream fix it holds, is refused.
     """
     if source is None:
-        from patchset.sources.index import IndexSource  # noqa: PLC0415 - keep imports light
+        from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
 
         source = IndexSource()
     patch = registry.get(patch_id)

@@ -1,0 +1,43 @@
+"""The patch registry: its model (frozen dataclasses), loader, TOML reader, diff parsing and writes.
+
+`patchset.registry.model` holds the types and the loader; this package re-exports them so
+callers write `from patchset.registry import Patch, load_registry`.
+"""
+
+from __future__ import annotations
+
+from patchset.registry.model import (
+    KINDS,
+    PATCH_FILE,
+    STATES,
+    WHENS,
+    Hardware,
+    Kind,
+    Patch,
+    Probe,
+    Registry,
+    Upstream,
+    Variant,
+    When,
+    load_patch,
+    load_registry,
+    load_sites,
+)
+
+__all__ = [
+    "KINDS",
+    "PATCH_FILE",
+    "STATES",
+    "WHENS",
+    "Hardware",
+    "Kind",
+    "Patch",
+    "Probe",
+    "Registry",
+    "Upstream",
+    "Variant",
+    "When",
+    "load_patch",
+    "load_registry",
+    "load_sites",
+]
