@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from patchset._fs import file_sha256
 from patchset.engine import transaction
 from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from patchset._fs import file_sha256
 from patchset.sources.package_index.cache import Cache, TreeZip
 from tests.fake_index import FakeIndex, Reply
 from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
