@@ -27,6 +27,7 @@ LOG = ROOT / ".reliability.jsonl"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
 TEST_FILES = [
     "tests/test_hostile_corpus.py",
+    "tests/test_hostile_text.py",
     "tests/test_fuzz.py",
     "tests/test_faults.py",
     "tests/test_trust.py",

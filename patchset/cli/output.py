@@ -7,17 +7,56 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.progress import ProgressColumn, Task
+from rich.style import Style
 from rich.table import Table
+from rich.text import Text
 
 FORMATS = ("table", "json")
 
 
+def shown(value: object) -> str:
+    """`value` as text safe for a terminal: control characters (escape sequences, carriage
+    returns, NUL) shown escaped; line breaks and tabs kept, so multi-line cells and payloads
+    stay as they are."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or ch in " \n\t" else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )
+
+
+def text(value: object, style: str | Style = "") -> Text:
+    """A string from a registry, a target file, a path or the network, as plain styled text:
+    never read as markup, its control characters escaped."""
+    return Text(shown(value), style=style)
+
+
+class SafeConsole(Console):
+    """A console that prints every string as text: markup (`[/x]`, `[bold]`), emoji codes
+    (`:x:`) and control characters have no effect, in `print`, table cells and titles alike.
+    Styles come only from `Text` objects (`styled`, `text`)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        kwargs.update(markup=False, emoji=False, highlight=False)
+        return super().render_str(shown(text), **kwargs)
+
+
 def console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    return SafeConsole(soft_wrap=False, highlight=False, markup=False, emoji=False)
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return SafeConsole(stderr=True, highlight=False, markup=False, emoji=False)
+
+
+class DescriptionColumn(ProgressColumn):
+    """A progress task's description (a file name from the index), as text."""
+
+    def render(self, task: Task) -> Text:
+        return text(task.description)
 
 
 def print_json(data: Any) -> None:
@@ -47,6 +86,5 @@ OUTCOME_STYLE = {
 }
 
 
-def styled(outcome: str) -> str:
-    style = OUTCOME_STYLE.get(outcome)
-    return f"[{style}]{outcome}[/]" if style else outcome
+def styled(outcome: str) -> Text:
+    return text(outcome, OUTCOME_STYLE.get(outcome, ""))

@@ -7,10 +7,20 @@ import sys
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+from rich.text import Text
 
 from patchset.cli import github
-from patchset.cli.output import console, err_console, print_json, styled, table
+from patchset.cli.output import (
+    DescriptionColumn,
+    console,
+    err_console,
+    print_json,
+    shown,
+    styled,
+    table,
+    text,
+)
 from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import write_ranges
@@ -122,9 +132,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(report.to_dict())
     elif args.format == "markdown":
-        sys.stdout.write(render_markdown(report, registry) + "\n")
+        sys.stdout.write(shown(render_markdown(report, registry)) + "\n")
     elif args.format == "github":
-        sys.stdout.write(github.render(report, registry, render_markdown(report, registry)))
+        sys.stdout.write(shown(github.render(report, registry, render_markdown(report, registry))))
     else:
         show_table(report, registry, suggest=args.suggest_ranges)
     if args.write:
@@ -141,7 +151,7 @@ def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
     if prefetch is None or getattr(source, "offline", False):
         return
     columns = (
-        TextColumn("{task.description}"),
+        DescriptionColumn(),
         BarColumn(),
         DownloadColumn(),
         TransferSpeedColumn(),
@@ -150,11 +160,15 @@ def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
         prefetch(versions, progress=progress)
 
 
-def _cell(r: CheckResult, *, variant: bool = False) -> str:
-    mark = "" if r.in_range else " [dim](out of range)[/]"
-    warn = " [yellow]![/]" if r.disagreement else ""
-    which = f" [dim]{r.variant}[/]" if variant else ""  # for patches with several variants
-    return f"{styled(r.verdict)}{warn}{mark}{which}"
+def _cell(r: CheckResult, *, variant: bool = False) -> Text:
+    cell = styled(r.verdict)
+    if r.disagreement:
+        cell.append(" ").append(text("!", "yellow"))
+    if not r.in_range:
+        cell.append(" ").append(text("(out of range)", "dim"))
+    if variant:  # for patches with several variants
+        cell.append(" ").append(text(r.variant, "dim"))
+    return cell
 
 
 def show_table(report: CheckReport, registry: Registry, *, suggest: bool) -> None:

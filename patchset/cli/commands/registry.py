@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from patchset.cli.output import FORMATS, console, print_json, table
+from rich.text import Text
+
+from patchset.cli.output import FORMATS, console, print_json, table, text
 from patchset.errors import ExitCode
 from patchset.registry import Patch, load_registry
 
@@ -91,16 +93,19 @@ def run_show(args: argparse.Namespace) -> int:
         print_json(data)
         return ExitCode.OK
     con = console()
-    con.print(f"[bold]{patch.id}[/] rev {patch.revision}: {patch.title}")
+    con.print(Text.assemble(text(patch.id, "bold"), text(f" rev {patch.revision}: {patch.title}")))
     for key in ("kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"):
         con.print(f"  {key}: {data[key]}", markup=False)
     con.print()
     con.print(patch.description.strip(), markup=False)
     for variant in patch.variants:
         base = f", base {variant.base}" if variant.base else ""
+        con.print()
         con.print(
-            f"\n[bold]payload {variant.name}[/] (vLLM {variant.vllm}{base},"
-            f" sha256 {variant.sha256[:12]})"
+            Text.assemble(
+                text(f"payload {variant.name}", "bold"),
+                text(f" (vLLM {variant.vllm}{base}, sha256 {variant.sha256[:12]})"),
+            )
         )
         con.print((patch.folder / variant.name).read_text(encoding="utf-8"), markup=False)
     return ExitCode.OK
