@@ -303,6 +303,15 @@ def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
     return f"plugin registered ({PLUGIN_GROUP}: {found[0].name} = {found[0].value})"
 
 
+def check_payload(patch: dict[str, Any]) -> None:
+    """A stock bundle carries each payload beside the manifest: it must be the one exported."""
+    path = HERE / "payloads" / patch["id"] / patch["variant"]
+    if not path.is_file():
+        raise PatchFailedError(f"payload {path} is missing from the bundle")
+    if sha256(path.read_bytes()) != patch["payload_sha256"]:
+        raise PatchFailedError(f"payload {path} differs from the one exported (sha256)")
+
+
 def _later_digests(patches: list[dict[str, Any]]) -> list[dict[str, set[str]]]:
     out: list[dict[str, set[str]]] = []
     for index in range(len(patches)):
@@ -379,7 +388,17 @@ def run_patches(
         try:
             if patch["id"] in left_out:
                 state = left_out[patch["id"]]
-            elif patch["kind"] == "python":
+                files = patch.get("files", {})
+                if files and all(
+                    (root / rel).is_file() and sha256((root / rel).read_bytes()) == d["after"]
+                    for rel, d in files.items()
+                ):  # a container started before with the patch keeps its files
+                    state += ", yet its files are patched (an earlier start or the build)"
+                results.append({"patch": name, "apply": patch["apply"], "state": state})
+                continue
+            if stock:
+                check_payload(patch)
+            if patch["kind"] == "python":
                 state = check_plugin(patch, plan, registered=verify)
                 if not fits and not verify:
                     state = f"skipped (scope cc {scope}, this GPU: {gpu})"
