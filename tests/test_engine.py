@@ -86,7 +86,7 @@ def test_all_or_nothing_across_patches(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": "hello\n"})
     before = tree_digest(tree)
     report = apply(load_registry(root), tree)
-    assert [r.outcome for r in report.results] == ["applied", "conflict"]
+    assert [r.outcome for r in report.results] == ["blocked", "conflict"]  # nothing written
     assert not report.written
     assert tree_digest(tree) == before
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +22,7 @@ import pytest
 
 from patchset.errors import PayloadError
 from patchset.registry.paths import check_relpath
+from tests.fake_index import FakeIndex, Reply
 from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import HOSTILE, record
 from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF
@@ -361,3 +363,141 @@ def test_giant_error_is_one_short_line(tmp_path: Path) -> None:
     record(HOSTILE, "generated: giant inputs", "a 1 MB hostile path", intact=ok)
     assert ok, line[:300]
     assert "characters cut" in line
+
+
+# -- generated: what a red team found (issue 16) ---------------------------------------------
+
+
+def _two_patch_registry(tmp_path: Path, *, conflicting: bool) -> tuple[Path, Path]:
+    registry, target = tmp_path / "patches", tmp_path / "target"
+    _write_patch(registry / "good", kind="diff", targets=["vllm/mod.py"], payload=MOD_DIFF.encode())
+    other = OTHER_DIFF.replace(" alpha\n", " not alpha\n") if conflicting else OTHER_DIFF
+    _write_patch(
+        registry / "stopper", kind="diff", targets=["vllm/other.py"], payload=other.encode()
+    )
+    _default_tree(target)
+    return registry, target
+
+
+@pytest.mark.parametrize("operation", ["apply", "revert"])
+def test_a_blocked_run_says_so_on_every_row(tmp_path: Path, operation: str) -> None:
+    """One patch conflicts: the one that fits is `blocked`, not `applied`/`reverted`."""
+    registry, target = _two_patch_registry(tmp_path, conflicting=True)
+    args = ("--registry", str(registry))
+    if operation == "revert":
+        assert cli(*args, "apply", "--target", str(target), "--patch", "good").returncode == 0
+    before = snapshot(target)
+    proc = cli(*args, operation, "--target", str(target), "--format", "json")
+    outcomes = {r["patch"]: r["outcome"] for r in json.loads(proc.stdout)["results"]}
+    unchanged = snapshot(target) == before
+    ok = proc.returncode == 1 and outcomes["good"] == "blocked" and unchanged
+    record(HOSTILE, "generated: red-team findings", f"blocked {operation}", intact=unchanged)
+    assert ok, (outcomes, proc.stderr)
+    table = cli(*args, operation, "--target", str(target), env={"COLUMNS": "300"})
+    assert "blocked" in table.stdout and "stopper stopped the run" in table.stdout
+
+
+def test_the_library_says_blocked_too(tmp_path: Path) -> None:
+    from patchset.engine.apply import apply
+    from patchset.registry import load_registry
+
+    registry, target = _two_patch_registry(tmp_path, conflicting=True)
+    report = apply(load_registry(registry), target)
+    assert not report.written
+    assert [r.outcome for r in report.results] == ["blocked", "conflict"]
+    assert [r.outcome for r in apply(load_registry(registry), target, dry_run=True).results] == [
+        "applied",
+        "conflict",
+    ]  # a dry run says what would happen to each
+
+
+@pytest.mark.parametrize("command", ["apply", "check"])
+def test_negative_fuzz_is_refused(tmp_path: Path, command: str) -> None:
+    registry, target = _two_patch_registry(tmp_path, conflicting=False)
+    before = snapshot(target)
+    where = ("--target", str(target)) if command == "apply" else ("--source", f"folder:{target}")
+    proc = cli("--registry", str(registry), command, *where, "--fuzz", "-1")
+    line = error_line(proc)
+    ok = proc.returncode == 2 and "--fuzz" in line and snapshot(target) == before
+    record(HOSTILE, "generated: red-team findings", f"{command} --fuzz -1", intact=ok)
+    assert ok, line
+
+
+def test_negative_fuzz_in_the_library(tmp_path: Path) -> None:
+    from patchset.engine.apply import apply
+    from patchset.errors import UsageError
+    from patchset.registry import load_registry
+
+    registry, target = _two_patch_registry(tmp_path, conflicting=False)
+    with pytest.raises(UsageError, match="--fuzz -1"):
+        apply(load_registry(registry), target, max_fuzz=-1)
+
+
+def test_revert_of_a_never_applied_final_newline(tmp_path: Path) -> None:
+    """A diff that only adds a final newline, never applied: nothing to take out (was: it
+    "reverted", exit 7, rewriting the same bytes)."""
+    diff = "--- a/vllm/other.py\n+++ b/vllm/other.py\n@@ -1,3 +1,3 @@\n alpha\n beta\n-gamma\n"
+    diff += "\\ No newline at end of file\n+gamma\n"
+    registry, target = _giant_setup(tmp_path, diff, {"vllm/other.py": b"alpha\nbeta\ngamma"})
+    before = snapshot(target)
+    proc = cli("--registry", str(registry), "revert", "--target", str(target), "--format", "json")
+    outcomes = [r["outcome"] for r in json.loads(proc.stdout)["results"]]
+    ok = proc.returncode == 6 and outcomes == ["not-applied"] and snapshot(target) == before
+    record(HOSTILE, "generated: red-team findings", "revert of a never-applied newline", intact=ok)
+    assert ok, (proc.returncode, outcomes)
+
+
+@pytest.mark.parametrize("link", ["payload", "patch.toml", "folder"])
+def test_symlinks_out_of_the_patch_folder_are_refused(tmp_path: Path, link: str) -> None:
+    registry, target = _two_patch_registry(tmp_path, conflicting=False)
+    outside = tmp_path / "outside"
+    shutil.copytree(registry / "good", outside / "good")
+    if link == "folder":
+        shutil.rmtree(registry / "good")
+        (registry / "good").symlink_to(outside / "good")
+    else:
+        name = "patch.diff" if link == "payload" else "patch.toml"
+        (registry / "good" / name).unlink()
+        (registry / "good" / name).symlink_to(outside / "good" / name)
+    before = snapshot(target)
+    lines = []
+    for command in (("validate",), ("apply", "--target", str(target))):
+        proc = cli("--registry", str(registry), *command)
+        lines.append((proc.returncode, error_line(proc)))
+    ok = all(code == 2 and "a symlink leading out of" in line for code, line in lines)
+    ok = ok and snapshot(target) == before
+    record(HOSTILE, "generated: red-team findings", f"{link} symlinked out", intact=ok)
+    assert ok, lines
+
+
+def test_usage_errors_are_one_line(tmp_path: Path) -> None:
+    """argparse's usage block is not printed: one line, exit 2."""
+    for args in (("bogus",), ("apply", "--fuzz", "x"), ("check", "--vllm")):
+        proc = cli(*args)
+        assert proc.returncode == 2
+        assert "--help" in error_line(proc)
+
+
+def test_a_logged_warning_does_not_precede_the_error(fake_index: FakeIndex, tmp_path: Path) -> None:
+    """A cached sdist that no longer checks out is deleted (a logged warning), then its
+    download fails: stderr is the one error line."""
+    fake_index.add_release("0.19.1", {"vllm/mod.py": BODY.encode()})
+    registry, _ = _two_patch_registry(tmp_path, conflicting=False)
+    cache = tmp_path / "cache"
+    env = {"PATCHSET_CACHE_DIR": str(cache)}
+    args = ("--registry", str(registry), "check", "--vllm", "0.19.1")
+    first = cli(*args, "--index-url", fake_index.index_url, env=env)
+    assert first.returncode in (0, 1, 5), first.stderr
+    sdists = [p for p in cache.rglob("vllm-0.19.1.tar.gz") if p.is_file()]
+    assert sdists
+    for path in cache.rglob("*"):
+        if path.is_file() and path not in sdists:
+            path.unlink()
+    for path in sdists:
+        path.write_bytes(b"tampered")
+    fake_index.server.route(fake_index.sdist_path("0.19.1"), Reply(404, b"gone"))
+    proc = cli(*args, "--index-url", fake_index.index_url, env=env)
+    line = error_line(proc)
+    ok = proc.returncode == 3
+    record(HOSTILE, "generated: red-team findings", "a warning, then an error", intact=ok)
+    assert ok, line

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from patchset import __version__
 from patchset.cli.commands import add as add_cmd
@@ -18,7 +20,7 @@ from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
 from patchset.cli.output import err_console
-from patchset.errors import ExitCode, PatchsetError
+from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import resolve
 
 COMMANDS = (
@@ -40,8 +42,17 @@ release range; 6 already applied (nothing to do); 7 applied, with offsets or fuz
 See docs/exit-codes.md."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as the one line every other error is (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        text = one_line(f"{self.prog}: {message} (see {self.prog} --help)")
+        err_console().print(f"patchset: error: {text}", markup=False, soft_wrap=True)
+        raise SystemExit(ExitCode.BAD_INPUT)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="patchset",
         description="Patch registry, apply engine, release check and image builds for vLLM.",
         epilog=EPILOG,
@@ -71,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Library log records are for -v; without a handler, Python's last resort prints
+    # warnings on stderr, before the one error line.
+    logging.getLogger("patchset").addHandler(logging.NullHandler())
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -83,6 +83,7 @@ OUTCOME_STYLE = {
     "target-missing": "magenta",
     "missing-target": "magenta",
     "out-of-range": "dim",
+    "blocked": "yellow",
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +23,7 @@ Outcome = Literal[
     "out-of-range",
     "reverted",
     "not-applied",
+    "blocked",  # it fits, but another patch's outcome stopped the run: nothing was written
 ]
 
 # The exit code of a run is that of its most serious outcome, in this order.
@@ -169,6 +170,8 @@ def _run(
     ignore_range: bool,
     max_fuzz: int,
 ) -> ApplyReport:
+    if max_fuzz < 0:
+        raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
     root = vllm_root(target)
     selected = registry.select(ids)
     recovered: list[str] = []
@@ -226,6 +229,8 @@ def _run(
                 transaction.check_writable(root, list(overlay))
                 transaction.commit(root, overlay)
                 written = True
+    if not dry_run and not written:
+        results = _not_written(results, blocked)
     return ApplyReport(
         operation=operation,
         target=root,
@@ -236,6 +241,20 @@ def _run(
         results=tuple(results),
         recovered=tuple(recovered),
     )
+
+
+def _not_written(results: list[PatchResult], blocked: set[str]) -> list[PatchResult]:
+    """Rows that fit but were not written, because others stopped the run, say so."""
+    stoppers = [r.patch for r in results if r.outcome in blocked]
+    if not stoppers:
+        return results
+    note = f"fits, but nothing was written: {', '.join(stoppers)} stopped the run"
+    return [
+        replace(r, outcome="blocked", details=(note, *r.details))
+        if r.outcome in ("applied", "reverted")
+        else r
+        for r in results
+    ]
 
 
 def _check_version(release: str, *, given: bool, root: Path) -> None:

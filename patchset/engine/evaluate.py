@@ -134,7 +134,13 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
         else:
             changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
     reverse = _reverse(variant, read)
-    reverse_ok = all(h.status != "failed" for _, h in reverse)
+    reverse_ok = all(h.status != "failed" for _, h in reverse) and _changes_something(
+        variant, read
+    )
+    if ok and all(changes[d.path] == read(d.path) for d in variant.diffs):
+        # It "fits" but changes no byte (a diff that only adds a final newline, on a file
+        # that has it): the change is there already.
+        ok = False
     if ok:
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
         if reverse_ok:
@@ -159,6 +165,23 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
         result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, nearest=False)
         found.extend((diff.path, h) for h in result.hunks)
     return tuple(found)
+
+
+def _changes_something(variant: Variant, read: Reader) -> bool:
+    """Whether taking the diff out would change a byte: a diff that only adds a final
+    newline fits backwards on a file without one too, and would "revert" it to itself."""
+    for diff in variant.diffs:
+        data = read(diff.path)
+        if diff.added or data is None:
+            return True
+        text = _decode(data)
+        lines, eol, eof = split_text(text)
+        result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, nearest=False)
+        if result.lines is None:
+            return True
+        if _render(text, lines, result.lines, eol, result.eof_newline) != data:
+            return True
+    return False
 
 
 def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:

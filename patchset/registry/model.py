@@ -169,6 +169,7 @@ def load_registry(root: Path | str) -> Registry:
         raise RegistryError("registry folder does not exist", path=root)
     patches = []
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        _inside(folder, root, "the registry folder")
         if not (folder / PATCH_FILE).is_file():
             raise RegistryError(f"no {PATCH_FILE} in this patch folder", path=folder)
         patches.append(load_patch(folder))
@@ -180,6 +181,7 @@ def load_registry(root: Path | str) -> Registry:
 
 def load_patch(folder: Path) -> Patch:
     file = folder / PATCH_FILE
+    _inside(file, folder, "its patch folder")
     try:
         raw = file.read_bytes()
     except OSError as exc:
@@ -249,6 +251,16 @@ def _touches(top: Table, kind: Kind, when: When, targets: tuple[str, ...]) -> tu
     return touches
 
 
+def _inside(path: Path, folder: Path, what: str) -> None:
+    """A symlink may not lead a patch folder, its patch.toml or a payload out of `folder`
+    (`payload = "../x"` is refused; a link must not get round that)."""
+    if not path.is_symlink():
+        return
+    real, base = path.resolve(), folder.resolve()
+    if real != base and base not in real.parents:
+        raise RegistryError(f"a symlink leading out of {what} ({real})", path=path)
+
+
 def _relpath(table: Table, key: str, value: str) -> None:
     try:
         check_relpath(value, file=table.file)
@@ -284,6 +296,7 @@ def _variants(
         path = folder / name
         if "/" in name or not path.is_file():
             raise top.error(f"payload file {name!r} not found in {folder}", where)
+        _inside(path, folder, "its patch folder")
         try:
             data = path.read_bytes()
         except OSError as exc:

@@ -18,6 +18,8 @@ def check_relpath(relpath: str, *, file: Path | str) -> str:
         raise PayloadError(f"{relpath}: '..' is refused", path=file)
     if pure.parts[0] != "vllm" or len(pure.parts) < 2:
         raise PayloadError(f"{relpath}: targets must lie under vllm/", path=file)
+    if pure.as_posix() != relpath:  # `vllm/./x.py`, `vllm//x.py`: one file, two spellings
+        raise PayloadError(f"{relpath}: write it plainly, as {pure.as_posix()}", path=file)
     return relpath
 
 

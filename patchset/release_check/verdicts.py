@@ -17,7 +17,7 @@ from typing import Literal
 from packaging.version import Version
 
 from patchset.engine.evaluate import Evaluation, evaluate
-from patchset.errors import ExitCode
+from patchset.errors import ExitCode, UsageError
 from patchset.registry import Patch, Probe, Registry, Variant
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
@@ -119,6 +119,8 @@ def check(
     on_release: Callable[[str], None] | None = None,
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default."""
+    if max_fuzz < 0:
+        raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
     if source is None:
         from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
 

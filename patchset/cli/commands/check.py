@@ -11,6 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColu
 from rich.text import Text
 
 from patchset.cli import github
+from patchset.cli.commands.apply import fuzz_count
 from patchset.cli.output import (
     DescriptionColumn,
     console,
@@ -64,7 +65,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
-    p.add_argument("--fuzz", type=int, default=0, metavar="N")
+    p.add_argument("--fuzz", type=fuzz_count, default=0, metavar="N")
     p.add_argument(
         "--suggest-ranges",
         action="store_true",
