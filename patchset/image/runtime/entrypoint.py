@@ -15,7 +15,6 @@ PATCHSET_EXEC override the manifest path, the vLLM folder and the program exec'd
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -31,9 +30,13 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
+    from patchset.kernel import vllm
+    from patchset.kernel.capability import Capability, in_scope, parse_capability
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset.kernel.sites import Site, apply_site, check_site
 else:
+    from patchset_kernel import vllm
+    from patchset_kernel.capability import Capability, in_scope, parse_capability
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset_kernel.sites import Site, apply_site, check_site
 
@@ -52,19 +55,18 @@ def vllm_root() -> Path:
     override = os.environ.get("PATCHSET_VLLM_ROOT")
     if override:
         return Path(override)
-    spec = importlib.util.find_spec("vllm")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise PatchFailedError("no vllm package is importable in this image")
-    return Path(next(iter(spec.submodule_search_locations))).parent
+    try:
+        return vllm.find_installed()
+    except vllm.NotATargetError:
+        raise PatchFailedError("no vllm package is importable in this image") from None
 
 
-def compute_capability() -> tuple[int, int] | None:
+def compute_capability() -> Capability | None:
     forced = os.environ.get("PATCHSET_COMPUTE_CAPABILITY")
     if forced is not None:
         if forced.strip().lower() in ("", "none"):
             return None
-        major, _, minor = forced.partition(".")
-        return int(major), int(minor or 0)
+        return parse_capability(forced)
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
@@ -80,31 +82,10 @@ def compute_capability() -> tuple[int, int] | None:
         return None
     if not out:
         return None
-    major, _, minor = out[0].partition(".")
-    return int(major), int(minor or 0)
-
-
-def in_scope(scope: str | None, capability: tuple[int, int] | None) -> bool:
-    """`scope` is a conjunction like ">=12.0" or ">=9.0,<12.0" over major.minor."""
-    if not scope:
-        return True
-    if capability is None:
-        return False
-    ops = {
-        ">=": lambda a, b: a >= b,
-        "<=": lambda a, b: a <= b,
-        "==": lambda a, b: a == b,
-        "!=": lambda a, b: a != b,
-        ">": lambda a, b: a > b,
-        "<": lambda a, b: a < b,
-    }
-    for raw in scope.split(","):
-        clause = raw.strip()
-        op = next(o for o in (">=", "<=", "==", "!=", ">", "<") if clause.startswith(o))
-        major, _, minor = clause[len(op) :].strip().partition(".")
-        if not ops[op](capability, (int(major), int(minor or 0))):
-            return False
-    return True
+    try:
+        return parse_capability(out[0])
+    except ValueError:
+        return None
 
 
 def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
