@@ -27,7 +27,7 @@ from tomlkit.items import Table as TomlTable
 from unidiff.patch import PatchedFile
 
 from patchset.adapters import forge
-from patchset.errors import PayloadError, UsageError
+from patchset.errors import PayloadError, RegistryError, UsageError
 from patchset.registry import STATES, Patch, load_patch, load_registry
 from patchset.registry.diffs import parse_diff, read_patchset
 from patchset.release_check.verdicts import CheckReport, check
@@ -75,6 +75,8 @@ def _vllm_path(raw: str, *, git: bool) -> str:
 def normalize_diff(text: str, *, file: Path | str) -> DiffPayload:
     """Read a unified diff from a forge or a file; PayloadError if it does not parse, touches
     no file under vllm/, or changes a vllm/ file in a way the engine does not apply."""
+    if text.count("\r\n") == text.count("\n") > 0:  # saved with CRLF line ends throughout
+        text = text.replace("\r\n", "\n")
     patch = read_patchset(text, file=file, empty="not a unified diff: it holds no file changes")
     parts: list[str] = []
     targets: list[str] = []
@@ -90,7 +92,7 @@ def normalize_diff(text: str, *, file: Path | str) -> DiffPayload:
             raise PayloadError(f"{path}: diffs that delete files are not supported", path=file)
         if pf.is_binary_file:
             raise PayloadError(f"{path}: binary diffs are not supported", path=file)
-        if git and (pf.is_rename or (source not in ("/dev/null", target))):
+        if (git and pf.is_rename) or not _same_file(source, target):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
         added = pf.is_added_file or source == "/dev/null"
         parts.append(f"--- {'/dev/null' if added else 'a/' + path}\n+++ b/{path}\n")
@@ -114,6 +116,17 @@ def _paths(pf: PatchedFile, *, git: bool) -> tuple[str, str]:
     elif target == "/dev/null" and source.startswith("a/"):
         source = source[2:]
     return _vllm_path(source, git=git), _vllm_path(target, git=git)
+
+
+_BACKUP_SUFFIXES = (".orig", ".old", ".bak", ".save", "~")
+
+
+def _same_file(source: str, target: str) -> bool:
+    """Whether a diff's two headers name one file: the same path, or a backup copy of it
+    beside it (`diff -u x.py.orig x.py`). Two different files are a rename, refused."""
+    if source in ("/dev/null", target):
+        return True
+    return any(source == target + suffix for suffix in _BACKUP_SUFFIXES)
 
 
 def _hunk_text(hunk: object) -> str:
@@ -223,7 +236,10 @@ def add_diff(
             (folder / "patch.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
 
         write_toml(vllm or ANY_RELEASE, "")
-        staged = load_registry(folder.parent)  # the registry's rules, before any check
+        try:
+            staged = load_registry(folder.parent)  # the registry's rules, before any check
+        except RegistryError as exc:  # named against what the user gave, not the staging
+            raise type(exc)(_unstaged(exc, folder), path=origin) from None
         report = check(staged, wanted, source=source) if wanted and source else None
         suggested = report.suggested.get(patch_id, ()) if report else ()
         range_text, note = _choose_range(vllm, report, suggested)
@@ -399,13 +415,29 @@ def _sites_example(patch_id: str) -> str:
 def _staging(root: Path, patch_id: str) -> Iterator[Path]:
     """`<id>/` inside a hidden folder of the registry root (the loader skips dot folders),
     so the final rename is atomic; the hidden folder goes away whatever happened."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".add-{patch_id}-", dir=root))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".add-{patch_id}-", dir=root))
+    except OSError as exc:
+        raise RegistryError(
+            f"the registry folder is not writable ({exc.strerror}); nothing was added",
+            path=root,
+        ) from None
     try:
         folder = tmp / patch_id
         folder.mkdir()
         yield folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _unstaged(exc: RegistryError, folder: Path) -> str:
+    """An error about a file in the staging folder, said of the file as it will be named."""
+    message = str(exc)
+    if exc.path is not None:
+        message = message.removeprefix(f"{exc.path}: ")
+        name = Path(exc.path).relative_to(folder) if Path(exc.path).is_relative_to(folder) else ""
+        message = f"the {name or 'patch'} written from it: {message}"
+    return message
 
 
 def _rename(folder: Path, dest: Path) -> None:

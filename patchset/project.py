@@ -19,7 +19,7 @@ from tomlkit.exceptions import TOMLKitError
 
 from patchset._fs import write_atomic
 from patchset.errors import RegistryError
-from patchset.registry.toml import Table, load_toml
+from patchset.registry.toml import TOO_DEEP, Table, load_toml
 
 PYPROJECT = "pyproject.toml"
 ENV = {"registry": "PATCHSET_REGISTRY", "builds": "PATCHSET_BUILDS"}
@@ -171,6 +171,8 @@ def _add_tool_table(pyproject: Path) -> bool:
         doc = tomlkit.parse(existing)
     except TOMLKitError as exc:
         raise RegistryError(f"not valid TOML: {exc}", path=pyproject) from None
+    except RecursionError:
+        raise RegistryError(TOO_DEEP, path=pyproject) from None
     tool = doc.get("tool")
     if tool is not None and "patchset" in tool:
         read_tool_table(pyproject)  # an existing table must still be a valid one

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import pytest
 from patchset.errors import PayloadError
 from patchset.registry.paths import check_relpath
 from tests.fake_index import FakeIndex, Reply
-from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
+from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import HOSTILE, record
 from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF
 
@@ -475,7 +476,7 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     for args in (("bogus",), ("apply", "--fuzz", "x"), ("check", "--vllm")):
         proc = cli(*args)
         assert proc.returncode == 2
-        assert "--help" in error_line(proc)
+        assert "usage:" not in error_line(proc)
 
 
 def test_a_logged_warning_does_not_precede_the_error(fake_index: FakeIndex, tmp_path: Path) -> None:
@@ -500,4 +501,110 @@ def test_a_logged_warning_does_not_precede_the_error(fake_index: FakeIndex, tmp_
     line = error_line(proc)
     ok = proc.returncode == 3
     record(HOSTILE, "generated: red-team findings", "a warning, then an error", intact=ok)
+    assert ok, line
+
+
+def _add(
+    registry: Path, diff: Path, patch_id: str, *, user: bool = False
+) -> subprocess.CompletedProcess[str]:
+    args = ("--registry", str(registry), "add", patch_id, "--diff", str(diff), "--no-check")
+    if not user:
+        return cli(*args)
+    return subprocess.run(
+        ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups",
+         sys.executable, "-m", "patchset", *args],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_add_takes_a_crlf_diff(tmp_path: Path) -> None:
+    """A diff saved with CRLF line ends (was: refused, naming a temporary staging folder)."""
+    registry = tmp_path / "patches"
+    registry.mkdir()
+    diff = tmp_path / "fix.diff"
+    diff.write_bytes(MOD_DIFF.replace("\n", "\r\n").encode())
+    proc = _add(registry, diff, "crlf-fix")
+    ok = proc.returncode == 0 and ".add-" not in proc.stdout + proc.stderr
+    toml = (registry / "crlf-fix" / "patch.toml").read_text() if ok else ""
+    ok = ok and 'targets = ["vllm/mod.py"]' in toml
+    record(HOSTILE, "generated: red-team findings", "add: a CRLF diff", intact=ok)
+    assert ok, proc.stderr
+
+
+def test_add_names_the_input_not_its_staging(tmp_path: Path) -> None:
+    """An error found in what add staged names the diff given, never the hidden folder."""
+    registry = tmp_path / "patches"
+    registry.mkdir()
+    diff = tmp_path / "fix.diff"
+    head, _, body = MOD_DIFF.partition("@@")
+    diff.write_bytes((head.replace("\n", "\r\n") + "@@" + body).encode())  # CRLF headers only
+    before = snapshot(registry)
+    proc = _add(registry, diff, "odd-path")
+    line = error_line(proc)
+    ok = proc.returncode == 2 and ".add-" not in line and snapshot(registry) == before
+    record(HOSTILE, "generated: red-team findings", "add: error names the input", intact=ok)
+    assert ok, line
+
+
+def test_add_refuses_a_plain_diff_rename(tmp_path: Path) -> None:
+    """`--- old/vllm/a.py` / `+++ new/vllm/b.py` is a rename (was: an edit of b.py)."""
+    registry = tmp_path / "patches"
+    registry.mkdir()
+    diff = tmp_path / "rename.diff"
+    diff.write_text("--- old/vllm/a.py\n+++ new/vllm/b.py\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n")
+    backup = tmp_path / "backup.diff"  # diff -u x.py.orig x.py: one file, an edit
+    backup.write_text("--- vllm/a.py.orig\n+++ vllm/a.py\n@@ -1,3 +1,3 @@\n a\n-b\n+c\n d\n")
+    renamed = _add(registry, diff, "renamed")
+    edited = _add(registry, backup, "edited")
+    line = error_line(renamed)
+    ok = renamed.returncode == 2 and "renames are not supported" in line
+    ok = ok and not (registry / "renamed").exists() and edited.returncode == 0
+    record(HOSTILE, "generated: red-team findings", "add: a plain-diff rename", intact=ok)
+    assert ok, (line, edited.stderr)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as another user")
+def test_add_into_an_unwritable_registry(tmp_path: Path) -> None:
+    """A registry folder the user may not write to (was: a traceback from mkdtemp)."""
+    import tempfile
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="patchset-unwritable-", dir="/tmp"))
+    tmp_path.chmod(0o755)  # the other user reaches it (pytest's own folders are private)
+    registry = tmp_path / "patches"
+    registry.mkdir()
+    diff = tmp_path / "fix.diff"
+    diff.write_text(MOD_DIFF)
+    diff.chmod(0o644)
+    before = snapshot(registry)
+    proc = _add(registry, diff, "no-room", user=True)
+    line = error_line(proc)
+    ok = proc.returncode == 2 and "not writable" in line and snapshot(registry) == before
+    record(HOSTILE, "generated: red-team findings", "add: an unwritable registry", intact=ok)
+    shutil.rmtree(tmp_path)
+    assert ok, line
+
+
+@pytest.mark.parametrize("where", ["patch.toml", "sites.toml", "pyproject.toml"])
+def test_toml_nested_thousands_deep(tmp_path: Path, where: str) -> None:
+    """TOML nested a few thousand levels (was: RecursionError, a traceback)."""
+    registry, _ = _two_patch_registry(tmp_path, conflicting=False)
+    deep = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    cwd = tmp_path / "project"
+    cwd.mkdir()
+    if where == "patch.toml":
+        with (registry / "good" / "patch.toml").open("a") as fh:
+            fh.write(deep)
+    elif where == "sites.toml":
+        _write_patch(registry / "deep-sites", kind="runtime", targets=["vllm/mod.py"],
+                     payload=GOOD_SITES.encode() + deep.encode())  # fmt: skip
+    else:
+        (cwd / "pyproject.toml").write_text('[project]\nname = "x"\n' + deep)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchset", "--registry", str(registry), "validate"],
+        cwd=cwd, capture_output=True, text=True, check=False, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )  # fmt: skip
+    line = error_line(proc)
+    ok = proc.returncode == 2 and "nested too deeply" in line and where in line
+    record(HOSTILE, "generated: red-team findings", f"TOML nested deep: {where}", intact=ok)
     assert ok, line

@@ -19,6 +19,9 @@ from packaging.version import InvalidVersion, Version
 from patchset.errors import RegistryError
 
 
+TOO_DEEP = "not usable TOML: arrays or tables nested too deeply"
+
+
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error or unreadable file becomes a RegistryError."""
     try:
@@ -26,6 +29,8 @@ def load_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"not valid TOML: {exc}", path=path) from None
+    except RecursionError:
+        raise RegistryError(TOO_DEEP, path=path) from None
     except UnicodeDecodeError as exc:
         line = exc.object.count(b"\n", 0, exc.start) + 1
         raise RegistryError(

@@ -60,8 +60,8 @@ class RegistryChange:
             doc = tomlkit.parse(data.decode("utf-8"))
             edit(doc)
             text = tomlkit.dumps(doc)
-        except (TOMLKitError, UnicodeDecodeError) as exc:
-            raise RegistryError(f"cannot edit: {exc}", path=path) from None
+        except (TOMLKitError, UnicodeDecodeError, RecursionError) as exc:
+            raise RegistryError(f"cannot edit: {exc or 'nested too deeply'}", path=path) from None
         self._planned[path] = text.encode("utf-8")
 
     def add_file(self, patch: Patch, name: str, data: bytes) -> Path:
@@ -228,6 +228,6 @@ def _declared(patch: Patch) -> str:
     try:
         doc = tomlkit.parse((patch.folder / PATCH_FILE).read_text(encoding="utf-8"))
         value = doc.get("vllm")
-    except (OSError, TOMLKitError, UnicodeDecodeError):
+    except (OSError, TOMLKitError, UnicodeDecodeError, RecursionError):
         value = None
     return str(value) if isinstance(value, str) else str(patch.vllm)
