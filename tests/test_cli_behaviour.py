@@ -129,7 +129,8 @@ def test_verbose_shows_info_lines_and_quiet_hides_warnings(
     cli_main.configure_logging(0, 1)
     log.warning("careful")
     assert capsys.readouterr().err == ""
-    cli_main.configure_logging(0, 0)
+    cli_main.reset_logging()
+    assert logging.getLogger("patchset").propagate  # main() leaves logging as it found it
 
 
 def test_every_command_help_names_exit_codes_and_an_example(

@@ -77,30 +77,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.Handler):
     """Library log lines on stderr as `patchset: [level: ]message`."""
 
-    def __init__(self) -> None:
-        super().__init__()
-
     def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stderr)  # the stderr of now (tests swap it)
-        super().emit(record)
-
-    def format(self, record: logging.LogRecord) -> str:
         level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        return f"patchset: {level}{record.getMessage()}"
+        try:
+            sys.stderr.write(f"patchset: {level}{one_line(record.getMessage())}\n")
+        except Exception:  # logging must never raise: its own error path
+            self.handleError(record)
 
 
 def configure_logging(verbose: int, quiet: int) -> None:
     """Warnings by default, -v info (downloads, retries), -vv debug, -q errors only."""
     level = logging.WARNING - 10 * verbose + 10 * quiet
     logger = logging.getLogger("patchset")
-    for handler in [h for h in logger.handlers if isinstance(h, _Handler)]:
-        logger.removeHandler(handler)
+    reset_logging()
     logger.addHandler(_Handler())
     logger.setLevel(max(logging.DEBUG, min(level, logging.CRITICAL)))
     logger.propagate = False
+
+
+def reset_logging() -> None:
+    """Undo configure_logging (main() does, so in-process callers keep their own set-up)."""
+    logger = logging.getLogger("patchset")
+    for handler in [h for h in logger.handlers if isinstance(h, _Handler)]:
+        logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
 
 
 def _fatal(args: argparse.Namespace | None, message: str) -> None:
@@ -149,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" rerun with --traceback or {DEBUG_ENV}=1 for the details)",
         )
         return ExitCode.INTERNAL
+    finally:
+        reset_logging()
     return code
 
 
