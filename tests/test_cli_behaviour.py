@@ -139,9 +139,10 @@ def test_every_command_help_names_exit_codes_and_an_example(
     parser = cli_main.build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     assert commands is not None
-    for name in commands:
+    paths = [[name] for name in commands] + [["runtime", "export"]]
+    for name in paths:
         with pytest.raises(SystemExit):
-            cli_main.main([name, "--help"])
+            cli_main.main([*name, "--help"])
         text = capsys.readouterr().out
         assert "exit codes:" in text, name
         assert "\nexample:\n  patchset " in text, name

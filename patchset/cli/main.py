@@ -8,6 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
 from patchset import __version__
 from patchset.adapters.actions import workflow_command
@@ -21,6 +22,7 @@ from patchset.cli.commands import image as image_cmd
 from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
+from patchset.cli.commands import runtime as runtime_cmd
 from patchset.cli.output import err_console
 from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import resolve
@@ -34,6 +36,7 @@ COMMANDS = (
     add_cmd,
     project_cmd,
     bake_cmd,
+    runtime_cmd,
     completion_cmd,
 )
 
@@ -63,18 +66,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parsers(sub)
+    _finish_commands(sub, [])
+    return parser
+
+
+def _finish_commands(sub: argparse._SubParsersAction[Any], path: list[str]) -> None:
+    """Every command parser, nested ones too (`runtime export`): the global options, and a
+    help footer with its exit codes and one example."""
     seen: set[int] = set()
     for name, command in sub.choices.items():
         if id(command) in seen:
             continue
         seen.add(id(command))
+        full = " ".join([*path, name])
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in nested:
+            _finish_commands(action, [*path, name])
         options.add_global_options(command, in_command=True)
         if "exit codes:" not in (command.description or ""):
-            command.epilog = options.footer(name)
+            command.epilog = options.footer(full)
         else:
-            command.epilog = "example:\n  " + options.COMMAND_HELP.get(name, ("", name))[1]
+            command.epilog = "example:\n  " + options.COMMAND_HELP.get(full, ("", full))[1]
         command.formatter_class = argparse.RawDescriptionHelpFormatter
-    return parser
 
 
 class _Handler(logging.Handler):

@@ -59,6 +59,14 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
     ),
     "init": ("0 laid out (or already there); 2 a malformed pyproject.toml", "patchset init ."),
     "bake": ("0 written; 2 a malformed build definition", "patchset bake -o docker-bake.json"),
+    "runtime": (
+        "0 ok; 2 bad usage",
+        "patchset runtime export out/ --build builds/0.19.1.toml",
+    ),
+    "runtime export": (
+        "0 written; 2 a malformed build definition or registry; 3 a release unavailable",
+        "patchset runtime export out/ --build builds/0.19.1.toml",
+    ),
     "completion": (
         "0 printed; 2 an unknown shell",
         "patchset completion bash > ~/.local/share/bash-completion/completions/patchset",
