@@ -155,6 +155,6 @@ class Parser(argparse.ArgumentParser):
             if close:
                 message = f"{message}; did you mean {close[0]!r}?"
         # One line, as every other error (not argparse's usage block before it).
-        text = one_line(f"{self.prog}: {message} (see {self.prog} --help)")
+        text = one_line(f"{self.prog}: {message}")
         sys.stderr.write(f"patchset: error: {text}\n")
         raise SystemExit(ExitCode.BAD_INPUT)
