@@ -44,8 +44,16 @@ class SafeConsole(Console):
         return super().render_str(shown(text), **kwargs)
 
 
+PIPE_WIDTH = 10_000  # no terminal: lines are never wrapped (copied TOML must still parse)
+_PLAIN: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False}
+
+
 def console() -> Console:
-    return SafeConsole(soft_wrap=False, highlight=False, markup=False, emoji=False)
+    """stdout for people: wrapped to the terminal, and never wrapped when piped or redirected."""
+    con = SafeConsole(soft_wrap=False, **_PLAIN)
+    if con.is_terminal:
+        return con
+    return SafeConsole(soft_wrap=True, width=PIPE_WIDTH, **_PLAIN)
 
 
 def err_console() -> Console:

@@ -134,9 +134,7 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
         else:
             changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
     reverse = _reverse(variant, read)
-    reverse_ok = all(h.status != "failed" for _, h in reverse) and _changes_something(
-        variant, read
-    )
+    reverse_ok = all(h.status != "failed" for _, h in reverse) and _changes_something(variant, read)
     if ok and all(changes[d.path] == read(d.path) for d in variant.diffs):
         # It "fits" but changes no byte (a diff that only adds a final newline, on a file
         # that has it): the change is there already.

@@ -214,7 +214,7 @@ class IndexSource:
             return None
         if file_sha256(path) == sdist.sha256:
             return path
-        LOG.warning("%s: sha256 does not match the index; deleting it", path)
+        LOG.info("%s: sha256 does not match the index; deleting it", path)
         path.unlink(missing_ok=True)
         return None
 
