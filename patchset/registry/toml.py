@@ -18,7 +18,6 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.errors import RegistryError
 
-
 TOO_DEEP = "not usable TOML: arrays or tables nested too deeply"
 
 
