@@ -511,3 +511,115 @@ def count_user_steps(registry: Path, tmp: Path) -> int:
     )  # fmt: skip
     assert done.returncode == ExitCode.OK, done.stdout + done.stderr
     return int(steps.read_text())
+
+
+# -- kills during registry writes: add and refresh --finish ----------------------------------
+
+
+def _registry_state(registry: Path, before: Snapshot, after: Snapshot) -> str:
+    """ "before", "after" or "broken: ...". Hidden leftovers aside (a staging folder of
+    `add`, the temp file of a write killed before its rename): the loader skips them."""
+    now = {k: v for k, v in snapshot(registry).items() if not _leftover(k)}
+    if now == before:
+        return "before"
+    if now == after:
+        return "after"
+    return "broken: " + ", ".join(changed(after, now))
+
+
+def _leftover(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return rel.startswith(".add-") or (name.startswith(".") and name.endswith(".tmp"))
+
+
+def test_add_killed_at_every_step(tmp_path: Path) -> None:
+    """`patchset add` killed after each file-system step: the registry holds the new patch
+    whole or not at all, and the same add run again ends with it whole."""
+    diff = tmp_path / "fix.diff"
+    diff.write_text(MOD_DIFF + OTHER_DIFF)
+    args = ("add", "new-fix", "--diff", str(diff), "--no-check", "--title", "a fix")
+
+    def fresh(name: str) -> Path:
+        registry = tmp_path / name / "patches"
+        add_patch(registry, "multi-file", diff=DIFF, targets=["vllm/mod.py", "vllm/other.py",
+                  "vllm/sub/third.py", "vllm/sub/created.py"])  # fmt: skip
+        return registry
+
+    reference = fresh("reference")
+    before = snapshot(reference)
+    steps = tmp_path / "steps"
+    done = faultrun("--registry", str(reference), *args, env={"FAULT_STEPS": str(steps)})
+    assert done.returncode == 0, done.stderr
+    after = snapshot(reference)
+    total = int(steps.read_text())
+    assert total >= 4
+    bad = []
+    for step in range(1, total + 1):
+        registry = fresh(f"kill-{step}")
+        killed = faultrun("--registry", str(registry), *args, env={"FAULT_KILL_AT": str(step)})
+        left = _registry_state(registry, before, after)
+        again = cli("--registry", str(registry), *args)
+        ends = _registry_state(registry, before, after)
+        loads = cli("--registry", str(registry), "validate").returncode == 0
+        ok = killed.returncode == -9 and not left.startswith("broken") and loads
+        ok = ok and ends == "after" and again.returncode in (0, 2)
+        ok = ok and (again.returncode == 0) == (left == "before")
+        record(FAULT, "SIGKILL mid-add, then add again", f"step {step}", intact=ok)
+        if not ok:
+            bad.append((step, killed.returncode, left, again.returncode, again.stderr[-200:]))
+    assert not bad, bad
+
+
+@pytest.mark.network
+def test_refresh_finish_killed_at_every_step(tmp_path: Path) -> None:
+    """`patchset refresh --finish` killed after each file-system step: the registry is as it
+    was (and the work folder still there, so --finish can run again) or the new variant is
+    written whole; the next --finish ends with it written."""
+    from tests.test_refresh import drop_probe, take_ours
+
+    utils = "vllm/model_executor/layers/fla/ops/utils.py"
+    seed = tmp_path / "seed"
+    shutil.copytree(REPO / "patches", seed / "patches")
+    drop_probe(seed / "patches" / "fla-tma-sm12x" / "patch.toml")
+    started = cli(
+        "--registry", str(seed / "patches"), "refresh", "fla-tma-sm12x", "--vllm", "0.20.0"
+    )
+    assert started.returncode == 1, started.stdout + started.stderr  # a conflict to resolve
+    work = seed / ".patchset-refresh" / "fla-tma-sm12x" / utils
+    work.write_text(take_ours(work.read_text()).replace('== "1"', '== "2"'))
+    args = ("refresh", "fla-tma-sm12x", "--finish")
+
+    def fresh(name: str) -> Path:
+        shutil.copytree(seed, tmp_path / name, symlinks=True)
+        return tmp_path / name / "patches"
+
+    reference = fresh("reference")
+    before = snapshot(reference)
+    steps = tmp_path / "steps"
+    done = faultrun("--registry", str(reference), *args, env={"FAULT_STEPS": str(steps)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    after = snapshot(reference)
+    total = int(steps.read_text())
+    # The first steps are the merge's git work in a scratch folder; the registry is written
+    # after them (probe, temp files, renames), then the work folder removed: every step of
+    # the second half, and a few of the first.
+
+    def one(step: int) -> tuple[int, int, str, str]:
+        registry = fresh(f"kill-{step}")
+        killed = faultrun("--registry", str(registry), *args, env={"FAULT_KILL_AT": str(step)})
+        left = _registry_state(registry, before, after)
+        if left != "after":
+            again = cli("--registry", str(registry), *args)
+            assert "Traceback" not in again.stderr, again.stderr
+        ends = _registry_state(registry, before, after)
+        loads = cli("--registry", str(registry), "validate").returncode == 0
+        ok = killed.returncode == -9 and not left.startswith("broken") and loads
+        ok = ok and ends == "after"
+        record(FAULT, "SIGKILL mid-refresh --finish, then --finish", f"step {step}", intact=ok)
+        return step, killed.returncode, left, "" if ok else ends
+
+    chosen = sorted({1, total // 4, *range(total // 2, total + 1)})
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = list(pool.map(one, chosen))
+    bad = [o for o in outcomes if o[3] or o[1] != -9 or o[2].startswith("broken")]
+    assert not bad, bad

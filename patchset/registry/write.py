@@ -10,7 +10,6 @@ registry byte-for-byte unchanged. Nothing is written unless every folder involve
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -70,7 +69,8 @@ class RegistryChange:
             raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
         path = patch.folder / name
         self._patches[patch.folder] = patch
-        if self._current(path) is not None:
+        current = self._current(path)
+        if current is not None and current != data:  # the same bytes: a killed run's
             raise RegistryError("exists already; not overwritten", path=path)
         self._planned[path] = data
         return path
@@ -90,8 +90,11 @@ class RegistryChange:
                 "changed since it was read (another run?); nothing was written", path=stale[0]
             )
         done: list[tuple[Path, bytes | None]] = []
+        # New files first, the edits that name them last: a run killed in between leaves
+        # only files nothing refers to yet (and the same run again takes them as they are).
+        order = sorted(self._planned.items(), key=lambda item: self._read.get(item[0]) is not None)
         try:
-            for path, data in self._planned.items():
+            for path, data in order:
                 before = self._read.get(path)
                 if before is None and path.is_file():
                     before = path.read_bytes()
@@ -131,15 +134,14 @@ def _undo(done: list[tuple[Path, bytes | None]]) -> None:
 def check_writable(folder: Path) -> None:
     """Create and delete a file in `folder`: the only test that root, ACLs and immutable
     folders (`chattr +i`) all answer truthfully."""
-    try:
-        fd, name = tempfile.mkstemp(prefix=".patchset-probe-", dir=folder)
+    try:  # an unnamed file where the system has them (O_TMPFILE): a kill leaves nothing
+        with tempfile.TemporaryFile(prefix=".patchset-probe-", dir=folder):
+            pass
     except OSError as exc:
         raise RegistryError(
             f"the registry folder is not writable ({exc.strerror}); nothing was changed",
             path=folder,
         ) from None
-    os.close(fd)
-    Path(name).unlink()
 
 
 # -- version ranges as patch.toml writes them --------------------------------------------------
