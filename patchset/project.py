@@ -5,6 +5,10 @@ environment (`PATCHSET_REGISTRY`, `PATCHSET_BUILDS`), the `[tool.patchset]` tabl
 nearest `pyproject.toml` (searching up from the working folder; paths relative to that file),
 and the default `patches` / `builds` (beside that `pyproject.toml` when it has the table, else
 in the working folder).
+
+The table also holds defaults for the commands that read releases: `index-url` (`--index-url`),
+`offline` (`--offline`), `cache-dir` (`$PATCHSET_CACHE_DIR`) and `since` (`check --since` when
+no release is named). Its JSON Schema is `patchset/schemas/tool-patchset.json`.
 """
 
 from __future__ import annotations
@@ -27,10 +31,31 @@ DEFAULTS = {"registry": "patches", "builds": "builds"}
 
 
 @dataclass(frozen=True)
+class ToolTable:
+    """The validated `[tool.patchset]` table; paths relative to its pyproject.toml."""
+
+    pyproject: Path
+    registry: str | None = None
+    builds: str | None = None
+    index_url: str | None = None
+    offline: bool = False
+    cache_dir: str | None = None
+    since: str | None = None
+
+    def get(self, key: str, default: str) -> str:
+        value = getattr(self, key)
+        return value if isinstance(value, str) else default
+
+
+@dataclass(frozen=True)
 class Project:
     registry: Path
     builds: Path
     pyproject: Path | None = None  # the file whose [tool.patchset] table was read
+    index_url: str | None = None
+    offline: bool = False
+    cache_dir: Path | None = None
+    since: str | None = None
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -43,16 +68,28 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def read_tool_table(pyproject: Path) -> dict[str, str] | None:
+def read_tool_table(pyproject: Path) -> ToolTable | None:
     """The validated `[tool.patchset]` table of `pyproject`, or None when it has none."""
     data = load_toml(pyproject)
     tool = data.get("tool")
-    if not isinstance(tool, dict) or "patchset" not in tool:
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise RegistryError(f"tool: expected a table, got {type(tool).__name__}", path=pyproject)
+    if "patchset" not in tool:
         return None
     table = Table(tool["patchset"], file=pyproject, where="tool.patchset")
-    values = {key: table.opt_str(key, required=False) for key in DEFAULTS}
+    result = ToolTable(
+        pyproject=pyproject,
+        registry=table.opt_str("registry", required=False),
+        builds=table.opt_str("builds", required=False),
+        index_url=table.opt_str("index-url", required=False),
+        offline=table.flag("offline", default=False),
+        cache_dir=table.opt_str("cache-dir", required=False),
+        since=table.version("since"),
+    )
     table.finish()
-    return {key: value for key, value in values.items() if value is not None}
+    return result
 
 
 def resolve(
@@ -69,20 +106,27 @@ def resolve(
         key: value if value is not None else _env_path(environ.get(ENV[key]))
         for key, value in given.items()
     }
-    pyproject: Path | None = None
-    if any(value is None for value in chosen.values()):
-        here = cwd or Path.cwd()
-        found = find_pyproject(here)
-        table = read_tool_table(found) if found is not None else None
-        if table is not None and found is not None:
-            pyproject = found
-            for key, default in DEFAULTS.items():
-                if chosen[key] is None:
-                    chosen[key] = _beside(found, table.get(key, default), here)
+    here = cwd or Path.cwd()
+    found = find_pyproject(here)
+    table = read_tool_table(found) if found is not None else None
+    if table is None:
+        return Project(
+            registry=chosen["registry"] or Path(DEFAULTS["registry"]),
+            builds=chosen["builds"] or Path(DEFAULTS["builds"]),
+        )
+    for key, default in DEFAULTS.items():
+        if chosen[key] is None:
+            chosen[key] = _beside(table.pyproject, table.get(key, default), here)
     return Project(
         registry=chosen["registry"] or Path(DEFAULTS["registry"]),
         builds=chosen["builds"] or Path(DEFAULTS["builds"]),
-        pyproject=pyproject,
+        pyproject=table.pyproject,
+        index_url=table.index_url,
+        offline=table.offline,
+        cache_dir=(
+            table.pyproject.parent / Path(table.cache_dir).expanduser() if table.cache_dir else None
+        ),
+        since=table.since,
     )
 
 

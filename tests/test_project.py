@@ -109,10 +109,8 @@ def test_init_keeps_the_pyproject_style_and_is_idempotent(tmp_path: Path) -> Non
     result = init_project(tmp_path)
     text = (tmp_path / "pyproject.toml").read_text()
     assert text.startswith(STYLED)  # every byte the author wrote, as it was
-    assert read_tool_table(tmp_path / "pyproject.toml") == {
-        "registry": "patches",
-        "builds": "builds",
-    }
+    table = read_tool_table(tmp_path / "pyproject.toml")
+    assert table is not None and (table.registry, table.builds) == ("patches", "builds")
     assert tmp_path / "pyproject.toml" in result.created
     assert (tmp_path / "patches" / "README.md").is_file()
     sample = tmp_path / "builds" / "example.toml.sample"
