@@ -21,6 +21,7 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from patchset import schemas
 from patchset._fs import write_atomic
 from patchset.errors import RegistryError
 from patchset.registry.toml import Table, load_toml
@@ -153,7 +154,27 @@ Add one with `patchset add ID --pr owner/repo#N`, `patchset add ID --diff FILE` 
 `patchset add --runtime ID`; check them with `patchset validate` and `patchset check`.
 """
 
+SCHEMA_FOLDER = ".patchset/schemas"  # copies of the shipped file schemas, for editors
+
+TAPLO = """\
+# Editors with a TOML language server (taplo, "Even Better TOML") check patchset's files
+# against the JSON Schemas `patchset init` copied into .patchset/schemas/ (`patchset validate`
+# checks them too). Delete that folder and run `patchset init` again after upgrading patchset.
+[[rule]]
+include = ["patches/*/patch.toml"]
+schema = { path = "./.patchset/schemas/patch.json" }
+
+[[rule]]
+include = ["patches/*/sites.toml", "patches/*/*.sites.toml"]
+schema = { path = "./.patchset/schemas/sites.json" }
+
+[[rule]]
+include = ["builds/*.toml", "builds/*.toml.sample"]
+schema = { path = "./.patchset/schemas/build-definition.json" }
+"""
+
 EXAMPLE_BUILD = """\
+#:schema ../.patchset/schemas/build-definition.json
 # An example build definition. Copy it to <vLLM version>.toml (e.g. 0.19.1.toml), remove the
 # leading '# ' of each line below and fill in your own; every *.toml in this folder is a build
 # target of `patchset build` and `patchset bake`. This file (.sample) is never read.
@@ -199,6 +220,20 @@ def init_project(root: Path) -> InitResult:
         folder.mkdir()
         (folder / name).write_text(text, encoding="utf-8")
         created += [folder, folder / name]
+    schema_folder = root / SCHEMA_FOLDER
+    if schema_folder.is_dir():
+        kept.append(schema_folder)
+    else:
+        schema_folder.mkdir(parents=True)
+        for name in schemas.FILES:
+            (schema_folder / f"{name}.json").write_text(schemas.text(name), encoding="utf-8")
+        created.append(schema_folder)
+    taplo = root / ".taplo.toml"
+    if taplo.exists():
+        kept.append(taplo)
+    else:
+        taplo.write_text(TAPLO, encoding="utf-8")
+        created.append(taplo)
     pyproject = root / PYPROJECT
     if _add_tool_table(pyproject):
         created.append(pyproject)
@@ -220,7 +255,8 @@ def _add_tool_table(pyproject: Path) -> bool:
         read_tool_table(pyproject)  # an existing table must still be a valid one
         return False
     table = tomlkit.table()
-    table.add(tomlkit.comment("Where `patchset` finds this project's patches and builds."))
+    table.add(tomlkit.comment("Where `patchset` finds this project's patches and builds; the keys"))
+    table.add(tomlkit.comment("are in .patchset/schemas/tool-patchset.json (docs/projects.md)."))
     table.add("registry", DEFAULTS["registry"])
     table.add("builds", DEFAULTS["builds"])
     if tool is None:

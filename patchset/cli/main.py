@@ -173,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(args.verbose, args.quiet)
         project = resolve(registry=args.registry, builds=args.builds)
         args.registry, args.builds = project.registry, project.builds
+        args.pyproject = project.pyproject
         with project_defaults(args, project):
             code: int = args.handler(args)
         sys.stdout.flush()
