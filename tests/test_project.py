@@ -118,7 +118,7 @@ def test_init_keeps_the_pyproject_style_and_is_idempotent(tmp_path: Path) -> Non
     assert load_definitions(tmp_path / "builds") == []  # the example is never a target
     before = tree_digest(tmp_path)
     again = init_project(tmp_path)
-    assert again.created == () and len(again.kept) == 3
+    assert again.created == () and len(again.kept) == 5  # and .patchset/schemas, .taplo.toml
     assert tree_digest(tmp_path) == before
 
 
