@@ -28,7 +28,7 @@ from unidiff.patch import PatchedFile
 
 from patchset.adapters import forge
 from patchset.errors import PayloadError, UsageError
-from patchset.registry import STATES, Patch, load_patch, load_registry
+from patchset.registry import STATES, Patch, load_patch, load_registry, ranges
 from patchset.registry.diffs import parse_diff, read_patchset
 from patchset.release_check.verdicts import CheckReport, check
 from patchset.sources.base import ReleaseSource
@@ -155,17 +155,9 @@ def releases_to_check(
         return [v for v in source.versions() if Version(v) > Version(since)]
     cache = getattr(source, "cache", None)
     if cache is not None:
-        cached = [v for v in cache.cached_tree_versions() if _is_version(v)]
+        cached = [v for v in cache.cached_tree_versions() if ranges.is_version(v)]
         return sorted(cached, key=Version)
     return source.versions()
-
-
-def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except InvalidVersion:
-        return False
-    return True
 
 
 # -- writing ---------------------------------------------------------------------------------

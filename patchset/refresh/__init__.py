@@ -42,10 +42,10 @@ from patchset.engine.evaluate import evaluate
 from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
 from patchset.kernel.hunks import rank_windows, split_text
 from patchset.kernel.sites import Site, SiteStatus, check_site, find_block
-from patchset.registry import Kind, Patch, Registry, Variant, load_sites
+from patchset.registry import Kind, Patch, Registry, Variant, load_sites, ranges
 from patchset.registry.diffs import parse_diff
 from patchset.registry.toml import did_you_mean
-from patchset.registry.write import RegistryChange, range_text
+from patchset.registry.write import RegistryChange
 from patchset.release_check.verdicts import moved_files
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
@@ -864,7 +864,7 @@ def _record(
         ),
         None,
     )
-    new_range = range_text([f">={target}", f"<{later}" if later else ""])
+    new_range = ranges.range_text([f">={target}", f"<{later}" if later else ""])
     after = next((v for v in versions if Version(v) > target_v), None)
     changes: list[RangeChange] = []
     revision = patch.revision + 1
@@ -873,7 +873,9 @@ def _record(
         doc["revision"] = revision
         _add_targets(doc, list(job.moves.values()))
         top = str(doc["vllm"])
-        widened = _widen(top, target, after)
+        widened = ranges.widen(top, target, after)
+        if widened is None:  # pragma: no cover -- the release after the target always fits
+            raise UsageError(f"cannot widen the range {top!r} to hold {target}; edit it by hand")
         if widened != top:
             doc["vllm"] = widened
             changes.append(RangeChange("vllm", top, widened))
@@ -883,13 +885,13 @@ def _record(
             for table in tables:
                 if table["payload"] == variant.name:
                     old = str(table["vllm"])
-                    capped = _cap(old, target)
+                    capped = ranges.cap(old, target)
                     if capped != old:
                         table["vllm"] = capped
                         changes.append(RangeChange(variant.name, old, capped))
             tables.append(new_table)
         else:
-            capped = _cap(top, target)
+            capped = ranges.cap(top, target)
             old_table = _variant_table(variant.name, capped, variant.base)
             for key in ("payload", "base"):
                 if key in doc:
@@ -932,49 +934,3 @@ def _add_targets(doc: TOMLDocument, paths: list[str]) -> None:
         targets.append(path)
     if one_line and len(f"targets = {targets.as_string()}") > 100:
         targets.multiline(True)
-
-
-def _parts(spec: str) -> list[str]:
-    return [part.strip() for part in spec.split(",") if part.strip()]
-
-
-def _operator_of(part: str) -> str:
-    (one,) = list(SpecifierSet(part))
-    return one.operator
-
-
-def _cap(spec: str, target: str) -> str:
-    """`spec` narrowed to releases before `target` (an upper bound at or below it is kept)."""
-    limit = Version(target)
-    parts = _parts(spec)
-    kept = []
-    bounded = False
-    for part in parts:
-        ops = SpecifierSet(part)
-        (one,) = list(ops)
-        if one.operator in ("<", "<="):
-            bound = Version(one.version)
-            if bound < limit or (bound == limit and one.operator == "<"):
-                bounded = True
-            else:
-                continue
-        kept.append(part)
-    if not bounded:
-        kept.append(f"<{target}")
-    return spec if kept == parts else range_text(kept)
-
-
-def _widen(spec: str, target: str, after: str | None) -> str:
-    """`spec` made to hold `target`: a bound that shut it out moves to the next release."""
-    version = Version(target)
-    if SpecifierSet(spec).contains(version, prereleases=True):
-        return spec
-    parts = _parts(spec)
-    kept = [p for p in parts if SpecifierSet(p).contains(version, prereleases=True)]
-    shut = [p for p in parts if p not in kept]
-    if after is not None and any(_operator_of(p) in ("<", "<=") for p in shut):
-        kept.append(f"<{after}")
-    widened = range_text(kept)
-    if not SpecifierSet(widened).contains(version, prereleases=True):  # pragma: no cover
-        raise UsageError(f"cannot widen the range {spec!r} to hold {target}; edit it by hand")
-    return widened

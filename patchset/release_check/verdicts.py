@@ -14,11 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
-from packaging.version import Version
-
 from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.errors import ExitCode
-from patchset.registry import Patch, Probe, Registry, Variant
+from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
@@ -124,7 +122,7 @@ def check(
 
         source = IndexSource()
     selected = registry.select(patches)
-    ordered = sorted(dict.fromkeys(versions), key=_version_key)
+    ordered = sorted(dict.fromkeys(versions), key=ranges.version_key)
     infos: list[ReleaseInfo] = []
     results: list[CheckResult] = []
     for version in ordered:
@@ -159,7 +157,7 @@ def _pick_variant(
     patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int
 ) -> tuple[Variant, Evaluation]:
     """The variant meant for the release; failing that, the first that fits it."""
-    meant = patch.variant_for(version) if _is_version(version) else None
+    meant = patch.variant_for(version) if ranges.is_version(version) else None
     if meant is not None:
         return meant, evaluate(patch, meant, read, max_fuzz=max_fuzz)
     tried = [(v, evaluate(patch, v, read, max_fuzz=max_fuzz)) for v in reversed(patch.variants)]
@@ -182,7 +180,7 @@ def _one(
     reverse = ev.reverse_applies if patch.kind == "diff" else None
     ancestry = _ancestry(tree, patch.upstream.commit)
     signals = Signals(ev.state, reverse, probe_hit, ancestry)
-    in_range = patch.in_range(version) if _is_version(version) else False
+    in_range = patch.in_range(version) if ranges.is_version(version) else False
     locations = _locations(ev)
     verdict: Verdict
     disagreement = None
@@ -340,18 +338,6 @@ def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> 
     return None if best is None else best[1]
 
 
-def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _version_key(text: str) -> tuple[int, Version | str]:
-    return (0, Version(text)) if _is_version(text) else (1, text)
-
-
 def suggest_ranges(
     results: Iterable[CheckResult], versions: list[str]
 ) -> dict[str, tuple[str, ...]]:
@@ -360,23 +346,9 @@ def suggest_ranges(
     Each run of consecutive checked releases becomes ``>=first,<next-checked`` (or
     ``>=first`` when it reaches the newest release checked).
     """
-    ordered = sorted({v for v in versions if _is_version(v)}, key=Version)
     needed: dict[str, set[str]] = {}
     for r in results:
         needed.setdefault(r.patch, set())
         if r.verdict == "needed":
             needed[r.patch].add(r.vllm)
-    ranges: dict[str, tuple[str, ...]] = {}
-    for patch_id, hits in needed.items():
-        runs: list[str] = []
-        start: str | None = None
-        for i, version in enumerate(ordered):
-            if version in hits and start is None:
-                start = version
-            if start is not None and (version not in hits):
-                runs.append(f">={start},<{version}")
-                start = None
-            elif start is not None and i == len(ordered) - 1:
-                runs.append(f">={start}")
-        ranges[patch_id] = tuple(runs)
-    return ranges
+    return {patch_id: ranges.runs(hits, versions) for patch_id, hits in needed.items()}
