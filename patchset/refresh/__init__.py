@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import tomlkit
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from tomlkit.toml_document import TOMLDocument
 
 from patchset.adapters.gitrepo import MergeLabels, conflict_lines, scratch_repo
@@ -47,6 +47,7 @@ from patchset.registry.diffs import parse_diff
 from patchset.registry.toml import did_you_mean
 from patchset.registry.write import RegistryChange
 from patchset.release_check.verdicts import moved_files
+from patchset.sources import select
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
 Outcome = Literal["written", "proposed", "conflict", "unresolved"]
@@ -227,8 +228,7 @@ def refresh(
 
         source = IndexSource()
     patch = registry.get(patch_id)
-    versions = source.versions()
-    target = _resolve(version, versions, source.name)
+    target, versions = select.one(source, version)
     variant = _from_variant(patch, target, versions)
     probe = patch.upstream.probe
     wanted = tuple(dict.fromkeys([*variant.files, *([probe.file] if probe else [])]))
@@ -327,24 +327,6 @@ def _remove_work(work: Path) -> None:
 
 
 # -- choosing what to refresh ------------------------------------------------------------------
-
-
-def _resolve(version: str, versions: list[str], source_name: str) -> str:
-    if not versions:
-        raise UsageError(f"the {source_name} source offers no release")
-    if version == "latest":
-        return versions[-1]
-    try:
-        wanted = Version(version)
-    except InvalidVersion:
-        raise UsageError(f"--vllm {version!r} is not a PEP 440 version") from None
-    for known in versions:
-        if Version(known) == wanted:
-            return known
-    raise UsageError(
-        f"vllm {version} is not a release the {source_name} source offers"
-        f"{did_you_mean(version, versions)}"
-    )
 
 
 def _from_variant(patch: Patch, target: str, versions: list[str]) -> Variant:

@@ -268,11 +268,7 @@ def _missing(
 
 def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
     """The git signal: only trees from a clone can answer (GitTree.contains_commit)."""
-    contains = getattr(tree, "contains_commit", None)
-    if commit is None or contains is None:
-        return None
-    answer = contains(commit)
-    return answer if isinstance(answer, bool) else None
+    return None if commit is None else tree.contains_commit(commit)
 
 
 def _locations(ev: Evaluation) -> tuple[str, ...]:
