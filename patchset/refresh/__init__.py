@@ -5,7 +5,7 @@ variant was written against (its `base`, else the newest release inside its rang
 target); one branch holds the base with the variant applied by the engine, the other the
 target release's files. A clean merge becomes a new payload variant; a conflict leaves the
 merged files, with markers, in a work folder that `finish` turns into the variant once edited.
-A target file the release moved is found as `check` finds it (`check.moved_files`): the merge
+A target file the release moved is found as `check` finds it (`release_check.moves`): the merge
 takes the moved file as the release's side, and the new variant patches the new path.
 
 Runtime patches: for every site whose anchor no longer matches, the windows of the target's
@@ -46,7 +46,7 @@ from patchset.registry import Kind, Patch, Registry, Variant, load_sites, ranges
 from patchset.registry.diffs import parse_diff
 from patchset.registry.toml import did_you_mean
 from patchset.registry.write import RegistryChange
-from patchset.release_check.verdicts import moved_files
+from patchset.release_check.moves import moved_files
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
