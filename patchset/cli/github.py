@@ -47,7 +47,7 @@ def workflow_commands(report: CheckReport, registry: Registry) -> list[str]:
     for r in report.results:
         if r.needs_attention:
             groups.setdefault(("error", r.patch, r.verdict, r.detail), []).append(r)
-        elif r.in_range and r.verdict == "needed" and r.detail != "applies cleanly":
+        elif r.in_range and r.verdict == "needed" and r.shifted:
             groups.setdefault(("warning", r.patch, r.verdict, r.detail), []).append(r)
         if r.disagreement:
             key = ("warning", r.patch, "signals disagree", f"{r.verdict}; {r.disagreement}")

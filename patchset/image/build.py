@@ -444,7 +444,7 @@ def _verify(engine: dockerengine.Engine, image_id: str, log: LogSink) -> None:
     for r in result["results"]:
         log(f"verify {r['patch']} ({r['apply']}): {r['state']}")
     if not result["ok"]:
-        failed = [r for r in result["results"] if r["state"].startswith("FAILED")]
+        failed = [r for r in result["results"] if r.get("ok") is False]
         raise BuildError(
             f"the built image fails verification: {failed[0]['patch']}: {failed[0]['state']}"
         )

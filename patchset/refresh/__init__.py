@@ -50,7 +50,7 @@ from patchset.release_check.moves import moved_files
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
-Outcome = Literal["written", "proposed", "conflict", "unresolved"]
+RefreshOutcome = Literal["written", "proposed", "conflict", "unresolved"]
 MIN_SIMILARITY = 0.6  # a proposed anchor is at least this much like the old one
 MARGIN = 0.1  # and this much ahead of the next candidate
 WORK_FOLDER = ".patchset-refresh"  # beside the registry: <registry>/../.patchset-refresh/<id>
@@ -133,7 +133,7 @@ class RefreshResult:
     vllm: str  # the target release
     from_variant: str  # the payload carried forward
     base: str | None  # the release it was written against (the merge base)
-    outcome: Outcome
+    outcome: RefreshOutcome
     variant: str | None = None  # the new payload's file name
     revision: int | None = None  # the patch's revision once written
     payload: str = ""  # diff: the new diff; runtime: the new sites file as a diff of the old
@@ -186,7 +186,7 @@ class _Job:
         """`files` (keyed by the variant's paths) keyed by where the target release has them."""
         return {self.moves.get(rel, rel): data for rel, data in files.items()}
 
-    def result(self, outcome: Outcome, **fields: Any) -> RefreshResult:
+    def result(self, outcome: RefreshOutcome, **fields: Any) -> RefreshResult:
         moved = tuple(MovedFile(old, new) for old, new in self.moves.items())
         return RefreshResult(
             self.patch.id,

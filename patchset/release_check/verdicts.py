@@ -11,23 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
-from patchset.engine.evaluate import Evaluation, evaluate
+from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.errors import ExitCode
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.moves import moved_files
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
-VERDICTS: tuple[Verdict, ...] = ("needed", "upstream", "conflict", "partial", "missing-target")
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 SCHEMA = "patchset.check/1"
-ATTENTION: frozenset[str] = frozenset({"conflict", "partial", "missing-target"})
+ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
 
 
 @dataclass(frozen=True)
 class Signals:
-    forward: str  # applies | already-applied | conflict | partial | target-missing
+    forward: State  # the engine's dry run
     reverse: bool | None  # diff patches only
     probe: bool | None  # None when the patch declares no probe
     ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
@@ -54,6 +54,7 @@ class CheckResult:
     disagreement: str | None = None
     locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
     moved_to: tuple[str, ...] = ()
+    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
 
     @property
     def needs_attention(self) -> bool:
@@ -185,7 +186,8 @@ def _one(
     verdict: Verdict
     disagreement = None
     moved: tuple[str, ...] = ()
-    if ev.state == "target-missing":
+    shifted = False
+    if ev.state == "missing-target":
         verdict = "missing-target"
         detail, moved, signals, disagreement = _missing(
             tree, variant, ev, probe=probe, read=read, signals=signals
@@ -214,8 +216,8 @@ def _one(
             disagreement = "some of the patch's sites still match"
     elif ev.state == "applies":
         verdict = "needed"
-        shifted = list(ev.warnings)
-        detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
+        shifted = bool(ev.warnings)
+        detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
     elif ev.state == "partial":
         verdict = "partial"
         detail = "; ".join(ev.failures)
@@ -234,6 +236,7 @@ def _one(
         disagreement=disagreement,
         locations=locations,
         moved_to=moved,
+        shifted=shifted,
     )
 
 

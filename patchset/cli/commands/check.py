@@ -172,7 +172,7 @@ def _notes(report: CheckReport) -> list[str]:
     """Details of every verdict that is not a clean 'needed', runs of releases folded."""
     groups: dict[tuple[str, str, str, str | None], list[str]] = {}
     for r in report.results:
-        if r.verdict == "needed" and r.detail == "applies cleanly" and not r.disagreement:
+        if r.verdict == "needed" and not r.shifted and not r.disagreement:
             continue
         groups.setdefault((r.patch, r.verdict, r.detail, r.disagreement), []).append(r.vllm)
     lines = []
