@@ -123,6 +123,49 @@ class Patch:
             v.vllm.contains(release, prereleases=True) for v in self.variants
         )
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form `patchset list` and `show` print."""
+        up = self.upstream
+        return {
+            "id": self.id,
+            "title": self.title,
+            "description": self.description.strip(),
+            "kind": self.kind,
+            "revision": self.revision,
+            "vllm": str(self.vllm),
+            "apply": self.apply,
+            "targets": list(self.targets),
+            "upstream": {
+                "pr": up.pr,
+                "state": up.state,
+                "superseded_by": up.superseded_by,
+                "superseded_in": up.superseded_in,
+                "probe": up.probe.describe() if up.probe else None,
+                "note": up.note,
+            },
+            "hardware": {
+                "compute_capability": (
+                    str(self.hardware.compute_capability)
+                    if self.hardware.compute_capability
+                    else None
+                ),
+                "note": self.hardware.note,
+            },
+            "origin": self.origin,
+            "credit": list(self.credit),
+            "variants": [
+                {
+                    "payload": v.name,
+                    "vllm": str(v.vllm),
+                    "base": v.base,
+                    "sha256": v.sha256,
+                    "files": list(v.files),
+                }
+                for v in self.variants
+            ],
+            "digest": self.digest,
+        }
+
     def variant_for(self, version: str | None) -> Variant | None:
         """The payload variant meant for `version`; the newest-listed first one if unknown."""
         if version is None:
