@@ -322,20 +322,13 @@ def selection(manifest: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def installed_version(root: Path) -> str | None:
-    """The vLLM release at `root`, from its installed distribution's metadata."""
-    for dist in importlib.metadata.distributions(path=[str(root)]):
-        if (dist.metadata["Name"] or "").lower() == "vllm":
-            return dist.version
-    return None
-
-
 def release_check(manifest: dict[str, Any], root: Path) -> str:
     """The vLLM release in this image is the one the manifest was made for."""
-    found = installed_version(root)
+    read = vllm.read_version(root)
     wanted = manifest["vllm"]
-    if found is None:
+    if read is None:
         raise StartRefusedError(f"cannot tell which vLLM release is at {root} (no dist-info)")
+    found = read[0]
     if found.split("+")[0] != wanted:
         raise StartRefusedError(
             f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
