@@ -80,7 +80,7 @@ def test_version_readers_in_order(tmp_path: Path) -> None:
     both = make_folder(
         tmp_path / "d", {"vllm/_version.py": scm, "vllm-0.19.1.dist-info/METADATA": meta}
     )
-    assert vllm.read_version(both) == ("0.19.1+cu130", str(both / "vllm-0.19.1.dist-info"))
+    assert vllm.read_version(both) == ("0.19.1", str(both / "vllm" / "_version.py"))
     found = vllm.read_version(make_folder(tmp_path / "vllm-0.17.0", {}))
     assert found is not None and found[0] == "0.17.0"
     assert vllm.read_version(make_folder(tmp_path / "c", {"vllm/_version.py": "x = 1\n"})) is None

@@ -62,11 +62,15 @@ def target_root(path: Path | str | None) -> Path:
 def read_version(root: Path) -> tuple[str, str] | None:
     """The release in `root` (the folder holding `vllm/`) and where it was read, or None.
 
-    In order: the installed distribution's metadata (a ``vllm-*.dist-info`` or egg-info beside
-    the package: what pip installed); the string assigned to ``__version__`` in
-    vllm/_version.py (setuptools-scm) or vllm/version.py, parsed and never run; the folder's
-    own name when it is an unpacked sdist such as ``vllm-0.17.0``.
+    In order: the string assigned to ``__version__`` in vllm/_version.py (setuptools-scm) or
+    vllm/version.py, parsed and never run; a ``vllm-*.dist-info`` (or egg-info) beside the
+    package; the folder's own name when it is an unpacked sdist such as ``vllm-0.17.0``.
     """
+    for module in ("_version.py", "version.py"):
+        path = root / "vllm" / module
+        found = _assigned_version(path)
+        if found:
+            return found, str(path)
     infos = sorted(root.glob("vllm-*.dist-info")) + sorted(root.glob("vllm-*.egg-info"))
     if infos:  # imported here: it costs the image entrypoint 60 ms at every container start
         import importlib.metadata  # noqa: PLC0415
@@ -74,11 +78,6 @@ def read_version(root: Path) -> tuple[str, str] | None:
         version = importlib.metadata.Distribution.at(info).version
         if version:
             return version, str(info)
-    for module in ("_version.py", "version.py"):
-        path = root / "vllm" / module
-        found = _assigned_version(path)
-        if found:
-            return found, str(path)
     match = _FOLDER_NAME.match(root.resolve().name)
     return (match.group(1), f"the folder name {root.resolve().name}") if match else None
 
