@@ -34,6 +34,7 @@ class ExitCode:
     OUT_OF_RANGE = 5
     ALREADY_APPLIED = 6
     APPLIED_WITH_WARNINGS = 7
+    UPSTREAM = 8  # apply: a patch's upstream fix is in the tree (nothing written)
     INTERRUPTED = 130
 
 

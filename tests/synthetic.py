@@ -25,7 +25,7 @@ OTHER_DIFF = """\
 @@ -1,3 +1,3 @@
  alpha
 -beta
-+beta patched
++beta_patched
  gamma
 """
 

@@ -52,7 +52,7 @@ DIFF = (
 @@ -1,3 +1,4 @@
  one
  two
-+two and a half
++two_and_a_half
  three
 --- /dev/null
 +++ b/vllm/sub/created.py

@@ -24,6 +24,7 @@ from patchset.engine.evaluate import evaluate
 from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
+from patchset.kernel.sites import served_from_args
 from patchset.registry import Registry, Variant
 
 LogSink = Callable[[str], None]
@@ -325,8 +326,9 @@ def _patch_files(
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             (tree / rel).write_bytes(data)
     build_ids = [p.id for p in patches if p.apply == "build"]
+    served = served_from_args(definition.serve_args)  # what sites' `when` reads
     if build_ids:
-        result = apply(registry, tree, patches=build_ids, version=definition.vllm)
+        result = apply(registry, tree, patches=build_ids, version=definition.vllm, served=served)
         bad = [r for r in result.results if r.outcome != "applied"]
         if bad:
             first = bad[0]
@@ -349,7 +351,7 @@ def _patch_files(
                 before = originals[rel]
                 files[rel] = (_sha(before) if before else "", _sha(patched[rel]))
         else:
-            ev = evaluate(patch, variant, patched.get)
+            ev = evaluate(patch, variant, patched.get, served=served)
             if ev.state != "applies":
                 raise BuildError(
                     f"{patch.id} (startup) would not apply to {definition.base}: {ev.state}"

@@ -197,6 +197,8 @@ def _one(
         detail = "the release already holds this change (the reverse applies)"
         if patch.kind == "runtime":
             detail = "every site is already in place (its markers are present)"
+            if any(site.status == "upstream" for site in ev.sites):
+                detail = "every site is in place or its own probe finds the upstream fix"
         if probe_hit is False:
             disagreement = "the upstream probe does not match"
         elif ancestry is False:
@@ -218,6 +220,8 @@ def _one(
         verdict = "needed"
         shifted = list(ev.warnings)
         detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
+        if ev.skipped_optional:
+            detail += f" ({ev.skipped_optional} optional site(s) skipped: no anchor matches)"
     elif ev.state == "partial":
         verdict = "partial"
         detail = "; ".join(ev.failures)

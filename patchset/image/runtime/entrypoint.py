@@ -32,12 +32,13 @@ if str(HERE) not in sys.path:
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
-    from patchset.kernel.sites import Site, apply_site, check_site
+    from patchset.kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
 else:
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
-    from patchset_kernel.sites import Site, apply_site, check_site
+    from patchset_kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
 
 MANIFEST = HERE / "manifest.json"
+SKIPS = ("skipped", "upstream")  # sites rightly left out (optional, `when`, their probe)
 
 
 class PatchFailedError(Exception):
@@ -123,10 +124,12 @@ def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
 
 
 def _sites(data: list[dict[str, Any]]) -> list[Site]:
-    return [Site(**site) for site in data]
+    return [Site.from_dict(site) for site in data]
 
 
-def patched_text(patch: dict[str, Any], rel: str, data: bytes) -> bytes:
+def patched_text(
+    patch: dict[str, Any], rel: str, data: bytes, served: dict[str, str] | None = None
+) -> bytes:
     """The file after the patch's edits to it, computed with the engine."""
     lines, eol, eof = split_text(data.decode("utf-8", errors="surrogateescape"))
     if patch["kind"] == "diff":
@@ -139,8 +142,9 @@ def patched_text(patch: dict[str, Any], rel: str, data: bytes) -> bytes:
         for site in _sites(patch["sites"]):
             if site.file != rel:
                 continue
-            found, lines = apply_site(site, lines)
-            if found.status not in ("applies", "already-applied"):
+            # `when` reads the image's own serve arguments, as the build did.
+            found, lines = apply_site(site, lines, served)
+            if found.status not in GOOD:
                 raise PatchFailedError(found.describe())
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
 
@@ -157,7 +161,9 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def check_build_patch(patch: dict[str, Any], root: Path) -> str:
+def check_build_patch(
+    patch: dict[str, Any], root: Path, served: dict[str, str] | None = None
+) -> str:
     for rel, digests in patch["files"].items():
         data = (root / rel).read_bytes() if (root / rel).is_file() else None
         if data is None:
@@ -167,12 +173,16 @@ def check_build_patch(patch: dict[str, Any], root: Path) -> str:
         if patch["kind"] == "runtime":
             lines = split_text(data.decode("utf-8", errors="surrogateescape"))[0]
             for site in _sites(patch["sites"]):
-                if site.file == rel and check_site(site, lines).status != "already-applied":
+                if site.file != rel:
+                    continue
+                if check_site(site, lines, served).status not in ("already-applied", *SKIPS):
                     raise PatchFailedError(f"site {site.name} is not in {rel}")
     return "present"
 
 
-def apply_startup_patch(patch: dict[str, Any], root: Path, *, dry_run: bool) -> str:
+def apply_startup_patch(
+    patch: dict[str, Any], root: Path, *, dry_run: bool, served: dict[str, str] | None = None
+) -> str:
     """Apply every file of one startup patch, or none: all are checked before any write."""
     planned: dict[Path, bytes] = {}
     already = 0
@@ -187,7 +197,7 @@ def apply_startup_patch(patch: dict[str, Any], root: Path, *, dry_run: bool) -> 
             continue
         if current != digests["before"]:
             raise PatchFailedError(f"{rel} differs from the file checked at build time (sha256)")
-        new = patched_text(patch, rel, data)
+        new = patched_text(patch, rel, data, served)
         if sha256(new) != digests["after"]:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
         planned[path] = new
@@ -209,18 +219,19 @@ def run_patches(manifest: dict[str, Any], *, verify: bool) -> tuple[list[dict[st
     gpu = "none" if capability is None else f"{capability[0]}.{capability[1]}"
     results: list[dict[str, str]] = []
     ok = True
+    served = served_from_args(manifest.get("serve_args", []))
     for patch in manifest["patches"]:
         name = f"{patch['id']} r{patch['revision']}"
         scope = patch.get("compute_capability")
         try:
             if patch["apply"] == "build":
-                state = check_build_patch(patch, root)
+                state = check_build_patch(patch, root, served)
                 if not in_scope(scope, capability):
                     state += f" (built in; scope cc {scope}, this GPU: {gpu})"
             elif not in_scope(scope, capability) and not verify:
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
             else:
-                state = apply_startup_patch(patch, root, dry_run=verify)
+                state = apply_startup_patch(patch, root, dry_run=verify, served=served)
         except (PatchFailedError, OSError, UnicodeError) as exc:
             ok = False
             state = f"FAILED: {exc}"
