@@ -225,9 +225,8 @@ def test_rich_sites_load(tmp_path: Path) -> None:
         "[site.probe]\nany = ['a', 'b']\n"
         "[[site.alternatives]]\nanchor = 'return x'\n"
     )
-    (loaded,) = (
-        load_sites(path) if path.write_text(SITES_TOML.format(name="ok", extra=extra)) else ()
-    )
+    path.write_text(SITES_TOML.format(name="ok", extra=extra))
+    (loaded,) = load_sites(path)
     assert loaded.optional and loaded.after == "def step(self):"
     assert loaded.when == (("quantization", ("gptq", "awq")), ("speculative", ("mtp",)))
     assert loaded.probe == SiteProbe(any=("a", "b"))
