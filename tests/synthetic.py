@@ -25,7 +25,7 @@ OTHER_DIFF = """\
 @@ -1,3 +1,3 @@
  alpha
 -beta
-+beta_patched
++beta patched
  gamma
 """
 

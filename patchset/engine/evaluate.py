@@ -21,6 +21,7 @@ from patchset.kernel.hunks import (
 )
 from patchset.kernel.pycompile import CompileError, broken_by
 from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
+from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
 
@@ -137,7 +138,9 @@ def _exists_already(diff: FileDiff, data: bytes) -> FileResult:
     return FileResult(tuple(HunkResult(h.index, "failed", detail=detail) for h in diff.hunks), None)
 
 
-def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evaluation:
+def evaluate_diff(
+    variant: Variant, read: Reader, *, max_fuzz: int = 0, compile_check: bool = True
+) -> Evaluation:
     missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
     if missing:
         return Evaluation("target-missing", missing=missing)
@@ -160,7 +163,7 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
     reverse = _reverse(variant, read)
     reverse_ok = all(h.status != "failed" for _, h in reverse)
     if ok:
-        broken = _compile_break(read, changes)
+        broken = _compile_break(read, changes) if compile_check else ""
         if broken:
             return Evaluation("conflict", tuple(forward), reverse_ok, broken=broken)
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
@@ -189,7 +192,11 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
 
 
 def evaluate_runtime(
-    variant: Variant, read: Reader, served: Mapping[str, str] | None = None
+    variant: Variant,
+    read: Reader,
+    served: Mapping[str, str] | None = None,
+    *,
+    compile_check: bool = True,
 ) -> Evaluation:
     """Every site in order on the files as they are (`served`: the served configuration
     for sites with `when`; None: unknown, every site is looked at)."""
@@ -238,11 +245,27 @@ def evaluate_runtime(
                 return f"site {name}"
         return ""
 
-    broken = _compile_break(read, changes, blame)
+    broken = _compile_break(read, changes, blame) if compile_check else ""
     if broken:
         return Evaluation("conflict", sites=tuple(results), broken=broken)
     warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)
     return Evaluation("applies", sites=tuple(results), changes=changes, warnings=warnings)
+
+
+def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
+    """A python patch edits no file: it applies when every name it touches is still there.
+    A module gone, or a name no longer bound in it, is a missing target."""
+    missing: list[str] = []
+    for touch in patch.touches:
+        module, attr = parse_touch(touch)
+        found = next(((f, d) for f in module_files(module) if (d := read(f)) is not None), None)
+        if found is None:
+            missing.append(module_files(module)[0])
+        elif not defines(found[1], attr):
+            missing.append(f"{found[0]}: {attr}")
+    if missing:
+        return Evaluation("target-missing", missing=tuple(missing))
+    return Evaluation("applies")
 
 
 def evaluate(
@@ -252,10 +275,15 @@ def evaluate(
     *,
     max_fuzz: int = 0,
     served: Mapping[str, str] | None = None,
+    compile_check: bool = True,
 ) -> Evaluation:
+    """`compile_check`: a changed .py file that compiled before must compile after (else the
+    patch is a conflict); off only where another Python compiles it (an image's entrypoint)."""
+    if patch.kind == "python":
+        return evaluate_python(patch, read)
     if patch.kind == "diff":
-        return evaluate_diff(variant, read, max_fuzz=max_fuzz)
-    return evaluate_runtime(variant, read, served)
+        return evaluate_diff(variant, read, max_fuzz=max_fuzz, compile_check=compile_check)
+    return evaluate_runtime(variant, read, served, compile_check=compile_check)
 
 
 def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:

@@ -8,7 +8,6 @@ and execs `vllm serve`. Nothing is tagged unless the build and its verification 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from collections.abc import Callable
@@ -18,14 +17,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from patchset._fs import sha256_hex
 from patchset.adapters import dockerengine, gitrepo
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
 from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
+from patchset.image.plugins import plugin_files
 from patchset.kernel.sites import served_from_args
-from patchset.registry import Registry, Variant
+from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
 _FIND_VLLM = """
@@ -72,10 +73,6 @@ class BuildReport:
             "pushed": self.pushed,
             "log": self.log,
         }
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def runtime_sources() -> dict[str, bytes]:
@@ -192,18 +189,12 @@ def prepare_context(
             f"{definition.base} holds vLLM {found_version}, the definition says {definition.vllm}",
             path=definition.file,
         )
-    patches = registry.select(definition.patches)
-    variants: dict[str, Variant] = {}
-    for patch in patches:
-        variant = patch.variant_for(definition.vllm)
-        if variant is None:
-            raise BuildError(f"{patch.id} has no payload for vLLM {definition.vllm}")
-        variants[patch.id] = variant
-    wanted = sorted({f for v in variants.values() for f in v.files})
+    variants = pick_variants(definition, registry)
+    wanted = wanted_files(registry, variants)
     copied = engine.copy_out(base.id, [f"{root}/{rel}" for rel in wanted])
     originals = {rel: copied[f"{root}/{rel}"] for rel in wanted}
     with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
-        patched, entries = _patch_files(
+        patched, entries = patch_files(
             definition,
             registry,
             Path(tmp) / "tree",
@@ -226,11 +217,13 @@ def prepare_context(
     )
     manifest = {
         "schema": "patchset.manifest/1",
+        "delivery": "image",
         "registry": registry.digest,
         "vllm": definition.vllm,
         "vllm_root": root,
         "base": {"name": definition.base, "id": base.id, "digest": base_digest},
         "serve_args": list(definition.serve_args),
+        "env": dict(definition.env),
         "patches": entries,
     }
     _write_context(
@@ -241,6 +234,7 @@ def prepare_context(
         build_ids=build_ids,
         patched=patched,
         manifest=manifest,
+        plugins=plugin_files(python_patches(registry, variants)),
     )
     return PreparedContext(
         folder=folder,
@@ -308,7 +302,31 @@ def _build(
     )
 
 
-def _patch_files(
+def pick_variants(definition: BuildDefinition, registry: Registry) -> dict[str, Variant]:
+    """The payload of each of the definition's patches meant for its vLLM release."""
+    variants: dict[str, Variant] = {}
+    for patch in registry.select(definition.patches):
+        variant = patch.variant_for(definition.vllm)
+        if variant is None:
+            raise BuildError(f"{patch.id} has no payload for vLLM {definition.vllm}")
+        variants[patch.id] = variant
+    return variants
+
+
+def wanted_files(registry: Registry, variants: dict[str, Variant]) -> list[str]:
+    """The release files the patches need: those they edit, and the modules python ones touch."""
+    files = {f for v in variants.values() for f in v.files}
+    files |= {
+        t for i in variants if registry.get(i).kind == "python" for t in registry.get(i).targets
+    }
+    return sorted(files)
+
+
+def python_patches(registry: Registry, variants: dict[str, Variant]) -> list[tuple[Patch, Variant]]:
+    return [(registry.get(i), v) for i, v in variants.items() if registry.get(i).kind == "python"]
+
+
+def patch_files(
     definition: BuildDefinition,
     registry: Registry,
     tree: Path,
@@ -346,12 +364,22 @@ def _patch_files(
     for patch in patches:
         variant = variants[patch.id]
         files: dict[str, tuple[str, str]] = {}
-        if patch.apply == "build":
+        if patch.kind == "python":
+            ev = evaluate(patch, variant, patched.get)
+            if ev.state != "applies":
+                raise BuildError(
+                    f"{patch.id} (python) touches names {definition.base} lacks: "
+                    + "; ".join(ev.missing),
+                    path=definition.file,
+                )
+            log(f"patch {patch.id} r{patch.revision} ({variant.name}): plugin, touches found")
+        elif patch.apply == "build":
             for rel in variant.files:
                 before = originals[rel]
-                files[rel] = (_sha(before) if before else "", _sha(patched[rel]))
+                files[rel] = (sha256_hex(before) if before else "", sha256_hex(patched[rel]))
         else:
-            ev = evaluate(patch, variant, patched.get, served=served)
+            # The entrypoint compiles each file with the image's own Python before writing.
+            ev = evaluate(patch, variant, patched.get, served=served, compile_check=False)
             if ev.state != "applies":
                 raise BuildError(
                     f"{patch.id} (startup) would not apply to {definition.base}: {ev.state}"
@@ -359,7 +387,7 @@ def _patch_files(
                     path=definition.file,
                 )
             for rel in variant.files:
-                files[rel] = (_sha(patched[rel]), _sha(ev.changes[rel]))
+                files[rel] = (sha256_hex(patched[rel]), sha256_hex(ev.changes[rel]))
             log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup")
         entries.append(patch_entry(patch, variant, "needed", files))
     return patched, entries
@@ -374,6 +402,7 @@ def _write_context(
     build_ids: list[str],
     patched: dict[str, bytes],
     manifest: dict[str, Any],
+    plugins: dict[str, bytes],
 ) -> None:
     runtime = context / "runtime"
     for rel, data in runtime_sources().items():
@@ -387,6 +416,11 @@ def _write_context(
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
         lines.append(f"COPY files/ {root}/")
+    if plugins:  # an installed distribution in vLLM's site folder: its entry points load
+        for rel, data in plugins.items():
+            (context / "plugins" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (context / "plugins" / rel).write_bytes(data)
+        lines.append(f"COPY plugins/ {root}/")
     lines.append(f"COPY runtime/ {RUNTIME_DIR}/")
     for key, value in definition.env.items():
         lines.append(f"ENV {key}={json.dumps(value)}")
