@@ -23,7 +23,6 @@ program exec'd (for tests).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -34,8 +33,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.dont_write_bytecode = True  # a read-only mount, and no stray files in vLLM's tree
 HERE = Path(__file__).resolve().parent
+# An exported bundle (it has payloads/) lives in the user's folder, mounted read-only as the
+# docs say, or by mistake read-write: never leave root-owned __pycache__ there. In a built
+# image /opt/patchset is the image's own: its bytecode is cached in the container's layer.
+sys.dont_write_bytecode = (HERE / "payloads").is_dir()
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
@@ -207,7 +209,9 @@ def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
     """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
     if not rel.endswith(".py"):
         return
-    problem = broken_by(before, data) if before is not None else compile_error(data, rel)
+    problem = compile_error(data, rel)  # the original is compiled only to blame a failure
+    if problem is not None and before is not None and broken_by(before, data) is None:
+        return  # the file did not compile before the patch either
     if problem is not None:
         raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
 
@@ -279,6 +283,8 @@ def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
             raise PatchFailedError(f"touches {touch}, which {rel} no longer defines")
     if not registered:
         return "plugin (vLLM runs it in each process)"
+    import importlib.metadata  # noqa: PLC0415 - 60 ms at every start otherwise; --verify only
+
     found = [
         ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP) if ep.name == patch["id"]
     ]
@@ -335,20 +341,13 @@ def selection(manifest: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def installed_version(root: Path) -> str | None:
-    """The vLLM release at `root`, from its installed distribution's metadata."""
-    for dist in importlib.metadata.distributions(path=[str(root)]):
-        if (dist.metadata["Name"] or "").lower() == "vllm":
-            return dist.version
-    return None
-
-
 def release_check(manifest: dict[str, Any], root: Path) -> str:
     """The vLLM release in this image is the one the manifest was made for."""
-    found = installed_version(root)
+    read = vllm.read_version(root)
+    found = read[0] if read else None
     wanted = manifest["vllm"]
     if found is None:
-        raise StartRefusedError(f"cannot tell which vLLM release is at {root} (no dist-info)")
+        raise StartRefusedError(f"cannot tell which vLLM release is at {root}")
     if found.split("+")[0] != wanted:
         raise StartRefusedError(
             f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
