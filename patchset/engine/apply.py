@@ -215,6 +215,9 @@ def _run(
         def read(rel: str) -> bytes | None:
             if rel in overlay:
                 return overlay[rel]
+            return read_tree(rel)
+
+        def read_tree(rel: str) -> bytes | None:  # as the tree is, before this run's edits
             if rel in pending:
                 return pending[rel]
             path = transaction.resolve_inside(root, rel)
@@ -226,6 +229,7 @@ def _run(
                 patch,
                 release=release,
                 read=read,
+                read_tree=read_tree,
                 overlay=overlay,
                 ignore_range=ignore_range,
                 max_fuzz=max_fuzz,
@@ -288,6 +292,7 @@ def _one(
     *,
     release: str | None,
     read: transaction.Reader,
+    read_tree: transaction.Reader | None = None,
     overlay: dict[str, bytes | None],
     ignore_range: bool,
     max_fuzz: int,
@@ -321,7 +326,8 @@ def _one(
         if (
             probe is not None
             and ev.state != "already-applied"
-            and probe.matches(_text(read(probe.file)))
+            # The tree as it is, as `check` sees a release: not another patch's edit of it.
+            and probe.matches(_text((read_tree or read)(probe.file)))
         ):
             found = f"the upstream fix is in the tree: {probe.describe()}"
             if not force:
