@@ -262,7 +262,8 @@ def test_apply_honours_the_upstream_probe(tmp_path: Path) -> None:
     )
     tree = make_tree(tmp_path / "tree", {"vllm/m.py": MODULE})
     report = apply(load_registry(registry), tree)
-    assert report.exit_code == ExitCode.UPSTREAM == 8 and not report.written
+    assert report.exit_code == ExitCode.UPSTREAM and not report.written
+    assert int(ExitCode.UPSTREAM) == 8
     assert report.results[0].outcome == "upstream"
     assert (tree / "vllm" / "m.py").read_text() == MODULE
     forced = apply(load_registry(registry), tree, force=True)

@@ -25,7 +25,7 @@ from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
 
-State = Literal["applies", "already-applied", "conflict", "partial", "target-missing"]
+State = Literal["applies", "already-applied", "conflict", "partial", "missing-target"]
 Reader = Callable[[str], bytes | None]
 
 
@@ -143,7 +143,7 @@ def evaluate_diff(
 ) -> Evaluation:
     missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
     if missing:
-        return Evaluation("target-missing", missing=missing)
+        return Evaluation("missing-target", missing=missing)
     forward: list[tuple[str, HunkResult]] = []
     changes: dict[str, bytes] = {}
     ok = True
@@ -213,7 +213,7 @@ def evaluate_runtime(
             texts[site.file] = split_text(_decode(data))
             originals[site.file] = (_decode(data), texts[site.file][0])
     if missing:
-        return Evaluation("target-missing", missing=tuple(missing))
+        return Evaluation("missing-target", missing=tuple(missing))
     results: list[SiteResult] = []
     steps: dict[str, list[tuple[str, list[str]]]] = {}  # file: (site, lines after it)
     for site in variant.sites:
@@ -264,7 +264,7 @@ def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
         elif not defines(found[1], attr):
             missing.append(f"{found[0]}: {attr}")
     if missing:
-        return Evaluation("target-missing", missing=tuple(missing))
+        return Evaluation("missing-target", missing=tuple(missing))
     return Evaluation("applies")
 
 
@@ -329,7 +329,7 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
         if site.file not in texts:
             data = read(site.file)
             if data is None:
-                return Evaluation("target-missing", missing=(site.file,))
+                return Evaluation("missing-target", missing=(site.file,))
             texts[site.file] = split_text(_decode(data))
             originals[site.file] = (_decode(data), texts[site.file][0])
         lines, eol, eof = texts[site.file]

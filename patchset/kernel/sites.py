@@ -25,12 +25,12 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .hunks import rank_windows
 
 Action = Literal["replace", "insert-after", "insert-before"]
-ACTIONS: tuple[Action, ...] = ("replace", "insert-after", "insert-before")
+ACTIONS: tuple[Action, ...] = get_args(Action)
 INEXACT = (
     "the anchor matched only with whitespace folded: its original lines are kept in the marker,"
     " so a revert restores them byte for byte"
