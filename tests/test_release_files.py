@@ -30,9 +30,9 @@ def vendored(name: str) -> dict[str, Any]:
 
 
 def validate(path: Path, schema: str) -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(path.read_text())
-    if True in data:  # PyYAML reads `on:` as YAML 1.1's true; GitHub reads YAML 1.2
-        data["on"] = data.pop(True)
+    loaded: dict[Any, Any] = yaml.safe_load(path.read_text())
+    # PyYAML reads `on:` as YAML 1.1's true; GitHub reads YAML 1.2
+    data: dict[str, Any] = {("on" if key is True else key): value for key, value in loaded.items()}
     validator_cls = jsonschema.validators.validator_for(vendored(schema))
     errors = [e.message for e in validator_cls(vendored(schema)).iter_errors(data)]
     assert errors == [], f"{path.name}: {errors}"
