@@ -32,7 +32,7 @@ from patchset.refresh import WORK_FOLDER, MovedFile, finish, refresh
 from patchset.registry import load_registry
 from patchset.registry.write import RegistryChange, write_ranges
 from patchset.release_check.verdicts import check
-from patchset.sources.base import MemoryTree, ReleaseTree
+from patchset.sources.base import MemoryTree, ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
 from tests.releases import materialize, tree_digest
 
@@ -442,7 +442,7 @@ def test_diff_refresh_clean_merge_onto_a_moved_file(
     assert (r.verdict, r.variant) == ("needed", "v0.26.0.diff"), r.detail
 
 
-class Reshaped:
+class Reshaped(ReleaseSource):
     """The index's releases, with one release's files moved (`where` gives a file's new path)
     or removed (None)."""
 
@@ -661,13 +661,11 @@ def test_check_suggest_ranges_write(registry_root: Path) -> None:
         "--write",
     )
     assert proc.returncode == 0, proc.stderr
-    assert "range written: fla-tma-sm12x: vllm '>=0.11.1,<0.20.0' -> '>=0.17.0,<0.20.0'" in (
-        proc.stdout
-    )
+    # No probe here: 0.20.0's conflict is no evidence the fix is upstream, so the range stays
+    # open and a CI check keeps flagging 0.20.0 (docs/ci.md).
+    assert "range written: fla-tma-sm12x: vllm '>=0.11.1,<0.20.0' -> '>=0.17.0'" in proc.stdout
     # Only the value changed: comments, order and the rest byte for byte as they were.
-    assert path.read_text() == text.replace(
-        'vllm = ">=0.11.1,<0.20.0"', 'vllm = ">=0.17.0,<0.20.0"'
-    )
+    assert path.read_text() == text.replace('vllm = ">=0.11.1,<0.20.0"', 'vllm = ">=0.17.0"')
 
 
 def test_write_ranges_leaves_what_one_range_cannot_say(registry_root: Path) -> None:

@@ -6,7 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -14,7 +14,7 @@ from packaging.version import Version
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
 from patchset.kernel.capability import parse_scope
 from patchset.kernel.pycompile import compile_error
-from patchset.kernel.sites import ACTIONS, Action, Site
+from patchset.kernel.sites import ACTIONS, WHEN_KEYS, Action, Alternative, Site, SiteProbe
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry.diffs import FileDiff, parse_diff
 from patchset.registry.paths import check_relpath
@@ -22,9 +22,10 @@ from patchset.registry.toml import Table, did_you_mean, load_toml
 
 Kind = Literal["diff", "runtime", "python"]
 When = Literal["build", "startup"]
-KINDS: tuple[Kind, ...] = ("diff", "runtime", "python")
-WHENS: tuple[When, ...] = ("build", "startup")
-STATES = ("open", "merged", "closed", "superseded", "unsubmitted")
+KINDS: tuple[Kind, ...] = get_args(Kind)
+WHENS: tuple[When, ...] = get_args(When)
+UpstreamState = Literal["open", "merged", "closed", "superseded", "unsubmitted"]
+STATES: tuple[UpstreamState, ...] = get_args(UpstreamState)
 PATCH_FILE = "patch.toml"
 DEFAULT_PAYLOAD: dict[str, str] = {
     "diff": "patch.diff",
@@ -42,22 +43,20 @@ class Probe:
     file: str
     contains: tuple[str, ...] = ()  # every string must occur
     regex: str | None = None
+    any: tuple[str, ...] = ()  # at least one must occur (when given)
 
     def matches(self, text: str | None) -> bool:
         if text is None:
             return False
-        if not all(needle in text for needle in self.contains):
-            return False
-        return self.regex is None or re.search(self.regex, text, re.MULTILINE) is not None
+        return SiteProbe(self.contains, self.any, self.regex).matches(text)
 
     def describe(self) -> str:
-        what = [repr(c) for c in self.contains] + ([f"/{self.regex}/"] if self.regex else [])
-        return f"{self.file} contains {' and '.join(what)}"
+        return f"{self.file} contains {SiteProbe(self.contains, self.any, self.regex).describe()}"
 
 
 @dataclass(frozen=True)
 class Upstream:
-    state: str
+    state: UpstreamState
     pr: str | None = None
     superseded_by: str | None = None
     superseded_in: str | None = None  # the first release carrying the superseding change
@@ -121,6 +120,49 @@ class Patch:
         return self.vllm.contains(release, prereleases=True) and any(
             v.vllm.contains(release, prereleases=True) for v in self.variants
         )
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form `patchset list` and `show` print."""
+        up = self.upstream
+        return {
+            "id": self.id,
+            "title": self.title,
+            "description": self.description.strip(),
+            "kind": self.kind,
+            "revision": self.revision,
+            "vllm": str(self.vllm),
+            "apply": self.apply,
+            "targets": list(self.targets),
+            "upstream": {
+                "pr": up.pr,
+                "state": up.state,
+                "superseded_by": up.superseded_by,
+                "superseded_in": up.superseded_in,
+                "probe": up.probe.describe() if up.probe else None,
+                "note": up.note,
+            },
+            "hardware": {
+                "compute_capability": (
+                    str(self.hardware.compute_capability)
+                    if self.hardware.compute_capability
+                    else None
+                ),
+                "note": self.hardware.note,
+            },
+            "origin": self.origin,
+            "credit": list(self.credit),
+            "variants": [
+                {
+                    "payload": v.name,
+                    "vllm": str(v.vllm),
+                    "base": v.base,
+                    "sha256": v.sha256,
+                    "files": list(v.files),
+                }
+                for v in self.variants
+            ],
+            "digest": self.digest,
+        }
 
     def variant_for(self, version: str | None) -> Variant | None:
         """The payload variant meant for `version`; the newest-listed first one if unknown."""
@@ -346,6 +388,11 @@ def load_sites(path: Path) -> tuple[Site, ...]:
             action=cast(Action, table.choice("action", ACTIONS)),
             text=table.req_str("text"),
             marker=table.req_str("marker"),
+            optional=table.flag("optional", default=False),
+            after=_after(table, name),
+            alternatives=_alternatives(table, name),
+            probe=_site_probe(table, name),
+            when=_when(table, name),
         )
         if not site.anchor_lines:
             raise table.error("must hold at least one non-blank line", "anchor")
@@ -360,10 +407,73 @@ def load_sites(path: Path) -> tuple[Site, ...]:
     return tuple(sites)
 
 
+def _after(table: Table, name: str) -> str | None:
+    value = table.opt_str("after", required=False)
+    if value is not None and not value.strip():
+        raise table.error(f"site {name!r}: must hold at least one non-blank line", "after")
+    return value
+
+
+def _alternatives(table: Table, name: str) -> tuple[Alternative, ...]:
+    found = []
+    for alt in table.tables("alternatives"):
+        anchor = alt.req_str("anchor")
+        text = alt.opt_str("text", required=False)
+        after = _after(alt, name)
+        alt.finish()
+        found.append(Alternative(anchor=anchor, text=text, after=after))
+    return tuple(found)
+
+
+def _probe_strings(table: Table, name: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """`contains`, `any` and `regex` of a probe; at least one of them, none empty."""
+    contains = table.str_list("contains", required=False)
+    any_of = table.str_list("any", required=False)
+    regex = table.opt_str("regex", required=False)
+    for key, values in (("contains", contains), ("any", any_of)):
+        if any(not v for v in values):
+            raise table.error(f"{name}: an empty string matches every file", key)
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise table.error(f"not a valid regular expression: {exc}", "regex") from None
+    if not contains and not any_of and regex is None:
+        raise table.error(f"{name}: give 'contains', 'any' or 'regex' (none may be empty)")
+    return contains, any_of, regex
+
+
+def _site_probe(table: Table, name: str) -> SiteProbe | None:
+    probe = table.table("probe", required=False)
+    if probe is None:
+        return None
+    contains, any_of, regex = _probe_strings(probe, f"site {name!r}")
+    probe.finish()
+    return SiteProbe(contains, any_of, regex)
+
+
+def _when(table: Table, name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    when = table.table("when", required=False)
+    if when is None:
+        return ()
+    conditions = []
+    for key in when.names():
+        if key not in WHEN_KEYS:
+            raise when.error(
+                f"site {name!r}: unknown condition; one of {', '.join(WHEN_KEYS)}"
+                f"{did_you_mean(key, WHEN_KEYS)}",
+                key,
+            )
+        values = when.str_list(key)
+        conditions.append((key, tuple(v.lower() for v in values)))
+    when.finish()
+    return tuple(conditions)
+
+
 def _upstream(top: Table) -> Upstream:
     table = top.table("upstream")
     assert table is not None
-    state = table.choice("state", STATES)
+    state = cast(UpstreamState, table.choice("state", STATES))
     pr = table.opt_str("pr", required=state != "unsubmitted")
     if pr is not None and not _PR.match(pr):
         raise table.error(f"{pr!r}: expected owner/repo#number", "pr")
@@ -375,16 +485,8 @@ def _upstream(top: Table) -> Upstream:
     if probe_table is not None:
         probe_file = probe_table.req_str("file")
         _relpath(probe_table, "file", probe_file)
-        contains = probe_table.str_list("contains", required=False)
-        regex = probe_table.opt_str("regex", required=False)
-        if regex is not None:
-            try:
-                re.compile(regex)
-            except re.error as exc:
-                raise probe_table.error(f"not a valid regular expression: {exc}", "regex") from None
-        if not contains and regex is None:
-            raise probe_table.error("give 'contains' or 'regex'", "contains")
-        probe = Probe(probe_file, contains, regex)
+        contains, any_of, regex = _probe_strings(probe_table, "upstream.probe")
+        probe = Probe(probe_file, contains, regex, any_of)
         probe_table.finish()
     upstream = Upstream(
         state=state,

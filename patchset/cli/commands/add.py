@@ -12,7 +12,7 @@ from patchset.adapters import forge
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import STATES, WHENS
-from patchset.sources import parse_source
+from patchset.sources import parse_source, select
 
 DESCRIPTION = """\
 Add a patch to the registry: the diff of a pull request (--pr, fetched from the forge), a
@@ -56,7 +56,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--range", metavar="SPEC", help="the declared vLLM range (default: from the check)"
     )
     p.add_argument("--vllm", action="append", default=[], metavar="VERSION")
-    p.add_argument("--since", metavar="VERSION", help="check every release after VERSION")
+    p.add_argument(
+        "--since", metavar="VERSION", help="check every release from VERSION on (VERSION included)"
+    )
     p.add_argument("--source", metavar="SPEC", help="where releases come from (see check)")
     p.add_argument("--index-url", metavar="URL")
     p.add_argument("--offline", action="store_true", help="use the release cache only")
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         source = parse_source(
             args.source, index_url=args.index_url, offline=args.offline or cached_only
         )
-        versions = add.releases_to_check(source, versions=args.vllm, since=args.since)
+        versions = select.for_add(source, versions=args.vllm, since=args.since)
     result = add.add_diff(
         root,
         args.id,

@@ -23,7 +23,6 @@ program exec'd (for tests).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -34,8 +33,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.dont_write_bytecode = True  # a read-only mount, and no stray files in vLLM's tree
 HERE = Path(__file__).resolve().parent
+# An exported bundle (it has payloads/) lives in the user's folder, mounted read-only as the
+# docs say, or by mistake read-write: never leave root-owned __pycache__ there. In a built
+# image /opt/patchset is the image's own: its bytecode is cached in the container's layer.
+sys.dont_write_bytecode = (HERE / "payloads").is_dir()
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
@@ -44,19 +46,20 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.capability import Capability, in_scope, parse_capability
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset.kernel.pycompile import broken_by, compile_error
-    from patchset.kernel.sites import Site, apply_site, check_site
+    from patchset.kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
 else:
     from patchset_kernel import vllm
     from patchset_kernel.capability import Capability, in_scope, parse_capability
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset_kernel.pycompile import broken_by, compile_error
-    from patchset_kernel.sites import Site, apply_site, check_site
+    from patchset_kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset_kernel.touches import defines, module_files
 
 MANIFEST = HERE / "manifest.json"
 REFUSED = 9  # the container start was refused (docs/exit-codes.md)
 PLUGIN_GROUP = "vllm.general_plugins"
+SKIPS = ("skipped", "upstream")  # sites rightly left out (optional, `when`, their probe)
 
 
 class PatchFailedError(Exception):
@@ -145,10 +148,12 @@ def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
 
 
 def _sites(data: list[dict[str, Any]]) -> list[Site]:
-    return [Site(**site) for site in data]
+    return [Site.from_dict(site) for site in data]
 
 
-def patched_text(patch: dict[str, Any], rel: str, data: bytes) -> bytes:
+def patched_text(
+    patch: dict[str, Any], rel: str, data: bytes, served: dict[str, str] | None = None
+) -> bytes:
     """The file after the patch's edits to it, computed with the engine."""
     lines, eol, eof = split_text(data.decode("utf-8", errors="surrogateescape"))
     if patch["kind"] == "diff":
@@ -161,8 +166,9 @@ def patched_text(patch: dict[str, Any], rel: str, data: bytes) -> bytes:
         for site in _sites(patch["sites"]):
             if site.file != rel:
                 continue
-            found, lines = apply_site(site, lines)
-            if found.status not in ("applies", "already-applied"):
+            # `when` reads the manifest's serve arguments, as the build did.
+            found, lines = apply_site(site, lines, served)
+            if found.status not in GOOD:
                 raise PatchFailedError(found.describe())
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
 
@@ -203,12 +209,16 @@ def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
     """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
     if not rel.endswith(".py"):
         return
-    problem = broken_by(before, data) if before is not None else compile_error(data, rel)
+    problem = compile_error(data, rel)  # the original is compiled only to blame a failure
+    if problem is not None and before is not None and broken_by(before, data) is None:
+        return  # the file did not compile before the patch either
     if problem is not None:
         raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
 
 
-def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool) -> str:
+def check_build_patch(
+    patch: dict[str, Any], plan: Plan, *, compile_check: bool, served: dict[str, str] | None = None
+) -> str:
     for rel, digests in patch["files"].items():
         data = plan.read(rel)
         if sha256(data) != digests["after"]:
@@ -216,7 +226,9 @@ def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool)
         if patch["kind"] == "runtime":
             lines = split_text(data.decode("utf-8", errors="surrogateescape"))[0]
             for site in _sites(patch["sites"]):
-                if site.file == rel and check_site(site, lines).status != "already-applied":
+                if site.file != rel:
+                    continue
+                if check_site(site, lines, served).status not in ("already-applied", *SKIPS):
                     raise PatchFailedError(f"site {site.name} is not in {rel}")
         if compile_check:
             _compiles(rel, data)
@@ -224,7 +236,12 @@ def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool)
 
 
 def apply_patch(
-    patch: dict[str, Any], plan: Plan, later: dict[str, set[str]], *, dry_run: bool
+    patch: dict[str, Any],
+    plan: Plan,
+    later: dict[str, set[str]],
+    *,
+    dry_run: bool,
+    served: dict[str, str] | None = None,
 ) -> str:
     """One patch's files, planned: every file checked and patched in memory, or none.
 
@@ -241,7 +258,7 @@ def apply_patch(
             continue
         if current != digests["before"]:
             raise PatchFailedError(f"{rel} differs from the file checked at build time (sha256)")
-        new = patched_text(patch, rel, data)
+        new = patched_text(patch, rel, data, served)
         if sha256(new) != digests["after"]:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
         _compiles(rel, new, before=data)
@@ -266,6 +283,8 @@ def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
             raise PatchFailedError(f"touches {touch}, which {rel} no longer defines")
     if not registered:
         return "plugin (vLLM runs it in each process)"
+    import importlib.metadata  # noqa: PLC0415 - 60 ms at every start otherwise; --verify only
+
     found = [
         ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP) if ep.name == patch["id"]
     ]
@@ -322,20 +341,13 @@ def selection(manifest: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def installed_version(root: Path) -> str | None:
-    """The vLLM release at `root`, from its installed distribution's metadata."""
-    for dist in importlib.metadata.distributions(path=[str(root)]):
-        if (dist.metadata["Name"] or "").lower() == "vllm":
-            return dist.version
-    return None
-
-
 def release_check(manifest: dict[str, Any], root: Path) -> str:
     """The vLLM release in this image is the one the manifest was made for."""
-    found = installed_version(root)
+    read = vllm.read_version(root)
+    found = read[0] if read else None
     wanted = manifest["vllm"]
     if found is None:
-        raise StartRefusedError(f"cannot tell which vLLM release is at {root} (no dist-info)")
+        raise StartRefusedError(f"cannot tell which vLLM release is at {root}")
     if found.split("+")[0] != wanted:
         raise StartRefusedError(
             f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
@@ -346,16 +358,17 @@ def release_check(manifest: dict[str, Any], root: Path) -> str:
 
 def run_patches(
     manifest: dict[str, Any], *, verify: bool
-) -> tuple[list[dict[str, str]], bool, Plan, list[str]]:
+) -> tuple[list[dict[str, Any]], bool, Plan, list[str]]:
     """Check, plan and (unless `verify`) write every patch; the python patches selected."""
     root = vllm_root()
     stock = manifest.get("delivery") == "stock"
     gpus, gpu = detect_gpus()
     left_out = selection(manifest)
     plan = Plan(root)
-    results: list[dict[str, str]] = []
+    results: list[dict[str, Any]] = []  # "ok": False where the patch failed
     plugins: list[str] = []
     ok = True
+    served = served_from_args(manifest.get("serve_args", []))
     for patch, later in zip(manifest["patches"], _later_digests(manifest["patches"]), strict=True):
         name = f"{patch['id']} r{patch['revision']}"
         scope = patch.get("compute_capability")
@@ -369,7 +382,7 @@ def run_patches(
                     for rel, d in files.items()
                 ):  # a container started before with the patch keeps its files
                     state += ", yet its files are patched (an earlier start or the build)"
-                results.append({"patch": name, "apply": patch["apply"], "state": state})
+                results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": True})
                 continue
             if stock:
                 check_payload(patch)
@@ -380,18 +393,19 @@ def run_patches(
                 else:
                     plugins.append(patch["id"])
             elif patch["apply"] == "build" and not stock:
-                state = check_build_patch(patch, plan, compile_check=verify)
+                state = check_build_patch(patch, plan, compile_check=verify, served=served)
                 if not fits:
                     state += f" (built in; scope cc {scope}, this GPU: {gpu})"
             elif not fits and not verify:
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
             else:
-                state = apply_patch(patch, plan, later, dry_run=verify)
+                state = apply_patch(patch, plan, later, dry_run=verify, served=served)
+            failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
-            ok = False
+            ok, failed = False, True
             state = f"FAILED: {exc}"
-        results.append({"patch": name, "apply": patch["apply"], "state": state})
-    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu})
+        results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": not failed})
+    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu, "ok": True})
     return results, ok, plan, plugins
 
 
@@ -457,7 +471,9 @@ def main(argv: list[str]) -> int:
                 commit(plan)
             except (PatchFailedError, OSError) as exc:
                 ok = False
-                results.append({"patch": "write", "apply": "-", "state": f"FAILED: {exc}"})
+                results.append(
+                    {"patch": "write", "apply": "-", "state": f"FAILED: {exc}", "ok": False}
+                )
     except StartRefusedError as exc:
         ok, refusal, results, version = False, str(exc), [], "?"
     if verify:
