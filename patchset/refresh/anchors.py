@@ -53,9 +53,9 @@ def refresh_runtime(
     )
     if not all(s.resolved for s in sites):
         return job.result("unresolved", sites=sites)
-    name = payload_name(patch, target, ".sites.toml")
     old_text = (patch.folder / variant.name).read_text(encoding="utf-8")
     new_text = _new_sites_file(old_text, variant.sites, sites)
+    name = payload_name(patch, target, ".sites.toml", new_text.encode("utf-8"))
     failures = _check_sites(job, new_text, name)
     if failures:
         reason = "the proposed sites do not apply: " + "; ".join(failures)

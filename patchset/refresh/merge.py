@@ -91,7 +91,7 @@ def diff_of(job: Job, edited: Mapping[str, bytes | None]) -> bytes:
 
 
 def write_diff_variant(job: Job, payload: bytes) -> RefreshResult:
-    name = payload_name(job.patch, job.target, ".diff")
+    name = payload_name(job.patch, job.target, ".diff", payload)
     diffs = parse_diff(payload.decode("utf-8", errors="surrogateescape"), file=name)
     check = Variant(name, SpecifierSet(f">={job.target}"), "", diffs=diffs)
     ev = evaluate(job.patch, check, job.at_release_paths(job.files).get)

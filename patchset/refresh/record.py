@@ -17,8 +17,15 @@ from patchset.registry import Patch, ranges
 from patchset.registry.write import RegistryChange
 
 
-def payload_name(patch: Patch, target: str, suffix: str) -> str:
-    taken = {v.name for v in patch.variants} | {p.name for p in patch.folder.iterdir()}
+def payload_name(patch: Patch, target: str, suffix: str, data: bytes | None = None) -> str:
+    """A payload file name for `target` no variant and no other file holds. A file no
+    variant names that holds `data` already is a killed refresh's: its name is reused."""
+    named = {v.name for v in patch.variants}
+    taken = named | {
+        p.name
+        for p in patch.folder.iterdir()
+        if p.name in named or data is None or not p.is_file() or p.read_bytes() != data
+    }
     name = f"v{target}{suffix}"
     number = 2
     while name in taken:
