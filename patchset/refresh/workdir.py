@@ -4,7 +4,6 @@ own copies and a `RefreshState` under `.patchset/`, read back by `finish` and `a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from patchset._fs import sha256_hex, write_atomic
 from patchset.errors import UsageError
 from patchset.refresh.job import Job
 from patchset.registry import Registry
@@ -127,12 +127,11 @@ def write_work(job: Job, work: Path, merged: dict[str, bytes | None]) -> None:
             versions=job.versions,
             moves=dict(job.moves),
             files={
-                rel: None if data is None else hashlib.sha256(data).hexdigest()
-                for rel, data in job.files.items()
+                rel: None if data is None else sha256_hex(data) for rel, data in job.files.items()
             },
         )
         text = json.dumps(state.to_json(), indent=2) + "\n"
-        state_path.write_text(text, encoding="utf-8")  # last
+        write_atomic(state_path, text.encode("utf-8"))  # last, whole or not at all
     except OSError as exc:
         if created:
             shutil.rmtree(work, ignore_errors=True)
@@ -159,7 +158,7 @@ def stored_release(work: Path, rel: str, sha: str | None) -> bytes | None:
     path = work / STATE
     kept = path.parent / "release" / rel
     data = kept.read_bytes() if kept.is_file() else b""
-    if hashlib.sha256(data).hexdigest() != sha:
+    if sha256_hex(data) != sha:
         raise UsageError("the release's copy was changed: start again (--abort)", path=kept)
     return data
 

@@ -11,6 +11,7 @@ from typing import Literal, cast, get_args
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from patchset._fs import sha256_hex
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
 from patchset.kernel.capability import parse_scope
 from patchset.kernel.pycompile import compile_error
@@ -347,7 +348,7 @@ def _variants(
                 f"line {line}: not UTF-8 (byte {data[exc.start]:#04x}); payloads are UTF-8 text",
                 path=path,
             ) from None
-        sha = hashlib.sha256(data).hexdigest()
+        sha = sha256_hex(data)
         if kind == "diff":
             diffs = parse_diff(text, file=path)
             variants.append(Variant(name, spec, sha, diffs=diffs, base=variant_base))
