@@ -81,3 +81,20 @@ def test_verbose_shows_the_retries_and_the_download(
     err = capsys.readouterr().err.splitlines()
     assert any(re.match(r"patchset: .*: HTTP 503 .*; trying again in [\d.]+s$", e) for e in err)
     assert any(e.startswith("patchset: downloading ") for e in err)
+
+
+def test_since_from_tool_patchset_when_no_release_is_named(
+    index: FakeIndex,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.patchset]\nindex-url = "{index.index_url}"\nsince = "0.1.0"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--format", "json"]) == 0
+    assert [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]] == ["0.1.0"]
+    assert main(["check", "--vllm", "latest", "--pre", "--format", "json"]) == 0  # named: wins
+    assert [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]] == ["0.3.0rc1"]
