@@ -473,7 +473,7 @@ def test_symlinks_out_of_the_patch_folder_are_refused(tmp_path: Path, link: str)
 
 def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     """argparse's usage block is not printed: one line, exit 2."""
-    for args in (("bogus",), ("apply", "--fuzz", "x"), ("check", "--vllm")):
+    for args in (("bogus",), ("apply", "--fuzz", "x"), ("check", "--vllm")):  # argparse
         proc = cli(*args)
         assert proc.returncode == 2
         assert "usage:" not in error_line(proc)

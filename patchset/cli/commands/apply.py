@@ -45,7 +45,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             )
             p.add_argument(
                 "--fuzz",
-                type=fuzz_count,
+                type=int,
                 default=0,
                 metavar="N",
                 help="allow dropping up to N context lines per hunk (reported; default 0)",
@@ -66,17 +66,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 help="apply a patch even where its upstream probe finds the fix (warned)",
             )
         p.set_defaults(handler=run_apply if name == "apply" else run_revert)
-
-
-def fuzz_count(text: str) -> int:
-    """`--fuzz N`: a count of context lines, 0 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: give 0 or more context lines to drop")
-    return value
 
 
 def run_apply(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ from rich.text import Text
 
 from patchset.adapters.actions import workflow_command
 from patchset.cli import github
-from patchset.cli.commands.apply import fuzz_count
 from patchset.cli.output import (
     DescriptionColumn,
     console,
@@ -72,7 +71,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
-    p.add_argument("--fuzz", type=fuzz_count, default=0, metavar="N")
+    p.add_argument("--fuzz", type=int, default=0, metavar="N")
     p.add_argument(
         "--suggest-ranges",
         action="store_true",
@@ -95,6 +94,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fuzz < 0:  # before any download
+        raise UsageError(f"--fuzz {args.fuzz}: give 0 or more context lines to drop")
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
