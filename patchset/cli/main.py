@@ -34,7 +34,8 @@ COMMANDS = (
 EPILOG = """\
 exit codes: 0 ok; 1 a conflict or partial patch (nothing written); 2 bad usage or input;
 3 a source, the index or Docker unavailable; 4 a target file missing; 5 out of the patch's
-release range; 6 already applied (nothing to do); 7 applied, with offsets or fuzz.
+release range; with apply/revert --strict only: 6 already applied (nothing to do), 7 applied
+with offsets or fuzz.
 See docs/exit-codes.md."""
 
 

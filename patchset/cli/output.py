@@ -44,6 +44,7 @@ OUTCOME_STYLE = {
     "target-missing": "magenta",
     "missing-target": "magenta",
     "out-of-range": "dim",
+    "skipped": "dim",
 }
 
 

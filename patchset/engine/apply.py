@@ -9,6 +9,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
+from patchset.adapters import gpu
 from patchset.engine import transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.errors import ExitCode, TargetError, UsageError
@@ -23,17 +24,24 @@ Outcome = Literal[
     "out-of-range",
     "reverted",
     "not-applied",
+    "skipped",
 ]
 
-# The exit code of a run is that of its most serious outcome, in this order.
+# The exit code of a run is that of its most serious outcome, in this order. Without
+# `strict`, a run whose every selected patch ends as asked (present after apply, absent after
+# revert) exits 0 whatever it took: offsets and fuzz are shown as warnings, "already" is fine.
 _SEVERITY: tuple[tuple[str, int], ...] = (
     ("conflict", ExitCode.ATTENTION),
     ("target-missing", ExitCode.TARGET_MISSING),
     ("out-of-range", ExitCode.OUT_OF_RANGE),
+)
+_STRICT_SEVERITY: tuple[tuple[str, int], ...] = (
+    *_SEVERITY,
     ("warning", ExitCode.APPLIED_WITH_WARNINGS),
     ("already-applied", ExitCode.ALREADY_APPLIED),
     ("not-applied", ExitCode.ALREADY_APPLIED),
 )
+DETECT: Literal["detect"] = "detect"  # find this machine's GPU with nvidia-smi
 
 
 @dataclass(frozen=True)
@@ -70,13 +78,15 @@ class ApplyReport:
     # Files rolled back from an interrupted earlier run (a dry run: to be rolled back, and
     # the report shows the tree as it will be then).
     recovered: tuple[str, ...] = ()
+    strict: bool = False  # keep the distinct exit codes 6 (already) and 7 (warnings)
+    compute_capability: str | None = None  # the GPU the hardware scopes were read against
 
     @property
     def exit_code(self) -> int:
         seen: set[str] = {r.outcome for r in self.results}
         if any(r.warnings for r in self.results if r.outcome in ("applied", "reverted")):
             seen.add("warning")
-        for outcome, code in _SEVERITY:
+        for outcome, code in _STRICT_SEVERITY if self.strict else _SEVERITY:
             if outcome in seen:
                 return code
         return ExitCode.OK
@@ -90,6 +100,8 @@ class ApplyReport:
             "dry_run": self.dry_run,
             "written": self.written,
             "recovered": list(self.recovered),
+            "strict": self.strict,
+            "compute_capability": self.compute_capability,
             "exit_code": self.exit_code,
             "results": [r.to_dict() for r in self.results],
         }
@@ -110,6 +122,9 @@ def _details(ev: Evaluation) -> tuple[str, ...]:
     return tuple(lines)
 
 
+Capability = tuple[int, int] | Literal["detect"] | None
+
+
 def apply(
     registry: Registry,
     target: Path | str | None,
@@ -119,9 +134,14 @@ def apply(
     version: str | None = None,
     ignore_range: bool = False,
     max_fuzz: int = 0,
+    compute_capability: Capability = DETECT,
+    strict: bool = False,
 ) -> ApplyReport:
-    """Apply the selected patches (all of them by default) to the tree at `target`.
+    """Apply the selected patches to the tree at `target`.
 
+    With no `patches`, the selection is every patch that fits: its range holds the tree's
+    release and its hardware scope holds `compute_capability` (this machine's GPU, found with
+    nvidia-smi, by default); the others are reported `skipped`. `patches` means exactly those.
     Nothing is written unless every selected patch is applicable or already applied.
     `target=None` patches the vLLM this interpreter would import.
     """
@@ -134,6 +154,8 @@ def apply(
         version=version,
         ignore_range=ignore_range,
         max_fuzz=max_fuzz,
+        capability=_capability(compute_capability),
+        strict=strict,
     )
 
 
@@ -144,8 +166,10 @@ def revert(
     patches: list[str] | tuple[str, ...] | None = None,
     dry_run: bool = False,
     version: str | None = None,
+    strict: bool = False,
 ) -> ApplyReport:
-    """Take the selected patches out again; the same all-or-nothing rules as `apply`."""
+    """Take the selected patches out again; the same all-or-nothing rules as `apply`. With no
+    `patches`, those whose range holds the tree's release (the others are `skipped`)."""
     return _run(
         "revert",
         registry=registry,
@@ -155,7 +179,52 @@ def revert(
         version=version,
         ignore_range=True,
         max_fuzz=0,
+        capability=None,
+        strict=strict,
     )
+
+
+def _capability(given: Capability) -> tuple[int, int] | None:
+    if given == DETECT:
+        return gpu.compute_capability()
+    assert not isinstance(given, str)
+    return given
+
+
+def _select(
+    operation: Literal["apply", "revert"],
+    registry: Registry,
+    ids: list[str] | tuple[str, ...] | None,
+    *,
+    release: str | None,
+    capability: tuple[int, int] | None,
+    ignore_range: bool,
+) -> tuple[tuple[Patch, ...], list[PatchResult]]:
+    """The patches to run and the `skipped` results of those that do not fit this tree
+    (a revert looks at ranges only: taking out what is there is safe on any GPU)."""
+    if ids:
+        return registry.select(ids), []
+    scoped = operation == "apply" and not ignore_range
+    chosen: list[Patch] = []
+    skipped: list[PatchResult] = []
+    for patch in registry.patches:
+        reason = None
+        if (scoped or operation == "revert") and release and not patch.in_range(release):
+            reason = f"vLLM {release} is outside this patch's range {patch.vllm}"
+        elif scoped and not patch.hardware.allows(capability):
+            reason = f"{_gpu_text(capability)} is outside its hardware scope"
+            reason += f" compute_capability {patch.hardware.compute_capability}"
+        if reason is None:
+            chosen.append(patch)
+        else:
+            skipped.append(PatchResult(patch.id, patch.revision, None, "skipped", (reason,)))
+    return tuple(chosen), skipped
+
+
+def _gpu_text(capability: tuple[int, int] | None) -> str:
+    if capability is None:
+        return "no GPU found (give --compute-capability)"
+    return f"compute capability {capability[0]}.{capability[1]}"
 
 
 def _run(
@@ -168,9 +237,10 @@ def _run(
     version: str | None,
     ignore_range: bool,
     max_fuzz: int,
+    capability: tuple[int, int] | None,
+    strict: bool,
 ) -> ApplyReport:
     root = vllm_root(target)
-    selected = registry.select(ids)
     recovered: list[str] = []
     pending: dict[str, bytes | None] = {}  # a dry run's view of a roll-back still to come
     if dry_run:
@@ -184,6 +254,10 @@ def _run(
     release = version or read_version(root)
     if release is not None:
         _check_version(release, given=version is not None, root=root)
+    selected, skipped = _select(
+        operation, registry, ids, release=release, capability=capability, ignore_range=ignore_range
+    )
+    asked = operation == "apply" and bool(ids)
 
     def plan() -> tuple[list[PatchResult], dict[str, bytes | None]]:
         overlay: dict[str, bytes | None] = {}  # relpath: new bytes, or None to delete
@@ -205,6 +279,7 @@ def _run(
                 overlay=overlay,
                 ignore_range=ignore_range,
                 max_fuzz=max_fuzz,
+                scope_note=_scope_note(patch, capability) if asked else None,
             )
             for patch in selected
         ]
@@ -233,8 +308,20 @@ def _run(
         registry=registry.digest,
         dry_run=dry_run,
         written=written,
-        results=tuple(results),
+        results=(*results, *skipped),
         recovered=tuple(recovered),
+        strict=strict,
+        compute_capability=None if capability is None else f"{capability[0]}.{capability[1]}",
+    )
+
+
+def _scope_note(patch: Patch, capability: tuple[int, int] | None) -> str | None:
+    """A patch asked for by id runs whatever the GPU; say so when its scope does not hold."""
+    if patch.hardware.allows(capability):
+        return None
+    return (
+        f"asked for by id: {_gpu_text(capability)} is outside its hardware scope"
+        f" compute_capability {patch.hardware.compute_capability}"
     )
 
 
@@ -265,6 +352,7 @@ def _one(
     overlay: dict[str, bytes | None],
     ignore_range: bool,
     max_fuzz: int,
+    scope_note: str | None,
 ) -> PatchResult:
     if release is not None and not ignore_range and not patch.in_range(release):
         return PatchResult(
@@ -297,7 +385,7 @@ def _one(
         patch.revision,
         variant.name,
         outcome,
-        _details(ev),
+        (*_details(ev), *([scope_note] if scope_note else ())),
         ev.warnings,
         (*ev.changes, *ev.removed),
     )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Literal
 
+from patchset.adapters import gpu
 from patchset.cli.output import FORMATS, console, print_json, styled, table
-from patchset.engine.apply import ApplyReport, apply, revert
+from patchset.engine.apply import DETECT, ApplyReport, apply, revert
 from patchset.registry import load_registry
 
 TARGET_HELP = (
@@ -27,7 +29,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             action="append",
             dest="patches",
             metavar="ID",
-            help="only this patch (repeatable; default: every patch in the registry)",
+            help="exactly this patch (repeatable; default: every patch that fits the tree's"
+            " release and this machine's GPU, the others shown as skipped)",
+        )
+        p.add_argument(
+            "--strict",
+            action="store_true",
+            help="exit 6 when nothing was to do and 7 on offsets or fuzz (default: 0 when every"
+            " selected patch ends as asked)",
         )
         p.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
         p.add_argument(
@@ -37,6 +46,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         )
         p.add_argument("--format", choices=FORMATS, default="table")
         if name == "apply":
+            p.add_argument(
+                "--compute-capability",
+                metavar="X.Y",
+                help="the GPU to select patches for, e.g. 12.0, or 'none' (default: the first"
+                " GPU nvidia-smi reports; none without it)",
+            )
             p.add_argument(
                 "--ignore-range",
                 action="store_true",
@@ -61,8 +76,18 @@ def run_apply(args: argparse.Namespace) -> int:
         version=args.vllm_version,
         ignore_range=args.ignore_range,
         max_fuzz=args.fuzz,
+        compute_capability=_capability(args.compute_capability),
+        strict=args.strict,
     )
     return show(report, args.format)
+
+
+def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
+    if text is None:
+        return DETECT
+    if text.strip().lower() == "none":
+        return None
+    return gpu.parse_capability(text)
 
 
 def run_revert(args: argparse.Namespace) -> int:
@@ -72,6 +97,7 @@ def run_revert(args: argparse.Namespace) -> int:
         patches=args.patches,
         dry_run=args.dry_run,
         version=args.vllm_version,
+        strict=args.strict,
     )
     return show(report, args.format)
 
@@ -81,7 +107,9 @@ def show(report: ApplyReport, fmt: str) -> int:
         print_json(report.to_dict())
         return report.exit_code
     con = console()
-    title = f"{report.operation} on {report.target} (vLLM {report.vllm or 'unknown'})"
+    gpu_text = report.compute_capability or "none"
+    title = f"{report.operation} on {report.target} (vLLM {report.vllm or 'unknown'}"
+    title += f", GPU {gpu_text})" if report.operation == "apply" else ")"
     out = table(title, ["patch", "rev", "payload", "outcome", "details"])
     for r in report.results:
         lines = list(r.details) + [f"warning: {w}" for w in r.warnings]
