@@ -254,7 +254,8 @@ def run_case(case: Case, tmp: Path) -> Outcome:
     outside_before = snapshot(setup.outside)
     registry_before = snapshot(setup.registry)
     args = ("--registry", str(setup.registry))
-    proc = cli(*args, "apply", "--target", str(setup.target), "--format", "json")
+    # --strict: the corpus names the distinct codes (7 for an offset)
+    proc = cli(*args, "apply", "--strict", "--target", str(setup.target), "--format", "json")
     after = snapshot(setup.target)
     untouched = snapshot(setup.outside) == outside_before
     untouched = untouched and snapshot(setup.registry) == registry_before and not PWNED.exists()
