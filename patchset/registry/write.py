@@ -75,6 +75,17 @@ class RegistryChange:
         self._planned[path] = data
         return path
 
+    def replace_file(self, patch: Patch, name: str, data: bytes) -> Path:
+        """New contents for an existing payload file of the patch."""
+        if "/" in name or name.startswith(".") or name == PATCH_FILE:
+            raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
+        path = patch.folder / name
+        self._patches[patch.folder] = patch
+        if self._current(path) is None:
+            raise RegistryError("no such file", path=path)
+        self._planned[path] = data
+        return path
+
     def commit(self) -> Registry:
         """Write every planned file, then load the registry again; on failure, undo all."""
         root = self.registry.root
