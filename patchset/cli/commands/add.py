@@ -16,7 +16,7 @@ from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
 from patchset.cli.output import FORMATS, console, err_console, print_json
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import STATES, WHENS
+from patchset.registry import STATES, WHENS, load_registry
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource
 
@@ -321,9 +321,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_update(args: argparse.Namespace) -> int:
     root: Path = args.registry
-    from patchset.registry import load_registry  # noqa: PLC0415 - only this command
-
-    patch = updates.find(load_registry(root), args.id)  # before any download
+    patch = updates.find(load_registry(root, tolerant=True), args.id)  # before any download
     pr, url_forge = forge.pr_ref(args.pr) if args.pr else (None, None)
     forge_url = args.forge_url or url_forge
     if args.diff is None and args.from_tree is None:
