@@ -114,6 +114,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--range", metavar="SPEC", help="the declared vLLM range (default: from the check)"
     )
+    p.add_argument(
+        "--requires",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a patch this one goes on top of (repeatable; a stacked series, as quilt's)",
+    )
     p.set_defaults(handler=run)
     u = sub.add_parser(
         "update",
@@ -281,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         source=source,
         versions=versions,
         on_release=_progress(args.format)(len(versions)),
+        requires=args.requires,
     )
     patch = result.patch
     if args.format == "json":
