@@ -30,8 +30,9 @@ from patchset.adapters import forge
 from patchset.authoring import preamble as preambles
 from patchset.authoring.layout import Detected, Layout, find_package_relative
 from patchset.errors import PayloadError, UsageError
-from patchset.registry import STATES, Patch, load_patch, load_registry
+from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
 from patchset.registry.diffs import parse_diff, read_patchset
+from patchset.registry.model import check_relations
 from patchset.release_check.verdicts import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
@@ -271,9 +272,11 @@ def add_diff(
     source: ReleaseSource | None = None,
     versions: Iterable[str] = (),
     on_release: Callable[[str], None] | None = None,
+    requires: Sequence[str] = (),
 ) -> AddResult:
     """Write `root/patch_id/` (patch.diff and patch.toml), its range suggested by a check of
-    `versions` from `source` unless `vllm` says it; nothing is written on any error."""
+    `versions` from `source` (on top of the patches it `requires`) unless `vllm` says it;
+    nothing is written on any error."""
     check_new_id(root, patch_id)
     state = _state(pr, state)
     if vllm is not None:
@@ -299,12 +302,14 @@ def add_diff(
                 pr=pr,
                 state=state,
             )
+            if requires:
+                doc["requires"] = list(dict.fromkeys(requires))
             (folder / "patch.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
 
         write_toml(vllm or ANY_RELEASE, "")
-        staged = load_registry(folder.parent)  # the registry's rules, before any check
+        staged = _with_registry(root, load_patch(folder))  # the registry's rules, before a check
         report = (
-            check(staged, wanted, source=source, on_release=on_release)
+            check(staged, wanted, source=source, on_release=on_release, patches=[patch_id])
             if wanted and source
             else None
         )
@@ -313,6 +318,16 @@ def add_diff(
         write_toml(range_text, note)
         patch = _move_into_place(folder, root / patch_id)
     return AddResult(patch, payload.dropped, report, suggested, range_text, note)
+
+
+def _with_registry(root: Path, staged: Patch) -> Registry:
+    """The staged patch beside the registry's own (whose ids its `requires` may name)."""
+    existing = load_registry(root, tolerant=True)
+    patches = [*existing.patches, staged]
+    bad = check_relations(patches, set(existing.problems))
+    if staged.id in bad:
+        raise bad[staged.id]
+    return Registry(root=root, patches=tuple(patches), digest=existing.digest)
 
 
 def add_runtime(

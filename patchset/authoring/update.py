@@ -60,7 +60,7 @@ def update(
     on_release: Callable[[str], None] | None = None,
 ) -> UpdateResult:
     """Replace the payload of `patch_id` with `text` (already in the registry's form)."""
-    registry = load_registry(root)
+    registry = load_registry(root, tolerant=True)
     patch = find(registry, patch_id)
     variant = patch.variants[0]
     current = (patch.folder / variant.name).read_text(encoding="utf-8")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -10,7 +11,7 @@ from typing import Literal
 from packaging.version import InvalidVersion, Version
 
 from patchset.adapters import gpu
-from patchset.engine import transaction
+from patchset.engine import order, transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.errors import ExitCode, TargetError, UsageError
 from patchset.kernel.vllm import read_version, vllm_root
@@ -202,8 +203,9 @@ def _select(
 ) -> tuple[tuple[Patch, ...], list[PatchResult]]:
     """The patches to run and the `skipped` results of those that do not fit this tree
     (a revert looks at ranges only: taking out what is there is safe on any GPU)."""
-    if ids:
-        return registry.select(ids), []
+    by_id = {p.id: p for p in registry.patches}
+    if ids:  # exactly those, and the patches they require
+        return _ordered(operation, registry.select(order.closure(ids, by_id))), []
     scoped = operation == "apply" and not ignore_range
     chosen: list[Patch] = []
     skipped: list[PatchResult] = []
@@ -218,7 +220,85 @@ def _select(
             chosen.append(patch)
         else:
             skipped.append(PatchResult(patch.id, patch.revision, None, "skipped", (reason,)))
-    return tuple(chosen), skipped
+    while True:  # a patch requiring a skipped one cannot go in either
+        out = {r.patch for r in skipped}
+        held = [p for p in chosen if out.intersection(order.closure([p.id], by_id)[1:])]
+        if not held:
+            break
+        for patch in held:
+            missing = sorted(out.intersection(order.closure([patch.id], by_id)))
+            reason = f"requires {', '.join(missing)}, skipped here"
+            skipped.append(PatchResult(patch.id, patch.revision, None, "skipped", (reason,)))
+            chosen.remove(patch)
+    return _ordered(operation, chosen), skipped
+
+
+def _ordered(operation: Literal["apply", "revert"], patches: Sequence[Patch]) -> tuple[Patch, ...]:
+    """Apply: required patches first; revert: the other way round."""
+    ordered = order.in_order(patches)
+    return ordered if operation == "apply" else ordered[::-1]
+
+
+def _refuse_pairs(
+    selected: Sequence[Patch],
+    results: list[PatchResult],
+    read: transaction.Reader,
+    *,
+    release: str | None,
+    max_fuzz: int,
+    by_id: dict[str, Patch],
+) -> list[PatchResult]:
+    """`results` with both patches of a pair that cannot go together turned into conflicts:
+    declared in `conflicts`, or changing the same lines of a file while neither requires the
+    other (each evaluated alone on the tree as it is)."""
+    why: dict[str, list[str]] = {}
+    for a, b in order.declared_conflicts(selected):
+        why.setdefault(a.id, []).append(f"conflicts with {b.id} (declared in patch.toml)")
+        why.setdefault(b.id, []).append(f"conflicts with {a.id} (declared in patch.toml)")
+    spans: dict[str, dict[str, list[order.Span]]] = {}
+    files: dict[str, set[str]] = {}
+    for patch in selected:
+        variant = patch.variant_for(release) or patch.variants[0]
+        files[patch.id] = set(variant.files)
+    shared = {
+        f for a in selected for b in selected if a.id < b.id for f in files[a.id] & files[b.id]
+    }
+    if shared:
+        for patch in selected:
+            if not files[patch.id] & shared:
+                continue
+            variant = patch.variant_for(release) or patch.variants[0]
+            ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
+            if ev.state != "applies":
+                continue
+            spans[patch.id] = {
+                f: order.changed_spans(read(f), new) for f, new in ev.changes.items() if f in shared
+            }
+    for i, a in enumerate(selected):
+        for b in selected[i + 1 :]:
+            if a.id not in spans or b.id not in spans or order.related(a, b, by_id):
+                continue
+            for file in sorted(spans[a.id].keys() & spans[b.id].keys()):
+                where = order.spans_meet(spans[a.id][file], spans[b.id][file])
+                if where is None:
+                    continue
+                line = f"{file} line {where[0] + 1}"
+                hint = "apply one of them, or say `requires` in the one that goes on top"
+                why.setdefault(a.id, []).append(
+                    f"changes the same lines as {b.id} ({line}): {hint}"
+                )
+                why.setdefault(b.id, []).append(
+                    f"changes the same lines as {a.id} ({line}): {hint}"
+                )
+                break
+    if not why:
+        return results
+    return [
+        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
+        if r.patch in why
+        else r
+        for r in results
+    ]
 
 
 def _gpu_text(capability: tuple[int, int] | None) -> str:
@@ -258,6 +338,7 @@ def _run(
         operation, registry, ids, release=release, capability=capability, ignore_range=ignore_range
     )
     asked = operation == "apply" and bool(ids)
+    by_id = {p.id: p for p in registry.patches}
 
     def plan() -> tuple[list[PatchResult], dict[str, bytes | None]]:
         overlay: dict[str, bytes | None] = {}  # relpath: new bytes, or None to delete
@@ -283,6 +364,17 @@ def _run(
             )
             for patch in selected
         ]
+        if operation == "apply" and len(selected) > 1:
+
+            def base(rel: str) -> bytes | None:
+                if rel in pending:
+                    return pending[rel]
+                path = transaction.resolve_inside(root, rel)
+                return path.read_bytes() if path.is_file() else None
+
+            results = _refuse_pairs(
+                selected, results, base, release=release, max_fuzz=max_fuzz, by_id=by_id
+            )
         return results, overlay
 
     blocked = {"conflict", "target-missing", "out-of-range"}

@@ -108,7 +108,7 @@ class RegistryChange:
                     before = path.read_bytes()
                 write_atomic(path, data)
                 done.append((path, before))
-            return load_registry(root)
+            return _reload(root, [p.parent for p in self._planned])
         except PatchsetError as exc:
             _undo(done)
             raise RegistryError(
@@ -122,6 +122,16 @@ class RegistryChange:
         except BaseException:
             _undo(done)
             raise
+
+
+def _reload(root: Path, changed: list[Path]) -> Registry:
+    """The registry again: other patches' problems are theirs (a half-written one must not
+    block this write), but every patch changed here must load."""
+    registry = load_registry(root, tolerant=True)
+    for folder in dict.fromkeys(changed):
+        if folder.name in registry.problems:
+            raise registry.problems[folder.name]
+    return registry
 
 
 def _bytes(path: Path) -> bytes | None:

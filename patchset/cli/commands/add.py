@@ -16,7 +16,7 @@ from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
 from patchset.cli.output import FORMATS, console, err_console, print_json
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import STATES, WHENS
+from patchset.registry import STATES, WHENS, load_registry
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource
 
@@ -113,6 +113,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--apply", choices=WHENS, default=None, help="build (default) or startup")
     p.add_argument(
         "--range", metavar="SPEC", help="the declared vLLM range (default: from the check)"
+    )
+    p.add_argument(
+        "--requires",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a patch this one goes on top of (repeatable; a stacked series, as quilt's)",
     )
     p.set_defaults(handler=run)
     u = sub.add_parser(
@@ -281,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         source=source,
         versions=versions,
         on_release=_progress(args.format)(len(versions)),
+        requires=args.requires,
     )
     patch = result.patch
     if args.format == "json":
@@ -321,9 +329,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_update(args: argparse.Namespace) -> int:
     root: Path = args.registry
-    from patchset.registry import load_registry  # noqa: PLC0415 - only this command
-
-    patch = updates.find(load_registry(root), args.id)  # before any download
+    patch = updates.find(load_registry(root, tolerant=True), args.id)  # before any download
     pr, url_forge = forge.pr_ref(args.pr) if args.pr else (None, None)
     forge_url = args.forge_url or url_forge
     if args.diff is None and args.from_tree is None:

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Literal
 
 from patchset.adapters import gpu
+from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, print_json, styled, table
 from patchset.engine.apply import DETECT, ApplyReport, apply, revert
-from patchset.registry import load_registry
 
 TARGET_HELP = (
     "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
@@ -69,7 +69,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run_apply(args: argparse.Namespace) -> int:
     report = apply(
-        load_registry(args.registry),
+        load(args.registry),
         args.target,
         patches=args.patches,
         dry_run=args.dry_run,
@@ -92,7 +92,7 @@ def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
 
 def run_revert(args: argparse.Namespace) -> int:
     report = revert(
-        load_registry(args.registry),
+        load(args.registry),
         args.target,
         patches=args.patches,
         dry_run=args.dry_run,

@@ -10,9 +10,10 @@ from packaging.version import InvalidVersion, Version
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
 from patchset.cli import github
+from patchset.cli.loading import load
 from patchset.cli.output import console, err_console, print_json, styled, table
 from patchset.errors import UsageError
-from patchset.registry import Registry, load_registry
+from patchset.registry import Registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources import parse_source
@@ -114,7 +115,7 @@ def _versions(args: argparse.Namespace, source: ReleaseSource) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
-    registry = load_registry(args.registry)
+    registry = load(args.registry)
     source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
     versions = _versions(args, source)
     _prefetch(source, versions)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from patchset.cli.output import FORMATS, console, print_json, table
+from patchset.cli.loading import load
+from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode
 from patchset.registry import Patch, load_registry
 
@@ -66,7 +67,7 @@ def patch_dict(patch: Patch) -> dict[str, object]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    registry = load(args.registry)
     if args.format == "json":
         print_json(
             {"registry": registry.digest, "patches": [patch_dict(p) for p in registry.patches]}
@@ -84,7 +85,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    registry = load(args.registry)
     patch = registry.get(args.id)
     data = patch_dict(patch)
     if args.format == "json":
@@ -107,12 +108,27 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    """Every patch's problem in one run (each names its file and key, and the TOML line when
+    there is one); exit 2 when there is any."""
+    registry = load_registry(args.registry, tolerant=True)
+    problems = registry.problems
     if args.format == "json":
-        print_json({"registry": registry.digest, "valid": True, "patches": len(registry.patches)})
+        print_json(
+            {
+                "registry": registry.digest,
+                "valid": not problems,
+                "patches": len(registry.patches),
+                "problems": [{"patch": k, "problem": str(v)} for k, v in problems.items()],
+            }
+        )
     else:
+        for problem in problems.values():
+            err_console().print(f"patchset: error: {problem}", markup=False, soft_wrap=True)
+        total = len(registry.patches) + len(problems)
         console().print(
-            f"{registry.root}: {len(registry.patches)} patches valid; digest {registry.digest}",
+            f"{registry.root}: {len(registry.patches)} of {total} patches valid"
+            + (f", {len(problems)} with problems" if problems else "")
+            + f"; digest {registry.digest}",
             markup=False,
         )
-    return ExitCode.OK
+    return ExitCode.BAD_INPUT if problems else ExitCode.OK
