@@ -7,22 +7,21 @@ some compute capability is then left out of an unqualified apply, never applied 
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import subprocess
 
 from patchset.errors import UsageError
+from patchset.kernel import capability
 
 LOG = logging.getLogger(__name__)
-_CAPABILITY = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
 
 
 def parse_capability(text: str) -> tuple[int, int]:
     """`"12.0"` or `"8"` as (major, minor); UsageError otherwise."""
-    match = _CAPABILITY.match(text)
-    if match is None:
-        raise UsageError(f"{text!r} is not a compute capability (major.minor, e.g. 12.0)")
-    return int(match[1]), int(match[2] or 0)
+    try:
+        return capability.parse_capability(text)
+    except ValueError as exc:
+        raise UsageError(f"--compute-capability: {exc}") from None
 
 
 def compute_capability() -> tuple[int, int] | None:
@@ -42,6 +41,8 @@ def compute_capability() -> tuple[int, int] | None:
         LOG.info("nvidia-smi failed (%s): no GPU assumed", exc)
         return None
     for word in out:
-        if _CAPABILITY.match(word):
-            return parse_capability(word)
+        try:
+            return capability.parse_capability(word)
+        except ValueError:
+            continue
     return None

@@ -14,7 +14,8 @@ from patchset.adapters import gpu
 from patchset.engine import order, transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.errors import ExitCode, TargetError, UsageError
-from patchset.kernel.vllm import read_version, vllm_root
+from patchset.kernel import vllm
+from patchset.kernel.capability import in_scope
 from patchset.registry import Patch, Registry
 
 Outcome = Literal[
@@ -213,7 +214,7 @@ def _select(
         reason = None
         if (scoped or operation == "revert") and release and not patch.in_range(release):
             reason = f"vLLM {release} is outside this patch's range {patch.vllm}"
-        elif scoped and not patch.hardware.allows(capability):
+        elif scoped and not _allows(patch, capability):
             reason = f"{_gpu_text(capability)} is outside its hardware scope"
             reason += f" compute_capability {patch.hardware.compute_capability}"
         if reason is None:
@@ -301,10 +302,25 @@ def _refuse_pairs(
     ]
 
 
+def _allows(patch: Patch, capability: tuple[int, int] | None) -> bool:
+    """Whether the patch's `[hardware] compute_capability` holds this GPU (the one evaluator,
+    shared with the image entrypoint)."""
+    scope = patch.hardware.compute_capability
+    return in_scope(str(scope) if scope is not None else None, capability)
+
+
 def _gpu_text(capability: tuple[int, int] | None) -> str:
     if capability is None:
         return "no GPU found (give --compute-capability)"
     return f"compute capability {capability[0]}.{capability[1]}"
+
+
+def _target_root(target: Path | str | None) -> Path:
+    try:
+        return vllm.target_root(target)
+    except vllm.NotATargetError as exc:
+        hint = "" if exc.path is not None else "; pass --target DIR"
+        raise TargetError(exc.message + hint, path=exc.path) from None
 
 
 def _run(
@@ -320,7 +336,7 @@ def _run(
     capability: tuple[int, int] | None,
     strict: bool,
 ) -> ApplyReport:
-    root = vllm_root(target)
+    root = _target_root(target)
     recovered: list[str] = []
     pending: dict[str, bytes | None] = {}  # a dry run's view of a roll-back still to come
     if dry_run:
@@ -331,7 +347,8 @@ def _run(
             transaction.check_journal(root)
         with transaction.locked(root):
             recovered = transaction.recover(root)
-    release = version or read_version(root)
+    found = vllm.read_version(root)
+    release = version or (found[0] if found else None)
     if release is not None:
         _check_version(release, given=version is not None, root=root)
     selected, skipped = _select(
@@ -409,7 +426,7 @@ def _run(
 
 def _scope_note(patch: Patch, capability: tuple[int, int] | None) -> str | None:
     """A patch asked for by id runs whatever the GPU; say so when its scope does not hold."""
-    if patch.hardware.allows(capability):
+    if _allows(patch, capability):
         return None
     return (
         f"asked for by id: {_gpu_text(capability)} is outside its hardware scope"
