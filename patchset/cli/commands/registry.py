@@ -62,6 +62,9 @@ def patch_dict(patch: Patch) -> dict[str, object]:
             }
             for v in patch.variants
         ],
+        "requires": list(patch.requires),
+        "conflicts": list(patch.conflicts),
+        "x": dict(patch.x),
         "digest": patch.digest,
     }
 
@@ -93,7 +96,9 @@ def run_show(args: argparse.Namespace) -> int:
         return ExitCode.OK
     con = console()
     con.print(f"[bold]{patch.id}[/] rev {patch.revision}: {patch.title}")
-    for key in ("kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"):
+    keys = ["kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"]
+    keys += [k for k in ("requires", "conflicts", "x") if data[k]]
+    for key in keys:
         con.print(f"  {key}: {data[key]}", markup=False)
     con.print()
     con.print(patch.description.strip(), markup=False)
