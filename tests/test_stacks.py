@@ -221,3 +221,34 @@ def test_x_table_is_free_form_and_kept_by_writes(
     text = toml.read_text()
     assert "# our own notes" in text and 'drop_when = "upstream ships #36325"' in text
     assert load_registry(root).get("mod-fix").revision == 2
+
+
+def _fake_smi(folder: Path, body: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{body}\n")
+    smi.chmod(0o755)
+
+
+def test_the_gpu_comes_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in nvidia-smi (a real program on PATH) answering as an RTX 5090 would: an
+    unqualified apply takes the sm_12x patch; a failing one means no GPU."""
+    from patchset.adapters import gpu
+
+    root = tmp_path / "patches"
+    add_patch(root, "sm12x-only", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    toml = root / "sm12x-only" / "patch.toml"
+    toml.write_text(toml.read_text() + '\n[hardware]\ncompute_capability = ">=12.0"\n')
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    bin_dir = tmp_path / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    _fake_smi(bin_dir, 'echo "12.0"')
+    assert gpu.compute_capability() == (12, 0)
+    report = apply(load_registry(root), tree, dry_run=True)
+    assert report.compute_capability == "12.0"
+    assert [r.outcome for r in report.results] == ["applied"]
+    _fake_smi(bin_dir, 'echo "NVIDIA-SMI has failed" >&2; exit 9')
+    assert gpu.compute_capability() is None
+    report = apply(load_registry(root), tree, dry_run=True)
+    assert [r.outcome for r in report.results] == ["skipped"]
+    assert "no GPU found" in report.results[0].details[0]
