@@ -240,8 +240,8 @@ def test_from_an_edited_tree(tmp_path: Path, root: Path) -> None:
     # edited again: `update` takes the tree's difference anew
     again = edited.replace(b"[0] < 12", b"[0] < 13")
     (site / TMA_FILE).write_bytes(again)
-    args = ("update", "tma-local", "--from-tree", str(site), "--vllm", "0.19.1", "--no-check")
-    assert run(root, *args) == 0
+    update = ["update", "tma-local", "--from-tree", str(site), "--vllm", "0.19.1", "--no-check"]
+    assert run(root, *update) == 0
     assert load_patch(root / "tma-local").revision == 2
     fresh = materialize("0.19.1", tmp_path / "fresh", [TMA_FILE])
     assert apply(load_registry(root), fresh, patches=["tma-local"]).written

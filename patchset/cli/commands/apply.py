@@ -69,7 +69,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run_apply(args: argparse.Namespace) -> int:
     report = apply(
-        load(args.registry),
+        load(args.registry, args.patches),
         args.target,
         patches=args.patches,
         dry_run=args.dry_run,
@@ -92,7 +92,7 @@ def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
 
 def run_revert(args: argparse.Namespace) -> int:
     report = revert(
-        load(args.registry),
+        load(args.registry, args.patches),
         args.target,
         patches=args.patches,
         dry_run=args.dry_run,

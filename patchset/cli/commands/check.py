@@ -115,7 +115,7 @@ def _versions(args: argparse.Namespace, source: ReleaseSource) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
-    registry = load(args.registry)
+    registry = load(args.registry, args.patches)
     source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
     versions = _versions(args, source)
     _prefetch(source, versions)

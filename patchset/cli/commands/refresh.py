@@ -87,7 +87,7 @@ def _picks(values: list[str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    registry = load(args.registry)
+    registry = load(args.registry, [args.id])
     if args.finish or args.abort:
         extra = [flag for flag in ("write", "dry_run", "pick", "source") if getattr(args, flag)]
         if extra:

@@ -88,7 +88,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    registry = load(args.registry)
+    registry = load(args.registry, [args.id])
     patch = registry.get(args.id)
     data = patch_dict(patch)
     if args.format == "json":
