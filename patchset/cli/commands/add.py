@@ -17,7 +17,7 @@ from patchset.authoring.layout import Layout
 from patchset.cli.output import FORMATS, console, err_console, print_json
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import STATES, WHENS, load_registry
-from patchset.sources import parse_source
+from patchset.sources import parse_source, select
 from patchset.sources.base import ReleaseSource
 
 DESCRIPTION = """\
@@ -90,7 +90,9 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
         " the vllm/ package (default: found)",
     )
     p.add_argument("--vllm", action="append", default=[], metavar="VERSION")
-    p.add_argument("--since", metavar="VERSION", help="check every release after VERSION")
+    p.add_argument(
+        "--since", metavar="VERSION", help="check every release from VERSION on (VERSION included)"
+    )
     p.add_argument("--source", metavar="SPEC", help="where releases come from (see check)")
     p.add_argument("--index-url", metavar="URL")
     p.add_argument("--offline", action="store_true", help="use the release cache only")
@@ -160,7 +162,7 @@ def _releases(args: argparse.Namespace) -> tuple[ReleaseSource | None, list[str]
     )
     if args.no_check:
         return source, []
-    return source, add.releases_to_check(source, versions=args.vllm, since=args.since)
+    return source, select.for_add(source, versions=args.vllm, since=args.since)
 
 
 def _payload(

@@ -7,7 +7,9 @@ import argparse
 from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode
-from patchset.registry import Patch, load_registry
+from patchset.image.definition import load_definitions
+from patchset.registry import load_registry
+from patchset.schemas import check_project
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,62 +20,22 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("id", metavar="ID")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_show)
-    p = sub.add_parser("validate", help="load and validate every patch; print the registry digest")
+    p = sub.add_parser(
+        "validate",
+        help="load and validate every patch (and build definition); print the registry digest",
+        description="Load every patch and build definition as every command does, and check"
+        " patch.toml, sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas"
+        " in patchset/schemas/.",
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_validate)
-
-
-def patch_dict(patch: Patch) -> dict[str, object]:
-    up = patch.upstream
-    return {
-        "id": patch.id,
-        "title": patch.title,
-        "description": patch.description.strip(),
-        "kind": patch.kind,
-        "revision": patch.revision,
-        "vllm": str(patch.vllm),
-        "apply": patch.apply,
-        "targets": list(patch.targets),
-        "upstream": {
-            "pr": up.pr,
-            "state": up.state,
-            "superseded_by": up.superseded_by,
-            "superseded_in": up.superseded_in,
-            "probe": up.probe.describe() if up.probe else None,
-            "note": up.note,
-        },
-        "hardware": {
-            "compute_capability": (
-                str(patch.hardware.compute_capability)
-                if patch.hardware.compute_capability
-                else None
-            ),
-            "note": patch.hardware.note,
-        },
-        "origin": patch.origin,
-        "credit": list(patch.credit),
-        "variants": [
-            {
-                "payload": v.name,
-                "vllm": str(v.vllm),
-                "base": v.base,
-                "sha256": v.sha256,
-                "files": list(v.files),
-            }
-            for v in patch.variants
-        ],
-        "requires": list(patch.requires),
-        "conflicts": list(patch.conflicts),
-        "x": dict(patch.x),
-        "digest": patch.digest,
-    }
 
 
 def run_list(args: argparse.Namespace) -> int:
     registry = load(args.registry)
     if args.format == "json":
         print_json(
-            {"registry": registry.digest, "patches": [patch_dict(p) for p in registry.patches]}
+            {"registry": registry.digest, "patches": [p.to_dict() for p in registry.patches]}
         )
         return ExitCode.OK
     out = table(
@@ -90,7 +52,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     registry = load(args.registry, [args.id])
     patch = registry.get(args.id)
-    data = patch_dict(patch)
+    data = patch.to_dict()
     if args.format == "json":
         print_json(data)
         return ExitCode.OK
@@ -114,9 +76,13 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     """Every patch's problem in one run (each names its file and key, and the TOML line when
-    there is one); exit 2 when there is any."""
+    there is one); exit 2 when there is any. The JSON Schemas are checked once all load."""
     registry = load_registry(args.registry, tolerant=True)
     problems = registry.problems
+    definitions = load_definitions(args.builds) if args.builds.is_dir() else []
+    checked = 0
+    if not problems:
+        checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
     if args.format == "json":
         print_json(
             {
@@ -124,6 +90,8 @@ def run_validate(args: argparse.Namespace) -> int:
                 "valid": not problems,
                 "patches": len(registry.patches),
                 "problems": [{"patch": k, "problem": str(v)} for k, v in problems.items()],
+                "builds": len(definitions),
+                "schema_checked": checked,
             }
         )
     else:
@@ -133,7 +101,12 @@ def run_validate(args: argparse.Namespace) -> int:
         console().print(
             f"{registry.root}: {len(registry.patches)} of {total} patches valid"
             + (f", {len(problems)} with problems" if problems else "")
-            + f"; digest {registry.digest}",
+            + f"; digest {registry.digest}"
+            + (
+                f" ({checked} file{'' if checked == 1 else 's'} checked against the JSON Schemas)"
+                if not problems
+                else ""
+            ),
             markup=False,
         )
     return ExitCode.BAD_INPUT if problems else ExitCode.OK

@@ -1,0 +1,117 @@
+"""Which releases to check: ``latest``, ``--since``, explicit versions, or none given.
+
+One home for the rules `check`, `add` and `refresh` use to turn what the user asked for into
+release versions of a source. Errors are `UsageError`s naming the option at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from patchset.errors import UsageError
+from patchset.registry import ranges
+from patchset.registry.toml import did_you_mean
+from patchset.sources.base import ReleaseSource
+
+LATEST = "latest"
+
+
+def _version(text: str, option: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise UsageError(f"{option}{text!r} is not a PEP 440 version") from None
+
+
+def _final(available: list[str], pre: bool) -> list[str]:
+    """What ``latest`` and `since` choose from: pre-releases left out unless `pre` (the index
+    leaves out yanked files and, unless asked, pre-releases; so do other sources here)."""
+    if pre:
+        return available
+    return [v for v in available if not (ranges.is_version(v) and Version(v).is_prerelease)]
+
+
+def for_check(
+    source: ReleaseSource,
+    *,
+    versions: Sequence[str] = (),
+    since: str | None = None,
+    pre: bool = False,
+) -> list[str]:
+    """The releases `patchset check` checks.
+
+    `versions` (each may be ``latest``: the source's newest final release, or pre-release with
+    `pre`) plus every release from `since` on, `since` itself included; with neither, a folder
+    or image source's release, a git clone's newest tag (the package index needs one of them).
+    A source other than the index must hold every release named. Empty only when `since`
+    is given and no release is at or after it yet: nothing to check today, not an error.
+    """
+    wanted = list(versions)
+    for v in wanted:
+        if v != LATEST:
+            _version(v, "--vllm ")
+    index = source.name == "index"
+    available: list[str] | None = None
+    if LATEST in wanted or since or not index:
+        available = source.versions()
+    if LATEST in wanted:
+        assert available is not None
+        choice = _final(available, pre)
+        if not choice:
+            raise UsageError("the source offers no release" + ("" if pre else " (--pre: none)"))
+        wanted = [choice[-1] if v == LATEST else v for v in wanted]
+    if since:
+        after = _version(since, "--since ")
+        assert available is not None
+        wanted += [v for v in _final(available, pre) if Version(v) >= after]
+        if not wanted:
+            return []
+    if not wanted and not index:
+        assert available is not None
+        wanted = available[-1:] if source.name == "git" else available
+    if not wanted:
+        raise UsageError("say which releases: --vllm VERSION, --vllm latest or --since VERSION")
+    if available is not None and not index:
+        missing = [v for v in wanted if v not in available]
+        if missing:
+            raise UsageError(f"the source has no release {', '.join(missing)}")
+    return list(dict.fromkeys(wanted))
+
+
+def for_add(
+    source: ReleaseSource,
+    *,
+    versions: Sequence[str] = (),
+    since: str | None = None,
+    pre: bool = False,
+) -> list[str]:
+    """The releases `patchset add` checks a new patch against: `versions`, else the releases
+    from `since` on (`since` included; pre-releases only with `pre`), else the releases the
+    source holds without downloading."""
+    for v in (*versions, *([since] if since else [])):
+        _version(v, "")
+    if versions:
+        return list(dict.fromkeys(versions))
+    if since:
+        return [v for v in _final(source.versions(), pre) if Version(v) >= Version(since)]
+    return source.cached_versions()
+
+
+def one(source: ReleaseSource, version: str) -> tuple[str, list[str]]:
+    """The one release `patchset refresh --vllm VERSION` carries a patch to (``latest``: the
+    newest), as the source spells it, and every release the source offers."""
+    available = source.versions()
+    if not available:
+        raise UsageError(f"the {source.name} source offers no release")
+    if version == LATEST:
+        return available[-1], available
+    wanted = _version(version, "--vllm ")
+    for known in available:
+        if ranges.is_version(known) and Version(known) == wanted:
+            return known, available
+    raise UsageError(
+        f"vllm {version} is not a release the {source.name} source offers"
+        f"{did_you_mean(version, available)}"
+    )
