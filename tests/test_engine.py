@@ -13,7 +13,18 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, TargetError
 from patchset.registry import load_registry
 from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
+
+# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
+OTHER_DIFF = """\
+--- a/vllm/other.py
++++ b/vllm/other.py
+@@ -1,3 +1,3 @@
+ alpha
+-beta
++beta_patched
+ gamma
+"""
 
 DIFF = MOD_DIFF
 
@@ -259,7 +270,7 @@ def test_unqualified_apply_selects_what_fits(tmp_path: Path) -> None:
     blackwell = apply(registry, tree, compute_capability=(12, 0))
     outcomes = {r.patch: r.outcome for r in blackwell.results}
     assert outcomes == {"a-old-pin": "skipped", "b-sm12x": "applied", "c-fits": "applied"}
-    assert blackwell.written and "beta patched" in (tree / "vllm/other.py").read_text()
+    assert blackwell.written and "beta_patched" in (tree / "vllm/other.py").read_text()
     # --patch means exactly those: the hardware scope is named, not enforced (a build host
     # has no GPU); the range still is.
     asked = apply(registry, tree, patches=["b-sm12x"], compute_capability=(8, 6), dry_run=True)

@@ -16,7 +16,18 @@ from patchset.registry import load_registry
 from patchset.release_check.verdicts import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
 from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
+
+# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
+OTHER_DIFF = """\
+--- a/vllm/other.py
++++ b/vllm/other.py
+@@ -1,3 +1,3 @@
+ alpha
+-beta
++beta_patched
+ gamma
+"""
 
 # A quilt-style series on vllm/mod.py: the second patch's context holds the first's line.
 ON_TOP = """\

@@ -217,6 +217,8 @@ def _one(
         detail = "the release already holds this change (the reverse applies)"
         if patch.kind == "runtime":
             detail = "every site is already in place (its markers are present)"
+            if any(site.status == "upstream" for site in ev.sites):
+                detail = "every site is in place or its own probe finds the upstream fix"
         if probe_hit is False:
             disagreement = "the upstream probe does not match"
         elif ancestry is False:
@@ -238,6 +240,7 @@ def _one(
         verdict = "needed"
         shifted = bool(ev.warnings)
         detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
+        detail += _skipped(ev)
     elif ev.state == "partial":
         verdict = "partial"
         detail = "; ".join(ev.failures)
@@ -263,6 +266,12 @@ def _one(
         ),
         missing=ev.missing,
     )
+
+
+def _skipped(ev: Evaluation) -> str:
+    """How many optional sites were left out, for the detail ("" when none were)."""
+    n = ev.skipped_optional
+    return f" ({n} optional site(s) skipped: no anchor matches)" if n else ""
 
 
 def _missing(

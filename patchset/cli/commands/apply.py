@@ -10,6 +10,7 @@ from patchset.adapters import gpu
 from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, print_json, styled, table
 from patchset.engine.apply import DETECT, ApplyReport, apply, revert
+from patchset.kernel.sites import WHEN_KEYS, parse_served
 
 TARGET_HELP = (
     "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
@@ -64,6 +65,21 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 metavar="N",
                 help="allow dropping up to N context lines per hunk (reported; default 0)",
             )
+            p.add_argument(
+                "--served",
+                type=_served,
+                default={},
+                metavar="KEY=VALUE,...",
+                help="what will be served, for sites with `when`: "
+                + ", ".join(WHEN_KEYS)
+                + " (e.g. quantization=gptq,speculative=mtp; default: nothing, so such sites"
+                " are skipped)",
+            )
+            p.add_argument(
+                "--force",
+                action="store_true",
+                help="apply a patch even where its upstream probe finds the fix (warned)",
+            )
         p.set_defaults(handler=run_apply if name == "apply" else run_revert)
 
 
@@ -78,6 +94,8 @@ def run_apply(args: argparse.Namespace) -> int:
         max_fuzz=args.fuzz,
         compute_capability=_capability(args.compute_capability),
         strict=args.strict,
+        served=args.served,
+        force=args.force,
     )
     return show(report, args.format)
 
@@ -88,6 +106,13 @@ def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
     if text.strip().lower() == "none":
         return None
     return gpu.parse_capability(text)
+
+
+def _served(text: str) -> dict[str, str]:
+    try:
+        return parse_served(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_revert(args: argparse.Namespace) -> int:
