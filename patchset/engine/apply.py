@@ -230,8 +230,7 @@ def _select(
         if (scoped or operation == "revert") and release and not patch.in_range(release):
             reason = f"vLLM {release} is outside this patch's range {patch.vllm}"
         elif scoped and not _allows(patch, capability):
-            reason = f"{_gpu_text(capability)} is outside its hardware scope"
-            reason += f" compute_capability {patch.hardware.compute_capability}"
+            reason = _scope_text(patch, capability)
         if reason is None:
             chosen.append(patch)
         else:
@@ -324,10 +323,11 @@ def _allows(patch: Patch, capability: tuple[int, int] | None) -> bool:
     return in_scope(str(scope) if scope is not None else None, capability)
 
 
-def _gpu_text(capability: tuple[int, int] | None) -> str:
+def _scope_text(patch: Patch, capability: tuple[int, int] | None) -> str:
+    scope = f"its hardware scope is compute_capability {patch.hardware.compute_capability}"
     if capability is None:
-        return "no GPU found (give --compute-capability)"
-    return f"compute capability {capability[0]}.{capability[1]}"
+        return f"no GPU found (nvidia-smi) and {scope}; give --compute-capability X.Y"
+    return f"compute capability {capability[0]}.{capability[1]} is outside it: {scope}"
 
 
 def _target_root(target: Path | str | None) -> Path:
@@ -451,10 +451,7 @@ def _scope_note(patch: Patch, capability: tuple[int, int] | None) -> str | None:
     """A patch asked for by id runs whatever the GPU; say so when its scope does not hold."""
     if _allows(patch, capability):
         return None
-    return (
-        f"asked for by id: {_gpu_text(capability)} is outside its hardware scope"
-        f" compute_capability {patch.hardware.compute_capability}"
-    )
+    return f"asked for by id: {_scope_text(patch, capability)}"
 
 
 def _check_version(release: str, *, given: bool, root: Path) -> None:
