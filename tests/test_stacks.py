@@ -189,11 +189,14 @@ def test_validate_reports_every_patch_and_others_skip_with_a_warning(
     add_patch(root, "good-one", diff=MOD_DIFF, targets=["vllm/mod.py"])
     bad_state = add_patch(root, "bad-state", diff=OTHER_DIFF, targets=["vllm/other.py"])
     toml = bad_state / "patch.toml"
-    toml.write_text(toml.read_text().replace('"unsubmitted"', '"opne"'))
+    toml.write_text(
+        toml.read_text().replace('"unsubmitted"', '"opne"').replace("revision = 1", "revision = 0")
+    )
     broken = add_patch(root, "half-written", diff=OTHER_DIFF, targets=["vllm/other.py"])
     (broken / "patch.toml").write_text('id = "half-written"\ntitle = "x\n')  # bad TOML
     assert main(["--registry", str(root), "validate"]) == ExitCode.BAD_INPUT
     err = capsys.readouterr().err
+    assert f"{toml}: revision: must be >= 1, got 0" in err  # every problem of the patch
     assert f"{toml}: upstream.state: 'opne' is not one of" in err
     assert f"{broken / 'patch.toml'}: not valid TOML" in err and "line 2" in err
     # other commands: the good patch works, the others are skipped with a warning
@@ -207,7 +210,7 @@ def test_validate_reports_every_patch_and_others_skip_with_a_warning(
     # asked for by id: its own problem, as an error
     code = main(["--registry", str(root), "show", "bad-state"])
     assert code == ExitCode.BAD_INPUT
-    assert "upstream.state: 'opne'" in capsys.readouterr().err
+    assert "bad-state/patch.toml: revision: must be >= 1" in capsys.readouterr().err
 
 
 def test_x_table_is_free_form_and_kept_by_writes(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
-from patchset.errors import ExitCode
+from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
-from patchset.registry import load_registry
-from patchset.schemas import check_project
+from patchset.registry import PATCH_FILE, load_registry
+from patchset.registry.toml import load_toml
+from patchset.schemas import check_project, document_problems
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,6 +76,21 @@ def run_show(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _more_problems(folder: Path, first: Exception) -> list[str]:
+    """The other problems of a patch.toml that did not load, from its JSON Schema (the loader
+    stops at the first one); none when the file does not parse."""
+    file = folder / PATCH_FILE
+    try:
+        data = load_toml(file)
+    except RegistryError:
+        return []
+    return [
+        f"{file}: {line} (JSON Schema patch.json)"
+        for line in document_problems("patch", data)
+        if line.split(":", 1)[0] not in str(first)
+    ]
+
+
 def run_validate(args: argparse.Namespace) -> int:
     """Every patch's problem in one run (each names its file and key, and the TOML line when
     there is one); exit 2 when there is any. The JSON Schemas are checked once all load."""
@@ -95,8 +112,10 @@ def run_validate(args: argparse.Namespace) -> int:
             }
         )
     else:
-        for problem in problems.values():
+        for patch_id, problem in problems.items():
             err_console().print(f"patchset: error: {problem}", markup=False, soft_wrap=True)
+            for line in _more_problems(registry.root / patch_id, problem):
+                err_console().print(f"patchset: error: {line}", markup=False, soft_wrap=True)
         total = len(registry.patches) + len(problems)
         console().print(
             f"{registry.root}: {len(registry.patches)} of {total} patches valid"
