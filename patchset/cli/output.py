@@ -90,6 +90,7 @@ OUTCOME_STYLE = {
     "partial": "red",
     "missing-target": "magenta",
     "out-of-range": "dim",
+    "skipped": "dim",
     "blocked": "yellow",
 }
 

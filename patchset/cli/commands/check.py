@@ -11,6 +11,7 @@ from rich.text import Text
 
 from patchset.adapters.actions import workflow_command
 from patchset.cli import github
+from patchset.cli.loading import load
 from patchset.cli.output import (
     DescriptionColumn,
     console,
@@ -22,7 +23,7 @@ from patchset.cli.output import (
     text,
 )
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import Registry, load_registry
+from patchset.registry import Registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources import parse_source, select
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--fuzz {args.fuzz}: give 0 or more context lines to drop")
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
-    registry = load_registry(args.registry)
+    registry = load(args.registry, args.patches)
     source = parse_source(
         args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
     )
