@@ -33,6 +33,7 @@ def patch_dict(patch: Patch) -> dict[str, object]:
         "vllm": str(patch.vllm),
         "apply": patch.apply,
         "targets": list(patch.targets),
+        "touches": list(patch.touches),
         "upstream": {
             "pr": up.pr,
             "state": up.state,
@@ -94,6 +95,8 @@ def run_show(args: argparse.Namespace) -> int:
     con.print(f"[bold]{patch.id}[/] rev {patch.revision}: {patch.title}")
     for key in ("kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"):
         con.print(f"  {key}: {data[key]}", markup=False)
+        if key == "targets" and patch.touches:
+            con.print(f"  touches: {data['touches']}", markup=False)
     con.print()
     con.print(patch.description.strip(), markup=False)
     for variant in patch.variants:
