@@ -345,14 +345,14 @@ def release_check(manifest: dict[str, Any], root: Path) -> str:
 
 def run_patches(
     manifest: dict[str, Any], *, verify: bool
-) -> tuple[list[dict[str, str]], bool, Plan, list[str]]:
+) -> tuple[list[dict[str, Any]], bool, Plan, list[str]]:
     """Check, plan and (unless `verify`) write every patch; the python patches selected."""
     root = vllm_root()
     stock = manifest.get("delivery") == "stock"
     gpus, gpu = detect_gpus()
     left_out = selection(manifest)
     plan = Plan(root)
-    results: list[dict[str, str]] = []
+    results: list[dict[str, Any]] = []  # "ok": False where the patch failed
     plugins: list[str] = []
     ok = True
     for patch, later in zip(manifest["patches"], _later_digests(manifest["patches"]), strict=True):
@@ -368,7 +368,7 @@ def run_patches(
                     for rel, d in files.items()
                 ):  # a container started before with the patch keeps its files
                     state += ", yet its files are patched (an earlier start or the build)"
-                results.append({"patch": name, "apply": patch["apply"], "state": state})
+                results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": True})
                 continue
             if stock:
                 check_payload(patch)
@@ -386,11 +386,12 @@ def run_patches(
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
             else:
                 state = apply_patch(patch, plan, later, dry_run=verify)
+            failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
-            ok = False
+            ok, failed = False, True
             state = f"FAILED: {exc}"
-        results.append({"patch": name, "apply": patch["apply"], "state": state})
-    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu})
+        results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": not failed})
+    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu, "ok": True})
     return results, ok, plan, plugins
 
 
@@ -456,7 +457,9 @@ def main(argv: list[str]) -> int:
                 commit(plan)
             except (PatchFailedError, OSError) as exc:
                 ok = False
-                results.append({"patch": "write", "apply": "-", "state": f"FAILED: {exc}"})
+                results.append(
+                    {"patch": "write", "apply": "-", "state": f"FAILED: {exc}", "ok": False}
+                )
     except StartRefusedError as exc:
         ok, refusal, results, version = False, str(exc), [], "?"
     if verify:
