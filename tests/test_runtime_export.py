@@ -438,8 +438,8 @@ def broken_bundle(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
         assert handle is not None
         original = handle.read()
     variant = Variant("sites.toml", REGISTRY.get("tolist-cudagraph").vllm, "", sites=tuple(
-        Site(**s) for s in entry["sites"]))  # fmt: skip
-    ev = evaluate_runtime(variant, {TURBO: original}.get)
+        Site.from_dict(s) for s in entry["sites"]))  # fmt: skip
+    ev = evaluate_runtime(variant, {TURBO: original}.get, compile_check=False)
     assert ev.state == "applies"
     entry["files"][TURBO]["after"] = hashlib.sha256(ev.changes[TURBO]).hexdigest()
     (bundle / "manifest.json").write_text(json.dumps(manifest))
