@@ -1,8 +1,8 @@
 """End to end, as another project meets patchset in CI: a fresh git repository with its own
-registry, patchset installed from the wheel `nox -s dist` built (and checked) from this checkout, pre-commit running the
-hook of .pre-commit-hooks.yaml, then the steps of docs/ci-example.yml and of action.yml run as
-scripts with GITHUB_* variables pointing at temp files; the annotations and the job summary
-are checked line by line.
+registry, patchset installed from the wheel `nox -s dist` built (and checked) from this
+checkout, pre-commit running the hook of .pre-commit-hooks.yaml, then the steps of
+docs/ci-example.yml and of action.yml run as scripts with GITHUB_* variables pointing at temp
+files; the annotations and the job summary are checked line by line.
 
 The package index is a real HTTP server on 127.0.0.1 serving the real 0.19.1 and 0.20.0
 sdists (taken from the release cache), named in the project's `[tool.patchset] index-url`,
