@@ -11,6 +11,7 @@ from patchset import __version__
 from patchset.cli.commands import add as add_cmd
 from patchset.cli.commands import apply as apply_cmd
 from patchset.cli.commands import bake as bake_cmd
+from patchset.cli.commands import cache as cache_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import image as image_cmd
 from patchset.cli.commands import project as project_cmd
@@ -29,6 +30,7 @@ COMMANDS = (
     add_cmd,
     project_cmd,
     bake_cmd,
+    cache_cmd,
 )
 
 EPILOG = """\

@@ -19,7 +19,7 @@ from packaging.version import Version
 from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.errors import ExitCode
 from patchset.registry import Patch, Probe, Registry, Variant
-from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
+from patchset.sources.base import ReadsMany, ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
 VERDICTS: tuple[Verdict, ...] = ("needed", "upstream", "conflict", "partial", "missing-target")
@@ -101,7 +101,13 @@ class CheckReport:
             "schema": SCHEMA,
             "registry": self.registry,
             "releases": [
-                {"vllm": r.version, "origin": r.origin, "sha256": r.digest} for r in self.releases
+                {
+                    "vllm": r.version,
+                    "origin": r.origin,
+                    "sha256": r.digest,
+                    "artifact": dict(r.details) if r.details is not None else None,
+                }
+                for r in self.releases
             ],
             "results": [r.to_dict() for r in self.results],
             "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
@@ -129,9 +135,9 @@ def check(
     results: list[CheckResult] = []
     for version in ordered:
         with source.open(version) as tree:
-            infos.append(tree.info)
             release = tree.info.version if tree.info.version != "unknown" else version
             results.extend(check_tree(selected, tree, release, max_fuzz=max_fuzz))
+            infos.append(tree.info)  # after the reads: an index tree lists what it checked
         if on_release is not None:
             on_release(version)
     return CheckReport(
@@ -330,8 +336,9 @@ def moved_files(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -
 def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
     best: tuple[float, str] | None = None
     needles = [line.encode() for line in expected]
+    many = tree.read_many(candidates) if isinstance(tree, ReadsMany) else None
     for path in candidates:
-        data = tree.read(path)
+        data = many[path] if many is not None else tree.read(path)
         if data is None:
             continue
         score = sum(needle in data for needle in needles) / len(needles)

@@ -7,8 +7,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from patchset.adapters import net
 from patchset.cli import github
 from patchset.cli.output import console, err_console, print_json, styled, table
 from patchset.errors import UsageError
@@ -53,6 +54,26 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
+    p.add_argument(
+        "--artifact",
+        choices=("wheel", "sdist"),
+        default=None,
+        help="read releases from their wheels (default, the sdist as fallback) or their sdists",
+    )
+    p.add_argument(
+        "--verify-full",
+        action="store_true",
+        help="download each release's whole artifact and check the index's sha256 first"
+        " (default: each file read is checked against the wheel's RECORD and CRC)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=net.DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long any one request to the index may wait (default {net.DEFAULT_TIMEOUT:g});"
+        " a request that times out is tried 3 more times",
+    )
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")
     p.add_argument(
@@ -115,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
-    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+    source = _source(args)
     versions = _versions(args, source)
-    _prefetch(source, versions)
+    _prefetch(source, versions, registry, args.patches)
     report = check(registry, versions, source=source, patches=args.patches, max_fuzz=args.fuzz)
     if args.format == "json":
         print_json(report.to_dict())
@@ -135,19 +156,59 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
-    """Download missing sdists in parallel, with a progress bar on stderr."""
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: give between 0 and 3600 seconds")
+    return value
+
+
+def _source(args: argparse.Namespace) -> ReleaseSource:
+    index_only = {
+        "--artifact": args.artifact is not None,
+        "--verify-full": args.verify_full,
+        "--timeout": args.timeout != net.DEFAULT_TIMEOUT,
+    }
+    named = args.source is not None and args.source.strip() not in {"", "index"}
+    if named and (flags := [flag for flag, given in index_only.items() if given]):
+        raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
+    if named:
+        return parse_source(args.source, offline=args.offline)
+    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
+
+    return IndexSource(
+        args.index_url,
+        offline=args.offline,
+        artifact=args.artifact or "auto",
+        verify_full=args.verify_full,
+        timeout=args.timeout,
+    )
+
+
+def _prefetch(
+    source: ReleaseSource, versions: list[str], registry: Registry, patches: list[str] | None
+) -> None:
+    """Fetch the releases' target files in parallel, with one progress bar on stderr."""
     prefetch = getattr(source, "prefetch", None)
     if prefetch is None or getattr(source, "offline", False):
         return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-    )
+    paths = {t for p in registry.select(patches) for t in p.targets}
+    paths |= {p.upstream.probe.file for p in registry.select(patches) if p.upstream.probe}
+    paths |= {"vllm/_version.py"}
+    if not err_console().is_terminal:  # a bar only on a terminal
+        prefetch(versions, paths=sorted(paths))
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err_console(), transient=True) as progress:
-        prefetch(versions, progress=progress)
+        task = progress.add_task("vllm releases", total=len(versions))
+
+        def report(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        prefetch(versions, paths=sorted(paths), progress=report)
 
 
 def _cell(r: CheckResult, *, variant: bool = False) -> str:
