@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -24,6 +25,7 @@ from patchset.errors import IntegrityError, SourceError
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index import cache as cache_module
 from patchset.sources.package_index.cache import Cache, cache_location, cache_root
 from patchset.sources.package_index.client import PackageIndex
 from patchset.sources.package_index.settings import IndexSettings, resolve
@@ -477,6 +479,52 @@ def test_a_damaged_member_is_fetched_again(index: FakeIndex, tmp_cache: Cache) -
     blob.write_bytes(b"\x00garbage")
     with pytest.raises(SourceError, match=r"offline, and .*utils\.py of .* is not in the cache"):
         read(offline_source(tmp_cache), "0.1.0")
+
+
+def test_two_readers_read_the_directory_once(index: FakeIndex, tmp_cache: Cache) -> None:
+    path = index.wheel_path("0.1.0")
+    index.server.route(path, Reply(200, index.wheels["0.1.0"], delay=0.2))
+    src = source(index, tmp_cache)
+    src.versions()
+    results: list[bytes | None] = []
+    threads = [threading.Thread(target=lambda: results.append(read(src, "0.1.0"))) for _ in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [SOURCE, SOURCE]
+    assert sum(r.startswith("bytes=-") for r in index.server.ranges(path)) == 1
+
+
+def test_a_held_lock_times_out(
+    index: FakeIndex, tmp_cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "LOCK_TIMEOUT", 0.2)
+    with tmp_cache.lock(f"artifact-{wheel_name('0.1.0')}"):
+        done = subprocess.run(
+            [sys.executable, "-c", HOLDER, str(tmp_cache.root), index.index_url],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("LockedError: another patchset process has held"), done.stdout
+
+
+HOLDER = """
+import sys
+from patchset.adapters import net
+from patchset.errors import LockedError
+from patchset.sources.package_index import IndexSource, cache
+from patchset.sources.package_index.settings import IndexSettings
+cache.LOCK_TIMEOUT = 0.2
+url = sys.argv[2]
+src = IndexSource(url, cache=cache.Cache(__import__("pathlib").Path(sys.argv[1])),
+                  settings=IndexSettings(url, "test", net.Transport()))
+try:
+    with src.open("0.1.0"):
+        pass
+except LockedError as exc:
+    print(f"LockedError: {exc}")
+"""
 
 
 def test_a_file_index(tmp_path: Path, tmp_cache: Cache) -> None:

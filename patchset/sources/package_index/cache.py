@@ -29,7 +29,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 import zlib
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from typing import IO, Any, Literal
 
 import filelock
 
+from patchset._fs import atomic_file
 from patchset.errors import LockedError, SourceError
 
 LOG = logging.getLogger(__name__)
@@ -338,8 +338,7 @@ def _mkdir(folder: Path) -> None:
     except (FileExistsError, NotADirectoryError):
         blocker = next((p for p in (folder, *folder.parents) if p.is_file()), folder)
         raise SourceError(
-            f"the cache path {blocker} is a file, not a folder; set $PATCHSET_CACHE_DIR to a"
-            " folder"
+            f"the cache path {blocker} is a file, not a folder; set $PATCHSET_CACHE_DIR to a folder"
         ) from None
     except OSError as exc:
         raise SourceError(
@@ -348,29 +347,19 @@ def _mkdir(folder: Path) -> None:
         ) from None
 
 
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 @contextlib.contextmanager
 def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
-    """A file to write that replaces `dest` in one rename on success and vanishes on failure."""
+    """A file to write that replaces `dest` in one rename on success and vanishes on failure
+    (0o644 as any cache file); an unusable cache folder is one clear error."""
     _mkdir(dest.parent)
     try:
-        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    except OSError as exc:
+        with atomic_file(dest, mode=0o644) as out:
+            yield out
+    except PermissionError as exc:
         raise SourceError(
             f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
             " set $PATCHSET_CACHE_DIR to a writable folder"
         ) from None
-    os.fchmod(fd, 0o644)  # as any cache file, not mkstemp's 0600
-    try:
-        with os.fdopen(fd, "w+b") as out:
-            yield out
-        Path(name).replace(dest)
-    finally:
-        Path(name).unlink(missing_ok=True)
 
 
 def _plain_name(name: str) -> str:
