@@ -310,13 +310,14 @@ def test_a_second_read_needs_no_network(index: FakeIndex, tmp_cache: Cache) -> N
 
 
 def test_prefetch_reads_the_paths_asked_for(index: FakeIndex, tmp_cache: Cache) -> None:
-    seen: list[tuple[int, int]] = []
-    source(index, tmp_cache).prefetch(
+    seen: list[tuple[str, int, int]] = []
+    kept = source(index, tmp_cache).prefetch(
         ["0.1.0", "0.2.0"],
         paths=[UTILS, "vllm/_version.py"],
-        progress=lambda d, t: seen.append((d, t)),
+        progress=lambda v, d, t: seen.append((v, d, t)),
     )
-    assert seen[-1] == (2, 2)
+    assert sorted(seen) == [("0.1.0", 1, 1), ("0.2.0", 1, 1)]
+    assert list(kept) == ["0.1.0", "0.2.0"] and all(p.is_file() for p in kept.values())
     for version in ("0.1.0", "0.2.0"):
         with offline_source(tmp_cache).open(version) as tree:
             assert (

@@ -11,25 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Literal
+from typing import Literal, get_args
 
-from packaging.version import Version
-
-from patchset.engine.evaluate import Evaluation, evaluate
+from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.errors import ExitCode
-from patchset.registry import Patch, Probe, Registry, Variant
-from patchset.sources.base import ReadsMany, ReleaseInfo, ReleaseSource, ReleaseTree
+from patchset.registry import Patch, Probe, Registry, Variant, ranges
+from patchset.release_check.moves import moved_files
+from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
-VERDICTS: tuple[Verdict, ...] = ("needed", "upstream", "conflict", "partial", "missing-target")
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 SCHEMA = "patchset.check/1"
-ATTENTION: frozenset[str] = frozenset({"conflict", "partial", "missing-target"})
+ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
 
 
 @dataclass(frozen=True)
 class Signals:
-    forward: str  # applies | already-applied | conflict | partial | target-missing
+    forward: State  # the engine's dry run
     reverse: bool | None  # diff patches only
     probe: bool | None  # None when the patch declares no probe
     ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
@@ -56,6 +54,7 @@ class CheckResult:
     disagreement: str | None = None
     locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
     moved_to: tuple[str, ...] = ()
+    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
     # what did not fit, for pointing at the payload (e.g. a `line=` of a GitHub annotation)
     failing_hunks: tuple[tuple[str, int], ...] = ()  # (target file, hunk number from 1)
     failing_sites: tuple[str, ...] = ()  # runtime site names
@@ -134,7 +133,7 @@ def check(
 
         source = IndexSource()
     selected = registry.select(patches)
-    ordered = sorted(dict.fromkeys(versions), key=_version_key)
+    ordered = sorted(dict.fromkeys(versions), key=ranges.version_key)
     infos: list[ReleaseInfo] = []
     results: list[CheckResult] = []
     for version in ordered:
@@ -169,7 +168,7 @@ def _pick_variant(
     patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int
 ) -> tuple[Variant, Evaluation]:
     """The variant meant for the release; failing that, the first that fits it."""
-    meant = patch.variant_for(version) if _is_version(version) else None
+    meant = patch.variant_for(version) if ranges.is_version(version) else None
     if meant is not None:
         return meant, evaluate(patch, meant, read, max_fuzz=max_fuzz)
     tried = [(v, evaluate(patch, v, read, max_fuzz=max_fuzz)) for v in reversed(patch.variants)]
@@ -192,12 +191,13 @@ def _one(
     reverse = ev.reverse_applies if patch.kind == "diff" else None
     ancestry = _ancestry(tree, patch.upstream.commit)
     signals = Signals(ev.state, reverse, probe_hit, ancestry)
-    in_range = patch.in_range(version) if _is_version(version) else False
+    in_range = patch.in_range(version) if ranges.is_version(version) else False
     locations = _locations(ev)
     verdict: Verdict
     disagreement = None
     moved: tuple[str, ...] = ()
-    if ev.state == "target-missing":
+    shifted = False
+    if ev.state == "missing-target":
         verdict = "missing-target"
         detail, moved, signals, disagreement = _missing(
             tree, variant, ev, probe=probe, read=read, signals=signals
@@ -226,8 +226,8 @@ def _one(
             disagreement = "some of the patch's sites still match"
     elif ev.state == "applies":
         verdict = "needed"
-        shifted = list(ev.warnings)
-        detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
+        shifted = bool(ev.warnings)
+        detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
     elif ev.state == "partial":
         verdict = "partial"
         detail = "; ".join(ev.failures)
@@ -246,6 +246,7 @@ def _one(
         disagreement=disagreement,
         locations=locations,
         moved_to=moved,
+        shifted=shifted,
         failing_hunks=tuple((f, h.index) for f, h in ev.hunks if h.status == "failed"),
         failing_sites=tuple(
             s.site for s in ev.sites if s.status not in ("applies", "already-applied")
@@ -285,11 +286,7 @@ def _missing(
 
 def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
     """The git signal: only trees from a clone can answer (GitTree.contains_commit)."""
-    contains = getattr(tree, "contains_commit", None)
-    if commit is None or contains is None:
-        return None
-    answer = contains(commit)
-    return answer if isinstance(answer, bool) else None
+    return None if commit is None else tree.contains_commit(commit)
 
 
 def _locations(ev: Evaluation) -> tuple[str, ...]:
@@ -303,71 +300,6 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def moved_files(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> dict[str, str]:
-    """Where each missing file went: the release file (of the same name, else in a folder of
-    the same name) holding most of the lines the variant expects, at least half of them.
-
-    Missing files with no such home are left out. `check` reports these as `moved_to`;
-    `refresh` carries a patch onto them.
-    """
-    found: dict[str, str] = {}
-    paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
-    for rel in missing:
-        expected = {
-            line.strip()
-            for d in variant.diffs
-            if d.path == rel
-            for h in d.hunks
-            for line in h.old
-            if len(line.strip()) > 8
-        } | {
-            line.strip()
-            for s in variant.sites
-            if s.file == rel
-            for line in s.anchor_lines
-            if line.strip()
-        }
-        if not expected:
-            continue
-        pure = PurePosixPath(rel)
-        suffix = f"/{pure.name}"
-        same_name = [p for p in paths if p.endswith(suffix)]
-        best = _best_home(tree, same_name, expected)
-        if best is None:  # renamed inside a folder that kept its name
-            infix = f"/{pure.parent.name}/"
-            folder = [p for p in paths if infix in p and p.rsplit("/", 1)[0].endswith(infix[:-1])]
-            best = _best_home(tree, folder, expected)
-        if best is not None:
-            found[rel] = best
-    return found
-
-
-def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
-    best: tuple[float, str] | None = None
-    needles = [line.encode() for line in expected]
-    many = tree.read_many(candidates) if isinstance(tree, ReadsMany) else None
-    for path in candidates:
-        data = many[path] if many is not None else tree.read(path)
-        if data is None:
-            continue
-        score = sum(needle in data for needle in needles) / len(needles)
-        if score >= 0.5 and (best is None or score > best[0]):
-            best = (score, path)
-    return None if best is None else best[1]
-
-
-def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _version_key(text: str) -> tuple[int, Version | str]:
-    return (0, Version(text)) if _is_version(text) else (1, text)
-
-
 def suggest_ranges(
     results: Iterable[CheckResult], versions: list[str]
 ) -> dict[str, tuple[str, ...]]:
@@ -376,23 +308,9 @@ def suggest_ranges(
     Each run of consecutive checked releases becomes ``>=first,<next-checked`` (or
     ``>=first`` when it reaches the newest release checked).
     """
-    ordered = sorted({v for v in versions if _is_version(v)}, key=Version)
     needed: dict[str, set[str]] = {}
     for r in results:
         needed.setdefault(r.patch, set())
         if r.verdict == "needed":
             needed[r.patch].add(r.vllm)
-    ranges: dict[str, tuple[str, ...]] = {}
-    for patch_id, hits in needed.items():
-        runs: list[str] = []
-        start: str | None = None
-        for i, version in enumerate(ordered):
-            if version in hits and start is None:
-                start = version
-            if start is not None and (version not in hits):
-                runs.append(f">={start},<{version}")
-                start = None
-            elif start is not None and i == len(ordered) - 1:
-                runs.append(f">={start}")
-        ranges[patch_id] = tuple(runs)
-    return ranges
+    return {patch_id: ranges.runs(hits, versions) for patch_id, hits in needed.items()}

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+import threading
 
-from packaging.version import InvalidVersion, Version
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from patchset.adapters import net
@@ -16,10 +15,8 @@ from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
-from patchset.sources import parse_source
-
-if TYPE_CHECKING:
-    from patchset.sources.base import ReleaseSource
+from patchset.sources import parse_source, select
+from patchset.sources.base import DownloadProgress, ReleaseSource
 
 DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
@@ -97,47 +94,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=run)
 
 
-def _versions(args: argparse.Namespace, source: ReleaseSource) -> list[str]:
-    wanted: list[str] = list(args.vllm)
-    for v in wanted:
-        if v != "latest":
-            try:
-                Version(v)
-            except InvalidVersion:
-                raise UsageError(f"--vllm {v!r} is not a PEP 440 version") from None
-    available: list[str] | None = None
-    if "latest" in wanted or args.since or source.name != "index":
-        available = source.versions()
-    if "latest" in wanted:
-        assert available is not None
-        if not available:
-            raise UsageError("the source offers no release")
-        wanted = [available[-1] if v == "latest" else v for v in wanted]
-    if args.since:
-        try:
-            since = Version(args.since)
-        except InvalidVersion:
-            raise UsageError(f"--since {args.since!r} is not a PEP 440 version") from None
-        assert available is not None
-        wanted += [v for v in available if Version(v) > since]
-    if not wanted and source.name != "index":
-        assert available is not None
-        wanted = available[-1:] if source.name == "git" else available
-    if not wanted:
-        raise UsageError("say which releases: --vllm VERSION, --vllm latest or --since VERSION")
-    if available is not None and source.name != "index":
-        missing = [v for v in wanted if v not in available]
-        if missing:
-            raise UsageError(f"the source has no release {', '.join(missing)}")
-    return list(dict.fromkeys(wanted))
-
-
 def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
     source = _source(args)
-    versions = _versions(args, source)
+    versions = select.for_check(source, versions=args.vllm, since=args.since)
     _prefetch(source, versions, registry, args.patches)
     report = check(registry, versions, source=source, patches=args.patches, max_fuzz=args.fuzz)
     if args.format == "json":
@@ -176,7 +138,7 @@ def _source(args: argparse.Namespace) -> ReleaseSource:
     if named and (flags := [flag for flag, given in index_only.items() if given]):
         raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
     if named:
-        return parse_source(args.source, offline=args.offline)
+        return parse_source(args.source, index_url=args.index_url, offline=args.offline)
     from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
 
     return IndexSource(
@@ -191,24 +153,38 @@ def _source(args: argparse.Namespace) -> ReleaseSource:
 def _prefetch(
     source: ReleaseSource, versions: list[str], registry: Registry, patches: list[str] | None
 ) -> None:
-    """Fetch the releases' target files in parallel, with one progress bar on stderr."""
-    prefetch = getattr(source, "prefetch", None)
-    if prefetch is None or getattr(source, "offline", False):
+    """Fetch the releases (and, from the index, the patches' files) in parallel, with one
+    progress bar on stderr when it is a terminal."""
+    if source.offline:
         return
-    paths = {t for p in registry.select(patches) for t in p.targets}
-    paths |= {p.upstream.probe.file for p in registry.select(patches) if p.upstream.probe}
-    paths |= {"vllm/_version.py"}
-    if not err_console().is_terminal:  # a bar only on a terminal
-        prefetch(versions, paths=sorted(paths))
+    selected = registry.select(patches)
+    paths = {t for p in selected for t in p.targets} | {"vllm/_version.py"}
+    paths |= {p.upstream.probe.file for p in selected if p.upstream.probe}
+
+    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
+
+    def fetch(progress: DownloadProgress | None) -> None:
+        if isinstance(source, IndexSource):
+            source.prefetch(versions, paths=sorted(paths), progress=progress)
+        else:
+            source.prefetch(versions, progress=progress)
+
+    if not err_console().is_terminal:
+        fetch(None)
         return
+    finished: set[str] = set()
+    lock = threading.Lock()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err_console(), transient=True) as progress:
         task = progress.add_task("vllm releases", total=len(versions))
 
-        def report(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+        def report(version: str, done: int, total: int) -> None:
+            with lock:
+                if total and done >= total:
+                    finished.add(version)
+                progress.update(task, completed=len(finished))
 
-        prefetch(versions, paths=sorted(paths), progress=report)
+        fetch(report)
 
 
 def _cell(r: CheckResult, *, variant: bool = False) -> str:
@@ -256,7 +232,7 @@ def _notes(report: CheckReport) -> list[str]:
     """Details of every verdict that is not a clean 'needed', runs of releases folded."""
     groups: dict[tuple[str, str, str, str | None], list[str]] = {}
     for r in report.results:
-        if r.verdict == "needed" and r.detail == "applies cleanly" and not r.disagreement:
+        if r.verdict == "needed" and not r.shifted and not r.disagreement:
             continue
         groups.setdefault((r.patch, r.verdict, r.detail, r.disagreement), []).append(r.vllm)
     lines = []

@@ -6,7 +6,9 @@ import argparse
 
 from patchset.cli.output import FORMATS, console, print_json, table
 from patchset.errors import ExitCode
-from patchset.registry import Patch, load_registry
+from patchset.image.definition import load_definitions
+from patchset.registry import load_registry
+from patchset.schemas import check_project
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,59 +19,22 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("id", metavar="ID")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_show)
-    p = sub.add_parser("validate", help="load and validate every patch; print the registry digest")
+    p = sub.add_parser(
+        "validate",
+        help="load and validate every patch (and build definition); print the registry digest",
+        description="Load every patch and build definition as every command does, and check"
+        " patch.toml, sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas"
+        " in patchset/schemas/.",
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_validate)
-
-
-def patch_dict(patch: Patch) -> dict[str, object]:
-    up = patch.upstream
-    return {
-        "id": patch.id,
-        "title": patch.title,
-        "description": patch.description.strip(),
-        "kind": patch.kind,
-        "revision": patch.revision,
-        "vllm": str(patch.vllm),
-        "apply": patch.apply,
-        "targets": list(patch.targets),
-        "upstream": {
-            "pr": up.pr,
-            "state": up.state,
-            "superseded_by": up.superseded_by,
-            "superseded_in": up.superseded_in,
-            "probe": up.probe.describe() if up.probe else None,
-            "note": up.note,
-        },
-        "hardware": {
-            "compute_capability": (
-                str(patch.hardware.compute_capability)
-                if patch.hardware.compute_capability
-                else None
-            ),
-            "note": patch.hardware.note,
-        },
-        "origin": patch.origin,
-        "credit": list(patch.credit),
-        "variants": [
-            {
-                "payload": v.name,
-                "vllm": str(v.vllm),
-                "base": v.base,
-                "sha256": v.sha256,
-                "files": list(v.files),
-            }
-            for v in patch.variants
-        ],
-        "digest": patch.digest,
-    }
 
 
 def run_list(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
     if args.format == "json":
         print_json(
-            {"registry": registry.digest, "patches": [patch_dict(p) for p in registry.patches]}
+            {"registry": registry.digest, "patches": [p.to_dict() for p in registry.patches]}
         )
         return ExitCode.OK
     out = table(
@@ -86,7 +51,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
     patch = registry.get(args.id)
-    data = patch_dict(patch)
+    data = patch.to_dict()
     if args.format == "json":
         print_json(data)
         return ExitCode.OK
@@ -108,11 +73,22 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
+    definitions = load_definitions(args.builds) if args.builds.is_dir() else []
+    checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
     if args.format == "json":
-        print_json({"registry": registry.digest, "valid": True, "patches": len(registry.patches)})
+        print_json(
+            {
+                "registry": registry.digest,
+                "valid": True,
+                "patches": len(registry.patches),
+                "builds": len(definitions),
+                "schema_checked": checked,
+            }
+        )
     else:
         console().print(
-            f"{registry.root}: {len(registry.patches)} patches valid; digest {registry.digest}",
+            f"{registry.root}: {len(registry.patches)} patches valid; digest {registry.digest}"
+            f" ({checked} file{'' if checked == 1 else 's'} checked against the JSON Schemas)",
             markup=False,
         )
     return ExitCode.OK

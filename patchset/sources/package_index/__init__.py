@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.adapters import net
 from patchset.errors import SourceError
-from patchset.sources.base import ReleaseInfo
+from patchset.sources.base import DownloadProgress, ReleaseInfo, ReleaseSource, ReleaseTree
 from patchset.sources.package_index import wheel
 from patchset.sources.package_index.cache import Cache, Manifest
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
@@ -38,15 +38,14 @@ ARTIFACTS: tuple[Artifact, ...] = ("auto", "wheel", "sdist")
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-ReleaseProgress = Callable[[int, int], None]
-"""Called with (releases ready, releases wanted) while prefetching."""
-
 READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
 FULL_KEEP = 1 << 20  # with verify_full, wheel members up to this size are kept
 
 
-class IndexTree:
-    """One release's files from its manifest; members fetched (and cached) when read."""
+class IndexTree(ReleaseTree):
+    """One release's files from its manifest; members fetched (and cached) when read.
+
+    `info` is renewed after every read: it lists what was checked so far."""
 
     def __init__(self, source: IndexSource, manifest: Manifest, fallback: str | None) -> None:
         self._source = source
@@ -56,9 +55,9 @@ class IndexTree:
         self._checked: dict[str, str] = {}  # path -> sha256 of what was read
         self._sdist: IndexTree | None = None
         self._lock = threading.Lock()
+        self.info = self._info()
 
-    @property
-    def info(self) -> ReleaseInfo:
+    def _info(self) -> ReleaseInfo:
         m = self.manifest
         origin = f"index {m.kind} {m.artifact} sha256:{m.sha256[:12]}"
         if self.fallback:
@@ -94,6 +93,7 @@ class IndexTree:
         if data is None:
             data = self.fetch([relpath], readahead=True)[relpath]
         self._checked[relpath] = entry[0]
+        self.info = self._info()
         return data
 
     def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes | None]:
@@ -157,10 +157,12 @@ class IndexTree:
             self._sdist = IndexTree(self._source, manifest, None)
             note = f"sdist {manifest.artifact} for files outside vllm/"
             self.fallback = f"{self.fallback}; {note}" if self.fallback else note
-        return self._sdist.read(relpath)
+        data = self._sdist.read(relpath)
+        self.info = self._info()
+        return data
 
 
-class IndexSource:
+class IndexSource(ReleaseSource):
     """vLLM releases from the package index, cached and verified; the default source."""
 
     name = "index"
@@ -170,7 +172,7 @@ class IndexSource:
         index_url: str | None = None,
         *,
         offline: bool = False,
-        progress: Callable[[str, int, int], None] | None = None,
+        progress: DownloadProgress | None = None,
         cache: Cache | None = None,
         prereleases: bool = False,
         max_age: float = MAX_AGE,
@@ -218,15 +220,20 @@ class IndexSource:
         tree.fetch(paths)
         return tree
 
+    def cached_versions(self) -> list[str]:
+        """The releases with a manifest in the cache, oldest first."""
+        return sorted(set(self.cache.cached_tree_versions()), key=_sort_key)
+
     def prefetch(
         self,
         versions: Iterable[str],
         *,
+        progress: DownloadProgress | None = None,
         paths: Iterable[str] = (),
         workers: int = 8,
-        progress: ReleaseProgress | None = None,
-    ) -> None:
-        """Fetch several releases (and `paths` of each) in parallel.
+    ) -> dict[str, Path]:
+        """Fetch several releases (their manifests, and `paths` of each) in parallel;
+        `progress(version, 1, 1)` as each is ready. Returns each release's manifest file.
 
         Every release is tried; then a SourceError names all that failed. The workers are
         daemon threads: Ctrl-C ends the run at once, without waiting for them.
@@ -234,13 +241,14 @@ class IndexSource:
         wanted = list(dict.fromkeys(versions))
         files = list(paths)
         if not wanted:
-            return
+            return {}
         if not self.offline:
             self.index.files()  # once, before the threads want it
         jobs: queue.Queue[str] = queue.Queue()
         for v in wanted:
             jobs.put(v)
         results: queue.Queue[tuple[str, Exception | None]] = queue.Queue()
+        kept: dict[str, Path] = {}
 
         def work() -> None:
             while True:
@@ -249,7 +257,8 @@ class IndexSource:
                 except queue.Empty:
                     return
                 try:
-                    self.fetch(version, files)
+                    artifact = self.fetch(version, files).manifest.artifact
+                    kept[version] = self.cache.manifest_path(artifact)
                     results.put((version, None))
                 except Exception as exc:  # handed to the main thread as is
                     results.put((version, exc))
@@ -257,10 +266,10 @@ class IndexSource:
         for _ in range(max(1, min(workers, len(wanted)))):
             threading.Thread(target=work, daemon=True).start()
         failed: list[str] = []
-        for done in range(1, len(wanted) + 1):
+        for _ in wanted:
             version, exc = results.get()
             if progress is not None:
-                progress(done, len(wanted))
+                progress(version, 1, 1)
             if isinstance(exc, SourceError):
                 failed.append(f"{version}: {exc}")
             elif exc is not None:
@@ -269,6 +278,7 @@ class IndexSource:
             raise SourceError(
                 f"{len(failed)} of {len(wanted)} releases failed: " + "; ".join(sorted(failed))
             )
+        return {v: kept[v] for v in wanted}
 
     # -- choosing and building manifests --------------------------------------------------
 
