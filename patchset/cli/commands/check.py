@@ -9,9 +9,10 @@ import threading
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from patchset.adapters import net
+from patchset.adapters.actions import workflow_command
 from patchset.cli import github
 from patchset.cli.output import console, err_console, print_json, styled, table
-from patchset.errors import UsageError
+from patchset.errors import ExitCode, UsageError
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
@@ -42,7 +43,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="VERSION",
         help="a release to check (repeatable; 'latest' is the newest on the index)",
     )
-    p.add_argument("--since", metavar="VERSION", help="every release after VERSION")
+    p.add_argument(
+        "--since",
+        metavar="VERSION",
+        help="every release from VERSION on, VERSION included (none yet: one line, exit 0)",
+    )
+    p.add_argument(
+        "--pre",
+        action="store_true",
+        help="let 'latest' and --since pick pre-releases too (as pip --pre); yanked files never",
+    )
     p.add_argument(
         "--source",
         metavar="SPEC",
@@ -99,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
     source = _source(args)
-    versions = select.for_check(source, versions=args.vllm, since=args.since)
+    versions = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
+    if not versions:
+        return _nothing_to_check(args, registry, source)
     _prefetch(source, versions, registry, args.patches)
     report = check(registry, versions, source=source, patches=args.patches, max_fuzz=args.fuzz)
     if args.format == "json":
@@ -116,6 +128,22 @@ def run(args: argparse.Namespace) -> int:
         for line in written:
             out.print(f"range {line.status}: {line.describe()}", markup=False, soft_wrap=True)
     return report.exit_code
+
+
+def _nothing_to_check(args: argparse.Namespace, registry: Registry, source: ReleaseSource) -> int:
+    """`--since X` with no release at or after X yet: one line (JSON: an empty report)."""
+    what = "release" if args.pre else "final release"
+    line = (
+        f"patchset check: no {what} at or after {args.since} on the {source.name} yet;"
+        " nothing to check"
+    )
+    if args.format == "json":
+        print_json(check(registry, [], source=source, patches=args.patches).to_dict())
+    elif args.format == "github":
+        sys.stdout.write(workflow_command("notice", line, title="patchset check") + "\n")
+    else:
+        sys.stdout.write(line + "\n")
+    return ExitCode.OK
 
 
 def _seconds(text: str) -> float:
@@ -138,7 +166,9 @@ def _source(args: argparse.Namespace) -> ReleaseSource:
     if named and (flags := [flag for flag, given in index_only.items() if given]):
         raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
     if named:
-        return parse_source(args.source, index_url=args.index_url, offline=args.offline)
+        return parse_source(
+            args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
+        )
     from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
 
     return IndexSource(
@@ -147,6 +177,7 @@ def _source(args: argparse.Namespace) -> ReleaseSource:
         artifact=args.artifact or "auto",
         verify_full=args.verify_full,
         timeout=args.timeout,
+        prereleases=args.pre,
     )
 
 
