@@ -131,6 +131,18 @@ class IndexTree(ReleaseTree):
                 out[path] = data
         return out
 
+    def stand_ins(self, missing: list[str]) -> list[str]:
+        """For paths the release lacks, the Python files a moved-file search reads next: those
+        of the same name, and those in folders of the same name (fetched ahead, in parallel)."""
+        names = {PurePosixPath(p).name for p in missing if p.endswith(".py")}
+        folders = {PurePosixPath(p).parent.name for p in missing if p.endswith(".py")}
+        found = []
+        for path in self.manifest.members:
+            pure = PurePosixPath(path)
+            if path.endswith(".py") and (pure.name in names or pure.parent.name in folders):
+                found.append(path)
+        return found
+
     def _neighbours(self, paths: list[str]) -> list[str]:
         """Small members in the same folders (a moved-file search reads them next)."""
         folders = {str(PurePosixPath(p).parent) for p in paths}
@@ -217,7 +229,8 @@ class IndexSource(ReleaseSource):
         """The release's manifest cached, and `paths` (those it has) with it."""
         manifest, fallback = self._manifest(version)
         tree = IndexTree(self, manifest, fallback)
-        tree.fetch(paths)
+        wanted = list(paths)
+        tree.fetch([*wanted, *tree.stand_ins([p for p in wanted if p not in manifest.members])])
         return tree
 
     def cached_versions(self) -> list[str]:
@@ -230,7 +243,7 @@ class IndexSource(ReleaseSource):
         *,
         progress: DownloadProgress | None = None,
         paths: Iterable[str] = (),
-        workers: int = 8,
+        workers: int = 12,
     ) -> dict[str, Path]:
         """Fetch several releases (their manifests, and `paths` of each) in parallel;
         `progress(version, 1, 1)` as each is ready. Returns each release's manifest file.

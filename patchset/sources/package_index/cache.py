@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import zlib
 from collections.abc import Iterator
@@ -37,7 +38,6 @@ from typing import IO, Any, Literal
 
 import filelock
 
-from patchset._fs import atomic_file
 from patchset.errors import LockedError, SourceError
 
 LOG = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ class Cache:
                 removed += 1
                 freed += size
 
-        for folder in ("manifests", "index"):
+        for folder in ("manifests", "index", "settings"):
             for path in _files(self.root / folder):
                 with contextlib.suppress(OSError):
                     if now - path.stat().st_mtime > older_than:
@@ -350,16 +350,27 @@ def _mkdir(folder: Path) -> None:
 @contextlib.contextmanager
 def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
     """A file to write that replaces `dest` in one rename on success and vanishes on failure
-    (0o644 as any cache file); an unusable cache folder is one clear error."""
+    (0o644 as any cache file); an unusable cache folder is one clear error.
+
+    Unlike `patchset._fs.atomic_file` it does not fsync: everything here is checked by content
+    when read, so a file torn by a power loss is fetched again, and a cold check writes
+    thousands of small files (an fsync each cost seconds).
+    """
     _mkdir(dest.parent)
     try:
-        with atomic_file(dest, mode=0o644) as out:
-            yield out
-    except PermissionError as exc:
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    except OSError as exc:
         raise SourceError(
             f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
             " set $PATCHSET_CACHE_DIR to a writable folder"
         ) from None
+    os.fchmod(fd, 0o644)  # readable by the other users of a shared cache
+    try:
+        with os.fdopen(fd, "w+b") as out:
+            yield out
+        os.replace(name, dest)
+    finally:
+        Path(name).unlink(missing_ok=True)
 
 
 def _plain_name(name: str) -> str:
