@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from patchset.engine.evaluate import Evaluation, State, evaluate
+from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.moves import moved_files
@@ -139,7 +140,9 @@ def check(
     for version in ordered:
         with source.open(version) as tree:
             release = tree.info.version if tree.info.version != "unknown" else version
-            results.extend(check_tree(selected, tree, release, max_fuzz=max_fuzz))
+            results.extend(
+                check_tree(selected, tree, release, max_fuzz=max_fuzz, registry=registry)
+            )
             infos.append(tree.info)  # after the reads: an index tree lists what it checked
         if on_release is not None:
             on_release(version)
@@ -152,16 +155,29 @@ def check(
 
 
 def check_tree(
-    patches: Iterable[Patch], tree: ReleaseTree, version: str, *, max_fuzz: int = 0
+    patches: Iterable[Patch],
+    tree: ReleaseTree,
+    version: str,
+    *,
+    max_fuzz: int = 0,
+    registry: Registry | None = None,
 ) -> list[CheckResult]:
+    """Each patch on `tree`; one that `requires` others (in `registry`) on top of them."""
     cache: dict[str, bytes | None] = {}
+    by_id = {p.id: p for p in registry.patches} if registry else {}
 
     def read(rel: str) -> bytes | None:
         if rel not in cache:
             cache[rel] = tree.read(rel)
         return cache[rel]
 
-    return [_one(patch, tree, version, read, max_fuzz) for patch in patches]
+    def read_for(patch: Patch) -> Callable[[str], bytes | None]:
+        if not patch.requires or not by_id:
+            return read
+        version_known = version if ranges.is_version(version) else None
+        return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
+
+    return [_one(patch, tree, version, read_for(patch), max_fuzz) for patch in patches]
 
 
 def _pick_variant(
