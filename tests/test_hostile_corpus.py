@@ -492,9 +492,11 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
         assert "usage:" not in error_line(proc)
 
 
-def test_a_logged_warning_does_not_precede_the_error(fake_index: FakeIndex, tmp_path: Path) -> None:
-    """A cached sdist that no longer checks out is deleted (a logged warning), then its
-    download fails: stderr is the one error line."""
+def test_a_damaged_cache_then_a_failed_fetch_is_one_line(
+    fake_index: FakeIndex, tmp_path: Path
+) -> None:
+    """Every cached file tampered with (each is deleted when it does not check out), then the
+    release cannot be fetched again: stderr is the one error line, no warning before it."""
     fake_index.add_release("0.19.1", {"vllm/mod.py": BODY.encode()})
     registry, _ = _two_patch_registry(tmp_path, conflicting=False)
     cache = tmp_path / "cache"
@@ -502,18 +504,16 @@ def test_a_logged_warning_does_not_precede_the_error(fake_index: FakeIndex, tmp_
     args = ("--registry", str(registry), "check", "--vllm", "0.19.1")
     first = cli(*args, "--index-url", fake_index.index_url, env=env)
     assert first.returncode in (0, 1, 5), first.stderr
-    sdists = [p for p in cache.rglob("vllm-0.19.1.tar.gz") if p.is_file()]
-    assert sdists
-    for path in cache.rglob("*"):
-        if path.is_file() and path not in sdists:
-            path.unlink()
-    for path in sdists:
+    cached = [p for p in cache.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert cached
+    for path in cached:
         path.write_bytes(b"tampered")
-    fake_index.server.route(fake_index.sdist_path("0.19.1"), Reply(404, b"gone"))
+    for path in (fake_index.sdist_path("0.19.1"), fake_index.wheel_path("0.19.1")):
+        fake_index.server.route(path, Reply(404, b"gone"))
     proc = cli(*args, "--index-url", fake_index.index_url, env=env)
     line = error_line(proc)
     ok = proc.returncode == 3
-    record(HOSTILE, "generated: red-team findings", "a warning, then an error", intact=ok)
+    record(HOSTILE, "generated: red-team findings", "a damaged cache, then no fetch", intact=ok)
     assert ok, line
 
 

@@ -138,6 +138,7 @@ class Patch:
             "vllm": str(self.vllm),
             "apply": self.apply,
             "targets": list(self.targets),
+            "touches": list(self.touches),
             "upstream": {
                 "pr": up.pr,
                 "state": up.state,

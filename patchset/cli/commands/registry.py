@@ -66,6 +66,8 @@ def run_show(args: argparse.Namespace) -> int:
     keys += [k for k in ("requires", "conflicts", "x") if data[k]]
     for key in keys:
         con.print(f"  {key}: {data[key]}", markup=False)
+        if key == "targets" and patch.touches:
+            con.print(f"  touches: {data['touches']}", markup=False)
     con.print()
     con.print(patch.description.strip(), markup=False)
     for variant in patch.variants:
