@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -633,3 +634,47 @@ def test_refresh_finish_killed_at_every_step(tmp_path: Path) -> None:
         outcomes = list(pool.map(one, chosen))
     bad = [o for o in outcomes if o[3] or o[1] != -9 or o[2].startswith("broken")]
     assert not bad, bad
+
+
+def test_check_races_cache_prune(fake_index: FakeIndex, tmp_path: Path) -> None:
+    """Three `patchset check` runs on a cold cache while `patchset cache prune` (everything
+    older than 0 s) and `cache clear` run again and again: every check gives the verdicts a
+    check on its own gives, none fails or prints a traceback, and the cache is left sound."""
+    files = {"vllm/model_executor/layers/fla/ops/utils.py": b"is_tma_supported = True\n"}
+    for version in ("0.19.1", "0.20.0"):
+        fake_index.add_release(version, files)
+        for path, data in (
+            (fake_index.sdist_path(version), fake_index.sdists[version]),
+            (fake_index.wheel_path(version), fake_index.wheels[version]),
+        ):  # slow answers: the checks are still reading when the cache is pruned
+            fake_index.server.route(path, Reply(200, data, delay=0.3))
+    alone = _check_json({"PATCHSET_CACHE_DIR": str(tmp_path / "alone")}, fake_index.index_url)
+    assert alone.returncode in (0, 1), alone.stderr
+    env = {"PATCHSET_CACHE_DIR": str(tmp_path / "shared")}
+    done = threading.Event()
+    maintenance: list[subprocess.CompletedProcess[str]] = []
+
+    def maintain() -> None:
+        while not done.is_set():
+            actions = (("prune", "--older-than", "0s"), ("clear",))
+            maintenance.extend(cli("cache", *action, env=env) for action in actions)
+
+    keeper = threading.Thread(target=maintain)
+    keeper.start()
+    try:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            runs = list(pool.map(lambda _: _check_json(env, fake_index.index_url), range(3)))
+    finally:
+        done.set()
+        keeper.join(timeout=120)
+    again = _check_json(env, fake_index.index_url)  # after the race: the cache still serves
+    same = all(_results(r) == _results(alone) and r.returncode == alone.returncode for r in runs)
+    same = same and _results(again) == _results(alone)
+    clean = all("Traceback" not in p.stderr for p in [*runs, *maintenance, again])
+    maintained = all(p.returncode == 0 for p in maintenance) and len(maintenance) >= 2
+    print(f"{len(maintenance)} cache prunes and clears during the checks")
+    ok = same and clean and maintained
+    record(FAULT, "check racing cache prune", f"{len(maintenance)} prunes and clears", intact=ok)
+    assert clean, [p.stderr for p in [*runs, *maintenance] if "Traceback" in p.stderr][:1]
+    assert same, [(r.returncode, r.stderr[-300:]) for r in runs]
+    assert maintained, [p.stderr for p in maintenance if p.returncode]
