@@ -508,8 +508,8 @@ def test_a_damaged_cache_then_a_failed_fetch_is_one_line(
     assert cached
     for path in cached:
         path.write_bytes(b"tampered")
-    for path in (fake_index.sdist_path("0.19.1"), fake_index.wheel_path("0.19.1")):
-        fake_index.server.route(path, Reply(404, b"gone"))
+    for url in (fake_index.sdist_path("0.19.1"), fake_index.wheel_path("0.19.1")):
+        fake_index.server.route(url, Reply(404, b"gone"))
     proc = cli(*args, "--index-url", fake_index.index_url, env=env)
     line = error_line(proc)
     ok = proc.returncode == 3
