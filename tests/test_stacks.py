@@ -134,7 +134,7 @@ def test_same_edit_twice_is_refused_naming_both(tmp_path: Path) -> None:
     before = tree_digest(tree)
     report = apply(load_registry(root), tree)
     outcomes = {r.patch: r.outcome for r in report.results}
-    assert outcomes == {"fix-far": "applied", "fix-one": "conflict", "fix-two": "conflict"}
+    assert outcomes == {"fix-far": "blocked", "fix-one": "conflict", "fix-two": "conflict"}
     details = {r.patch: r.details[0] for r in report.results}
     assert "changes the same lines as fix-two (vllm/mod.py line 11)" in details["fix-one"]
     assert "changes the same lines as fix-one" in details["fix-two"]
