@@ -1,9 +1,9 @@
 """Benchmark: every patch against every vLLM release from 0.17.0 to the newest, warm cache.
 
-patchset's check (cached tree zips, only the needed members read) is timed beside a naive
-baseline in the same run: unpack each whole sdist, then `git apply --check` and
-`git apply --reverse --check` per diff patch (and a plain anchor search per runtime site).
-The sdists are fetched first (in parallel) so both sides start warm.
+patchset's check (the cache's manifests and members, as the default source leaves them) is
+timed beside a naive baseline in the same run: unpack each whole sdist, then `git apply
+--check` and `git apply --reverse --check` per diff patch (and a plain anchor search per
+runtime site). The releases and the sdists are fetched first so both sides start warm.
 
 Last line: warm_s=<patchset, whole matrix> naive_s=<baseline> ratio=<naive/patchset>
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -22,6 +23,9 @@ from packaging.version import Version
 from patchset.registry import load_registry
 from patchset.release_check.verdicts import check
 from patchset.sources.package_index import IndexSource
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_cold import download_sdists  # the sibling script, found by path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,11 +65,11 @@ def main() -> None:
     args = parser.parse_args()
     source = IndexSource()
     versions = [v for v in source.versions() if Version(v) >= Version(args.since)]
+    registry = load_registry(args.registry)
     cold_start = time.perf_counter()
-    sdists = source.prefetch(versions, workers=4)
+    check(registry, versions, source=source)  # fills the cache as a first check does
     cold = time.perf_counter() - cold_start
     print(f"releases={len(versions)} ({versions[0]}..{versions[-1]}) fetch_s={cold:.2f}")
-    registry = load_registry(args.registry)
     offline = IndexSource(offline=True)
     runs = []
     for _ in range(args.repeat):
@@ -75,11 +79,9 @@ def main() -> None:
     warm = min(runs)
     cells = len(report.results)
     print(f"patchset: {cells} (release, patch) verdicts, best of {args.repeat}: {warm:.3f} s")
-    sdist_paths = {v: offline.cache.sdist_path(f"vllm-{v}.tar.gz") for v in versions}
-    missing = [v for v, p in sdist_paths.items() if not p.is_file()]
-    if missing:
-        raise SystemExit(f"sdists not in the cache for the baseline: {missing} ({sdists})")
-    slow = naive(args.registry, sdist_paths)
+    with tempfile.TemporaryDirectory(prefix="patchset-sdists-") as tmp:
+        sdist_paths = download_sdists(versions, Path(tmp))
+        slow = naive(args.registry, sdist_paths)
     print(f"naive: unpack + git apply --check/--reverse per patch: {slow:.2f} s")
     print(f"warm_s={warm:.3f} naive_s={slow:.2f} ratio={slow / warm:.1f}")
 

@@ -105,7 +105,13 @@ class CheckReport:
             "schema": SCHEMA,
             "registry": self.registry,
             "releases": [
-                {"vllm": r.version, "origin": r.origin, "sha256": r.digest} for r in self.releases
+                {
+                    "vllm": r.version,
+                    "origin": r.origin,
+                    "sha256": r.digest,
+                    "artifact": dict(r.details) if r.details is not None else None,
+                }
+                for r in self.releases
             ],
             "results": [r.to_dict() for r in self.results],
             "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
@@ -133,11 +139,11 @@ def check(
     results: list[CheckResult] = []
     for version in ordered:
         with source.open(version) as tree:
-            infos.append(tree.info)
             release = tree.info.version if tree.info.version != "unknown" else version
             results.extend(
                 check_tree(selected, tree, release, max_fuzz=max_fuzz, registry=registry)
             )
+            infos.append(tree.info)  # after the reads: an index tree lists what it checked
         if on_release is not None:
             on_release(version)
     return CheckReport(
@@ -186,6 +192,13 @@ def _pick_variant(
         if ev.state in ("applies", "already-applied"):
             return variant, ev
     return tried[0]
+
+
+def _python_detail(patch: Patch) -> str | None:
+    """A python patch is not applied to files: what `needed` rests on is its names."""
+    if patch.kind != "python":
+        return None
+    return "every name it touches is there: " + ", ".join(patch.touches)
 
 
 def _one(
@@ -240,7 +253,7 @@ def _one(
         verdict = "needed"
         shifted = bool(ev.warnings)
         detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
-        detail += _skipped(ev)
+        detail = _python_detail(patch) or detail + _skipped(ev)
     elif ev.state == "partial":
         verdict = "partial"
         detail = "; ".join(ev.failures)
