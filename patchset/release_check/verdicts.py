@@ -196,6 +196,13 @@ def _pick_variant(
     return tried[0]
 
 
+def _python_detail(patch: Patch) -> str | None:
+    """A python patch is not applied to files: what `needed` rests on is its names."""
+    if patch.kind != "python":
+        return None
+    return "every name it touches is there: " + ", ".join(patch.touches)
+
+
 def _one(
     patch: Patch,
     tree: ReleaseTree,
@@ -248,7 +255,7 @@ def _one(
         verdict = "needed"
         shifted = bool(ev.warnings)
         detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
-        detail += _skipped(ev)
+        detail = _python_detail(patch) or detail + _skipped(ev)
     elif ev.state == "partial":
         verdict = "partial"
         detail = "; ".join(ev.failures)
