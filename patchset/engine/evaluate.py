@@ -15,6 +15,7 @@ from patchset.kernel.hunks import (
     FileResult,
     HunkResult,
     HunkStatus,
+    Ratio,
     apply_hunks,
     join_text,
     split_text,
@@ -34,7 +35,7 @@ class Evaluation:
     state: State
     hunks: tuple[tuple[str, HunkResult], ...] = ()  # (file, result) for diff patches
     reverse_applies: bool = False  # diff: the reverse fits, i.e. the change is already there
-    reverse: tuple[tuple[str, HunkResult], ...] = ()  # where the reversed hunks fit
+    reverse: tuple[tuple[str, HunkResult], ...] = ()  # where the reversed hunks fit (diffs)
     sites: tuple[SiteResult, ...] = ()
     missing: tuple[str, ...] = ()
     changes: dict[str, bytes] = field(default_factory=dict)  # new contents, when it applies
@@ -112,7 +113,16 @@ def _exists_already(diff: FileDiff, data: bytes) -> FileResult:
     return FileResult(tuple(HunkResult(h.index, "failed", detail=detail) for h in diff.hunks), None)
 
 
-def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evaluation:
+def evaluate_diff(
+    variant: Variant,
+    read: Reader,
+    *,
+    max_fuzz: int = 0,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
+) -> Evaluation:
+    """Forward and reverse, every hunk placed with git's rules; `nearest` adds, for each
+    failing hunk, where the file looks most like it (costly: only when it will be shown)."""
     missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
     if missing:
         return Evaluation("target-missing", missing=missing)
@@ -126,7 +136,9 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
         if diff.added and data is not None:
             result = _exists_already(diff, data)
         else:
-            result = apply_hunks(lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof)
+            result = apply_hunks(
+                lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof, nearest=nearest, ratio=ratio
+            )
         forward.extend((diff.path, h) for h in result.hunks)
         if result.lines is None:
             ok = False
@@ -138,10 +150,12 @@ def evaluate_diff(variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evalu
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
         if reverse_ok:
             warnings += ("the reverse of this diff fits too: check the file by hand",)
-        return Evaluation("applies", tuple(forward), reverse_ok, changes=changes, warnings=warnings)
+        return Evaluation(
+            "applies", tuple(forward), reverse_ok, reverse, changes=changes, warnings=warnings
+        )
     if reverse_ok:
         return Evaluation("already-applied", tuple(forward), True, reverse=reverse)
-    return Evaluation("conflict", tuple(forward), False)
+    return Evaluation("conflict", tuple(forward), False, reverse)
 
 
 def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ...]:
@@ -195,9 +209,17 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
     return Evaluation(state, sites=tuple(results))
 
 
-def evaluate(patch: Patch, variant: Variant, read: Reader, *, max_fuzz: int = 0) -> Evaluation:
+def evaluate(
+    patch: Patch,
+    variant: Variant,
+    read: Reader,
+    *,
+    max_fuzz: int = 0,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
+) -> Evaluation:
     if patch.kind == "diff":
-        return evaluate_diff(variant, read, max_fuzz=max_fuzz)
+        return evaluate_diff(variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
     return evaluate_runtime(variant, read)
 
 

@@ -18,13 +18,17 @@ from packaging.version import Version
 
 from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.errors import ExitCode
+from patchset.kernel.hunks import HunkResult
 from patchset.registry import Patch, Probe, Registry, Variant
+from patchset.release_check.similarity import ratio
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
 VERDICTS: tuple[Verdict, ...] = ("needed", "upstream", "conflict", "partial", "missing-target")
 SCHEMA = "patchset.check/1"
 ATTENTION: frozenset[str] = frozenset({"conflict", "partial", "missing-target"})
+Explain = Literal["none", "in-range", "all"]  # which failures get the nearest-lines text
+HunkState = Literal["applies", "present", "conflicts", "both"]
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,13 @@ def check(
     patches: list[str] | tuple[str, ...] | None = None,
     max_fuzz: int = 0,
     on_release: Callable[[str], None] | None = None,
+    explain: Explain = "in-range",
 ) -> CheckReport:
-    """Check the selected patches against each release; the package index by default."""
+    """Check the selected patches against each release; the package index by default.
+
+    `explain` says which failing hunks get the "nearest lines" text, the costly part of a
+    failure: none, those of releases in the patch's range (what a table shows), or all.
+    """
     if source is None:
         from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
 
@@ -131,7 +140,7 @@ def check(
         with source.open(version) as tree:
             infos.append(tree.info)
             release = tree.info.version if tree.info.version != "unknown" else version
-            results.extend(check_tree(selected, tree, release, max_fuzz=max_fuzz))
+            results.extend(check_tree(selected, tree, release, max_fuzz=max_fuzz, explain=explain))
         if on_release is not None:
             on_release(version)
     return CheckReport(
@@ -143,7 +152,12 @@ def check(
 
 
 def check_tree(
-    patches: Iterable[Patch], tree: ReleaseTree, version: str, *, max_fuzz: int = 0
+    patches: Iterable[Patch],
+    tree: ReleaseTree,
+    version: str,
+    *,
+    max_fuzz: int = 0,
+    explain: Explain = "in-range",
 ) -> list[CheckResult]:
     cache: dict[str, bytes | None] = {}
 
@@ -152,21 +166,36 @@ def check_tree(
             cache[rel] = tree.read(rel)
         return cache[rel]
 
-    return [_one(patch, tree, version, read, max_fuzz) for patch in patches]
+    return [
+        _one(patch, tree, version, read, max_fuzz=max_fuzz, explain=explain) for patch in patches
+    ]
 
 
 def _pick_variant(
-    patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int
+    patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int, nearest: bool
 ) -> tuple[Variant, Evaluation]:
     """The variant meant for the release; failing that, the first that fits it."""
+
+    def run(variant: Variant) -> Evaluation:
+        return evaluate(patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
+
     meant = patch.variant_for(version) if _is_version(version) else None
     if meant is not None:
-        return meant, evaluate(patch, meant, read, max_fuzz=max_fuzz)
-    tried = [(v, evaluate(patch, v, read, max_fuzz=max_fuzz)) for v in reversed(patch.variants)]
+        return meant, run(meant)
+    tried = [(v, run(v)) for v in reversed(patch.variants)]
     for variant, ev in tried:
         if ev.state in ("applies", "already-applied"):
             return variant, ev
     return tried[0]
+
+
+@dataclass(frozen=True)
+class _Decision:
+    verdict: Verdict
+    detail: str
+    disagreement: str | None = None
+    moved: tuple[str, ...] = ()
+    signals: Signals | None = None  # when the decision revised a signal (a moved probe file)
 
 
 def _one(
@@ -174,69 +203,129 @@ def _one(
     tree: ReleaseTree,
     version: str,
     read: Callable[[str], bytes | None],
+    *,
     max_fuzz: int,
+    explain: Explain,
 ) -> CheckResult:
-    variant, ev = _pick_variant(patch, version, read, max_fuzz)
+    in_range = patch.in_range(version) if _is_version(version) else False
+    nearest = explain == "all" or (explain == "in-range" and in_range)
+    variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest)
     probe = patch.upstream.probe
     probe_hit = probe.matches(_text(read(probe.file))) if probe else None
     reverse = ev.reverse_applies if patch.kind == "diff" else None
-    ancestry = _ancestry(tree, patch.upstream.commit)
-    signals = Signals(ev.state, reverse, probe_hit, ancestry)
-    in_range = patch.in_range(version) if _is_version(version) else False
-    locations = _locations(ev)
-    verdict: Verdict
-    disagreement = None
-    moved: tuple[str, ...] = ()
+    signals = Signals(ev.state, reverse, probe_hit, _ancestry(tree, patch.upstream.commit))
+    states = hunk_states(ev)
     if ev.state == "target-missing":
-        verdict = "missing-target"
         detail, moved, signals, disagreement = _missing(
             tree, variant, ev, probe=probe, read=read, signals=signals
         )
-    elif ev.state == "already-applied":
-        verdict = "upstream"
-        detail = "the release already holds this change (the reverse applies)"
-        if patch.kind == "runtime":
-            detail = "every site is already in place (its markers are present)"
-        if probe_hit is False:
-            disagreement = "the upstream probe does not match"
-        elif ancestry is False:
-            disagreement = "the release's git history lacks upstream.commit"
-    elif ancestry:
-        verdict = "upstream"
-        detail = f"the release's git history holds the upstream fix {patch.upstream.commit}"
-        if ev.state == "applies":
-            disagreement = "the patch still applies, yet git history holds the upstream fix"
-    elif probe_hit:
-        verdict = "upstream"
-        assert probe is not None
-        detail = f"the declared upstream fix is present: {probe.describe()}"
-        if ev.state == "applies":
-            disagreement = "the patch still applies, yet the probe says upstream fixed it"
-        elif ev.state == "partial":
-            disagreement = "some of the patch's sites still match"
-    elif ev.state == "applies":
-        verdict = "needed"
-        shifted = list(ev.warnings)
-        detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
-    elif ev.state == "partial":
-        verdict = "partial"
-        detail = "; ".join(ev.failures)
+        decision = _Decision("missing-target", detail, disagreement, moved)
     else:
-        verdict = "conflict"
-        detail = "; ".join(ev.failures)
+        decision = _decide(patch, ev, signals, states)
     return CheckResult(
         vllm=version,
         patch=patch.id,
         revision=patch.revision,
         variant=variant.name,
-        verdict=verdict,
+        verdict=decision.verdict,
         in_range=in_range,
-        detail=detail,
+        detail=decision.detail,
         signals=signals,
-        disagreement=disagreement,
-        locations=locations,
-        moved_to=moved,
+        disagreement=decision.disagreement,
+        locations=_locations(ev, states),
+        moved_to=decision.moved,
     )
+
+
+def _decide(
+    patch: Patch, ev: Evaluation, signals: Signals, states: list[tuple[str, HunkResult, HunkState]]
+) -> _Decision:
+    """The decision table of docs/check.md, first matching row wins."""
+    probe_hit, ancestry = signals.probe, signals.ancestry
+    if ev.state == "already-applied":
+        detail = "the release already holds this change (the reverse applies)"
+        if patch.kind == "runtime":
+            detail = "every site is already in place (its markers are present)"
+        if probe_hit is False:
+            return _Decision("upstream", detail, "the upstream probe does not match")
+        if ancestry is False:
+            return _Decision("upstream", detail, "the release's git history lacks upstream.commit")
+        return _Decision("upstream", detail)
+    if ancestry:
+        detail = f"the release's git history holds the upstream fix {patch.upstream.commit}"
+        if ev.state == "applies":
+            why = "the patch still applies, yet git history holds the upstream fix"
+            return _Decision("upstream", detail, why)
+        return _Decision("upstream", detail)
+    if probe_hit:
+        probe = patch.upstream.probe
+        assert probe is not None
+        detail = f"the declared upstream fix is present: {probe.describe()}"
+        if ev.state == "applies":
+            why = "the patch still applies, yet the probe says upstream fixed it"
+            return _Decision("upstream", detail, why)
+        if ev.state == "partial":
+            return _Decision("upstream", detail, "some of the patch's sites still match")
+        return _Decision("upstream", detail)
+    if ev.state == "applies" and ev.reverse_applies:
+        return _both_ways(ev, probe_hit)
+    if ev.state == "applies":
+        shifted = list(ev.warnings)
+        detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
+        return _Decision("needed", detail)
+    if ev.state == "partial":
+        return _Decision("partial", "; ".join(ev.failures))
+    if any(state == "present" for _, _, state in states):
+        return _Decision("partial", _partial_detail(states))
+    return _Decision("conflict", "; ".join(ev.failures))
+
+
+def _both_ways(ev: Evaluation, probe_hit: bool | None) -> _Decision:
+    """Forward and reverse both fit (the probe and git history, if any, said nothing): the
+    direction whose hunks sit nearer the diff's own line numbers wins; a tie is `needed`."""
+    forward = sum(abs(h.offset) for _, h in ev.hunks)
+    backward = sum(abs(h.offset) for _, h in ev.reverse)
+    where = (
+        f"forward and reverse both fit (forward {forward} lines from the diff's line numbers,"
+        f" reverse {backward})"
+    )
+    no_probe = "" if probe_hit is None else "; the upstream probe does not match"
+    if backward < forward:
+        return _Decision(
+            "upstream",
+            "the release already holds this change: the reverse fits nearer the diff's lines",
+            f"{where}: chose upstream, the nearer{no_probe}",
+        )
+    why = "the nearer" if forward < backward else "a tie, and applying is the safe side"
+    return _Decision(
+        "needed", "applies; " + "; ".join(ev.warnings), f"{where}: chose needed, {why}{no_probe}"
+    )
+
+
+def hunk_states(ev: Evaluation) -> list[tuple[str, HunkResult, HunkState]]:
+    """Each hunk of a diff patch: applies, already present, conflicts, or fits both ways."""
+    back = {(f, h.index): h for f, h in ev.reverse}
+    out: list[tuple[str, HunkResult, HunkState]] = []
+    for f, h in ev.hunks:
+        r = back.get((f, h.index))
+        fwd, rev = h.status != "failed", r is not None and r.status != "failed"
+        state: HunkState = (
+            "both" if fwd and rev else "applies" if fwd else "present" if rev else "conflicts"
+        )
+        out.append((f, h, state))
+    return out
+
+
+def _reverse_hit(ev: Evaluation, file: str, index: int) -> HunkResult | None:
+    return next((h for f, h in ev.reverse if f == file and h.index == index), None)
+
+
+def _partial_detail(states: list[tuple[str, HunkResult, HunkState]]) -> str:
+    words = {"present": "already present", "applies": "still applies", "conflicts": "conflicts"}
+    parts: dict[str, list[str]] = {}
+    for f, h, state in states:
+        parts.setdefault(words.get(state, "fits both ways"), []).append(f"{f}#{h.index}")
+    return "; ".join(f"{what}: {', '.join(hunks)}" for what, hunks in parts.items())
 
 
 def _missing(
@@ -277,9 +366,25 @@ def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
     return answer if isinstance(answer, bool) else None
 
 
-def _locations(ev: Evaluation) -> tuple[str, ...]:
-    hunks = ev.reverse if ev.state == "already-applied" and ev.reverse else ev.hunks
-    out = [f"{f}: {h.describe()}" for f, h in hunks]
+def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) -> tuple[str, ...]:
+    """Per hunk (its state and line) or per site: where it fits or why it does not."""
+    out: list[str] = []
+    for f, h, state in states:
+        r = _reverse_hit(ev, f, h.index)
+        back = r.line if r is not None else None
+        if state == "applies":
+            shift = f" (offset {h.offset:+d} lines)" if h.offset else ""
+            fuzz = f" with fuzz {h.fuzz}" if h.fuzz else ""
+            out.append(f"{f}: hunk #{h.index} applies at line {h.line}{fuzz}{shift}")
+        elif state == "present":
+            out.append(f"{f}: hunk #{h.index} already present at line {back}")
+        elif state == "both":
+            out.append(
+                f"{f}: hunk #{h.index} fits both ways: applies at line {h.line},"
+                f" already present at line {back}"
+            )
+        else:
+            out.append(f"{f}: {h.describe().replace(' does not match', ' conflicts, no match')}")
     out += [s.describe() for s in ev.sites]
     return tuple(out)
 

@@ -14,7 +14,7 @@ from patchset.cli.output import console, err_console, print_json, styled, table
 from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import write_ranges
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
+from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
 from patchset.sources import parse_source
 
 if TYPE_CHECKING:
@@ -55,6 +55,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--offline", action="store_true", help="use the cache only")
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="give every failing hunk its nearest lines, out-of-range releases and JSON"
+        " included (by default only failures in the patch's range, and none in JSON)",
+    )
     p.add_argument(
         "--suggest-ranges",
         action="store_true",
@@ -118,7 +124,15 @@ def run(args: argparse.Namespace) -> int:
     source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
     versions = _versions(args, source)
     _prefetch(source, versions)
-    report = check(registry, versions, source=source, patches=args.patches, max_fuzz=args.fuzz)
+    explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
+    report = check(
+        registry,
+        versions,
+        source=source,
+        patches=args.patches,
+        max_fuzz=args.fuzz,
+        explain=explain,
+    )
     if args.format == "json":
         print_json(report.to_dict())
     elif args.format == "markdown":
