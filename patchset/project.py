@@ -17,6 +17,7 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from patchset._fs import write_atomic
 from patchset.errors import RegistryError
 from patchset.registry.toml import Table, load_toml
 
@@ -187,7 +188,5 @@ def _add_tool_table(pyproject: Path) -> bool:
     else:
         tool.add("patchset", table)
     text = tomlkit.dumps(doc)
-    tmp = pyproject.with_name(f".{pyproject.name}.patchset-init")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, pyproject)
+    write_atomic(pyproject, text.encode("utf-8"))
     return True

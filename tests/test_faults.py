@@ -25,11 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from patchset._fs import file_sha256
 from patchset.engine import transaction
 from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from patchset.sources.package_index.cache import Cache, TreeZip, file_sha256
+from patchset.sources.package_index.cache import Cache, TreeZip
 from tests.fake_index import FakeIndex, Reply
 from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import FAULT, REUSED, record
@@ -428,3 +429,85 @@ def test_reused_fault_tests_still_exist() -> None:
     for nodeid in REUSED:
         path, _, name = nodeid.partition("::")
         assert f"def {name}(" in (REPO / path).read_text(), nodeid
+
+
+# -- ownership: root patching a user's tree ----------------------------------------------------
+
+NEW_PACKAGE = """\
+--- /dev/null
++++ b/vllm/newpkg/inner/__init__.py
+@@ -0,0 +1 @@
++created = True
+"""
+USER = (1000, 1000)
+
+
+def _owners(tree: Path) -> dict[str, tuple[int, int]]:
+    found = {".": (tree.lstat().st_uid, tree.lstat().st_gid)}
+    for path in tree.rglob("*"):
+        info = path.lstat()
+        found[path.relative_to(tree).as_posix()] = (info.st_uid, info.st_gid)
+    return found
+
+
+def _user_tree(root: Path) -> tuple[Path, Path]:
+    registry = root / "patches"
+    add_patch(registry, "edit", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    add_patch(registry, "new-package", diff=NEW_PACKAGE, targets=["vllm/newpkg/inner/__init__.py"])
+    tree = make_tree(root / "tree", {"vllm/mod.py": BODY})
+    (tree / "vllm/mod.py").chmod(0o640)
+    (tree / "vllm").chmod(0o750)
+    for path in [tree, *tree.rglob("*")]:
+        os.chown(path, *USER)
+    return registry, tree
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give files away")
+def test_root_keeps_the_owner_and_mode_of_a_users_tree(tmp_path: Path) -> None:
+    """Run as root on a tree a user owns (a venv): every file patchset writes, the new
+    folders, the lock file and what a revert or a roll-back gives back stay the user's."""
+    registry, tree = _user_tree(tmp_path)
+    before = snapshot(tree)
+    args = ("--registry", str(registry))
+    done = cli(*args, "apply", "--target", str(tree))
+    owners_applied = _owners(tree)
+    modes = {
+        rel: snapshot(tree)[rel].split()[1]
+        for rel in ("vllm/mod.py", "vllm/newpkg", "vllm/newpkg/inner/__init__.py")
+    }
+    back = cli(*args, "revert", "--target", str(tree))
+    owners_reverted = _owners(tree)
+    restored = snapshot(tree, ignore=(LOCK,)) == before
+    total = count_user_steps(registry, tmp_path)
+    killed_tree = _user_tree(tmp_path / "killed")[1]
+    killed = faultrun(
+        *args, "apply", "--target", str(killed_tree), env={"FAULT_KILL_AT": str(total - 2)}
+    )
+    rolled = cli(*args, "revert", "--target", str(killed_tree))
+    owners_rolled = _owners(killed_tree)
+    ok = done.returncode == back.returncode == rolled.returncode == 0 and restored
+    ok = ok and all(o == USER for o in (*owners_applied.values(), *owners_reverted.values()))
+    ok = ok and all(o == USER for o in owners_rolled.values())
+    record(FAULT, "ownership kept", "root on a user's tree: apply, revert, roll-back", intact=ok)
+    assert done.returncode == 0 and back.returncode == 0, done.stderr + back.stderr
+    assert killed.returncode == -9 and rolled.returncode == 0, rolled.stderr
+    assert {k: v for k, v in owners_applied.items() if v != USER} == {}
+    assert {k: v for k, v in owners_reverted.items() if v != USER} == {}
+    assert {k: v for k, v in owners_rolled.items() if v != USER} == {}
+    assert modes == {
+        "vllm/mod.py": "640",
+        "vllm/newpkg": "750",
+        "vllm/newpkg/inner/__init__.py": "640",
+    }
+    assert restored, changed(before, snapshot(tree, ignore=(LOCK,)))
+
+
+def count_user_steps(registry: Path, tmp: Path) -> int:
+    tree = _user_tree(tmp / "count")[1]
+    steps = tmp / "steps"
+    done = faultrun(
+        "--registry", str(registry), "apply", "--target", str(tree),
+        env={"FAULT_STEPS": str(steps)},
+    )  # fmt: skip
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    return int(steps.read_text())

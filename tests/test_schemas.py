@@ -76,7 +76,8 @@ def test_the_public_api_imports_no_docker() -> None:
         "from patchset.release_check.verdicts import CheckReport\n"
         "assert patchset.check.__module__ == 'patchset.release_check.verdicts'\n"
         "import importlib.util\n"
-        "assert importlib.util.find_spec('patchset.check') is None, 'a module shadows the function'\n"
+        "assert importlib.util.find_spec('patchset.check') is None,"
+        " 'a module shadows the function'\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=REPO

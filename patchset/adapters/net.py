@@ -14,9 +14,7 @@ import hashlib
 import http.client
 import json
 import logging
-import os
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -25,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from patchset._fs import atomic_file
 from patchset.errors import IntegrityError, SourceError
 
 LOG = logging.getLogger(__name__)
@@ -123,15 +122,14 @@ def download(
     expected = sha256.lower()
 
     def attempt() -> str:
-        with _temp_beside(dest) as (tmp, tmp_path), _open(url, timeout) as response:
+        # 0o644 as any cache file: readable by the other users of a shared cache
+        with atomic_file(dest, mode=0o644, suffix=".part") as tmp, _open(url, timeout) as response:
             digest = _stream(response, tmp, progress)
             if digest != expected:
                 raise IntegrityError(
                     f"{redact(url)}: sha256 {digest} does not match the index's {expected};"
                     " the download was deleted"
                 )
-            tmp.close()
-            tmp_path.replace(dest)
         return digest
 
     _with_retries(url, attempt, retries=retries)
@@ -222,19 +220,6 @@ def _check_length(response: http.client.HTTPResponse, received: int) -> None:
     declared = response.headers.get("Content-Length")
     if declared is not None and declared.isdigit() and received < int(declared):
         raise _TransientError(f"connection closed after {received} of {declared} bytes")
-
-
-@contextlib.contextmanager
-def _temp_beside(dest: Path) -> Iterator[tuple[IO[bytes], Path]]:
-    """A temporary file in dest's folder (so the final rename is atomic), removed on failure."""
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from other users of the folder
-    with os.fdopen(fd, "wb") as tmp:
-        try:
-            yield tmp, Path(name)
-        finally:
-            tmp.close()
-            Path(name).unlink(missing_ok=True)
 
 
 def _reason(exc: object) -> str:

@@ -14,7 +14,7 @@ files inside the tree and backups inside the journal, or nothing is restored.
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import json
 import os
 import re
@@ -26,6 +26,13 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from patchset._fs import (
+    create_exclusive,
+    follow_folder_owner,
+    make_folder,
+    sha256_hex,
+    write_json_atomic,
+)
 from patchset.errors import LockedError, PayloadError, TargetError
 from patchset.registry.paths import check_relpath, resolve_inside
 
@@ -56,6 +63,7 @@ def locked(root: Path, *, timeout: float | None = None) -> Iterator[None]:
     except OSError as exc:
         raise TargetError(f"cannot lock {LOCK}: {exc.strerror}", path=root) from None
     try:
+        follow_folder_owner(path, root)  # root patching a user's venv leaves the user's file
         yield
     finally:
         lock.release()
@@ -67,9 +75,8 @@ def check_writable(root: Path, relpaths: list[str]) -> None:
     _distinct(root, relpaths)
     for rel in relpaths:
         path = resolve_inside(root, rel)
-        if not path.parent.is_dir():
-            raise TargetError(f"{rel}: its folder does not exist in the target", path=root)
-        if not os.access(path.parent, os.W_OK | os.X_OK):
+        folder = _existing_folder(root, rel)
+        if not os.access(folder, os.W_OK | os.X_OK):
             raise TargetError(f"{rel}: not writable (its folder is read-only)", path=root)
         try:
             if path.exists():
@@ -92,8 +99,52 @@ def _distinct(root: Path, relpaths: list[str]) -> None:
         seen[path] = rel
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _existing_folder(root: Path, rel: str) -> Path:
+    """The nearest folder of `rel` that exists (a new file may need new folders); something
+    else than a folder in its place is refused."""
+    folder = resolve_inside(root, rel).parent
+    while not os.path.lexists(folder):
+        folder = folder.parent
+    if not folder.is_dir():
+        where = folder.relative_to(root.resolve()).as_posix()
+        raise TargetError(f"{rel}: {where} is not a folder", path=root)
+    return folder
+
+
+def _missing_folders(root: Path, changes: Mapping[str, bytes | None]) -> list[str]:
+    """The folders to create for the new files in `changes`, outermost first."""
+    real_root = root.resolve()
+    found: list[str] = []
+    for rel, data in changes.items():
+        if data is None:
+            continue
+        folder = resolve_inside(root, rel).parent
+        chain = []
+        while not os.path.lexists(folder):
+            chain.append(folder.relative_to(real_root).as_posix())
+            folder = folder.parent
+        found += [f for f in reversed(chain) if f not in found]
+    return found
+
+
+def _emptied_folders(root: Path, changes: Mapping[str, bytes | None]) -> list[str]:
+    """The folders the deletions in `changes` leave empty (a revert of a diff that created
+    them), deepest first; never `vllm/` itself."""
+    real_root = root.resolve()
+    top = {real_root, real_root / "vllm"}
+    gone = {resolve_inside(root, rel) for rel, data in changes.items() if data is None}
+    removed: list[Path] = []
+    for path in sorted(gone, key=lambda p: len(p.parts), reverse=True):
+        folder = path.parent
+        while folder not in top and folder not in removed:
+            if folder.is_symlink() or not folder.is_dir():
+                break
+            if any(e not in gone and e not in removed for e in folder.iterdir()):
+                break
+            removed.append(folder)
+            folder = folder.parent
+    removed.sort(key=lambda p: len(p.parts), reverse=True)
+    return [f.relative_to(real_root).as_posix() for f in removed]
 
 
 def _damaged(why: str, root: Path) -> TargetError:
@@ -113,6 +164,14 @@ def _read_journal(root: Path, journal: Path) -> list[dict[str, Any]]:
     if not isinstance(entries, list):
         raise _damaged("index.json is not a list", root)
     for entry in entries:
+        if isinstance(entry, dict) and set(entry) == {"folder", "created"}:
+            if not isinstance(entry["folder"], str) or not isinstance(entry["created"], bool):
+                raise _damaged(f"bad entry {entry!r}", root)
+            try:
+                check_relpath(entry["folder"], file=journal)
+            except PayloadError as exc:
+                raise _damaged(f"bad entry ({exc})", root) from None
+            continue
         if not isinstance(entry, dict) or not isinstance(entry.get("existed"), bool):
             raise _damaged(f"bad entry {entry!r}", root)
         rel, backup, temp = entry.get("path"), entry.get("backup"), entry.get("temp")
@@ -153,6 +212,7 @@ def pending_originals(root: Path) -> dict[str, bytes | None]:
     return {
         entry["path"]: (journal / entry["backup"]).read_bytes() if entry["existed"] else None
         for entry in _read_journal(root, journal)
+        if "path" in entry
     }
 
 
@@ -165,7 +225,13 @@ def recover(root: Path) -> list[str]:
     check_journal(root)
     restored: list[str] = []
     if (journal / "index.json").is_file():
-        for entry in _read_journal(root, journal):
+        entries = _read_journal(root, journal)
+        folders = [e for e in entries if "folder" in e]
+        for entry in folders:  # removed by the write: back first, outermost first
+            folder = resolve_inside(root, entry["folder"])
+            if not entry["created"] and not os.path.lexists(folder):
+                make_folder(folder)
+        for entry in (e for e in entries if "path" in e):
             if entry.get("temp"):  # journals of patchset 0.1.0 have no temp names
                 _unresolved(root, entry["temp"]).unlink(missing_ok=True)
             path = resolve_inside(root, entry["path"])
@@ -174,13 +240,17 @@ def recover(root: Path) -> list[str]:
                 backup = journal / entry["backup"]
                 if path.is_file() and path.read_bytes() == backup.read_bytes():
                     restore.unlink(missing_ok=True)  # a killed roll-back's, maybe
-                else:  # renamed already: put the original back
-                    _write_new(restore, backup.read_bytes(), mode_of=backup)
+                else:  # renamed already: put the original back (its owner is the backup's)
+                    create_exclusive(restore, backup.read_bytes(), like=backup)
                     shutil.copystat(backup, restore)  # the original's time stamps too
                     os.replace(restore, path)
             elif path.exists():
                 path.unlink()
             restored.append(entry["path"])
+        for entry in reversed(folders):  # created by the write: gone again, deepest first
+            if entry["created"]:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    resolve_inside(root, entry["folder"]).rmdir()
     _remove(journal)
     return restored
 
@@ -205,7 +275,10 @@ def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
     _distinct(root, list(changes))
     journal.mkdir()
     try:
-        entries: list[dict[str, Any]] = []
+        follow_folder_owner(journal, root)  # a kill leaves it: its owner can roll back
+        created, emptied = _missing_folders(root, changes), _emptied_folders(root, changes)
+        entries: list[dict[str, Any]] = [{"folder": f, "created": True} for f in created]
+        entries += [{"folder": f, "created": False} for f in reversed(emptied)]
         paths: dict[str, tuple[Path, Path | None]] = {}
         for number, (rel, data) in enumerate(changes.items()):
             path = resolve_inside(root, rel)
@@ -213,6 +286,7 @@ def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
             backup = f"{number}.orig"
             if existed:
                 shutil.copy2(path, journal / backup)
+                _same_owner(journal / backup, path)
             temp = None if data is None else path.with_name(f".{path.name}{TEMP_SUFFIX}")
             paths[rel] = (path, temp)
             entries.append(
@@ -223,20 +297,26 @@ def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
                     "temp": None if temp is None else temp.relative_to(real_root).as_posix(),
                 }
             )
-        _write_json(journal / "index.json", entries)  # from here on, a kill is rolled back
+        write_json_atomic(journal / "index.json", entries)  # from here on, a kill rolls back
+        for folder in created:
+            make_folder(resolve_inside(root, folder))
         for rel, data in changes.items():
             path, temp = paths[rel]
             if temp is not None and data is not None:
-                _write_new(temp, data, mode_of=path)
+                create_exclusive(temp, data, like=path)
         for path, temp in paths.values():
             if temp is None:
                 path.unlink()
             else:
                 os.replace(temp, path)
+        for folder in emptied:
+            resolve_inside(root, folder).rmdir()
         for rel, data in changes.items():
             path = resolve_inside(root, rel)
             now = path.read_bytes() if path.exists() else None
-            if (None if now is None else _sha(now)) != (None if data is None else _sha(data)):
+            if (None if now is None else sha256_hex(now)) != (
+                None if data is None else sha256_hex(data)
+            ):
                 raise TargetError(f"{rel}: read back differs from what was written", path=root)
     except OSError as exc:  # a full disk, a read-only folder: rolled back, then one line
         recover(root)
@@ -257,25 +337,11 @@ def _unresolved(root: Path, relpath: str) -> Path:
     return resolve_inside(root, rel.parent.as_posix()) / rel.name
 
 
-def _write_new(temp: Path, data: bytes, *, mode_of: Path) -> None:
-    """Create `temp` afresh (a leftover or a planted symlink there is removed, not followed)."""
-    temp.unlink(missing_ok=True)
-    mode = mode_of.stat().st_mode & 0o7777 if mode_of.exists() else 0o644
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "wb") as fh:
-        os.fchmod(fh.fileno(), mode)  # the umask may have narrowed it
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _write_json(path: Path, data: object) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def _same_owner(copy: Path, original: Path) -> None:
+    """A backup keeps its original's owner, so a roll-back gives it back too."""
+    info = original.stat()
+    with contextlib.suppress(PermissionError):
+        os.chown(copy, info.st_uid, info.st_gid, follow_symlinks=False)
 
 
 Reader = Callable[[str], bytes | None]

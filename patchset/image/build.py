@@ -8,7 +8,6 @@ and execs `vllm serve`. Nothing is tagged unless the build and its verification 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from patchset._fs import sha256_hex
 from patchset.adapters import dockerengine, gitrepo
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
@@ -71,10 +71,6 @@ class BuildReport:
             "pushed": self.pushed,
             "log": self.log,
         }
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def runtime_sources() -> dict[str, bytes]:
@@ -347,7 +343,7 @@ def _patch_files(
         if patch.apply == "build":
             for rel in variant.files:
                 before = originals[rel]
-                files[rel] = (_sha(before) if before else "", _sha(patched[rel]))
+                files[rel] = (sha256_hex(before) if before else "", sha256_hex(patched[rel]))
         else:
             ev = evaluate(patch, variant, patched.get)
             if ev.state != "applies":
@@ -357,7 +353,7 @@ def _patch_files(
                     path=definition.file,
                 )
             for rel in variant.files:
-                files[rel] = (_sha(patched[rel]), _sha(ev.changes[rel]))
+                files[rel] = (sha256_hex(patched[rel]), sha256_hex(ev.changes[rel]))
             log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup")
         entries.append(patch_entry(patch, variant, "needed", files))
     return patched, entries

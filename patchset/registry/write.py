@@ -9,7 +9,6 @@ registry byte-for-byte unchanged. Nothing is written unless every folder involve
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
@@ -23,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.toml_document import TOMLDocument
 
+from patchset._fs import write_atomic
 from patchset.errors import PatchsetError, RegistryError
 from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
 
@@ -140,28 +140,6 @@ def check_writable(folder: Path) -> None:
         ) from None
     os.close(fd)
     Path(name).unlink()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` by a rename in the same folder (readers see old or new)."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        Path(tmp).chmod(mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            Path(tmp).unlink()
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 # -- version ranges as patch.toml writes them --------------------------------------------------

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
+from patchset._fs import file_sha256
 from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
 from patchset.sources.base import ReleaseInfo
-from patchset.sources.package_index.cache import Cache, TreeStamp, TreeZip, file_sha256
+from patchset.sources.package_index.cache import Cache, TreeStamp, TreeZip
 from patchset.sources.package_index.client import MAX_AGE, PackageIndex, SdistFile
 
 if TYPE_CHECKING:

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import os
 import struct
 import tarfile
-import tempfile
 import threading
 import time
 import zipfile
@@ -36,6 +34,7 @@ from typing import IO, Any
 
 import filelock
 
+from patchset._fs import atomic_file
 from patchset.errors import LockedError, SourceError
 
 LOCK_TIMEOUT = 900.0  # seconds; another process may be downloading a 45 MB sdist
@@ -338,26 +337,11 @@ def _member_relpath(name: str, sdist: Path) -> str | None:
     return "/".join(parts[1:])
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-@contextlib.contextmanager
-def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
-    """A file to write that replaces `dest` in one rename on success and vanishes on failure."""
+def atomic_write(dest: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """A file to write that replaces `dest` in one rename on success and vanishes on failure
+    (0o644 as any cache file)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o644)  # as any cache file, not mkstemp's 0600
-    try:
-        with os.fdopen(fd, "w+b") as out:
-            yield out
-        Path(name).replace(dest)
-    finally:
-        Path(name).unlink(missing_ok=True)
+    return atomic_file(dest, mode=0o644)
 
 
 def _plain_name(name: str) -> str:
