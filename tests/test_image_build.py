@@ -132,8 +132,8 @@ def test_build_0191_recipe(
     status, out = run_image(docker_client, report.image_id, "--port", "9000")
     assert status == 0, out
     assert (
-        "patchset: fla-tma-sm12x r1 (build): present (built in; scope cc >=12.0, this GPU: none)"
-        in out
+        "patchset: fla-tma-sm12x r1 (build): present (built in; scope cc >=12.0, this GPU: none"
+        " (no nvidia-smi))" in out
     )
     recorded = json.loads(out.strip().splitlines()[-1])
     assert recorded["argv"][:3] == ["serve", "--model", "Lorbus/Qwen3.6-27B-int4-AutoRound"]
@@ -190,7 +190,7 @@ def test_build_0200_startup_patch_and_failure_policy(
         "os.execvp('python3',['python3','/opt/patchset/entrypoint.py'])"
     )
     status, out = run_image(docker_client, report.image_id, "-c", tamper, entrypoint=["python3"])
-    assert status == 1 and "FAILED" in out and "not starting vllm" in out
+    assert status == 9 and "FAILED" in out and "not starting vllm" in out
     status, out = run_image(
         docker_client,
         report.image_id,
@@ -219,7 +219,10 @@ def test_hardware_scope_skips_startup_patch(
         docker_client, report.image_id, env={"PATCHSET_COMPUTE_CAPABILITY": "8.6"}
     )
     assert status == 0
-    assert "tolist-cudagraph r1 (startup): skipped (scope cc >=12.0, this GPU: 8.6)" in out
+    assert (
+        "tolist-cudagraph r1 (startup): skipped (scope cc >=12.0, this GPU: 8.6"
+        " (PATCHSET_COMPUTE_CAPABILITY))" in out
+    )
     status, out = run_image(
         docker_client, report.image_id, env={"PATCHSET_COMPUTE_CAPABILITY": "12.0"}
     )
@@ -348,3 +351,78 @@ def test_runtime_touches_only_manifest_files_and_adds_no_privilege(
     base, image = engine.inspect(standin_020), engine.inspect(report.image_id)
     base_user = docker_client.api.inspect_image(base.id)["Config"].get("User", "")
     assert docker_client.api.inspect_image(image.id)["Config"].get("User", "") == base_user
+
+
+def test_build_fails_when_a_patched_file_does_not_compile(
+    tmp_path: Path, engine: dockerengine.Engine, standin_020: str, repo_name: str
+) -> None:
+    """Site A's text loses a colon: the file is compiled with the image's own python3 (in the
+    verification container) and the build stops, naming patch, file and line; no tag."""
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    sites = patches / "tolist-cudagraph" / "sites.toml"
+    sites.write_text(sites.read_text().replace("else:\n    prefill_max_seq", "else\n    prefill"))
+    registry = load_registry(patches)
+    with pytest.raises(BuildError) as caught:
+        build(definition(tmp_path, "0.20.0.toml", repo_name), registry, engine=engine)
+    message = str(caught.value)
+    assert "tolist-cudagraph" in message, message
+    assert "vllm/v1/attention/backends/turboquant_attn.py:" in message
+    assert "does not compile" in message or "invalid syntax" in message or "expected" in message
+    assert tags_of(engine, repo_name) == []
+
+
+def test_build_installs_python_patch_as_plugin_distribution(
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    docker_client: Any,
+    standin_020: str,
+    repo_name: str,
+) -> None:
+    from tests.test_runtime_export import DRIVER, FAKE_VLLM, PLUGIN, python_registry
+
+    registry = python_registry(tmp_path, PLUGIN)
+    d = definition(
+        tmp_path,
+        "0.20.0.toml",
+        repo_name,
+        **{'patches = ["tolist-cudagraph"]': 'patches = ["tolist-cudagraph", "envs-probe"]'},
+    )
+    report = build(d, registry, engine=engine)
+    from patchset.image.build import verify_image
+
+    result = verify_image(engine, report.image_id)
+    states = {r["patch"]: r["state"] for r in result["results"]}
+    assert result["ok"], result
+    assert states["envs-probe r1"].startswith("plugin registered (vllm.general_plugins: envs-probe")
+    root = json.loads(
+        engine.copy_out(report.image_id, ["/opt/patchset/manifest.json"])[
+            "/opt/patchset/manifest.json"
+        ]
+        or b"{}"
+    )["vllm_root"]
+    record = engine.copy_out(report.image_id, [f"{root}/patchset_plugins-1.0.dist-info/RECORD"])[
+        f"{root}/patchset_plugins-1.0.dist-info/RECORD"
+    ]
+    assert record is not None and b"patchset_plugins/impl_envs_probe.py,sha256=" in record
+    folder = tmp_path / "t"
+    folder.mkdir()
+    (folder / "driver.py").write_text(DRIVER)
+    (folder / "vllm").write_text(FAKE_VLLM)
+    (folder / "vllm").chmod(0o755)
+    container = docker_client.containers.run(
+        report.image_id,
+        [],
+        environment={"PATCHSET_EXEC": "/t/vllm", "PLUGIN_RECORD": "/tmp/record"},
+        volumes={str(folder): {"bind": "/t", "mode": "ro"}},
+        detach=True,
+        network_mode="none",
+    )
+    try:
+        assert container.wait(timeout=120)["StatusCode"] == 0
+        out = container.logs().decode()
+    finally:
+        container.remove(force=True)
+    ran = json.loads(out.strip().splitlines()[-1])
+    assert len(set(ran["pids"])) == 3 and ran["wrapped"] is True, out
+    assert "patchset: tolist-cudagraph r1 (startup): applied" in out

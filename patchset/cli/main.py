@@ -16,6 +16,7 @@ from patchset.cli.commands import image as image_cmd
 from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
+from patchset.cli.commands import runtime as runtime_cmd
 from patchset.cli.output import err_console
 from patchset.errors import ExitCode, PatchsetError
 from patchset.project import resolve
@@ -29,6 +30,7 @@ COMMANDS = (
     add_cmd,
     project_cmd,
     bake_cmd,
+    runtime_cmd,
 )
 
 EPILOG = """\

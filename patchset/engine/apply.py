@@ -275,6 +275,17 @@ def _one(
             (f"vLLM {release} is outside this patch's range {patch.vllm}",),
         )
     variant = patch.variant_for(release) or patch.variants[0]
+    if patch.kind == "python":  # nothing to write: vLLM's plugin hook runs it in its processes
+        return PatchResult(
+            patch.id,
+            patch.revision,
+            variant.name,
+            "not-applied",
+            (
+                "a python patch is not written into files: it reaches vLLM as a plugin"
+                " (patchset build, patchset runtime export)",
+            ),
+        )
     if operation == "apply":
         ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
         mapping: dict[str, Outcome] = {

@@ -21,6 +21,7 @@ from patchset.kernel.hunks import (
     split_text,
 )
 from patchset.kernel.sites import SiteResult, apply_site, revert_site
+from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
 
@@ -209,6 +210,22 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
     return Evaluation(state, sites=tuple(results))
 
 
+def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
+    """A python patch edits no file: it applies when every name it touches is still there.
+    A module gone, or a name no longer bound in it, is a missing target."""
+    missing: list[str] = []
+    for touch in patch.touches:
+        module, attr = parse_touch(touch)
+        found = next(((f, d) for f in module_files(module) if (d := read(f)) is not None), None)
+        if found is None:
+            missing.append(module_files(module)[0])
+        elif not defines(found[1], attr):
+            missing.append(f"{found[0]}: {attr}")
+    if missing:
+        return Evaluation("target-missing", missing=tuple(missing))
+    return Evaluation("applies")
+
+
 def evaluate(
     patch: Patch,
     variant: Variant,
@@ -218,6 +235,8 @@ def evaluate(
     nearest: bool = True,
     ratio: Ratio | None = None,
 ) -> Evaluation:
+    if patch.kind == "python":
+        return evaluate_python(patch, read)
     if patch.kind == "diff":
         return evaluate_diff(variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
     return evaluate_runtime(variant, read)

@@ -24,7 +24,8 @@ from patchset.engine.evaluate import evaluate
 from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
-from patchset.registry import Registry, Variant
+from patchset.image.plugins import plugin_files
+from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
 _FIND_VLLM = """
@@ -187,18 +188,12 @@ def prepare_context(
             f"{definition.base} holds vLLM {found_version}, the definition says {definition.vllm}",
             path=definition.file,
         )
-    patches = registry.select(definition.patches)
-    variants: dict[str, Variant] = {}
-    for patch in patches:
-        variant = patch.variant_for(definition.vllm)
-        if variant is None:
-            raise BuildError(f"{patch.id} has no payload for vLLM {definition.vllm}")
-        variants[patch.id] = variant
-    wanted = sorted({f for v in variants.values() for f in v.files})
+    variants = pick_variants(definition, registry)
+    wanted = wanted_files(registry, variants)
     copied = engine.copy_out(base.id, [f"{root}/{rel}" for rel in wanted])
     originals = {rel: copied[f"{root}/{rel}"] for rel in wanted}
     with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
-        patched, entries = _patch_files(
+        patched, entries = patch_files(
             definition,
             registry,
             Path(tmp) / "tree",
@@ -221,11 +216,13 @@ def prepare_context(
     )
     manifest = {
         "schema": "patchset.manifest/1",
+        "delivery": "image",
         "registry": registry.digest,
         "vllm": definition.vllm,
         "vllm_root": root,
         "base": {"name": definition.base, "id": base.id, "digest": base_digest},
         "serve_args": list(definition.serve_args),
+        "env": dict(definition.env),
         "patches": entries,
     }
     _write_context(
@@ -236,6 +233,7 @@ def prepare_context(
         build_ids=build_ids,
         patched=patched,
         manifest=manifest,
+        plugins=plugin_files(python_patches(registry, variants)),
     )
     return PreparedContext(
         folder=folder,
@@ -303,7 +301,31 @@ def _build(
     )
 
 
-def _patch_files(
+def pick_variants(definition: BuildDefinition, registry: Registry) -> dict[str, Variant]:
+    """The payload of each of the definition's patches meant for its vLLM release."""
+    variants: dict[str, Variant] = {}
+    for patch in registry.select(definition.patches):
+        variant = patch.variant_for(definition.vllm)
+        if variant is None:
+            raise BuildError(f"{patch.id} has no payload for vLLM {definition.vllm}")
+        variants[patch.id] = variant
+    return variants
+
+
+def wanted_files(registry: Registry, variants: dict[str, Variant]) -> list[str]:
+    """The release files the patches need: those they edit, and the modules python ones touch."""
+    files = {f for v in variants.values() for f in v.files}
+    files |= {
+        t for i in variants if registry.get(i).kind == "python" for t in registry.get(i).targets
+    }
+    return sorted(files)
+
+
+def python_patches(registry: Registry, variants: dict[str, Variant]) -> list[tuple[Patch, Variant]]:
+    return [(registry.get(i), v) for i, v in variants.items() if registry.get(i).kind == "python"]
+
+
+def patch_files(
     definition: BuildDefinition,
     registry: Registry,
     tree: Path,
@@ -340,7 +362,16 @@ def _patch_files(
     for patch in patches:
         variant = variants[patch.id]
         files: dict[str, tuple[str, str]] = {}
-        if patch.apply == "build":
+        if patch.kind == "python":
+            ev = evaluate(patch, variant, patched.get)
+            if ev.state != "applies":
+                raise BuildError(
+                    f"{patch.id} (python) touches names {definition.base} lacks: "
+                    + "; ".join(ev.missing),
+                    path=definition.file,
+                )
+            log(f"patch {patch.id} r{patch.revision} ({variant.name}): plugin, touches found")
+        elif patch.apply == "build":
             for rel in variant.files:
                 before = originals[rel]
                 files[rel] = (sha256_hex(before) if before else "", sha256_hex(patched[rel]))
@@ -368,6 +399,7 @@ def _write_context(
     build_ids: list[str],
     patched: dict[str, bytes],
     manifest: dict[str, Any],
+    plugins: dict[str, bytes],
 ) -> None:
     runtime = context / "runtime"
     for rel, data in runtime_sources().items():
@@ -381,6 +413,11 @@ def _write_context(
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
         lines.append(f"COPY files/ {root}/")
+    if plugins:  # an installed distribution in vLLM's site folder: its entry points load
+        for rel, data in plugins.items():
+            (context / "plugins" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (context / "plugins" / rel).write_bytes(data)
+        lines.append(f"COPY plugins/ {root}/")
     lines.append(f"COPY runtime/ {RUNTIME_DIR}/")
     for key, value in definition.env.items():
         lines.append(f"ENV {key}={json.dumps(value)}")

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from patchset.image.plugins import impl_module
 from patchset.kernel.hunks import Hunk
 from patchset.registry import Patch, Variant
 
@@ -42,7 +43,10 @@ def patch_entry(
         ),
         "files": {rel: {"before": b, "after": a} for rel, (b, a) in files.items()},
     }
-    if patch.kind == "diff":
+    if patch.kind == "python":
+        entry["touches"] = list(patch.touches)
+        entry["module"] = impl_module(patch.id)
+    elif patch.kind == "diff":
         entry["hunks"] = {d.path: [hunk_dict(h) for h in d.hunks] for d in variant.diffs}
     else:
         entry["sites"] = [asdict(site) for site in variant.sites]

@@ -12,18 +12,24 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
+from patchset.kernel.pycompile import compile_error
 from patchset.kernel.sites import ACTIONS, Action, Site
+from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry.diffs import FileDiff, parse_diff
 from patchset.registry.paths import check_relpath
 from patchset.registry.toml import Table, did_you_mean, load_toml
 
-Kind = Literal["diff", "runtime"]
+Kind = Literal["diff", "runtime", "python"]
 When = Literal["build", "startup"]
-KINDS: tuple[Kind, ...] = ("diff", "runtime")
+KINDS: tuple[Kind, ...] = ("diff", "runtime", "python")
 WHENS: tuple[When, ...] = ("build", "startup")
 STATES = ("open", "merged", "closed", "superseded", "unsubmitted")
 PATCH_FILE = "patch.toml"
-DEFAULT_PAYLOAD: dict[str, str] = {"diff": "patch.diff", "runtime": "sites.toml"}
+DEFAULT_PAYLOAD: dict[str, str] = {
+    "diff": "patch.diff",
+    "runtime": "sites.toml",
+    "python": "plugin.py",
+}
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
 _PR = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
 
@@ -106,6 +112,8 @@ class Patch:
     variants: tuple[Variant, ...]
     folder: Path
     digest: str = field(default="")  # sha256 over patch.toml and every payload
+    # kind "python": the names it rebinds at run time, "module:attribute" (vllm.envs:is_set)
+    touches: tuple[str, ...] = ()
 
     def in_range(self, version: str) -> bool:
         """Inside the declared range and inside one of the variants' ranges.
@@ -196,6 +204,7 @@ def load_patch(folder: Path) -> Patch:
         raise top.error(
             f"payload touches files not listed: {sorted(covered - set(targets))}", "targets"
         )
+    touches = _touches(top, kind, when, targets)
     patch = Patch(
         id=patch_id,
         title=top.req_str("title"),
@@ -212,9 +221,32 @@ def load_patch(folder: Path) -> Patch:
         variants=variants,
         folder=folder,
         digest=digest.hexdigest(),
+        touches=touches,
     )
     top.finish()
     return patch
+
+
+def _touches(top: Table, kind: Kind, when: When, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """`touches` of a python patch: each module's file must be one of its targets."""
+    touches = top.str_list("touches", required=kind == "python")
+    if kind != "python":
+        if touches:
+            raise top.error("only python patches declare touches", "touches")
+        return ()
+    if when != "startup":
+        raise top.error("a python patch runs in vLLM's processes: apply = 'startup'", "apply")
+    for touch in touches:
+        try:
+            module, _ = parse_touch(touch)
+        except ValueError as exc:
+            raise top.error(str(exc), "touches") from None
+        if not set(module_files(module)) & set(targets):
+            raise top.error(
+                f"{touch!r}: list its module's file {module_files(module)[0]} in targets",
+                "touches",
+            )
+    return touches
 
 
 def _relpath(table: Table, key: str, value: str) -> None:
@@ -269,9 +301,23 @@ def _variants(
         if kind == "diff":
             diffs = parse_diff(text, file=path)
             variants.append(Variant(name, spec, sha, diffs=diffs, base=variant_base))
+        elif kind == "python":
+            _check_plugin(text, path)
+            variants.append(Variant(name, spec, sha, base=variant_base))
         else:
             variants.append(Variant(name, spec, sha, sites=load_sites(path), base=variant_base))
     return tuple(variants)
+
+
+def _check_plugin(text: str, path: Path) -> None:
+    """A python patch's module: it compiles and defines ``apply``, the function vLLM calls."""
+    if not path.name.endswith(".py"):
+        raise PayloadError("a python patch's payload is a .py module", path=path)
+    problem = compile_error(text, path.name)
+    if problem is not None:
+        raise PayloadError(problem.describe(), path=path)
+    if not defines(text, "apply"):
+        raise PayloadError("defines no apply() for vLLM's plugin hook to call", path=path)
 
 
 def load_sites(path: Path) -> tuple[Site, ...]:

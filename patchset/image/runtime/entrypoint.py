@@ -3,18 +3,27 @@
 Runs inside the image with nothing but Python's standard library and patchset's own
 standard-library kernel (`patchset.kernel`, copied beside it as the package `patchset_kernel`).
 It touches only the files its manifest names, and checks each file's sha256 before and after.
+The same file runs from a bundle made by `patchset runtime export`, mounted read-only into the
+stock image (manifest ``"delivery": "stock"``): there it applies the build patches too.
 
     python3 /opt/patchset/entrypoint.py [vllm serve arguments...]
     python3 /opt/patchset/entrypoint.py --verify      # JSON report, exit 0 when all present
 
-Environment: PATCHSET_ON_FAILURE=fail|warn (default fail); PATCHSET_COMPUTE_CAPABILITY=12.0
-overrides GPU detection ("none" for no GPU); PATCHSET_MANIFEST, PATCHSET_VLLM_ROOT and
-PATCHSET_EXEC override the manifest path, the vLLM folder and the program exec'd (for tests).
+Every file is planned in memory first (patched, sha256-checked, compiled with this Python),
+then written by rename; a failure anywhere writes nothing, so vLLM's files are either fully
+patched or untouched.
+
+Environment: PATCHSET_ON_FAILURE=fail|warn (default fail; a refused start exits 9);
+PATCHSET_DISABLE=id,... and PATCHSET_ONLY=id,... pick patches; PATCHSET_COMPUTE_CAPABILITY=12.0
+overrides GPU detection through nvidia-smi ("none" for no GPU); PATCHSET_MANIFEST,
+PATCHSET_VLLM_ROOT and PATCHSET_EXEC override the manifest path, the vLLM folder and the
+program exec'd (for tests).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -26,22 +35,33 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+sys.dont_write_bytecode = True  # a read-only mount, and no stray files in vLLM's tree
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import Site, apply_site, check_site
+    from patchset.kernel.touches import defines, module_files
 else:
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import Site, apply_site, check_site
+    from patchset_kernel.touches import defines, module_files
 
 MANIFEST = HERE / "manifest.json"
+REFUSED = 9  # the container start was refused (docs/exit-codes.md)
+PLUGIN_GROUP = "vllm.general_plugins"
 
 
 class PatchFailedError(Exception):
     """One patch could not be verified or applied."""
+
+
+class StartRefusedError(Exception):
+    """The start cannot go on as asked: no manifest, another vLLM release, an unknown id."""
 
 
 def sha256(data: bytes) -> str:
@@ -58,30 +78,57 @@ def vllm_root() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).parent
 
 
-def compute_capability() -> tuple[int, int] | None:
+def _capability(text: str) -> tuple[int, int]:
+    major, _, minor = text.strip().partition(".")
+    return int(major), int(minor or 0)
+
+
+def detect_gpus() -> tuple[list[tuple[int, int]], str]:
+    """Every GPU's compute capability, and how it was found (for the start-up line).
+
+    `PATCHSET_COMPUTE_CAPABILITY` wins ("none" or empty: no GPU); else nvidia-smi, as a real
+    one answers ``--query-gpu=name,compute_cap --format=csv,noheader``: one
+    ``NVIDIA GeForce RTX 5090, 12.0`` line per GPU.
+    """
     forced = os.environ.get("PATCHSET_COMPUTE_CAPABILITY")
     if forced is not None:
         if forced.strip().lower() in ("", "none"):
-            return None
-        major, _, minor = forced.partition(".")
-        return int(major), int(minor or 0)
+            return [], "none (PATCHSET_COMPUTE_CAPABILITY)"
+        try:
+            found = _capability(forced)
+        except ValueError:
+            raise StartRefusedError(
+                f"PATCHSET_COMPUTE_CAPABILITY={forced!r} is not a compute capability (e.g. 12.0)"
+            ) from None
+        return [found], f"{found[0]}.{found[1]} (PATCHSET_COMPUTE_CAPABILITY)"
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return None
+        return [], "none (no nvidia-smi)"
     try:
-        out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+        done = subprocess.run(
+            [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=10,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if not out:
-        return None
-    major, _, minor = out[0].partition(".")
-    return int(major), int(minor or 0)
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"none (nvidia-smi: {exc})"
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
+        return [], f"none (nvidia-smi exit {done.returncode}: {said[0]})"
+    gpus: list[tuple[int, int]] = []
+    names: list[str] = []
+    for line in done.stdout.splitlines():
+        name, _, cap = line.rpartition(",")
+        if not line.strip():
+            continue
+        try:
+            gpus.append(_capability(cap))
+        except ValueError:
+            return [], f"none (nvidia-smi said {line.strip()!r})"
+        names.append(f"{cap.strip()} ({name.strip()})")
+    return gpus, ", ".join(names) or "none (nvidia-smi lists no GPU)"
 
 
 def in_scope(scope: str | None, capability: tuple[int, int] | None) -> bool:
@@ -157,11 +204,38 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def check_build_patch(patch: dict[str, Any], root: Path) -> str:
+class Plan:
+    """vLLM's files as they will be once every selected patch is in, held in memory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.original: dict[str, bytes] = {}
+        self.current: dict[str, bytes] = {}
+
+    def read(self, rel: str) -> bytes:
+        if rel not in self.current:
+            path = self.root / rel
+            if not path.is_file():
+                raise PatchFailedError(f"{rel} is missing")
+            self.original[rel] = self.current[rel] = path.read_bytes()
+        return self.current[rel]
+
+    def changed(self) -> dict[str, bytes]:
+        return {rel: data for rel, data in self.current.items() if data != self.original[rel]}
+
+
+def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
+    """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
+    if not rel.endswith(".py"):
+        return
+    problem = broken_by(before, data) if before is not None else compile_error(data, rel)
+    if problem is not None:
+        raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
+
+
+def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool) -> str:
     for rel, digests in patch["files"].items():
-        data = (root / rel).read_bytes() if (root / rel).is_file() else None
-        if data is None:
-            raise PatchFailedError(f"{rel} is missing")
+        data = plan.read(rel)
         if sha256(data) != digests["after"]:
             raise PatchFailedError(f"{rel} is not the file patched at build time (sha256 differs)")
         if patch["kind"] == "runtime":
@@ -169,20 +243,25 @@ def check_build_patch(patch: dict[str, Any], root: Path) -> str:
             for site in _sites(patch["sites"]):
                 if site.file == rel and check_site(site, lines).status != "already-applied":
                     raise PatchFailedError(f"site {site.name} is not in {rel}")
+        if compile_check:
+            _compiles(rel, data)
     return "present"
 
 
-def apply_startup_patch(patch: dict[str, Any], root: Path, *, dry_run: bool) -> str:
-    """Apply every file of one startup patch, or none: all are checked before any write."""
-    planned: dict[Path, bytes] = {}
+def apply_patch(
+    patch: dict[str, Any], plan: Plan, later: dict[str, set[str]], *, dry_run: bool
+) -> str:
+    """One patch's files, planned: every file checked and patched in memory, or none.
+
+    `later` holds, per file, the sha256 each later patch of the manifest leaves it with: a
+    file already there (a container restarted) counts as patched.
+    """
+    new_files: dict[str, bytes] = {}
     already = 0
     for rel, digests in patch["files"].items():
-        path = root / rel
-        if not path.is_file():
-            raise PatchFailedError(f"{rel} is missing")
-        data = path.read_bytes()
+        data = plan.read(rel)
         current = sha256(data)
-        if current == digests["after"]:
+        if current == digests["after"] or current in later.get(rel, set()):
             already += 1
             continue
         if current != digests["before"]:
@@ -190,67 +269,248 @@ def apply_startup_patch(patch: dict[str, Any], root: Path, *, dry_run: bool) -> 
         new = patched_text(patch, rel, data)
         if sha256(new) != digests["after"]:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
-        planned[path] = new
-    if not planned:
+        _compiles(rel, new, before=data)
+        new_files[rel] = new
+    if not new_files:
         return "already-applied"
+    plan.current.update(new_files)
     if dry_run:
         return "applies"
-    for path, new in planned.items():
-        write_atomically(path, new)
-    for path, new in planned.items():
-        if sha256(path.read_bytes()) != sha256(new):
-            raise PatchFailedError(f"{path}: read back differs after writing")
     return "applied" if not already else "applied (some files were already patched)"
 
 
-def run_patches(manifest: dict[str, Any], *, verify: bool) -> tuple[list[dict[str, str]], bool]:
+def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
+    """A python patch: every name it touches is still in vLLM; with `registered`, vLLM's
+    plugin lookup (importlib.metadata, as vllm.plugins does it) finds its entry point."""
+    for touch in patch["touches"]:
+        module, _, attr = touch.partition(":")
+        rel = next((f for f in module_files(module) if (plan.root / f).is_file()), None)
+        if rel is None:
+            raise PatchFailedError(f"touches {touch}, but {module_files(module)[0]} is missing")
+        if not defines(plan.read(rel), attr):
+            raise PatchFailedError(f"touches {touch}, which {rel} no longer defines")
+    if not registered:
+        return "plugin (vLLM runs it in each process)"
+    found = [
+        ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP) if ep.name == patch["id"]
+    ]
+    if len(found) != 1:
+        raise PatchFailedError(f"{len(found)} {PLUGIN_GROUP} entry points named {patch['id']}")
+    try:
+        found[0].load()
+    except Exception as exc:
+        raise PatchFailedError(f"entry point {found[0].value} does not load: {exc}") from None
+    return f"plugin registered ({PLUGIN_GROUP}: {found[0].name} = {found[0].value})"
+
+
+def check_payload(patch: dict[str, Any]) -> None:
+    """A stock bundle carries each payload beside the manifest: it must be the one exported."""
+    path = HERE / "payloads" / patch["id"] / patch["variant"]
+    if not path.is_file():
+        raise PatchFailedError(f"payload {path} is missing from the bundle")
+    if sha256(path.read_bytes()) != patch["payload_sha256"]:
+        raise PatchFailedError(f"payload {path} differs from the one exported (sha256)")
+
+
+def _later_digests(patches: list[dict[str, Any]]) -> list[dict[str, set[str]]]:
+    out: list[dict[str, set[str]]] = []
+    for index in range(len(patches)):
+        later: dict[str, set[str]] = {}
+        for patch in patches[index + 1 :]:
+            for rel, digests in patch.get("files", {}).items():
+                later.setdefault(rel, set()).add(digests["after"])
+        out.append(later)
+    return out
+
+
+def _ids(name: str) -> list[str] | None:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+def selection(manifest: dict[str, Any]) -> dict[str, str]:
+    """Why each patch is left out at this start (PATCHSET_DISABLE, PATCHSET_ONLY), by id."""
+    known = [p["id"] for p in manifest["patches"]]
+    disabled, only = _ids("PATCHSET_DISABLE"), _ids("PATCHSET_ONLY")
+    for name, ids in (("PATCHSET_DISABLE", disabled), ("PATCHSET_ONLY", only)):
+        unknown = [i for i in ids or [] if i not in known]
+        if unknown:
+            raise StartRefusedError(
+                f"{name} names {', '.join(unknown)}, not in this manifest"
+                f" (it holds {', '.join(known) or 'no patch'})"
+            )
+    out = dict.fromkeys(disabled or [], "disabled (PATCHSET_DISABLE)")
+    if only is not None:
+        out.update({i: "left out (PATCHSET_ONLY)" for i in known if i not in only})
+    return out
+
+
+def installed_version(root: Path) -> str | None:
+    """The vLLM release at `root`, from its installed distribution's metadata."""
+    for dist in importlib.metadata.distributions(path=[str(root)]):
+        if (dist.metadata["Name"] or "").lower() == "vllm":
+            return dist.version
+    return None
+
+
+def release_check(manifest: dict[str, Any], root: Path) -> str:
+    """The vLLM release in this image is the one the manifest was made for."""
+    found = installed_version(root)
+    wanted = manifest["vllm"]
+    if found is None:
+        raise StartRefusedError(f"cannot tell which vLLM release is at {root} (no dist-info)")
+    if found.split("+")[0] != wanted:
+        raise StartRefusedError(
+            f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
+            f" ({root}); export one for {found}"
+        )
+    return found
+
+
+def run_patches(
+    manifest: dict[str, Any], *, verify: bool
+) -> tuple[list[dict[str, str]], bool, Plan, list[str]]:
+    """Check, plan and (unless `verify`) write every patch; the python patches selected."""
     root = vllm_root()
-    capability = compute_capability()
-    gpu = "none" if capability is None else f"{capability[0]}.{capability[1]}"
+    stock = manifest.get("delivery") == "stock"
+    gpus, gpu = detect_gpus()
+    left_out = selection(manifest)
+    plan = Plan(root)
     results: list[dict[str, str]] = []
+    plugins: list[str] = []
     ok = True
-    for patch in manifest["patches"]:
+    for patch, later in zip(manifest["patches"], _later_digests(manifest["patches"]), strict=True):
         name = f"{patch['id']} r{patch['revision']}"
         scope = patch.get("compute_capability")
+        fits = all(in_scope(scope, c) for c in gpus) if gpus else in_scope(scope, None)
         try:
-            if patch["apply"] == "build":
-                state = check_build_patch(patch, root)
-                if not in_scope(scope, capability):
+            if patch["id"] in left_out:
+                state = left_out[patch["id"]]
+                files = patch.get("files", {})
+                if files and all(
+                    (root / rel).is_file() and sha256((root / rel).read_bytes()) == d["after"]
+                    for rel, d in files.items()
+                ):  # a container started before with the patch keeps its files
+                    state += ", yet its files are patched (an earlier start or the build)"
+                results.append({"patch": name, "apply": patch["apply"], "state": state})
+                continue
+            if stock:
+                check_payload(patch)
+            if patch["kind"] == "python":
+                state = check_plugin(patch, plan, registered=verify)
+                if not fits and not verify:
+                    state = f"skipped (scope cc {scope}, this GPU: {gpu})"
+                else:
+                    plugins.append(patch["id"])
+            elif patch["apply"] == "build" and not stock:
+                state = check_build_patch(patch, plan, compile_check=verify)
+                if not fits:
                     state += f" (built in; scope cc {scope}, this GPU: {gpu})"
-            elif not in_scope(scope, capability) and not verify:
+            elif not fits and not verify:
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
             else:
-                state = apply_startup_patch(patch, root, dry_run=verify)
+                state = apply_patch(patch, plan, later, dry_run=verify)
         except (PatchFailedError, OSError, UnicodeError) as exc:
             ok = False
             state = f"FAILED: {exc}"
         results.append({"patch": name, "apply": patch["apply"], "state": state})
-    return results, ok
+    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu})
+    return results, ok, plan, plugins
+
+
+def commit(plan: Plan) -> None:
+    """Write every planned file by rename, all or none: a failure puts back what was written."""
+    changed = plan.changed()
+    for rel in changed:
+        path = plan.root / rel
+        if not os.access(path.parent, os.W_OK) or not os.access(path, os.W_OK):
+            raise PatchFailedError(
+                f"{path} is not writable by uid {os.getuid()}: start the container as the"
+                " user that owns vLLM's files (root in the official image), or build an image"
+                " with `patchset build`"
+            )
+    written: list[str] = []
+    try:
+        for rel, data in changed.items():
+            write_atomically(plan.root / rel, data)
+            written.append(rel)
+            if sha256((plan.root / rel).read_bytes()) != sha256(data):
+                raise PatchFailedError(f"{plan.root / rel}: read back differs after writing")
+    except BaseException:
+        for rel in written:
+            write_atomically(plan.root / rel, plan.original[rel])
+        raise
+
+
+def _say(line: str, *, err: bool = False) -> None:
+    print(line, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def load_manifest() -> dict[str, Any]:
+    path = Path(os.environ.get("PATCHSET_MANIFEST", str(MANIFEST)))
+    try:
+        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StartRefusedError(
+            f"cannot read {path}: {exc.strerror} (is the bundle mounted?)"
+        ) from None
+    except ValueError as exc:
+        raise StartRefusedError(f"{path} is not a patchset manifest: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != "patchset.manifest/1":
+        raise StartRefusedError(f"{path} is not a patchset manifest (schema patchset.manifest/1)")
+    return manifest
 
 
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
-    manifest_path = Path(os.environ.get("PATCHSET_MANIFEST", str(MANIFEST)))
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     verify = argv[:1] == ["--verify"]
-    results, ok = run_patches(manifest, verify=verify)
-    if verify:
-        print(json.dumps({"ok": ok, "registry": manifest["registry"], "results": results}))
-        return 0 if ok else 1
-    for result in results:
-        print(f"patchset: {result['patch']} ({result['apply']}): {result['state']}", flush=True)
     policy = os.environ.get("PATCHSET_ON_FAILURE", "fail")
-    if not ok and policy != "warn":
-        print(
-            "patchset: a patch failed; not starting vllm (PATCHSET_ON_FAILURE=warn to go on)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
+    manifest: dict[str, Any] = {"serve_args": [], "env": {}}
+    ok, refusal = True, None
+    plugins: list[str] = []
+    try:
+        manifest = load_manifest()
+        stock = manifest.get("delivery") == "stock"
+        if stock and (HERE / "plugins").is_dir():
+            sys.path.insert(0, str(HERE / "plugins"))
+        version = release_check(manifest, vllm_root()) if stock else manifest["vllm"]
+        results, ok, plan, plugins = run_patches(manifest, verify=verify)
+        if ok and not verify:
+            try:
+                commit(plan)
+            except (PatchFailedError, OSError) as exc:
+                ok = False
+                results.append({"patch": "write", "apply": "-", "state": f"FAILED: {exc}"})
+    except StartRefusedError as exc:
+        ok, refusal, results, version = False, str(exc), [], "?"
+    if verify:
+        print(json.dumps({"ok": ok, "registry": manifest.get("registry"), "error": refusal,
+                          "results": results}))  # fmt: skip
+        return 0 if ok else 1
+    if refusal is None:
+        _say(f"patchset: vLLM {version} at {vllm_root()}; GPU: {results[0]['state']}")
+    for result in results[1:]:
+        _say(f"patchset: {result['patch']} ({result['apply']}): {result['state']}")
+    if not ok:
+        reason = refusal or "a patch failed; vLLM's files are left as they were"
+        if policy != "warn":
+            _say(f"patchset: {reason}; not starting vllm (PATCHSET_ON_FAILURE=warn to go on)",
+                 err=True)  # fmt: skip
+            return REFUSED
+        _say(f"patchset: {reason}; starting vllm unpatched (PATCHSET_ON_FAILURE=warn)", err=True)
+        plugins = []
+    for key, value in manifest.get("env", {}).items():
+        os.environ.setdefault(key, value)
+    os.environ["PATCHSET_ACTIVE_PLUGINS"] = ",".join(plugins)
+    if (HERE / "plugins").is_dir() and manifest.get("delivery") == "stock":
+        path = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = str(HERE / "plugins") + (f"{os.pathsep}{path}" if path else "")
     program = os.environ.get("PATCHSET_EXEC", "vllm")
     args = [program, "serve", *manifest["serve_args"], *argv]
     elapsed = (time.perf_counter() - started) * 1000
-    print(f"patchset: ready in {elapsed:.0f} ms; exec {program} serve", flush=True)
+    _say(f"patchset: ready in {elapsed:.0f} ms; exec {program} serve")
     os.execvp(program, args)  # noqa: S606 - exec is the point: vllm replaces this process
     return 127  # not reached
 

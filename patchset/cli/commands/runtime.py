@@ -1,0 +1,76 @@
+"""`patchset runtime export`: a bundle that patches the stock vLLM image at container start."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.errors import ExitCode
+from patchset.image.definition import load_definition
+from patchset.registry import load_registry
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "runtime",
+        help="patches for the stock vLLM image without a rebuild (runtime export)",
+        description="Patches applied at container start by the stock vLLM image.",
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    e = actions.add_parser(
+        "export",
+        help="write a read-only bundle, compose.yaml and docker run line for a build definition",
+        description="Write a standard-library bundle (entrypoint, kernel, manifest, payloads,"
+        " plugins) that, mounted read-only into the stock image, applies the definition's"
+        " patches at start and execs `vllm serve`; with a compose.yaml service and"
+        " docker-run.sh. The release's files come from --source (default: the package index).",
+    )
+    e.add_argument("folder", type=Path, metavar="DIR")
+    e.add_argument(
+        "--build",
+        type=Path,
+        default=None,
+        metavar="BUILD_TOML",
+        help="the build definition (default: the only one in the builds folder)",
+    )
+    e.add_argument(
+        "--source",
+        metavar="SPEC",
+        help="where the release's files come from: index (default), PATH, git:PATH, image:REF",
+    )
+    e.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
+    e.add_argument("--offline", action="store_true", help="use the cache only")
+    e.add_argument("--format", choices=FORMATS, default="table")
+    e.set_defaults(handler=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from patchset.image.export import default_definition, export_runtime  # noqa: PLC0415
+    from patchset.sources import parse_source  # noqa: PLC0415
+
+    definition = load_definition(args.build or default_definition(args.builds))
+    registry = load_registry(args.registry)
+    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+    err = err_console()
+    report = export_runtime(
+        definition,
+        registry,
+        args.folder,
+        source=source,
+        log=lambda line: err.print(line, markup=False, highlight=False),
+    )
+    if args.format == "json":
+        print_json(report.to_dict())
+        return ExitCode.OK
+    con = console()
+    out = table(
+        f"runtime for {report.base} (vLLM {report.vllm}) in {report.folder}",
+        ["patch", "rev", "kind", "apply"],
+    )
+    for p in report.patches:
+        out.add_row(p["id"], str(p["revision"]), p["kind"], p["apply"])
+    con.print(out)
+    con.print(f"compose: {report.folder}/compose.yaml", markup=False)
+    con.print(f"docker run: {report.docker_run}", markup=False, soft_wrap=True)
+    return ExitCode.OK

@@ -1,0 +1,262 @@
+"""`patchset runtime export`: patches for the stock vLLM image, without building anything.
+
+The bundle is the same standard-library runtime a built image carries under /opt/patchset
+(the entrypoint and `patchset.kernel` as ``patchset_kernel``), a manifest with
+``"delivery": "stock"``, the definition's payloads (for provenance), the python patches as a
+plugin distribution under ``plugins/``, a ``compose.yaml`` service and the equivalent
+``docker run`` line. Mounted read-only at /opt/patchset into the stock image and started with
+``--entrypoint python3 ... /opt/patchset/entrypoint.py``, it applies every patch (build-time
+ones too) to the container's vLLM, checks and compiles the result, then execs ``vllm serve``.
+
+The files are checked against the release's own files, read from a release source (the
+package index's sdist by default): the sha256 of each file before and after goes into the
+manifest, so the container refuses a file that is not the release's.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchset.errors import TargetError, UsageError
+from patchset.image.build import (
+    LogSink,
+    patch_files,
+    pick_variants,
+    python_patches,
+    runtime_sources,
+    wanted_files,
+)
+from patchset.image.definition import BuildDefinition
+from patchset.image.manifest import RUNTIME_DIR
+from patchset.image.plugins import plugin_files
+from patchset.registry import Registry
+from patchset.sources import ReleaseSource, parse_source
+
+SERVICE = "vllm"
+PORT = "8000"
+HF_CACHE = "~/.cache/huggingface:/root/.cache/huggingface"
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    folder: Path
+    definition: str
+    vllm: str
+    base: str
+    registry: str
+    release_files: str  # where the release's files came from (the source's origin)
+    patches: tuple[dict[str, Any], ...]
+    files: tuple[str, ...]  # every file written, relative to `folder`
+    docker_run: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "patchset.runtime-export/1",
+            "folder": str(self.folder),
+            "definition": self.definition,
+            "vllm": self.vllm,
+            "base": self.base,
+            "registry": self.registry,
+            "release_files": self.release_files,
+            "patches": list(self.patches),
+            "files": list(self.files),
+            "docker_run": self.docker_run,
+        }
+
+
+def docker_run_args(definition: BuildDefinition, bundle: str) -> list[str]:
+    """``docker run`` with the bundle at `bundle` (a host path) mounted read-only."""
+    args = ["docker", "run", "--rm", "--gpus", "all", "--ipc=host", "-p", f"{PORT}:{PORT}"]
+    args += ["-v", f"{bundle}:{RUNTIME_DIR}:ro", "-v", HF_CACHE.replace("~", "$HOME", 1)]
+    for key, value in definition.env.items():
+        args += ["-e", f"{key}={value}"]
+    args += ["--entrypoint", "python3", definition.base, f"{RUNTIME_DIR}/entrypoint.py"]
+    return args
+
+
+def _yaml(value: str) -> str:
+    """A YAML double-quoted scalar (a JSON string is one)."""
+    return json.dumps(value)
+
+
+def compose_yaml(definition: BuildDefinition, registry: Registry) -> str:
+    lines = [
+        f"# Written by `patchset runtime export` from {definition.file.name} (vLLM"
+        f" {definition.vllm}, registry {registry.short_digest}).",
+        "# The stock image runs patchset's entrypoint from this folder, mounted read-only: it",
+        "# applies and checks the patches, then execs `vllm serve` with the definition's",
+        "# arguments and those of `command:`. Switches: PATCHSET_DISABLE=id,...,",
+        "# PATCHSET_ONLY=id,..., PATCHSET_ON_FAILURE=fail|warn, PATCHSET_COMPUTE_CAPABILITY.",
+        "services:",
+        f"  {SERVICE}:",
+        f"    image: {_yaml(definition.base)}",
+        f'    entrypoint: ["python3", "{RUNTIME_DIR}/entrypoint.py"]',
+        "    command: []",
+        "    volumes:",
+        f"      - {_yaml(f'./:{RUNTIME_DIR}:ro')}",
+        f"      - {_yaml(HF_CACHE)}",
+        "    environment:",
+    ]
+    lines += [f"      {key}: {_yaml(value)}" for key, value in definition.env.items()]
+    lines += [
+        '      PATCHSET_ON_FAILURE: "fail"',
+        "    ports:",
+        f'      - "{PORT}:{PORT}"',
+        "    ipc: host",
+        "    deploy:",
+        "      resources:",
+        "        reservations:",
+        "          devices:",
+        "            - driver: nvidia",
+        "              count: all",
+        "              capabilities: [gpu]",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def shell_line(args: list[str]) -> str:
+    """`args` as one shell line; $HERE and $HOME (and only they) expand when it runs."""
+    return " ".join(f'"{a}"' if "$HERE" in a or "$HOME" in a else shlex.quote(a) for a in args)
+
+
+def _run_script(definition: BuildDefinition) -> str:
+    quoted = shell_line(docker_run_args(definition, "$HERE"))
+    return (
+        "#!/bin/sh\n"
+        "# The `docker run` equivalent of compose.yaml; extra arguments go to `vllm serve`.\n"
+        'HERE="$(cd "$(dirname "$0")" && pwd)"\n'
+        f'exec {quoted} "$@"\n'
+    )
+
+
+def _check_folder(folder: Path) -> None:
+    """`folder` is new, empty, or an earlier export (replaced whole)."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise TargetError("not a folder", path=folder)
+    entries = list(folder.iterdir())
+    if entries and not (folder / "manifest.json").is_file():
+        raise TargetError(
+            "folder is not empty and holds no earlier export: pick a new one", path=folder
+        )
+
+
+def export_runtime(
+    definition: BuildDefinition,
+    registry: Registry,
+    folder: Path,
+    *,
+    source: ReleaseSource | None = None,
+    log: LogSink | None = None,
+) -> ExportReport:
+    """Write the stock-image bundle of `definition` to `folder`; nothing half-written."""
+    sink: LogSink = log or (lambda _line: None)
+    definition.check_patches(registry)
+    _check_folder(folder)
+    variants = pick_variants(definition, registry)
+    wanted = wanted_files(registry, variants)
+    source = source or parse_source(None)
+    with source.open(definition.vllm) as tree:
+        originals = {rel: tree.read(rel) for rel in wanted}
+        origin = tree.info.origin
+    sink(f"release files: {origin}")
+    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
+        _, entries = patch_files(
+            definition,
+            registry,
+            Path(tmp) / "tree",
+            variants=variants,
+            originals=originals,
+            log=sink,
+        )
+    manifest = {
+        "schema": "patchset.manifest/1",
+        "delivery": "stock",
+        "registry": registry.digest,
+        "vllm": definition.vllm,
+        "vllm_root": None,  # found at start by the image's own python3
+        "base": {"name": definition.base},
+        "release_files": origin,
+        "serve_args": list(definition.serve_args),
+        "env": dict(definition.env),
+        "patches": entries,
+    }
+    files: dict[str, bytes] = dict(runtime_sources())
+    files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
+    for patch_id, variant in variants.items():
+        patch = registry.get(patch_id)
+        for name in ("patch.toml", variant.name):
+            files[f"payloads/{patch_id}/{name}"] = (patch.folder / name).read_bytes()
+    for rel, data in plugin_files(python_patches(registry, variants)).items():
+        files[f"plugins/{rel}"] = data
+    files["compose.yaml"] = compose_yaml(definition, registry).encode()
+    files["docker-run.sh"] = _run_script(definition).encode()
+    _write_bundle(folder, files)
+    sink(f"wrote {len(files)} files to {folder}")
+    return ExportReport(
+        folder=folder,
+        definition=definition.name,
+        vllm=definition.vllm,
+        base=definition.base,
+        registry=registry.digest,
+        release_files=origin,
+        patches=tuple(
+            {k: e[k] for k in ("id", "revision", "kind", "apply", "variant", "payload_sha256")}
+            for e in entries
+        ),
+        files=tuple(sorted(files)),
+        docker_run=shell_line(docker_run_args(definition, str(folder.resolve()))),
+    )
+
+
+def _write_bundle(folder: Path, files: dict[str, bytes]) -> None:
+    """Write into a sibling staging folder, then swap it in: readable by every user (the
+    container may run as another one), never half-written."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    old = folder.with_name(f".{folder.name}.old")
+    try:
+        for rel, data in files.items():
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            path.chmod(0o755 if rel == "docker-run.sh" else 0o644)
+        for sub in sorted({p for p in staging.rglob("*") if p.is_dir()}):
+            sub.chmod(0o755)
+        staging.chmod(0o755)
+        if folder.exists():
+            if old.exists():
+                shutil.rmtree(old)
+            folder.rename(old)
+        staging.rename(folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old.exists() and not folder.exists():
+            old.rename(folder)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def default_definition(builds: Path) -> Path:
+    """The one definition in `builds`, when there is exactly one."""
+    found = sorted(builds.glob("*.toml")) if builds.is_dir() else []
+    if len(found) != 1:
+        names = ", ".join(p.name for p in found) or "none"
+        raise UsageError(f"say which definition with --build ({builds} holds {names})")
+    return found[0]
+
+
+__all__ = [
+    "ExportReport",
+    "compose_yaml",
+    "default_definition",
+    "docker_run_args",
+    "export_runtime",
+]

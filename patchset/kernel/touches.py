@@ -1,0 +1,74 @@
+"""What a `python` patch touches: module and attribute names, found in a release's files.
+
+A python patch rebinds or wraps names in vLLM at run time (through vLLM's plugin hook), so it
+edits no file; it declares ``touches = ["vllm.envs:is_set", "vllm.x.y:Class.method"]``
+instead. Whether those names still exist is read from the release's source with `ast`
+(nothing is imported or run), so the host check and an image's own Python agree.
+Standard library only: the image entrypoint uses it at container start.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def parse_touch(spec: str) -> tuple[str, str]:
+    """``"vllm.envs:is_set"`` as ``("vllm.envs", "is_set")``; ValueError when malformed."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not _MODULE.match(module) or not _ATTR.match(attr):
+        raise ValueError(f"{spec!r}: expected module:attribute, e.g. 'vllm.envs:is_set'")
+    return module, attr
+
+
+def module_files(module: str) -> tuple[str, str]:
+    """The two files a module can be: ``a/b.py`` and ``a/b/__init__.py``."""
+    base = module.replace(".", "/")
+    return f"{base}.py", f"{base}/__init__.py"
+
+
+def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names a block binds at its own level, looking into if/try/with blocks (where vLLM puts
+    optional imports), with the node that binds each (a class, to look inside)."""
+    names: dict[str, ast.AST] = {}
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Name):
+                        names.setdefault(sub.id, node)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                names.setdefault((alias.asname or alias.name).split(".")[0], node)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+            blocks += [h.body for h in getattr(node, "handlers", [])]
+            for block in blocks:
+                for name, bound in _bound_names(block).items():
+                    names.setdefault(name, bound)
+    return names
+
+
+def defines(source: bytes | str, attr: str) -> bool:
+    """Whether the module source binds `attr` (``"Class.method"`` looks inside the class)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    body: list[ast.stmt] = tree.body
+    parts = attr.split(".")
+    for depth, part in enumerate(parts):
+        node = _bound_names(body).get(part)
+        if node is None:
+            return False
+        if depth < len(parts) - 1:
+            if not isinstance(node, ast.ClassDef):
+                return False
+            body = node.body
+    return True
