@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from patchset.adapters.actions import escape_data, escape_property, workflow_command
 from patchset.engine.apply import ApplyReport, PatchResult, apply, revert
 from patchset.errors import ExitCode, PatchsetError
 from patchset.registry import Patch, Registry, Variant, load_registry
@@ -42,8 +43,11 @@ __all__ = [
     "apply",
     "build",
     "check",
+    "escape_data",
+    "escape_property",
     "load_registry",
     "revert",
+    "workflow_command",
 ]
 
 _LAZY = {"build", "BuildReport"}  # patchset.image.build imports the Docker SDK

@@ -34,6 +34,7 @@ class ExitCode:
     OUT_OF_RANGE = 5
     ALREADY_APPLIED = 6
     APPLIED_WITH_WARNINGS = 7
+    INTERNAL = 70  # a bug: an exception patchset did not expect (EX_SOFTWARE of sysexits.h)
     INTERRUPTED = 130
 
 

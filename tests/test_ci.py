@@ -17,9 +17,9 @@ import jsonschema
 import pytest
 import yaml
 
-from patchset import schemas
-from patchset.cli.github import command, escape_data, escape_property
+from patchset import escape_data, escape_property, schemas, workflow_command
 from tests.releases import materialize
+from tests.workflow_commands import parse, read_annotations
 
 REPO = Path(__file__).parent.parent
 TMA_FILE = "vllm/model_executor/layers/fla/ops/utils.py"
@@ -42,8 +42,33 @@ def run(
 def test_workflow_command_escaping() -> None:
     assert escape_data("50% a\nb\r") == "50%25 a%0Ab%0D"
     assert escape_property("a:b,c") == "a%3Ab%2Cc"
-    line = command("error", "two\nlines", file="patches/x/patch.diff", title="x r1: conflict, 0.20")
+    line = workflow_command(
+        "error", "two\nlines", file="patches/x/patch.diff", title="x r1: conflict, 0.20"
+    )
     assert line == "::error file=patches/x/patch.diff,title=x r1%3A conflict%2C 0.20::two%0Alines"
+    assert workflow_command("error", "a\nb") == "::error::a%0Ab"  # escaped with no properties
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        "100% sure",
+        "%0A is not a newline",
+        "two\nlines\r\nand a third",
+        "a :: in the middle ::error::",
+        "commas, colons: and = signs",
+        "%25%3A%2C literally",
+        "",
+    ],
+)
+def test_hostile_details_round_trip_through_the_runners_syntax(detail: str) -> None:
+    title = f"t: {detail}, again"
+    line = workflow_command("warning", detail, file=f"patches/{detail}/x.diff", line=3, title=title)
+    assert "\n" not in line and "\r" not in line
+    cmd = parse(line)
+    assert cmd is not None and cmd.name == "warning"
+    assert cmd.data == detail
+    assert cmd.properties == {"file": f"patches/{detail}/x.diff", "line": "3", "title": title}
 
 
 def open_ended_registry(tmp_path: Path) -> Path:
@@ -68,15 +93,19 @@ def test_github_annotations_fail_on_an_in_range_conflict(tmp_path: Path) -> None
     )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
-    errors = [line for line in lines if line.startswith("::error ")]
-    assert len(errors) == 1  # 0.20.0 and 0.21.0 folded into one annotation
-    assert errors[0].startswith(
-        "::error file=patches/fla-tma-sm12x/patch.diff,"
-        "title=fla-tma-sm12x r1 on vLLM 0.20.0..0.21.0 (2)%3A conflict::"
-    )
-    assert "hunk" in errors[0]
+    # 0.20.0 and 0.21.0 folded into one annotation
+    (error,) = [a for a in read_annotations(proc.stdout) if a.name == "error"]
+    assert error.properties == {
+        "file": "patches/fla-tma-sm12x/patch.diff",
+        "line": "3",  # the failing hunk's @@ line in the payload
+        "title": "fla-tma-sm12x r1: conflict on vLLM 0.20.0..0.21.0 (2)",
+    }
+    assert error.data.startswith("vLLM 0.20.0, 0.21.0: ")
+    assert "hunk #1" in error.data
     assert lines[-1].endswith("; 2 in range need attention")
-    assert "| `fla-tma-sm12x` r1 | needed | conflict | conflict |" in summary.read_text()
+    text = summary.read_text()
+    assert "| `fla-tma-sm12x` r1 | needed | conflict | conflict |" in text
+    assert text.index("Needs attention (in range)") < text.index("<details>")
 
 
 @pytest.mark.network
@@ -87,9 +116,10 @@ def test_github_warning_for_an_offset(tmp_path: Path) -> None:
     path.write_text("# a line\n# and another\n" + path.read_text())  # the hunk moves by 2
     proc = run("check", "--source", str(tree), "--format", "github", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    (warning,) = [line for line in proc.stdout.splitlines() if line.startswith("::")]
-    assert warning.startswith("::warning file=patches/fla-tma-sm12x/patch.diff,")
-    assert "offset" in warning
+    (warning,) = read_annotations(proc.stdout)
+    assert warning.name == "warning"
+    assert warning.properties["file"] == "patches/fla-tma-sm12x/patch.diff"
+    assert "offset" in warning.data
 
 
 def load_yaml(path: Path) -> Any:

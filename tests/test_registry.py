@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
+from patchset.kernel.capability import in_scope
 from patchset.registry import load_registry
 
 REPO = Path(__file__).parent.parent
@@ -32,7 +33,8 @@ def test_real_registry_loads() -> None:
     tma = registry.get("fla-tma-sm12x")
     assert tma.kind == "diff" and tma.apply == "build"
     assert tma.upstream.pr == "vllm-project/vllm#36325"
-    assert tma.hardware.allows((12, 0)) and not tma.hardware.allows((9, 0))
+    scope = str(tma.hardware.compute_capability)
+    assert in_scope(scope, (12, 0)) and not in_scope(scope, (9, 0))
     assert tma.in_range("0.19.1") and not tma.in_range("0.20.0")
     tolist = registry.get("tolist-cudagraph")
     assert tolist.kind == "runtime" and tolist.apply == "startup"
@@ -41,6 +43,20 @@ def test_real_registry_loads() -> None:
         "b-prefill-attention-capture",
     ]
     assert registry.digest.startswith("sha256:") and len(registry.digest) == 71
+
+
+@pytest.mark.parametrize(
+    ("scope", "inside", "outside"),
+    [("~=12.0", (12, 1), (13, 0)), ("==12.*", (12, 9), (11, 0)), (">=9.0,<12.0", (9, 0), (12, 0))],
+)
+def test_a_scope_that_loads_is_evaluated_as_it_runs_in_the_image(
+    tmp_path: Path, scope: str, inside: tuple[int, int], outside: tuple[int, int]
+) -> None:
+    root = copy_registry(tmp_path)
+    edit(root / "fla-tma-sm12x" / "patch.toml", '">=12.0"', f'"{scope}"')
+    loaded = load_registry(root).get("fla-tma-sm12x").hardware.compute_capability
+    assert loaded is not None
+    assert in_scope(str(loaded), inside) and not in_scope(str(loaded), outside)
 
 
 def test_digest_changes_with_payload(tmp_path: Path) -> None:
@@ -86,6 +102,19 @@ def test_digest_changes_with_payload(tmp_path: Path) -> None:
         ("patch.toml", 'targets = ["vllm/', 'targets = ["/vllm/', "absolute paths are refused"),
         ("patch.toml", 'id = "fla-tma-sm12x"', 'id = "other-id"', "differs from the folder"),
         ("patch.toml", "[hardware]", "[hardware\n", "not valid TOML"),
+        (
+            "patch.toml",
+            'compute_capability = ">=12.0"',
+            'compute_capability = "===12.0"',
+            "hardware.compute_capability: '===12.0' in '===12.0' is not a compute-capability"
+            " clause",
+        ),
+        (
+            "patch.toml",
+            'compute_capability = ">=12.0"',
+            'compute_capability = ">=12.0.1"',
+            "hardware.compute_capability: '>=12.0.1' in '>=12.0.1' is not a compute-capability",
+        ),
         ("patch.diff", "@@ -152,7 +152,11 @@", "@@ -152,7 +152 @", "malformed hunk header"),
         ("patch.diff", "+++ b/vllm/", "+++ b/../vllm/", "'..' is refused"),
     ],

@@ -121,6 +121,17 @@ def open_repo(path: Path | str) -> GitRepo:
     return GitRepo(repo, folder)
 
 
+def toplevel(path: Path | str) -> Path | None:
+    """The top folder of the git work tree holding `path`; None outside one."""
+    try:
+        repo = git.Repo(Path(path).resolve(), search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    with repo:
+        top = repo.working_tree_dir
+    return Path(top) if top else None
+
+
 def _clean(path: str) -> str:
     pure = PurePosixPath(path.strip("/"))
     if ".." in pure.parts or not pure.parts:

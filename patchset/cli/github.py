@@ -1,75 +1,238 @@
 """`patchset check --format github`: workflow commands that GitHub Actions shows as
-annotations on the patch files, plus the markdown table in the job summary when there is one.
+annotations on the patch files, and a job summary when `$GITHUB_STEP_SUMMARY` is set.
 
-`::error` for each in-range `conflict`, `partial` or `missing-target` (what fails the check);
-`::warning` for an in-range patch that only applies at an offset or with fuzz (refresh it)
-and for signals that disagree. Releases with the same finding are folded into one line.
+- `::error` for an in-range `conflict`, `partial` or `missing-target` (what fails the check);
+  `::warning` for an in-range patch that applies only at an offset or with fuzz, and for
+  signals that disagree.
+- One annotation per (patch, finding), with the releases listed; the detail shown is the
+  newest release's.
+- `file=` is the payload relative to the repository root (`$GITHUB_WORKSPACE`, else the git
+  top level, else the working folder); `line=` the failing hunk's `@@` line in the diff, or
+  the failing site's `anchor =` line in `sites.toml` (a missing file: its header line).
+- GitHub shows at most 10 annotations of a kind per step: past that, the last one shown
+  rolls up the rest, which the job summary lists in full.
+- The summary lists in-range attention first, then warnings; out-of-range results are
+  folded into a `<details>` block with the full table.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from patchset.adapters.actions import workflow_command
+from patchset.cli.output import err_console
 from patchset.registry import Registry
 from patchset.release_check.verdicts import CheckReport, CheckResult
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+WORKSPACE_ENV = "GITHUB_WORKSPACE"
+PER_STEP = 10  # annotations of one level GitHub shows for a step; more are dropped
 
 
-def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+@dataclass(frozen=True)
+class Finding:
+    """One annotation: a patch's finding, folded over the releases that share it."""
+
+    level: str  # error | warning
+    patch: str
+    what: str  # the verdict, or "signals disagree"
+    results: tuple[CheckResult, ...]  # oldest release first
+
+    @property
+    def newest(self) -> CheckResult:
+        return self.results[-1]
+
+    @property
+    def releases(self) -> list[str]:
+        return [r.vllm for r in self.results]
+
+    def detail(self) -> str:
+        newest = self.newest
+        text = f"{newest.verdict}; {newest.disagreement}" if self.what == "signals disagree" else ""
+        text = text or newest.detail
+        if len({r.detail for r in self.results}) > 1:
+            text += f" (the detail differs between releases; this is {newest.vllm}'s)"
+        return text
 
 
-def escape_property(text: str) -> str:
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+def findings(report: CheckReport) -> list[Finding]:
+    """The annotations to make, errors first, each in the report's order."""
+    groups: dict[tuple[str, str, str], list[CheckResult]] = {}
+    for r in report.results:
+        if r.needs_attention:
+            groups.setdefault(("error", r.patch, r.verdict), []).append(r)
+        elif r.in_range and r.verdict == "needed" and r.detail != "applies cleanly":
+            groups.setdefault(("warning", r.patch, "needs a refresh"), []).append(r)
+        if r.disagreement and r.in_range:
+            groups.setdefault(("warning", r.patch, "signals disagree"), []).append(r)
+    found = [Finding(level, p, what, tuple(rs)) for (level, p, what), rs in groups.items()]
+    return sorted(found, key=lambda f: f.level != "error")
 
 
-def command(level: str, message: str, **properties: str) -> str:
-    props = ",".join(f"{key}={escape_property(value)}" for key, value in properties.items())
-    return f"::{level} {props}::{escape_data(message)}" if props else f"::{level}::{message}"
+def repo_root(environ: dict[str, str] | None = None) -> Path:
+    """Where `file=` paths start: $GITHUB_WORKSPACE, else the git top level, else cwd."""
+    env = os.environ if environ is None else environ
+    if env.get(WORKSPACE_ENV):
+        return Path(env[WORKSPACE_ENV])
+    from patchset.adapters.gitrepo import toplevel  # noqa: PLC0415  (GitPython: only here)
+
+    return toplevel(Path.cwd()) or Path.cwd()
 
 
-def _shown(path: Path) -> str:
-    """The path as the workflow's checkout sees it: relative to the working folder if inside."""
+def shown(path: Path, root: Path) -> str:
+    """`path` relative to `root` (both resolved), else as it is."""
     try:
-        return path.absolute().relative_to(Path.cwd()).as_posix()
-    except ValueError:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
         return path.as_posix()
+
+
+_SITE_START = re.compile(r"^\s*\[\[\s*site\s*\]\]")
+_KEY = re.compile(r"""^\s*(name|file|anchor)\s*=\s*(?:(["'])(.*?)\2)?""")
+
+
+def payload_line(payload: Path, result: CheckResult) -> int | None:
+    """The 1-based line in `payload` of the first thing that did not fit in `result`."""
+    try:
+        lines = payload.read_text(encoding="utf-8", errors="replace").split("\n")
+    except OSError:
+        return None
+    if payload.name.endswith(".toml"):
+        return _site_line(lines, result)
+    return _diff_line(lines, result)
+
+
+def _diff_line(lines: list[str], result: CheckResult) -> int | None:
+    hunks = {(f, n) for f, n in result.failing_hunks}
+    headers: dict[str, int] = {}
+    current, count = "", 0
+    for number, line in enumerate(lines, start=1):
+        if line.startswith("--- ") and number < len(lines) and lines[number].startswith("+++ "):
+            path = lines[number][4:].split("\t")[0].strip()
+            current, count = (path[2:] if path.startswith("b/") else path), 0
+            headers.setdefault(current, number)
+        elif line.startswith("@@") and current:
+            count += 1
+            if (current, count) in hunks:
+                return number
+    for missing in result.missing:
+        if missing in headers:
+            return headers[missing]
+    return None
+
+
+def _site_line(lines: list[str], result: CheckResult) -> int | None:
+    sites: list[dict[str, tuple[str, int]]] = []
+    for number, line in enumerate(lines, start=1):
+        if _SITE_START.match(line):
+            sites.append({})
+        elif sites and (match := _KEY.match(line)):
+            sites[-1].setdefault(match[1], (match[3] or "", number))
+    for site in sites:
+        if "name" in site and site["name"][0] in result.failing_sites and "anchor" in site:
+            return site["anchor"][1]
+    for site in sites:
+        if "file" in site and site["file"][0] in result.missing:
+            return site["file"][1]
+    return None
 
 
 def _span(versions: list[str]) -> str:
     return versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]} ({len(versions)})"
 
 
-def workflow_commands(report: CheckReport, registry: Registry) -> list[str]:
-    groups: dict[tuple[str, str, str, str], list[CheckResult]] = {}
-    for r in report.results:
-        if r.needs_attention:
-            groups.setdefault(("error", r.patch, r.verdict, r.detail), []).append(r)
-        elif r.in_range and r.verdict == "needed" and r.detail != "applies cleanly":
-            groups.setdefault(("warning", r.patch, r.verdict, r.detail), []).append(r)
-        if r.disagreement:
-            key = ("warning", r.patch, "signals disagree", f"{r.verdict}; {r.disagreement}")
-            groups.setdefault(key, []).append(r)
-    lines = []
-    for (level, patch_id, what, detail), results in groups.items():
-        patch = registry.get(patch_id)
-        first = results[0]
-        payload = patch.folder / first.variant
-        file = payload if payload.is_file() else patch.folder / "patch.toml"
-        title = f"{patch_id} r{patch.revision} on vLLM {_span([r.vllm for r in results])}: {what}"
-        lines.append(command(level, detail, file=_shown(file), title=title))
+def annotation(finding: Finding, registry: Registry, root: Path) -> str:
+    patch = registry.get(finding.patch)
+    newest = finding.newest
+    payload = patch.folder / newest.variant
+    file = payload if payload.is_file() else patch.folder / "patch.toml"
+    line = payload_line(payload, newest) if payload.is_file() else None
+    title = f"{finding.patch} r{patch.revision}: {finding.what} on vLLM {_span(finding.releases)}"
+    message = f"vLLM {', '.join(finding.releases)}: {finding.detail()}"
+    return workflow_command(finding.level, message, file=shown(file, root), line=line, title=title)
+
+
+def workflow_commands(
+    report: CheckReport, registry: Registry, root: Path | None = None
+) -> list[str]:
+    """The annotations, at most PER_STEP of each level (the last one rolling up the rest)."""
+    root = repo_root() if root is None else root
+    lines: list[str] = []
+    for level in ("error", "warning"):
+        these = [f for f in findings(report) if f.level == level]
+        shown_here = these if len(these) <= PER_STEP else these[: PER_STEP - 1]
+        lines += [annotation(f, registry, root) for f in shown_here]
+        rest = these[len(shown_here) :]
+        if rest:
+            listed = "; ".join(f"{f.patch}: {f.what} on {_span(f.releases)}" for f in rest)
+            lines.append(
+                workflow_command(
+                    level,
+                    f"{len(rest)} more not shown as annotations (GitHub shows {PER_STEP} per"
+                    f" step; the job summary lists them all): {listed}",
+                    title=f"patchset check: {len(rest)} more {level}s",
+                )
+            )
     return lines
 
 
+def summary(report: CheckReport, registry: Registry, table: str) -> str:
+    """The job summary: in-range attention first, then warnings; out of range folded."""
+    found = findings(report)
+    failing = sum(1 for r in report.results if r.needs_attention)
+    checked = _span([i.version for i in report.releases]) if report.releases else "none"
+    out = [
+        "## patchset check",
+        "",
+        f"registry `{registry.short_digest}`, releases {checked}: "
+        + (
+            f"**{failing} in range need attention**"
+            if failing
+            else "nothing in range needs attention"
+        ),
+        "",
+    ]
+    for level, heading in (
+        ("error", "Needs attention (in range)"),
+        ("warning", "Warnings (in range)"),
+    ):
+        these = [f for f in found if f.level == level]
+        if these:
+            out += [f"### {heading}", ""]
+            out += [
+                f"- **`{f.patch}`: {f.what}** on vLLM {', '.join(f.releases)}: {f.detail()}"
+                for f in these
+            ]
+            out.append("")
+    outside = [r for r in report.results if not r.in_range]
+    out += [
+        f"<details><summary>Every verdict ({len(outside)} out of range)</summary>",
+        "",
+        table,
+        "",
+        "</details>",
+        "",
+    ]
+    return "\n".join(out)
+
+
 def render(report: CheckReport, registry: Registry, markdown: str) -> str:
-    """The workflow commands, one per line; `markdown` goes to the job summary if set."""
-    summary = os.environ.get(SUMMARY_ENV)
-    if summary:
-        with Path(summary).open("a", encoding="utf-8") as fh:
-            fh.write(markdown + "\n")
+    """The workflow commands, one per line, and a closing line; the summary (around the
+    `markdown` table) is appended to `$GITHUB_STEP_SUMMARY` when set. A summary that cannot
+    be written is a warning (stderr and an annotation); the exit code stays the check's."""
     lines = workflow_commands(report, registry)
+    target = os.environ.get(SUMMARY_ENV)
+    if target:
+        try:
+            with Path(target).open("a", encoding="utf-8") as fh:
+                fh.write(summary(report, registry, markdown) + "\n")
+        except OSError as exc:
+            why = f"{SUMMARY_ENV}={target}: cannot write the job summary: {exc.strerror or exc}"
+            err_console().print(f"patchset: warning: {why}", markup=False, soft_wrap=True)
+            lines.append(workflow_command("warning", why, title="patchset check"))
     failing = sum(1 for r in report.results if r.needs_attention)
     checked = _span([i.version for i in report.releases]) if report.releases else "none"
     lines.append(

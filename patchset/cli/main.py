@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
+import traceback
 from collections.abc import Sequence
-from pathlib import Path
+from typing import Any
 
 from patchset import __version__
+from patchset.adapters.actions import workflow_command
+from patchset.cli import options
 from patchset.cli.commands import add as add_cmd
 from patchset.cli.commands import apply as apply_cmd
 from patchset.cli.commands import bake as bake_cmd
 from patchset.cli.commands import check as check_cmd
+from patchset.cli.commands import completion as completion_cmd
 from patchset.cli.commands import image as image_cmd
 from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
 from patchset.cli.output import err_console
-from patchset.errors import ExitCode, PatchsetError
+from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import resolve
 
 COMMANDS = (
@@ -31,58 +37,137 @@ COMMANDS = (
     project_cmd,
     bake_cmd,
     runtime_cmd,
+    completion_cmd,
 )
 
 EPILOG = """\
 exit codes: 0 ok; 1 a conflict or partial patch (nothing written); 2 bad usage or input;
 3 a source, the index or Docker unavailable; 4 a target file missing; 5 out of the patch's
-release range; 6 already applied (nothing to do); 7 applied, with offsets or fuzz.
-See docs/exit-codes.md."""
+release range; 6 already applied (nothing to do); 7 applied, with offsets or fuzz;
+70 an internal error (a bug); 130 interrupted; 141 output closed early (a broken pipe).
+See docs/exit-codes.md. `patchset COMMAND --help` names each command's own.
+
+example:
+  patchset check --since 0.19.0"""
+
+DEBUG_ENV = "PATCHSET_DEBUG"
+BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = options.Parser(
         prog="patchset",
         description="Patch registry, apply engine, release check and image builds for vLLM.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"patchset {__version__}")
-    parser.add_argument(
-        "--registry",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="the patch registry folder (default: $PATCHSET_REGISTRY, else [tool.patchset]"
-        " registry in the nearest pyproject.toml, else ./patches)",
-    )
-    parser.add_argument(
-        "--builds",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="the build definitions folder (default: $PATCHSET_BUILDS, else [tool.patchset]"
-        " builds in the nearest pyproject.toml, else ./builds)",
-    )
+    options.add_global_options(parser, in_command=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parsers(sub)
+    _finish_commands(sub, [])
     return parser
+
+
+def _finish_commands(sub: argparse._SubParsersAction[Any], path: list[str]) -> None:
+    """Every command parser, nested ones too (`runtime export`): the global options, and a
+    help footer with its exit codes and one example."""
+    seen: set[int] = set()
+    for name, command in sub.choices.items():
+        if id(command) in seen:
+            continue
+        seen.add(id(command))
+        full = " ".join([*path, name])
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        for action in nested:
+            _finish_commands(action, [*path, name])
+        options.add_global_options(command, in_command=True)
+        if "exit codes:" not in (command.description or ""):
+            command.epilog = options.footer(full)
+        else:
+            command.epilog = "example:\n  " + options.COMMAND_HELP.get(full, ("", full))[1]
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
+class _Handler(logging.Handler):
+    """Library log lines on stderr as `patchset: [level: ]message`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        try:
+            sys.stderr.write(f"patchset: {level}{one_line(record.getMessage())}\n")
+        except Exception:  # logging must never raise: its own error path
+            self.handleError(record)
+
+
+def configure_logging(verbose: int, quiet: int) -> None:
+    """Warnings by default, -v info (downloads, retries), -vv debug, -q errors only."""
+    level = logging.WARNING - 10 * verbose + 10 * quiet
+    logger = logging.getLogger("patchset")
+    reset_logging()
+    logger.addHandler(_Handler())
+    logger.setLevel(max(logging.DEBUG, min(level, logging.CRITICAL)))
+    logger.propagate = False
+
+
+def reset_logging() -> None:
+    """Undo configure_logging (main() does, so in-process callers keep their own set-up)."""
+    logger = logging.getLogger("patchset")
+    for handler in [h for h in logger.handlers if isinstance(h, _Handler)]:
+        logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True
+
+
+def _fatal(args: argparse.Namespace | None, message: str) -> None:
+    """One line on stderr; under --format github also an `::error::` workflow command."""
+    err_console().print(f"patchset: error: {message}", markup=False, soft_wrap=True)
+    if args is not None and getattr(args, "format", None) == "github":
+        line = workflow_command("error", message, title=f"patchset {args.command}")
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe: point stdout at /dev/null so the exit flush raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout with no file descriptor (tests): nothing to do
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args: argparse.Namespace | None = None
     try:
+        args = parser.parse_args(argv)
+        configure_logging(args.verbose, args.quiet)
         project = resolve(registry=args.registry, builds=args.builds)
         args.registry, args.builds = project.registry, project.builds
         code: int = args.handler(args)
+        sys.stdout.flush()
     except PatchsetError as exc:
-        err_console().print(f"patchset: error: {exc}", markup=False, soft_wrap=True)
+        _fatal(args, str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
         err_console().print("patchset: interrupted", markup=False)
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return BROKEN_PIPE
+    except Exception as exc:  # the catch-all: one line, and a traceback only on request
+        if os.environ.get(DEBUG_ENV) or (args is not None and args.traceback):
+            traceback.print_exc()
+        _fatal(
+            args,
+            f"internal error: {type(exc).__name__}: {one_line(str(exc))} (a bug in patchset;"
+            f" rerun with --traceback or {DEBUG_ENV}=1 for the details)",
+        )
+        return ExitCode.INTERNAL
+    finally:
+        reset_logging()
     return code
 
 

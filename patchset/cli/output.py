@@ -12,8 +12,15 @@ from rich.table import Table
 FORMATS = ("table", "json")
 
 
+PIPE_WIDTH = 10_000  # no terminal: lines are never wrapped (copied TOML must still parse)
+
+
 def console() -> Console:
-    return Console(soft_wrap=False, highlight=False)
+    """stdout for people: wrapped to the terminal, and never wrapped when piped or redirected."""
+    con = Console(soft_wrap=False, highlight=False)
+    if con.is_terminal:
+        return con
+    return Console(soft_wrap=True, highlight=False, width=PIPE_WIDTH)
 
 
 def err_console() -> Console:

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 from patchset.engine import transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.errors import ExitCode, TargetError, UsageError
-from patchset.kernel.vllm import read_version, vllm_root
+from patchset.kernel import vllm
 from patchset.registry import Patch, Registry
 
 Outcome = Literal[
@@ -158,6 +158,14 @@ def revert(
     )
 
 
+def _target_root(target: Path | str | None) -> Path:
+    try:
+        return vllm.target_root(target)
+    except vllm.NotATargetError as exc:
+        hint = "" if exc.path is not None else "; pass --target DIR"
+        raise TargetError(exc.message + hint, path=exc.path) from None
+
+
 def _run(
     operation: Literal["apply", "revert"],
     *,
@@ -169,7 +177,7 @@ def _run(
     ignore_range: bool,
     max_fuzz: int,
 ) -> ApplyReport:
-    root = vllm_root(target)
+    root = _target_root(target)
     selected = registry.select(ids)
     recovered: list[str] = []
     pending: dict[str, bytes | None] = {}  # a dry run's view of a roll-back still to come
@@ -181,7 +189,8 @@ def _run(
             transaction.check_journal(root)
         with transaction.locked(root):
             recovered = transaction.recover(root)
-    release = version or read_version(root)
+    found = vllm.read_version(root)
+    release = version or (found[0] if found else None)
     if release is not None:
         _check_version(release, given=version is not None, root=root)
 

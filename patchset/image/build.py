@@ -25,20 +25,10 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
 from patchset.image.plugins import plugin_files
+from patchset.kernel import vllm
 from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
-_FIND_VLLM = """
-import importlib.util, json, pathlib, re, sys
-spec = importlib.util.find_spec("vllm")
-if spec is None or not spec.submodule_search_locations:
-    print(json.dumps({"root": None})); raise SystemExit(0)
-pkg = pathlib.Path(next(iter(spec.submodule_search_locations)))
-text = (pkg / "_version.py").read_text() if (pkg / "_version.py").is_file() else ""
-m = re.search(r"__version__\\s*(?::[^=\\n]*)?=\\s*(?:version\\s*=\\s*)?['\\"]([^'\\"]+)", text)
-print(json.dumps({"root": str(pkg.parent), "version": m.group(1) if m else None,
-                  "python": sys.version.split()[0]}))
-"""
 
 
 @dataclass(frozen=True)
@@ -89,7 +79,7 @@ def runtime_sources() -> dict[str, bytes]:
 
 
 def locate_vllm(engine: dockerengine.Engine, image: str) -> tuple[str, str | None]:
-    out = engine.run_python(image, _FIND_VLLM, network=False)
+    out = engine.run_python(image, vllm.locate_script(), network=False)
     found = json.loads(out.strip().splitlines()[-1])
     if not found.get("root"):
         raise BuildError(f"{image}: its python3 finds no vllm package")

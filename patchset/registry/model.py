@@ -12,6 +12,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
+from patchset.kernel.capability import parse_scope
 from patchset.kernel.pycompile import compile_error
 from patchset.kernel.sites import ACTIONS, Action, Site
 from patchset.kernel.touches import defines, module_files, parse_touch
@@ -67,15 +68,9 @@ class Upstream:
 
 @dataclass(frozen=True)
 class Hardware:
-    compute_capability: SpecifierSet | None = None  # over "major.minor", e.g. ">=12.0"
+    # over "major.minor", e.g. ">=12.0"; evaluated by `patchset.kernel.capability.in_scope`
+    compute_capability: SpecifierSet | None = None
     note: str | None = None
-
-    def allows(self, capability: tuple[int, int] | None) -> bool:
-        if self.compute_capability is None:
-            return True
-        if capability is None:
-            return False
-        return self.compute_capability.contains(f"{capability[0]}.{capability[1]}")
 
 
 @dataclass(frozen=True)
@@ -395,10 +390,13 @@ def _hardware(top: Table) -> Hardware:
     table = top.table("hardware", required=False)
     if table is None:
         return Hardware()
-    hardware = Hardware(
-        compute_capability=table.specifier("compute_capability", required=False),
-        note=table.opt_str("note", required=False),
-    )
+    scope = table.specifier("compute_capability", required=False)
+    if scope is not None:
+        try:  # the evaluator the image runs: what loads here also runs there
+            parse_scope(str(scope))
+        except ValueError as exc:
+            raise table.error(str(exc), "compute_capability") from None
+    hardware = Hardware(compute_capability=scope, note=table.opt_str("note", required=False))
     table.finish()
     return hardware
 

@@ -60,6 +60,10 @@ class CheckResult:
     disagreement: str | None = None
     locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
     moved_to: tuple[str, ...] = ()
+    # what did not fit, for pointing at the payload (e.g. a `line=` of a GitHub annotation)
+    failing_hunks: tuple[tuple[str, int], ...] = ()  # (target file, hunk number from 1)
+    failing_sites: tuple[str, ...] = ()  # runtime site names
+    missing: tuple[str, ...] = ()  # target files not in the release
 
     @property
     def needs_attention(self) -> bool:
@@ -234,6 +238,11 @@ def _one(
         disagreement=decision.disagreement,
         locations=_locations(ev, states),
         moved_to=decision.moved,
+        failing_hunks=tuple((f, h.index) for f, h in ev.hunks if h.status == "failed"),
+        failing_sites=tuple(
+            s.site for s in ev.sites if s.status not in ("applies", "already-applied")
+        ),
+        missing=ev.missing,
     )
 
 

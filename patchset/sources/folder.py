@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from packaging.version import InvalidVersion, Version
 
 from patchset.errors import SourceError
+from patchset.kernel.vllm import read_version
 from patchset.sources.base import ReleaseInfo
 
 UNKNOWN = "unknown"
-_FOLDER_NAME = re.compile(r"^vllm-(?P<version>\d[^/]*)$")
 _SKIP_DIRS = {"__pycache__"}  # bytecode is no part of a release
 
 
@@ -88,31 +86,9 @@ class FolderSource:
 
 
 def folder_version(root: Path) -> str:
-    """The vLLM version in `root`, from the package's version module or the folder's name."""
-    for module in ("_version.py", "version.py"):
-        found = _assigned_version(root / "vllm" / module)
-        if found:
-            return found
-    match = _FOLDER_NAME.match(root.resolve().name)
-    return match["version"] if match else UNKNOWN
-
-
-def _assigned_version(path: Path) -> str | None:
-    """A string literal assigned to ``__version__`` (setuptools-scm writes
-    ``__version__ = version = '0.19.1'``). The file is parsed, never run."""
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if not isinstance(node, ast.Assign | ast.AnnAssign):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        names = {t.id for t in targets if isinstance(t, ast.Name)}
-        value = node.value
-        if "__version__" in names and isinstance(value, ast.Constant):
-            return value.value if isinstance(value.value, str) else None
-    return None
+    """The vLLM version in `root` (`patchset.kernel.vllm.read_version`), else "unknown"."""
+    found = read_version(root)
+    return found[0] if found else UNKNOWN
 
 
 def _same_version(wanted: str, held: str) -> bool:

@@ -1,8 +1,8 @@
 """The release inside a Docker image, e.g. an official ``vllm/vllm-openai`` image.
 
-The image's own python3 says where vLLM is (``importlib.util.find_spec("vllm")`` does not
-import a top-level package, so nothing of vLLM runs) and which version it is (the
-``.dist-info`` METADATA beside it, else ``vllm/_version.py``, parsed, never imported). The
+The image's own python3 says where vLLM is and which version it is, by running
+`patchset.kernel.vllm.locate` (`find_spec` does not import a top-level package, and the version
+files are parsed, never run, so nothing of vLLM runs). The
 ``vllm/`` folder's Python files are then copied out once, through the engine's archive API
 without starting anything, and held in memory.
 """
@@ -17,45 +17,8 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.adapters.dockerengine import Engine, ImageInfo, connect
 from patchset.errors import SourceError
+from patchset.kernel import vllm
 from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseTree
-
-# Run by the image's python3 (any 3.x the image has): where vllm is and what version it is.
-_LOCATE = r"""
-import ast, glob, importlib.util, json, os, sys
-out = {"python": sys.version.split()[0], "folder": None, "version": None, "via": None}
-try:
-    spec = importlib.util.find_spec("vllm")
-except (ImportError, ValueError):
-    spec = None
-if spec is not None and spec.submodule_search_locations:
-    folder = os.path.realpath(list(spec.submodule_search_locations)[0])
-    out["folder"] = folder
-    parent = os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
-    for meta in sorted(glob.glob(os.path.join(parent, "vllm-*.dist-info", "METADATA"))):
-        with open(meta, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    break
-                if line.startswith("Version:"):
-                    out["version"], out["via"] = line.split(":", 1)[1].strip(), meta
-                    break
-        if out["version"]:
-            break
-    if not out["version"]:
-        path = os.path.join(folder, "_version.py")
-        try:
-            with open(path, "rb") as fh:
-                tree = ast.parse(fh.read())
-        except (OSError, SyntaxError, ValueError):
-            tree = None
-        for node in tree.body if tree else []:
-            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-            names = {getattr(t, "id", None) for t in targets}
-            value = getattr(node, "value", None)
-            if "__version__" in names and isinstance(getattr(value, "value", None), str):
-                out["version"], out["via"] = value.value, path
-print(json.dumps(out))
-"""
 
 
 class ImageSource:
@@ -79,7 +42,7 @@ class ImageSource:
     def _locate(self) -> tuple[str, str, str]:
         if self._located is None:
             self._image = self.engine.ensure_image(self.ref)
-            raw = self.engine.run_python(self._image.id, _LOCATE, network=False)
+            raw = self.engine.run_python(self._image.id, vllm.locate_script(), network=False)
             try:
                 found = json.loads(raw.strip().splitlines()[-1])
             except (ValueError, IndexError) as exc:
@@ -92,8 +55,8 @@ class ImageSource:
                 )
             if not isinstance(version, str) or not isinstance(via, str):
                 raise SourceError(
-                    f"image {self.ref}: vllm at {folder} has neither a .dist-info METADATA"
-                    " nor a vllm/_version.py that names its version"
+                    f"image {self.ref}: vllm at {folder} has neither a vllm/_version.py"
+                    " nor a .dist-info that names its version"
                 )
             self._located = (folder, version, via)
         return self._located

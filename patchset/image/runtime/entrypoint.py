@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
@@ -41,11 +40,15 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
+    from patchset.kernel import vllm
+    from patchset.kernel.capability import Capability, in_scope, parse_capability
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import Site, apply_site, check_site
     from patchset.kernel.touches import defines, module_files
 else:
+    from patchset_kernel import vllm
+    from patchset_kernel.capability import Capability, in_scope, parse_capability
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import Site, apply_site, check_site
@@ -72,18 +75,13 @@ def vllm_root() -> Path:
     override = os.environ.get("PATCHSET_VLLM_ROOT")
     if override:
         return Path(override)
-    spec = importlib.util.find_spec("vllm")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        raise PatchFailedError("no vllm package is importable in this image")
-    return Path(next(iter(spec.submodule_search_locations))).parent
+    try:
+        return vllm.find_installed()
+    except vllm.NotATargetError:
+        raise PatchFailedError("no vllm package is importable in this image") from None
 
 
-def _capability(text: str) -> tuple[int, int]:
-    major, _, minor = text.strip().partition(".")
-    return int(major), int(minor or 0)
-
-
-def detect_gpus() -> tuple[list[tuple[int, int]], str]:
+def detect_gpus() -> tuple[list[Capability], str]:
     """Every GPU's compute capability, and how it was found (for the start-up line).
 
     `PATCHSET_COMPUTE_CAPABILITY` wins ("none" or empty: no GPU); else nvidia-smi, as a real
@@ -95,7 +93,7 @@ def detect_gpus() -> tuple[list[tuple[int, int]], str]:
         if forced.strip().lower() in ("", "none"):
             return [], "none (PATCHSET_COMPUTE_CAPABILITY)"
         try:
-            found = _capability(forced)
+            found = parse_capability(forced)
         except ValueError:
             raise StartRefusedError(
                 f"PATCHSET_COMPUTE_CAPABILITY={forced!r} is not a compute capability (e.g. 12.0)"
@@ -117,41 +115,18 @@ def detect_gpus() -> tuple[list[tuple[int, int]], str]:
     if done.returncode != 0:
         said = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
         return [], f"none (nvidia-smi exit {done.returncode}: {said[0]})"
-    gpus: list[tuple[int, int]] = []
+    gpus: list[Capability] = []
     names: list[str] = []
     for line in done.stdout.splitlines():
         name, _, cap = line.rpartition(",")
         if not line.strip():
             continue
         try:
-            gpus.append(_capability(cap))
+            gpus.append(parse_capability(cap))
         except ValueError:
             return [], f"none (nvidia-smi said {line.strip()!r})"
         names.append(f"{cap.strip()} ({name.strip()})")
     return gpus, ", ".join(names) or "none (nvidia-smi lists no GPU)"
-
-
-def in_scope(scope: str | None, capability: tuple[int, int] | None) -> bool:
-    """`scope` is a conjunction like ">=12.0" or ">=9.0,<12.0" over major.minor."""
-    if not scope:
-        return True
-    if capability is None:
-        return False
-    ops = {
-        ">=": lambda a, b: a >= b,
-        "<=": lambda a, b: a <= b,
-        "==": lambda a, b: a == b,
-        "!=": lambda a, b: a != b,
-        ">": lambda a, b: a > b,
-        "<": lambda a, b: a < b,
-    }
-    for raw in scope.split(","):
-        clause = raw.strip()
-        op = next(o for o in (">=", "<=", "==", "!=", ">", "<") if clause.startswith(o))
-        major, _, minor = clause[len(op) :].strip().partition(".")
-        if not ops[op](capability, (int(major), int(minor or 0))):
-            return False
-    return True
 
 
 def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:

@@ -1,0 +1,29 @@
+"""`patchset completion SHELL`: a shell completion script, generated from the parser by shtab."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+SHELLS = ("bash", "zsh", "tcsh")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, tcsh)",
+        description="Print a completion script for SHELL on stdout. bash: save it as"
+        " ~/.local/share/bash-completion/completions/patchset; zsh: as _patchset in a folder"
+        " of your $fpath.",
+    )
+    p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="one of: " + ", ".join(SHELLS))
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import shtab  # noqa: PLC0415  (only this command needs it)
+
+    from patchset.cli.main import build_parser  # noqa: PLC0415  (main imports this module)
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return 0

@@ -1,0 +1,160 @@
+"""The command line as a CI job meets it: global options anywhere, -q/-v, the internal-error
+catch-all, a closed pipe, piped output never wrapped, did-you-mean, completion, --help."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchset.cli import main as cli_main
+from patchset.cli.commands import registry as registry_cmd
+from patchset.errors import ExitCode
+
+REPO = Path(__file__).parent.parent
+PATCHES = str(REPO / "patches")
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "patchset", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--registry", PATCHES, "validate", "--format", "json"],
+        ["validate", "--registry", PATCHES, "--format", "json"],
+        ["validate", "--format", "json", "--registry", PATCHES],
+    ],
+)
+def test_global_options_before_or_after_the_command(
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # ./patches does not exist here: only --registry can find it
+    assert cli_main.main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["patches"] == 2
+
+
+def test_a_registry_after_the_command_wins_over_one_before(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = cli_main.main(
+        ["--registry", str(tmp_path / "nowhere"), "validate", "--registry", PATCHES]
+    )
+    assert code == 0, capsys.readouterr().err
+
+
+def test_an_internal_error_has_its_own_exit_code_and_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: object, **__: object) -> object:
+        raise ValueError("unexpected\nstate")
+
+    monkeypatch.setattr(registry_cmd, "load_registry", broken)
+    monkeypatch.delenv("PATCHSET_DEBUG", raising=False)
+    assert cli_main.main(["validate", "--registry", PATCHES]) == ExitCode.INTERNAL == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("patchset: error: internal error: ValueError: unexpected\\nstate")
+    assert "--traceback" in err and "PATCHSET_DEBUG=1" in err
+
+    assert cli_main.main(["validate", "--registry", PATCHES, "--traceback"]) == 70
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+    monkeypatch.setenv("PATCHSET_DEBUG", "1")
+    assert cli_main.main(["validate", "--registry", PATCHES]) == 70
+    assert "raise ValueError" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_is_quiet() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchset", "completion", "bash"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # like `| head -0`: the reader is gone before anything is written
+    with proc.stderr:
+        err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert err == b""
+
+
+def test_piped_output_is_never_wrapped() -> None:
+    proc = run("--registry", PATCHES, "validate", COLUMNS="40")
+    (line,) = proc.stdout.splitlines()
+    assert line.endswith("2 patches valid; digest sha256:" + line.rsplit(":", 1)[1])
+    assert len(line) > 80
+    shown = run("show", "fla-tma-sm12x", "--registry", PATCHES).stdout
+    diff = (REPO / "patches" / "fla-tma-sm12x" / "patch.diff").read_text()
+    assert diff.strip() in shown  # the payload exactly, long lines whole
+
+
+def test_a_mistyped_command_gets_a_suggestion() -> None:
+    proc = run("chek", "--vllm", "0.20.0")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("did you mean 'check'?")
+    proc = run("list", "--format", "jsno")
+    assert proc.returncode == 2 and "did you mean 'json'?" in proc.stderr
+
+
+def test_verbose_shows_info_lines_and_quiet_hides_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = logging.getLogger("patchset.adapters.net")
+    cli_main.configure_logging(0, 0)
+    log.info("retrying")
+    log.warning("careful")
+    assert capsys.readouterr().err == "patchset: warning: careful\n"
+    cli_main.configure_logging(1, 0)
+    log.info("retrying in 1.0s")
+    assert capsys.readouterr().err == "patchset: retrying in 1.0s\n"
+    cli_main.configure_logging(0, 1)
+    log.warning("careful")
+    assert capsys.readouterr().err == ""
+    cli_main.reset_logging()
+    assert logging.getLogger("patchset").propagate  # main() leaves logging as it found it
+
+
+def test_every_command_help_names_exit_codes_and_an_example(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = cli_main.build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command").choices
+    assert commands is not None
+    paths = [[name] for name in commands] + [["runtime", "export"]]
+    for name in paths:
+        with pytest.raises(SystemExit):
+            cli_main.main([*name, "--help"])
+        text = capsys.readouterr().out
+        assert "exit codes:" in text, name
+        assert "\nexample:\n  patchset " in text, name
+        assert "--registry DIR" in text and "--verbose" in text, name
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_scripts_name_every_command(shell: str) -> None:
+    proc = run("completion", shell)
+    assert proc.returncode == 0, proc.stderr
+    for command in ("check", "validate", "apply", "refresh"):
+        assert command in proc.stdout
+    if shell == "bash":
+        check = subprocess.run(["bash", "-n"], input=proc.stdout, text=True, check=False)
+        assert check.returncode == 0
