@@ -22,7 +22,6 @@ from pathlib import Path, PurePosixPath
 
 import tomlkit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 from tomlkit.items import Table as TomlTable
 from unidiff.patch import PatchedFile
 
@@ -131,41 +130,6 @@ def read_diff_file(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise PayloadError(f"line {line}: not UTF-8; diffs are UTF-8 text", path=path) from None
-
-
-# -- choosing releases to check --------------------------------------------------------------
-
-
-def releases_to_check(
-    source: ReleaseSource,
-    *,
-    versions: Sequence[str] = (),
-    since: str | None = None,
-) -> list[str]:
-    """`versions`, else the releases after `since`, else the releases the source holds
-    without downloading (the cache's, for the package index)."""
-    for v in (*versions, *([since] if since else [])):
-        try:
-            Version(v)
-        except InvalidVersion:
-            raise UsageError(f"{v!r} is not a PEP 440 version") from None
-    if versions:
-        return list(dict.fromkeys(versions))
-    if since:
-        return [v for v in source.versions() if Version(v) > Version(since)]
-    cache = getattr(source, "cache", None)
-    if cache is not None:
-        cached = [v for v in cache.cached_tree_versions() if _is_version(v)]
-        return sorted(cached, key=Version)
-    return source.versions()
-
-
-def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except InvalidVersion:
-        return False
-    return True
 
 
 # -- writing ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
 from pathlib import Path
 
 MAX_MESSAGE = 2000  # characters; a hostile payload can put a megabyte into one quoted line
@@ -23,14 +24,15 @@ def one_line(text: str) -> str:
     return safe
 
 
-class ExitCode:
+class ExitCode(IntEnum):
     """Documented exit codes shared by every command (see docs/exit-codes.md)."""
 
     OK = 0
     ATTENTION = 1  # a conflict, a partial patch, a failed build or verify
     BAD_INPUT = 2  # bad usage, bad registry data, bad target, unknown id
     UNAVAILABLE = 3  # a source, the index or the Docker engine could not be had
-    TARGET_MISSING = 4
+    MISSING_TARGET = 4  # apply/revert: a target file is absent (`missing-target`)
+    TARGET_MISSING = 4  # the former name, kept as an alias
     OUT_OF_RANGE = 5
     ALREADY_APPLIED = 6
     APPLIED_WITH_WARNINGS = 7

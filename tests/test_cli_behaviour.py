@@ -68,7 +68,8 @@ def test_an_internal_error_has_its_own_exit_code_and_one_line(
 
     monkeypatch.setattr(registry_cmd, "load_registry", broken)
     monkeypatch.delenv("PATCHSET_DEBUG", raising=False)
-    assert cli_main.main(["validate", "--registry", PATCHES]) == ExitCode.INTERNAL == 70
+    assert cli_main.main(["validate", "--registry", PATCHES]) == ExitCode.INTERNAL
+    assert ExitCode.INTERNAL.value == 70
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("patchset: error: internal error: ValueError: unexpected\\nstate")

@@ -94,8 +94,8 @@ def test_all_or_nothing_across_patches(tmp_path: Path) -> None:
 def test_target_missing(tmp_path: Path, registry_dir: Path) -> None:
     tree = make_tree(tmp_path / "t", {})
     report = apply(load_registry(registry_dir), tree)
-    assert [r.outcome for r in report.results] == ["target-missing"]
-    assert report.exit_code == ExitCode.TARGET_MISSING
+    assert [r.outcome for r in report.results] == ["missing-target"]
+    assert report.exit_code == ExitCode.MISSING_TARGET
 
 
 def test_out_of_range(tmp_path: Path) -> None:

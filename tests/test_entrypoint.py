@@ -147,7 +147,7 @@ def test_switches_and_refusals(setup: tuple[Path, Path, Path]) -> None:
     assert done.returncode == 0 and "starting vllm unpatched" in done.stderr
     assert (tree / "vllm" / "start.py").read_bytes() == before
     # another release in the image
-    (tree / "vllm-0.20.0.dist-info" / "METADATA").write_text("Name: vllm\nVersion: 0.21.0\n")
+    (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.21.0'\n")
     done = start(bundle, tree, bin_dir)
     assert done.returncode == 9
     assert "this bundle is for vLLM 0.20.0, but the image holds vLLM 0.21.0" in done.stderr

@@ -17,8 +17,6 @@ from pathlib import Path
 
 import pytest
 from pip._internal.models.index import PyPI
-from rich.console import Console
-from rich.progress import Progress
 
 from patchset.adapters import net
 from patchset.errors import IntegrityError, LockedError, SourceError
@@ -391,14 +389,20 @@ def test_a_held_lock_times_out(
     assert not tmp_cache.tree_path("0.1.0").exists()
 
 
-def test_prefetch_in_parallel_with_a_progress_bar(index: FakeIndex, tmp_cache: Cache) -> None:
+def test_prefetch_in_parallel_reports_each_download(index: FakeIndex, tmp_cache: Cache) -> None:
     index.add_release("0.3.0", {UTILS: b"three\n"})
-    output = io.StringIO()
-    with Progress(console=Console(file=output, force_terminal=False)) as progress:
-        paths = source(index, tmp_cache).prefetch(["0.1.0", "0.2.0", "0.3.0"], progress=progress)
-        assert all(task.finished for task in progress.tasks)
-        assert [task.description for task in progress.tasks] != []
-    assert list(paths) == ["0.1.0", "0.2.0", "0.3.0"]
+    seen: dict[str, tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    def progress(version: str, done: int, total: int) -> None:
+        with lock:
+            seen[version] = (done, total)
+
+    versions = ["0.1.0", "0.2.0", "0.3.0"]
+    paths = source(index, tmp_cache).prefetch(versions, progress=progress)
+    assert sorted(seen) == versions
+    assert all(done == total > 0 for done, total in seen.values())
+    assert list(paths) == versions
     assert all(path.is_file() for path in paths.values())
     assert all(index.server.hits[index.sdist_path(v)] == 1 for v in paths)
 

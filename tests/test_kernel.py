@@ -11,6 +11,7 @@ import pytest
 
 from patchset.kernel import vllm
 from patchset.kernel.capability import in_scope, parse_capability, parse_scope
+from tests.test_folder_source import make_folder
 
 
 @pytest.mark.parametrize(
@@ -69,24 +70,20 @@ def test_capabilities() -> None:
         parse_capability("sm_120")
 
 
-def _package(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in {"vllm/__init__.py": "", **files}.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
 def test_version_readers_in_order(tmp_path: Path) -> None:
     scm = "__version__ = version = '0.19.1'\n"
-    root = _package(tmp_path / "a", {"vllm/_version.py": scm})
+    root = make_folder(tmp_path / "a", {"vllm/_version.py": scm})
     assert vllm.read_version(root) == ("0.19.1", str(root / "vllm" / "_version.py"))
     meta = "Metadata-Version: 2.1\nName: vllm\nVersion: 0.19.1+cu130\n\nbody\n"
-    root = _package(tmp_path / "b", {"vllm-0.19.1+cu130.dist-info/METADATA": meta})
+    root = make_folder(tmp_path / "b", {"vllm-0.19.1+cu130.dist-info/METADATA": meta})
     assert vllm.read_version(root) == ("0.19.1+cu130", str(root / "vllm-0.19.1+cu130.dist-info"))
-    found = vllm.read_version(_package(tmp_path / "vllm-0.17.0", {}))
+    both = make_folder(
+        tmp_path / "d", {"vllm/_version.py": scm, "vllm-0.19.1.dist-info/METADATA": meta}
+    )
+    assert vllm.read_version(both) == ("0.19.1", str(both / "vllm" / "_version.py"))
+    found = vllm.read_version(make_folder(tmp_path / "vllm-0.17.0", {}))
     assert found is not None and found[0] == "0.17.0"
-    assert vllm.read_version(_package(tmp_path / "c", {"vllm/_version.py": "x = 1\n"})) is None
+    assert vllm.read_version(make_folder(tmp_path / "c", {"vllm/_version.py": "x = 1\n"})) is None
 
 
 def test_target_root_names_the_problem(tmp_path: Path) -> None:
@@ -96,14 +93,14 @@ def test_target_root_names_the_problem(tmp_path: Path) -> None:
     (tmp_path / "vllm").mkdir()
     with pytest.raises(vllm.NotATargetError, match="pass its parent folder"):
         vllm.target_root(tmp_path / "vllm")
-    root = _package(tmp_path / "ok", {})
+    root = make_folder(tmp_path / "ok", {})
     assert vllm.target_root(root) == root
 
 
 def test_locate_script_runs_in_a_bare_python(tmp_path: Path) -> None:
     """The script sent into images, run by a python3 without site-packages (so no patchset),
     whose path starts with the current folder, as `python3 -c` does."""
-    site = _package(tmp_path / "site", {"vllm/_version.py": "__version__ = '0.20.1'\n"})
+    site = make_folder(tmp_path / "site", {"vllm/_version.py": "__version__ = '0.20.1'\n"})
     out = subprocess.run(
         [sys.executable, "-S", "-c", vllm.locate_script()],
         cwd=site,

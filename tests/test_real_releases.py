@@ -101,8 +101,8 @@ def test_tolist_target_missing_on_0191(tmp_path: Path) -> None:
     tree = materialize("0.19.1", tmp_path, [TQ, UTILS])
     before = tree_digest(tree)
     report = apply(REGISTRY, tree, patches=["tolist-cudagraph"], ignore_range=True)
-    assert [r.outcome for r in report.results] == ["target-missing"]
-    assert report.exit_code == ExitCode.TARGET_MISSING
+    assert [r.outcome for r in report.results] == ["missing-target"]
+    assert report.exit_code == ExitCode.MISSING_TARGET
     assert tree_digest(tree) == before
 
 

@@ -32,7 +32,7 @@ from patchset.refresh import WORK_FOLDER, MovedFile, finish, refresh
 from patchset.registry import load_registry
 from patchset.registry.write import RegistryChange, write_ranges
 from patchset.release_check.verdicts import check
-from patchset.sources.base import MemoryTree, ReleaseTree
+from patchset.sources.base import MemoryTree, ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
 from tests.releases import materialize, tree_digest
 
@@ -442,7 +442,7 @@ def test_diff_refresh_clean_merge_onto_a_moved_file(
     assert (r.verdict, r.variant) == ("needed", "v0.26.0.diff"), r.detail
 
 
-class Reshaped:
+class Reshaped(ReleaseSource):
     """The index's releases, with one release's files moved (`where` gives a file's new path)
     or removed (None)."""
 

@@ -572,3 +572,35 @@ def test_python_patch_that_raises(tmp_path: Path, docker_client: Any, standin_02
     status, out, _ = run_stock(docker_client, standin_020, bundle)
     assert status == 9
     assert "touches vllm.envs:no_such_function, which vllm/envs.py no longer defines" in out
+
+
+def test_export_from_the_image_itself(tmp_path: Path, docker_client: Any, standin_020: str) -> None:
+    """--source image:REF reads the release's files from the (local) image: the same digests
+    as the sdist's, and the bundle starts there."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "runtime",
+            "export",
+            str(tmp_path / "rt"),
+            "--build",
+            str(REPO / "builds" / "0.20.0.toml"),
+            "--source",
+            "image:vllm/vllm-openai:v0.20.0-cu130",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["release_files"].startswith("image vllm/vllm-openai:v0.20.0")
+    from_image = json.loads((tmp_path / "rt" / "manifest.json").read_text())
+    from_index = json.loads((export(tmp_path, "0.20.0.toml") / "manifest.json").read_text())
+    assert from_image["patches"][0]["files"] == from_index["patches"][0]["files"]
+    status, out, _ = run_stock(docker_client, standin_020, tmp_path / "rt")
+    assert status == 0 and "tolist-cudagraph r1 (startup): applied" in out, out

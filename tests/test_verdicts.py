@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from patchset.registry import load_registry
+from patchset.release_check.memo import Memo
 from patchset.release_check.verdicts import CheckResult, Explain, check
 from patchset.sources.folder import FolderSource
 from tests.synthetic import add_patch, make_tree
@@ -87,3 +90,64 @@ def test_both_directions_fit_is_a_reported_disagreement(tmp_path: Path) -> None:
     assert (r.verdict, r.signals.reverse) == ("needed", True)
     assert r.disagreement is not None and "both fit" in r.disagreement
     assert r.disagreement.endswith("chose needed, the nearer")
+
+
+def test_memo_is_a_lookup_and_follows_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATCHSET_CACHE_DIR", str(tmp_path / "cache"))
+    registry = tmp_path / "patches"
+    add_patch(registry, "pat", diff=TWO_HUNKS, targets=["vllm/mod.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/mod.py": BODY})
+    loaded = load_registry(registry)
+    first = check(loaded, ["0.19.1"], source=FolderSource(tree))
+    assert first.result("0.19.1", "pat").verdict == "needed"
+    again = Memo()
+    second = check(loaded, ["0.19.1"], source=FolderSource(tree), memo=again)
+    assert again.hits == 1 and second.results == first.results
+    # The file changes: the key changes, the patch is evaluated again.
+    (tree / "vllm" / "mod.py").write_text(BODY.replace("line 7\n", "line 7 patched\n"))
+    third = Memo()
+    r = check(loaded, ["0.19.1"], source=FolderSource(tree), memo=third).result("0.19.1", "pat")
+    assert third.hits == 0 and r.verdict == "partial"
+
+
+def test_moved_hint_only_for_a_file_that_existed(tmp_path: Path) -> None:
+    registry = tmp_path / "patches"
+    long_lines = TWO_HUNKS.replace("line ", "the line number ")
+    add_patch(registry, "pat", diff=long_lines, targets=["vllm/mod.py"], vllm=">=0.19.1")
+    # The file's content now lives elsewhere under the same name.
+    moved = {"vllm/sub/mod.py": BODY.replace("line ", "the line number ")}
+    loaded = load_registry(registry)
+    for version, expected in (("0.18.0", ()), ("0.20.0", ("vllm/sub/mod.py",))):
+        tree = make_tree(tmp_path / version, moved, version=version)
+        r = check(loaded, [version], source=FolderSource(tree), use_memo=False).result(
+            version, "pat"
+        )
+        assert (r.verdict, r.moved_to) == ("missing-target", expected)
+
+
+def test_end_of_file_append_already_upstream_with_code_after_it(tmp_path: Path) -> None:
+    diff = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -38,3 +38,5 @@
+ line 38
+ line 39
+ line 40
++def tail():
++    return 1
+"""
+    appended = BODY + "def tail():\n    return 1\n"
+    # The release as the diff left it: upstream, as git -R --check says too.
+    assert _check(tmp_path / "a", appended, diff).verdict == "upstream"
+    # Upstream added more after it: git finds neither direction (the hunk must end the file);
+    # the change is there whole, so: upstream, and the disagreement with git is said.
+    r = _check(tmp_path / "b", appended + "def more():\n    pass\n", diff)
+    assert (r.verdict, r.signals.forward, r.signals.reverse) == ("upstream", "conflict", False)
+    assert r.disagreement is not None and r.disagreement.startswith("git apply -R --check fails")
+    assert r.locations[0].startswith("vllm/mod.py: hunk #1 already present at line 38")
+    # A release that never had the function and has code after line 40: a conflict, never
+    # `needed` somewhere in the middle of the file.
+    r = _check(tmp_path / "c", BODY + "other = 2\n", diff)
+    assert r.verdict == "conflict" and "not at the end of the file" in r.detail

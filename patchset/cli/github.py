@@ -64,7 +64,7 @@ def findings(report: CheckReport) -> list[Finding]:
     for r in report.results:
         if r.needs_attention:
             groups.setdefault(("error", r.patch, r.verdict), []).append(r)
-        elif r.in_range and r.verdict == "needed" and r.detail != "applies cleanly":
+        elif r.in_range and r.verdict == "needed" and r.shifted:
             groups.setdefault(("warning", r.patch, "needs a refresh"), []).append(r)
         if r.disagreement and r.in_range:
             groups.setdefault(("warning", r.patch, "signals disagree"), []).append(r)

@@ -48,7 +48,6 @@ OUTCOME_STYLE = {
     "not-applied": "cyan",
     "conflict": "bold red",
     "partial": "red",
-    "target-missing": "magenta",
     "missing-target": "magenta",
     "out-of-range": "dim",
 }

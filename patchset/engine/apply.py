@@ -19,7 +19,7 @@ Outcome = Literal[
     "applied",
     "already-applied",
     "conflict",
-    "target-missing",
+    "missing-target",
     "out-of-range",
     "reverted",
     "not-applied",
@@ -28,7 +28,7 @@ Outcome = Literal[
 # The exit code of a run is that of its most serious outcome, in this order.
 _SEVERITY: tuple[tuple[str, int], ...] = (
     ("conflict", ExitCode.ATTENTION),
-    ("target-missing", ExitCode.TARGET_MISSING),
+    ("missing-target", ExitCode.MISSING_TARGET),
     ("out-of-range", ExitCode.OUT_OF_RANGE),
     ("warning", ExitCode.APPLIED_WITH_WARNINGS),
     ("already-applied", ExitCode.ALREADY_APPLIED),
@@ -219,7 +219,7 @@ def _run(
         ]
         return results, overlay
 
-    blocked = {"conflict", "target-missing", "out-of-range"}
+    blocked = {"conflict", "missing-target", "out-of-range"}
     results, overlay = plan()
     if not dry_run and any(r.outcome in blocked for r in results) and _lock_used(root):
         # Another run may be writing just now, and a half-written tree reads as a conflict:
@@ -300,14 +300,14 @@ def _one(
         mapping: dict[str, Outcome] = {
             "applies": "applied",
             "already-applied": "already-applied",
-            "target-missing": "target-missing",
+            "missing-target": "missing-target",
         }
     else:
         ev = evaluate_revert(patch, variant, read)
         mapping = {
             "applies": "reverted",
             "already-applied": "not-applied",
-            "target-missing": "target-missing",
+            "missing-target": "missing-target",
         }
     outcome = mapping.get(ev.state, "conflict")
     overlay.update(ev.changes)

@@ -25,7 +25,7 @@ from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
 
-State = Literal["applies", "already-applied", "conflict", "partial", "target-missing"]
+State = Literal["applies", "already-applied", "conflict", "partial", "missing-target"]
 Reader = Callable[[str], bytes | None]
 
 
@@ -126,7 +126,7 @@ def evaluate_diff(
     failing hunk, where the file looks most like it (costly: only when it will be shown)."""
     missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
     if missing:
-        return Evaluation("target-missing", missing=missing)
+        return Evaluation("missing-target", missing=missing)
     forward: list[tuple[str, HunkResult]] = []
     changes: dict[str, bytes] = {}
     ok = True
@@ -189,7 +189,7 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
             texts[site.file] = split_text(_decode(data))
             originals[site.file] = (_decode(data), texts[site.file][0])
     if missing:
-        return Evaluation("target-missing", missing=tuple(missing))
+        return Evaluation("missing-target", missing=tuple(missing))
     results: list[SiteResult] = []
     for site in variant.sites:
         lines, eol, eof = texts[site.file]
@@ -222,7 +222,7 @@ def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
         elif not defines(found[1], attr):
             missing.append(f"{found[0]}: {attr}")
     if missing:
-        return Evaluation("target-missing", missing=tuple(missing))
+        return Evaluation("missing-target", missing=tuple(missing))
     return Evaluation("applies")
 
 
@@ -285,7 +285,7 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
         if site.file not in texts:
             data = read(site.file)
             if data is None:
-                return Evaluation("target-missing", missing=(site.file,))
+                return Evaluation("missing-target", missing=(site.file,))
             texts[site.file] = split_text(_decode(data))
             originals[site.file] = (_decode(data), texts[site.file][0])
         lines, eol, eof = texts[site.file]

@@ -173,7 +173,7 @@ def prepare_context(
     sink(f"base {definition.base}: {base.id} ({base_digest})")
     root, found_version = locate_vllm(engine, base.id)
     sink(f"vllm {found_version} at {root}")
-    if found_version is not None and found_version != definition.vllm:
+    if found_version is not None and found_version.split("+")[0] != definition.vllm:
         raise BuildError(
             f"{definition.base} holds vLLM {found_version}, the definition says {definition.vllm}",
             path=definition.file,
@@ -444,7 +444,7 @@ def _verify(engine: dockerengine.Engine, image_id: str, log: LogSink) -> None:
     for r in result["results"]:
         log(f"verify {r['patch']} ({r['apply']}): {r['state']}")
     if not result["ok"]:
-        failed = [r for r in result["results"] if r["state"].startswith("FAILED")]
+        failed = [r for r in result["results"] if r.get("ok") is False]
         raise BuildError(
             f"the built image fails verification: {failed[0]['patch']}: {failed[0]['state']}"
         )

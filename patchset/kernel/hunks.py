@@ -95,6 +95,7 @@ class HunkResult:
     nearest: tuple[str, ...] = ()
     similarity: float = 0.0
     detail: str = ""  # for failed hunks: why, when it is not a plain mismatch
+    elsewhere: int | None = None  # an anchored hunk that failed: where its lines do fit
 
     def describe(self) -> str:
         if self.status == "exact":
@@ -185,20 +186,30 @@ def _search(
     lines: list[str], want: list[str], expected: int, floor: int
 ) -> tuple[int | None, int | None]:
     """The match position nearest `expected` at or after `floor`, or None; and a second match
-    at the same distance on the other side, when there is one (the placement is ambiguous)."""
+    at the same distance on the other side, when there is one (the placement is ambiguous).
+
+    Candidates are the places holding the hunk's first line (found by list.index, in C), so a
+    hunk that fits nowhere costs one scan of the file, not one comparison per offset."""
     last = len(lines) - len(want)
     expected = min(max(expected, floor), max(last, floor))
-    for distance in range(max(last - floor, 0) + 2):
-        found = [
-            at
-            for at in ((expected - distance, expected + distance) if distance else (expected,))
-            if floor <= at <= last and _matches(lines, at, want)
-        ]
-        if found:
-            return found[0], (found[1] if len(found) > 1 else None)
-        if expected - distance < floor and expected + distance > last:
+    if not want:
+        return (expected, None) if floor <= expected <= last else (None, None)
+    fits: list[int] = []
+    at = floor
+    while at <= last:
+        try:
+            at = lines.index(want[0], at, last + 1)
+        except ValueError:
             break
-    return None, None
+        if lines[at : at + len(want)] == want:
+            fits.append(at)
+        at += 1
+    if not fits:
+        return None, None
+    fits.sort(key=lambda i: (abs(i - expected), i))
+    best = fits[0]
+    tie = next((i for i in fits[1:2] if abs(i - expected) == abs(best - expected)), None)
+    return best, tie
 
 
 def _votes(hits: list[tuple[int, int]], size: int, last: int) -> dict[int, int]:
@@ -325,25 +336,26 @@ def _find(
     return _Placement(at, tie)
 
 
-def _unpinned_hint(work: list[str], hunk: Hunk, floor: int, pinned: str) -> str:
-    """Why an anchored hunk failed when its lines do fit elsewhere."""
+def _unpinned(work: list[str], hunk: Hunk, floor: int, pinned: str) -> tuple[int | None, str]:
+    """Why an anchored hunk failed when its lines do fit elsewhere: (0-based line, reason)."""
     at, _ = _search(work, hunk.old, hunk.old_start - 1, floor)
     if at is None or not hunk.old:
-        return ""
+        return None, ""
     where = {
         "top": "at the top of the file, as a hunk starting at line 1 must",
         "end": "at the end of the file, as a hunk with no trailing context must",
         "whole": "as the whole file",
     }[pinned]
-    return f"its lines fit at line {at + 1}, not {where}"
+    return at, f"its lines fit at line {at + 1}, not {where}"
 
 
 def _failure(
     work: list[str], hunk: Hunk, floor: int, pinned: str, *, nearest: bool, ratio: Ratio | None
 ) -> HunkResult:
-    hint = _unpinned_hint(work, hunk, floor, pinned) if pinned else ""
+    at, hint = _unpinned(work, hunk, floor, pinned) if pinned else (None, "")
     if hint or not nearest:
-        return HunkResult(hunk.index, "failed", detail=hint)
+        where = at + 1 if at is not None else None
+        return HunkResult(hunk.index, "failed", detail=hint, elsewhere=where)
     near_at, near, similarity = nearest_window(work, hunk.old, ratio=ratio)
     return HunkResult(
         hunk.index, "failed", nearest_line=near_at + 1, nearest=near, similarity=similarity

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import textwrap
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from .hunks import rank_windows
 
 Action = Literal["replace", "insert-after", "insert-before"]
-ACTIONS: tuple[Action, ...] = ("replace", "insert-after", "insert-before")
+ACTIONS: tuple[Action, ...] = get_args(Action)
 INEXACT = "the anchor matched with whitespace folded: a revert writes it as sites.toml has it"
 SiteStatus = Literal["applies", "already-applied", "anchor-not-found", "ambiguous", "tampered"]
 

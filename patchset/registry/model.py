@@ -6,7 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, cast, get_args
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -22,9 +22,10 @@ from patchset.registry.toml import Table, did_you_mean, load_toml
 
 Kind = Literal["diff", "runtime", "python"]
 When = Literal["build", "startup"]
-KINDS: tuple[Kind, ...] = ("diff", "runtime", "python")
-WHENS: tuple[When, ...] = ("build", "startup")
-STATES = ("open", "merged", "closed", "superseded", "unsubmitted")
+KINDS: tuple[Kind, ...] = get_args(Kind)
+WHENS: tuple[When, ...] = get_args(When)
+UpstreamState = Literal["open", "merged", "closed", "superseded", "unsubmitted"]
+STATES: tuple[UpstreamState, ...] = get_args(UpstreamState)
 PATCH_FILE = "patch.toml"
 DEFAULT_PAYLOAD: dict[str, str] = {
     "diff": "patch.diff",
@@ -57,7 +58,7 @@ class Probe:
 
 @dataclass(frozen=True)
 class Upstream:
-    state: str
+    state: UpstreamState
     pr: str | None = None
     superseded_by: str | None = None
     superseded_in: str | None = None  # the first release carrying the superseding change
@@ -121,6 +122,49 @@ class Patch:
         return self.vllm.contains(release, prereleases=True) and any(
             v.vllm.contains(release, prereleases=True) for v in self.variants
         )
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form `patchset list` and `show` print."""
+        up = self.upstream
+        return {
+            "id": self.id,
+            "title": self.title,
+            "description": self.description.strip(),
+            "kind": self.kind,
+            "revision": self.revision,
+            "vllm": str(self.vllm),
+            "apply": self.apply,
+            "targets": list(self.targets),
+            "upstream": {
+                "pr": up.pr,
+                "state": up.state,
+                "superseded_by": up.superseded_by,
+                "superseded_in": up.superseded_in,
+                "probe": up.probe.describe() if up.probe else None,
+                "note": up.note,
+            },
+            "hardware": {
+                "compute_capability": (
+                    str(self.hardware.compute_capability)
+                    if self.hardware.compute_capability
+                    else None
+                ),
+                "note": self.hardware.note,
+            },
+            "origin": self.origin,
+            "credit": list(self.credit),
+            "variants": [
+                {
+                    "payload": v.name,
+                    "vllm": str(v.vllm),
+                    "base": v.base,
+                    "sha256": v.sha256,
+                    "files": list(v.files),
+                }
+                for v in self.variants
+            ],
+            "digest": self.digest,
+        }
 
     def variant_for(self, version: str | None) -> Variant | None:
         """The payload variant meant for `version`; the newest-listed first one if unknown."""
@@ -350,7 +394,7 @@ def load_sites(path: Path) -> tuple[Site, ...]:
 def _upstream(top: Table) -> Upstream:
     table = top.table("upstream")
     assert table is not None
-    state = table.choice("state", STATES)
+    state = cast(UpstreamState, table.choice("state", STATES))
     pr = table.opt_str("pr", required=state != "unsubmitted")
     if pr is not None and not _PR.match(pr):
         raise table.error(f"{pr!r}: expected owner/repo#number", "pr")

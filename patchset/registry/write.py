@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Literal
 
 import tomlkit
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.toml_document import TOMLDocument
 
 from patchset._fs import write_atomic
 from patchset.errors import PatchsetError, RegistryError
 from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
+from patchset.registry.ranges import same_range
 
 LOG = logging.getLogger(__name__)
 
@@ -140,31 +140,6 @@ def check_writable(folder: Path) -> None:
         ) from None
     os.close(fd)
     Path(name).unlink()
-
-
-# -- version ranges as patch.toml writes them --------------------------------------------------
-
-_ORDER = {">=": 0, ">": 0, "~=": 1, "==": 1, "===": 1, "!=": 2, "<=": 3, "<": 3}
-
-
-def range_text(parts: list[str]) -> str:
-    """Specifiers joined lower bounds first (SpecifierSet's own str() sorts them as text)."""
-    unique = list(dict.fromkeys(p.strip() for p in parts if p.strip()))
-    return ",".join(sorted(unique, key=lambda p: _ORDER.get(_operator(p), 2)))
-
-
-def _operator(part: str) -> str:
-    for op in ("===", "~=", "==", "!=", "<=", ">=", "<", ">"):
-        if part.startswith(op):
-            return op
-    return ""
-
-
-def same_range(a: str, b: str) -> bool:
-    try:
-        return SpecifierSet(a) == SpecifierSet(b)
-    except InvalidSpecifier:
-        return a == b
 
 
 # -- `patchset check --suggest-ranges --write` -------------------------------------------------

@@ -11,29 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Literal
+from typing import Any, Literal, get_args
 
 from packaging.version import Version
 
-from patchset.engine.evaluate import Evaluation, evaluate
+from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.errors import ExitCode
 from patchset.kernel.hunks import HunkResult
-from patchset.registry import Patch, Probe, Registry, Variant
+from patchset.registry import Patch, Probe, Registry, Variant, ranges
+from patchset.release_check.memo import Memo, file_digest
+from patchset.release_check.moves import moved_files
 from patchset.release_check.similarity import ratio
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
-VERDICTS: tuple[Verdict, ...] = ("needed", "upstream", "conflict", "partial", "missing-target")
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 SCHEMA = "patchset.check/1"
-ATTENTION: frozenset[str] = frozenset({"conflict", "partial", "missing-target"})
+ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
 Explain = Literal["none", "in-range", "all"]  # which failures get the nearest-lines text
-HunkState = Literal["applies", "present", "conflicts", "both"]
+HunkState = Literal["applies", "present", "moved", "conflicts", "both"]
 
 
 @dataclass(frozen=True)
 class Signals:
-    forward: str  # applies | already-applied | conflict | partial | target-missing
+    forward: State  # the engine's dry run
     reverse: bool | None  # diff patches only
     probe: bool | None  # None when the patch declares no probe
     ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
@@ -60,6 +61,7 @@ class CheckResult:
     disagreement: str | None = None
     locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
     moved_to: tuple[str, ...] = ()
+    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
     # what did not fit, for pointing at the payload (e.g. a `line=` of a GitHub annotation)
     failing_hunks: tuple[tuple[str, int], ...] = ()  # (target file, hunk number from 1)
     failing_sites: tuple[str, ...] = ()  # runtime site names
@@ -68,6 +70,37 @@ class CheckResult:
     @property
     def needs_attention(self) -> bool:
         return self.in_range and self.verdict in ATTENTION
+
+    def to_memo(self) -> dict[str, object]:
+        """What the memo keeps: everything but the release and the range (given on reading)."""
+        data = self.to_dict()
+        del data["vllm"], data["in_range"]
+        data["shifted"] = self.shifted
+        data["failing_hunks"] = [list(pair) for pair in self.failing_hunks]
+        data["failing_sites"] = list(self.failing_sites)
+        data["missing"] = list(self.missing)
+        return data
+
+    @classmethod
+    def from_memo(cls, data: dict[str, Any], *, vllm: str, in_range: bool) -> CheckResult:
+        """A result read back from the memo, for this release and range."""
+        return cls(
+            vllm=vllm,
+            patch=data["patch"],
+            revision=data["revision"],
+            variant=data["variant"],
+            verdict=data["verdict"],
+            in_range=in_range,
+            detail=data["detail"],
+            signals=Signals(**data["signals"]),
+            disagreement=data["disagreement"],
+            locations=tuple(data["locations"]),
+            moved_to=tuple(data["moved_to"]),
+            shifted=data["shifted"],
+            failing_hunks=tuple((f, int(i)) for f, i in data["failing_hunks"]),
+            failing_sites=tuple(data["failing_sites"]),
+            missing=tuple(data["missing"]),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -126,27 +159,46 @@ def check(
     max_fuzz: int = 0,
     on_release: Callable[[str], None] | None = None,
     explain: Explain = "in-range",
+    memo: Memo | None = None,
+    use_memo: bool = True,
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default.
 
     `explain` says which failing hunks get the "nearest lines" text, the costly part of a
     failure: none, those of releases in the patch's range (what a table shows), or all.
+    Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
     """
     if source is None:
         from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
 
         source = IndexSource()
     selected = registry.select(patches)
-    ordered = sorted(dict.fromkeys(versions), key=_version_key)
+    ordered = sorted(dict.fromkeys(versions), key=ranges.version_key)
     infos: list[ReleaseInfo] = []
     results: list[CheckResult] = []
-    for version in ordered:
-        with source.open(version) as tree:
-            infos.append(tree.info)
-            release = tree.info.version if tree.info.version != "unknown" else version
-            results.extend(check_tree(selected, tree, release, max_fuzz=max_fuzz, explain=explain))
-        if on_release is not None:
-            on_release(version)
+    memo = memo if memo is not None or not use_memo else Memo()
+    seen: set[str] = set()  # target files present in an earlier release of this run
+    try:
+        for version in ordered:
+            with source.open(version) as tree:
+                infos.append(tree.info)
+                release = tree.info.version if tree.info.version != "unknown" else version
+                results.extend(
+                    check_tree(
+                        selected,
+                        tree,
+                        release,
+                        max_fuzz=max_fuzz,
+                        explain=explain,
+                        memo=memo,
+                        seen=seen,
+                    )
+                )
+            if on_release is not None:
+                on_release(version)
+    finally:
+        if memo is not None:
+            memo.close()
     return CheckReport(
         registry=registry.digest,
         releases=tuple(infos),
@@ -162,17 +214,98 @@ def check_tree(
     *,
     max_fuzz: int = 0,
     explain: Explain = "in-range",
+    memo: Memo | None = None,
+    seen: set[str] | None = None,
 ) -> list[CheckResult]:
+    """Every patch against one release. `seen` holds the target files found in earlier
+    releases (a vanished file is only said to have moved when it existed before); it is
+    updated with this release's."""
     cache: dict[str, bytes | None] = {}
+    seen = set() if seen is None else seen
 
     def read(rel: str) -> bytes | None:
         if rel not in cache:
             cache[rel] = tree.read(rel)
         return cache[rel]
 
-    return [
-        _one(patch, tree, version, read, max_fuzz=max_fuzz, explain=explain) for patch in patches
+    # A release whose digest pins its content (the index's) keeps its files' digests in the
+    # memo: a warm check then reads no file.
+    pinned = tree.info.digest
+    known = memo.digests(pinned) if memo is not None and pinned else {}
+    fresh: dict[str, str] = {}
+
+    def digest(rel: str) -> str:
+        if rel not in known:
+            known[rel] = fresh[rel] = file_digest(read(rel))
+        return known[rel]
+
+    plans: list[tuple[Patch, bool, set[str], str | None]] = []
+    for patch in patches:
+        in_range = patch.in_range(version) if ranges.is_version(version) else False
+        files = _declared(patch)
+        existed = {f for f in files if f in seen or _written_before(patch, version)}
+        key = None
+        if memo is not None and patch.kind in ("diff", "runtime"):
+            digests = {f: digest(f) for f in files}
+            gone = sorted(f for f, d in digests.items() if d == "-")
+            if not gone or pinned:
+                meant = patch.variant_for(version) if ranges.is_version(version) else None
+                nearest = explain == "all" or (explain == "in-range" and in_range)
+                key = memo.key(
+                    patch.id,
+                    patch.digest,
+                    meant.name if meant else None,
+                    max_fuzz,
+                    nearest,
+                    sorted(digests.items()),
+                    [pinned, sorted(existed & set(gone))] if gone else None,
+                    _ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
+                )
+        plans.append((patch, in_range, existed, key))
+    found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
+    results: list[CheckResult] = []
+    store: dict[str, dict[str, object]] = {}
+    for patch, in_range, existed, key in plans:
+        if key is not None and key in found and memo is not None:
+            results.append(CheckResult.from_memo(found[key], vllm=version, in_range=in_range))
+            memo.hits += 1
+            continue
+        r = _one(patch, tree, version, read, max_fuzz=max_fuzz, explain=explain, existed=existed)
+        results.append(r)
+        if key is not None:
+            store[key] = r.to_memo()
+    for patch in patches:
+        seen.update(
+            f for f in _declared(patch) if (digest(f) if memo else file_digest(read(f))) != "-"
+        )
+    if memo is not None:
+        memo.put_many(store)
+        if pinned:
+            memo.put_digests(pinned, fresh)
+    return results
+
+
+def _declared(patch: Patch) -> list[str]:
+    """Every file the patch's evaluation reads: each variant's targets and the probe's file."""
+    files = {f for variant in patch.variants for f in variant.files}
+    if patch.upstream.probe is not None:
+        files.add(patch.upstream.probe.file)
+    return sorted(files)
+
+
+def _written_before(patch: Patch, version: str) -> bool:
+    """Whether the patch's own record says its targets existed before this release: the
+    release is newer than the base of a variant or than the lowest release its range allows."""
+    if not ranges.is_version(version):
+        return False
+    current = Version(version)
+    floors = [Version(v.base) for v in patch.variants if v.base and ranges.is_version(v.base)]
+    floors += [
+        Version(spec.version)
+        for spec in patch.vllm
+        if spec.operator in (">=", ">", "==", "~=", "===") and ranges.is_version(spec.version)
     ]
+    return any(current > floor for floor in floors)
 
 
 def _pick_variant(
@@ -183,7 +316,7 @@ def _pick_variant(
     def run(variant: Variant) -> Evaluation:
         return evaluate(patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
 
-    meant = patch.variant_for(version) if _is_version(version) else None
+    meant = patch.variant_for(version) if ranges.is_version(version) else None
     if meant is not None:
         return meant, run(meant)
     tried = [(v, run(v)) for v in reversed(patch.variants)]
@@ -199,7 +332,7 @@ class _Decision:
     detail: str
     disagreement: str | None = None
     moved: tuple[str, ...] = ()
-    signals: Signals | None = None  # when the decision revised a signal (a moved probe file)
+    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
 
 
 def _one(
@@ -210,8 +343,9 @@ def _one(
     *,
     max_fuzz: int,
     explain: Explain,
+    existed: set[str] | None = None,
 ) -> CheckResult:
-    in_range = patch.in_range(version) if _is_version(version) else False
+    in_range = patch.in_range(version) if ranges.is_version(version) else False
     nearest = explain == "all" or (explain == "in-range" and in_range)
     variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest)
     probe = patch.upstream.probe
@@ -219,9 +353,9 @@ def _one(
     reverse = ev.reverse_applies if patch.kind == "diff" else None
     signals = Signals(ev.state, reverse, probe_hit, _ancestry(tree, patch.upstream.commit))
     states = hunk_states(ev)
-    if ev.state == "target-missing":
+    if ev.state == "missing-target":
         detail, moved, signals, disagreement = _missing(
-            tree, variant, ev, probe=probe, read=read, signals=signals
+            tree, variant, ev, probe=probe, read=read, signals=signals, existed=existed
         )
         decision = _Decision("missing-target", detail, disagreement, moved)
     else:
@@ -238,6 +372,7 @@ def _one(
         disagreement=decision.disagreement,
         locations=_locations(ev, states),
         moved_to=decision.moved,
+        shifted=decision.shifted,
         failing_hunks=tuple((f, h.index) for f, h in ev.hunks if h.status == "failed"),
         failing_sites=tuple(
             s.site for s in ev.sites if s.status not in ("applies", "already-applied")
@@ -279,12 +414,23 @@ def _decide(
     if ev.state == "applies" and ev.reverse_applies:
         return _both_ways(ev, probe_hit)
     if ev.state == "applies":
-        shifted = list(ev.warnings)
-        detail = "applies cleanly" if not shifted else "applies with " + "; ".join(shifted)
-        return _Decision("needed", detail)
+        shifted = bool(ev.warnings)
+        detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
+        return _Decision("needed", detail, shifted=shifted)
     if ev.state == "partial":
         return _Decision("partial", "; ".join(ev.failures))
-    if any(state == "present" for _, _, state in states):
+    kinds = {state for _, _, state in states}
+    if "moved" in kinds and kinds <= {"present", "moved"}:
+        moved = [f"{f}#{h.index}" for f, h, state in states if state == "moved"]
+        return _Decision(
+            "upstream",
+            "the release already holds this change; "
+            + ", ".join(moved)
+            + " no longer where git looks for it (code was added around it)",
+            "git apply -R --check fails: an anchored hunk's change is present, but no longer at"
+            " the end (or top) of the file",
+        )
+    if kinds & {"present", "moved"}:
         return _Decision("partial", _partial_detail(states))
     return _Decision("conflict", "; ".join(ev.failures))
 
@@ -307,7 +453,10 @@ def _both_ways(ev: Evaluation, probe_hit: bool | None) -> _Decision:
         )
     why = "the nearer" if forward < backward else "a tie, and applying is the safe side"
     return _Decision(
-        "needed", "applies; " + "; ".join(ev.warnings), f"{where}: chose needed, {why}{no_probe}"
+        "needed",
+        "applies; " + "; ".join(ev.warnings),
+        f"{where}: chose needed, {why}{no_probe}",
+        shifted=any(h.status != "exact" for _, h in ev.hunks),
     )
 
 
@@ -321,6 +470,8 @@ def hunk_states(ev: Evaluation) -> list[tuple[str, HunkResult, HunkState]]:
         state: HunkState = (
             "both" if fwd and rev else "applies" if fwd else "present" if rev else "conflicts"
         )
+        if state == "conflicts" and r is not None and r.elsewhere is not None:
+            state = "moved"  # the change is there whole, only no longer at the file's end/top
         out.append((f, h, state))
     return out
 
@@ -330,7 +481,12 @@ def _reverse_hit(ev: Evaluation, file: str, index: int) -> HunkResult | None:
 
 
 def _partial_detail(states: list[tuple[str, HunkResult, HunkState]]) -> str:
-    words = {"present": "already present", "applies": "still applies", "conflicts": "conflicts"}
+    words = {
+        "present": "already present",
+        "moved": "already present",
+        "applies": "still applies",
+        "conflicts": "conflicts",
+    }
     parts: dict[str, list[str]] = {}
     for f, h, state in states:
         parts.setdefault(words.get(state, "fits both ways"), []).append(f"{f}#{h.index}")
@@ -345,9 +501,10 @@ def _missing(
     probe: Probe | None,
     read: Callable[[str], bytes | None],
     signals: Signals,
+    existed: set[str] | None,
 ) -> tuple[str, tuple[str, ...], Signals, str | None]:
     """A missing target: where it went, and whether the upstream fix is in the moved file."""
-    moves = moved_files(tree, variant, ev.missing)
+    moves = moved_files(tree, variant, ev.missing, existed=existed)
     moved = tuple(moves.values())
     where = f"; moved to {', '.join(moved)}?" if moved else ""
     detail = f"{', '.join(ev.missing)} not in this release{where}"
@@ -368,11 +525,7 @@ def _missing(
 
 def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
     """The git signal: only trees from a clone can answer (GitTree.contains_commit)."""
-    contains = getattr(tree, "contains_commit", None)
-    if commit is None or contains is None:
-        return None
-    answer = contains(commit)
-    return answer if isinstance(answer, bool) else None
+    return None if commit is None else tree.contains_commit(commit)
 
 
 def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) -> tuple[str, ...]:
@@ -387,6 +540,12 @@ def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) 
             out.append(f"{f}: hunk #{h.index} applies at line {h.line}{fuzz}{shift}")
         elif state == "present":
             out.append(f"{f}: hunk #{h.index} already present at line {back}")
+        elif state == "moved":
+            where = r.elsewhere if r is not None else None
+            out.append(
+                f"{f}: hunk #{h.index} already present at line {where}, no longer at the end"
+                " (or top) of the file where git looks for it"
+            )
         elif state == "both":
             out.append(
                 f"{f}: hunk #{h.index} fits both ways: applies at line {h.line},"
@@ -402,70 +561,6 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def moved_files(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> dict[str, str]:
-    """Where each missing file went: the release file (of the same name, else in a folder of
-    the same name) holding most of the lines the variant expects, at least half of them.
-
-    Missing files with no such home are left out. `check` reports these as `moved_to`;
-    `refresh` carries a patch onto them.
-    """
-    found: dict[str, str] = {}
-    paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
-    for rel in missing:
-        expected = {
-            line.strip()
-            for d in variant.diffs
-            if d.path == rel
-            for h in d.hunks
-            for line in h.old
-            if len(line.strip()) > 8
-        } | {
-            line.strip()
-            for s in variant.sites
-            if s.file == rel
-            for line in s.anchor_lines
-            if line.strip()
-        }
-        if not expected:
-            continue
-        pure = PurePosixPath(rel)
-        suffix = f"/{pure.name}"
-        same_name = [p for p in paths if p.endswith(suffix)]
-        best = _best_home(tree, same_name, expected)
-        if best is None:  # renamed inside a folder that kept its name
-            infix = f"/{pure.parent.name}/"
-            folder = [p for p in paths if infix in p and p.rsplit("/", 1)[0].endswith(infix[:-1])]
-            best = _best_home(tree, folder, expected)
-        if best is not None:
-            found[rel] = best
-    return found
-
-
-def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
-    best: tuple[float, str] | None = None
-    needles = [line.encode() for line in expected]
-    for path in candidates:
-        data = tree.read(path)
-        if data is None:
-            continue
-        score = sum(needle in data for needle in needles) / len(needles)
-        if score >= 0.5 and (best is None or score > best[0]):
-            best = (score, path)
-    return None if best is None else best[1]
-
-
-def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _version_key(text: str) -> tuple[int, Version | str]:
-    return (0, Version(text)) if _is_version(text) else (1, text)
-
-
 def suggest_ranges(
     results: Iterable[CheckResult], versions: list[str]
 ) -> dict[str, tuple[str, ...]]:
@@ -474,23 +569,9 @@ def suggest_ranges(
     Each run of consecutive checked releases becomes ``>=first,<next-checked`` (or
     ``>=first`` when it reaches the newest release checked).
     """
-    ordered = sorted({v for v in versions if _is_version(v)}, key=Version)
     needed: dict[str, set[str]] = {}
     for r in results:
         needed.setdefault(r.patch, set())
         if r.verdict == "needed":
             needed[r.patch].add(r.vllm)
-    ranges: dict[str, tuple[str, ...]] = {}
-    for patch_id, hits in needed.items():
-        runs: list[str] = []
-        start: str | None = None
-        for i, version in enumerate(ordered):
-            if version in hits and start is None:
-                start = version
-            if start is not None and (version not in hits):
-                runs.append(f">={start},<{version}")
-                start = None
-            elif start is not None and i == len(ordered) - 1:
-                runs.append(f">={start}")
-        ranges[patch_id] = tuple(runs)
-    return ranges
+    return {patch_id: ranges.runs(hits, versions) for patch_id, hits in needed.items()}

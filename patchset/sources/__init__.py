@@ -9,40 +9,58 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Literal, Protocol, cast, get_args
 
 from patchset.errors import UsageError
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
-__all__ = ["SOURCES", "ReleaseInfo", "ReleaseSource", "ReleaseTree", "parse_source"]
+__all__ = [
+    "KINDS",
+    "SOURCES",
+    "ReleaseInfo",
+    "ReleaseSource",
+    "ReleaseTree",
+    "SourceKind",
+    "parse_source",
+]
 
 
-def _index(*args: Any, **kwargs: Any) -> ReleaseSource:
+SourceKind = Literal["index", "folder", "git", "image"]
+KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
+
+
+class SourceFactory(Protocol):
+    """Makes a source of one kind from the text after ``kind:`` (a path, an image reference;
+    empty for the index); only the index uses `index_url` and `offline`."""
+
+    def __call__(self, where: str, *, index_url: str | None, offline: bool) -> ReleaseSource: ...
+
+
+def _index(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
     from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- see the module docstring
 
-    return IndexSource(*args, **kwargs)
+    return IndexSource(index_url, offline=offline)
 
 
-def _folder(*args: Any, **kwargs: Any) -> ReleaseSource:
+def _folder(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
     from patchset.sources.folder import FolderSource  # noqa: PLC0415
 
-    return FolderSource(*args, **kwargs)
+    return FolderSource(Path(where).expanduser())
 
 
-def _git(*args: Any, **kwargs: Any) -> ReleaseSource:
+def _git(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
     from patchset.sources.git import GitSource  # noqa: PLC0415
 
-    return GitSource(*args, **kwargs)
+    return GitSource(Path(where).expanduser())
 
 
-def _image(*args: Any, **kwargs: Any) -> ReleaseSource:
+def _image(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
     image_source = importlib.import_module("patchset.sources.image").ImageSource
-    return cast(ReleaseSource, image_source(*args, **kwargs))
+    return cast(ReleaseSource, image_source(where))
 
 
-SOURCES: dict[str, Callable[..., ReleaseSource]] = {
+SOURCES: dict[SourceKind, SourceFactory] = {
     "index": _index,
     "folder": _folder,
     "git": _git,
@@ -55,12 +73,13 @@ def parse_source(
 ) -> ReleaseSource:
     """The source a command-line spec names; None or ``index`` is the package index."""
     if spec is None or spec.strip() in {"", "index"}:
-        return SOURCES["index"](index_url, offline=offline)
+        return SOURCES["index"]("", index_url=index_url, offline=offline)
     kind, sep, rest = spec.partition(":")
-    if sep and kind in SOURCES and kind != "index":
-        if not rest:
-            raise UsageError(f"{spec!r}: say which {'image' if kind == 'image' else 'folder'}")
-        return SOURCES[kind](rest if kind == "image" else Path(rest).expanduser())
+    for known in KINDS:
+        if sep and kind == known and known != "index":
+            if not rest:
+                raise UsageError(f"{spec!r}: say which {'image' if kind == 'image' else 'folder'}")
+            return SOURCES[known](rest, index_url=index_url, offline=offline)
     if sep and kind.isalpha() and len(kind) > 1 and not Path(spec).exists():
         hint = difflib.get_close_matches(kind, SOURCES, n=1)
         did_you_mean = f"; did you mean {hint[0]}:?" if hint else ""
@@ -68,4 +87,4 @@ def parse_source(
             f"{spec!r}: unknown source kind {kind!r} (use PATH, git:PATH, image:REF"
             f" or index){did_you_mean}"
         )
-    return SOURCES["folder"](Path(spec).expanduser())
+    return SOURCES["folder"](spec, index_url=index_url, offline=offline)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+DownloadProgress = Callable[[str, int, int], None]
+"""Called with (version, bytes received, bytes expected or 0) while a release downloads."""
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,7 @@ class ReleaseTree(Protocol):
     e.g. ``vllm/model_executor/layers/fla/ops/utils.py``.
     """
 
-    @property
-    def info(self) -> ReleaseInfo:
-        """Which release this is and where it came from."""
-        ...
+    info: ReleaseInfo  # which release this is and where it came from
 
     def read(self, relpath: str) -> bytes | None:
         """The file's bytes, or None when the release has no such file."""
@@ -38,11 +39,20 @@ class ReleaseTree(Protocol):
         """Every file path under ``vllm/`` in the release (used to find moved files)."""
         ...
 
+    def contains_commit(self, commit: str) -> bool | None:
+        """Whether the release's history holds `commit`; None when the tree cannot say (the
+        default: only a git clone's trees know their history)."""
+        return None
+
 
 class ReleaseSource(Protocol):
-    """A place releases come from: the package index, a folder, a git clone, an image."""
+    """A place releases come from: the package index, a folder, a git clone, an image.
+
+    The sources subclass it, so they get the defaults below where they have nothing to add.
+    """
 
     name: str  # "index", "folder", "git", "image"
+    offline: bool = False  # reads only what is already here (the cache); nothing downloads
 
     def versions(self) -> list[str]:
         """The release versions this source can provide, oldest first."""
@@ -52,9 +62,20 @@ class ReleaseSource(Protocol):
         """A context manager yielding the release's tree; raises SourceError if unavailable."""
         ...
 
+    def cached_versions(self) -> list[str]:
+        """The releases it holds without downloading anything (default: all of them)."""
+        return self.versions()
+
+    def prefetch(
+        self, versions: Iterable[str], *, progress: DownloadProgress | None = None
+    ) -> Mapping[str, Path]:
+        """Make `versions` local ahead of `open` (in parallel where it can); where each is
+        kept, for a source that keeps files. The default has nothing to fetch."""
+        return {}
+
 
 @dataclass(frozen=True)
-class MemoryTree:
+class MemoryTree(ReleaseTree):
     """A ReleaseTree held in memory; used by tests and as the common in-cache form."""
 
     info: ReleaseInfo

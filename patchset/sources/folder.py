@@ -11,13 +11,13 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.errors import SourceError
 from patchset.kernel.vllm import read_version
-from patchset.sources.base import ReleaseInfo
+from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 UNKNOWN = "unknown"
 _SKIP_DIRS = {"__pycache__"}  # bytecode is no part of a release
 
 
-class FolderTree:
+class FolderTree(ReleaseTree):
     """Files under a folder, read in place; a path that resolves outside it is refused."""
 
     def __init__(self, info: ReleaseInfo, root: Path) -> None:
@@ -61,7 +61,7 @@ class FolderTree:
         return path.resolve().is_relative_to(self._real_root)
 
 
-class FolderSource:
+class FolderSource(ReleaseSource):
     """Any folder that holds a ``vllm/`` package; it provides the one release it holds."""
 
     name = "folder"

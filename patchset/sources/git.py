@@ -11,12 +11,12 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.adapters.gitrepo import GitRepo, open_repo
 from patchset.errors import SourceError
-from patchset.sources.base import ReleaseInfo
+from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 _RELEASE_TAG = re.compile(r"^v\d+(\.\d+)*")
 
 
-class GitTree:
+class GitTree(ReleaseTree):
     """One tag's files, read from the object database while the repository is open."""
 
     def __init__(self, info: ReleaseInfo, repo: GitRepo, commit: str) -> None:
@@ -35,7 +35,7 @@ class GitTree:
         return self._repo.is_ancestor(commit, self._commit)
 
 
-class GitSource:
+class GitSource(ReleaseSource):
     """A local clone of vLLM whose release tags are the versions."""
 
     name = "git"

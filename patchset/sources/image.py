@@ -18,10 +18,10 @@ from packaging.version import InvalidVersion, Version
 from patchset.adapters.dockerengine import Engine, ImageInfo, connect
 from patchset.errors import SourceError
 from patchset.kernel import vllm
-from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseTree
+from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource, ReleaseTree
 
 
-class ImageSource:
+class ImageSource(ReleaseSource):
     """The one vLLM release a Docker image holds (pulled first if it is not local)."""
 
     name = "image"

@@ -12,7 +12,7 @@ from patchset.adapters import forge
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import STATES, WHENS
-from patchset.sources import parse_source
+from patchset.sources import parse_source, select
 
 DESCRIPTION = """\
 Add a patch to the registry: the diff of a pull request (--pr, fetched from the forge), a
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         source = parse_source(
             args.source, index_url=args.index_url, offline=args.offline or cached_only
         )
-        versions = add.releases_to_check(source, versions=args.vllm, since=args.since)
+        versions = select.for_add(source, versions=args.vllm, since=args.since)
     result = add.add_diff(
         root,
         args.id,

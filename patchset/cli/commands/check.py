@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+import threading
 
-from packaging.version import InvalidVersion, Version
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
 
 from patchset.cli import github
 from patchset.cli.output import console, err_console, print_json, styled, table
@@ -15,10 +21,8 @@ from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
-from patchset.sources import parse_source
-
-if TYPE_CHECKING:
-    from patchset.sources.base import ReleaseSource
+from patchset.sources import parse_source, select
+from patchset.sources.base import ReleaseSource
 
 DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
@@ -82,47 +86,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=run)
 
 
-def _versions(args: argparse.Namespace, source: ReleaseSource) -> list[str]:
-    wanted: list[str] = list(args.vllm)
-    for v in wanted:
-        if v != "latest":
-            try:
-                Version(v)
-            except InvalidVersion:
-                raise UsageError(f"--vllm {v!r} is not a PEP 440 version") from None
-    available: list[str] | None = None
-    if "latest" in wanted or args.since or source.name != "index":
-        available = source.versions()
-    if "latest" in wanted:
-        assert available is not None
-        if not available:
-            raise UsageError("the source offers no release")
-        wanted = [available[-1] if v == "latest" else v for v in wanted]
-    if args.since:
-        try:
-            since = Version(args.since)
-        except InvalidVersion:
-            raise UsageError(f"--since {args.since!r} is not a PEP 440 version") from None
-        assert available is not None
-        wanted += [v for v in available if Version(v) > since]
-    if not wanted and source.name != "index":
-        assert available is not None
-        wanted = available[-1:] if source.name == "git" else available
-    if not wanted:
-        raise UsageError("say which releases: --vllm VERSION, --vllm latest or --since VERSION")
-    if available is not None and source.name != "index":
-        missing = [v for v in wanted if v not in available]
-        if missing:
-            raise UsageError(f"the source has no release {', '.join(missing)}")
-    return list(dict.fromkeys(wanted))
-
-
 def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
     source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
-    versions = _versions(args, source)
+    versions = select.for_check(source, versions=args.vllm, since=args.since)
     _prefetch(source, versions)
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     report = check(
@@ -150,9 +119,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
-    """Download missing sdists in parallel, with a progress bar on stderr."""
-    prefetch = getattr(source, "prefetch", None)
-    if prefetch is None or getattr(source, "offline", False):
+    """Download missing releases in parallel, with a progress bar each on stderr."""
+    if source.offline:
         return
     columns = (
         TextColumn("{task.description}"),
@@ -160,8 +128,17 @@ def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
         DownloadColumn(),
         TransferSpeedColumn(),
     )
+    tasks: dict[str, TaskID] = {}
+    lock = threading.Lock()
     with Progress(*columns, console=err_console(), transient=True) as progress:
-        prefetch(versions, progress=progress)
+
+        def report(version: str, done: int, total: int) -> None:
+            with lock:
+                if version not in tasks:
+                    tasks[version] = progress.add_task(f"vllm {version}", total=None)
+            progress.update(tasks[version], completed=done, total=total or None)
+
+        source.prefetch(versions, progress=report)
 
 
 def _cell(r: CheckResult, *, variant: bool = False) -> str:
@@ -209,7 +186,7 @@ def _notes(report: CheckReport) -> list[str]:
     """Details of every verdict that is not a clean 'needed', runs of releases folded."""
     groups: dict[tuple[str, str, str, str | None], list[str]] = {}
     for r in report.results:
-        if r.verdict == "needed" and r.detail == "applies cleanly" and not r.disagreement:
+        if r.verdict == "needed" and not r.shifted and not r.disagreement:
             continue
         groups.setdefault((r.patch, r.verdict, r.detail, r.disagreement), []).append(r.vllm)
     lines = []

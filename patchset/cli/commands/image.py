@@ -7,13 +7,12 @@ command (and the in-image use of the engine) would pay it for nothing.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
-from patchset.image.manifest import LABEL_PREFIX
+from patchset.image.manifest import MANIFEST_PATH
 from patchset.registry import load_registry
 
 
@@ -83,38 +82,23 @@ def run_build(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from patchset.adapters import dockerengine  # noqa: PLC0415 - see the module docstring
+    from patchset.image.inspect import inspect_image  # noqa: PLC0415 - see the module docstring
 
-    with dockerengine.connect() as engine:
-        info = engine.inspect(args.image)
-        copied = engine.copy_out(info.id, ["/opt/patchset/manifest.json"])
-    raw = copied.get("/opt/patchset/manifest.json")
-    manifest = json.loads(raw) if raw else None
-    data = {
-        "image": info.id,
-        "tags": list(info.tags),
-        "labels": dict(info.labels),
-        "manifest": manifest,
-    }
+    found = inspect_image(args.image)
     if args.format == "json":
-        print_json(data)
+        print_json(found.to_dict())
         return ExitCode.OK
     con = console()
-    for key, value in sorted(info.labels.items()):
-        if (
-            key.startswith(("org.opencontainers", LABEL_PREFIX))
-            and key != f"{LABEL_PREFIX}.patches"
-        ):
-            con.print(f"{key}: {value}", markup=False)
-    patches = json.loads(info.labels.get(f"{LABEL_PREFIX}.patches", "[]"))
+    for key, value in found.described_by.items():
+        con.print(f"{key}: {value}", markup=False)
     out = table(f"patches in {args.image}", ["patch", "rev", "apply", "upstream", "payload sha256"])
-    for p in patches:
+    for p in found.patches:
         out.add_row(
             p["id"], str(p["revision"]), p["apply"], p["upstream"] or "-", p["payload_sha256"][:16]
         )
     con.print(out)
-    if manifest is None:
-        con.print("no /opt/patchset/manifest.json in this image", markup=False)
+    if found.manifest is None:
+        con.print(f"no {MANIFEST_PATH} in this image", markup=False)
         return ExitCode.ATTENTION
     return ExitCode.OK
 

@@ -6,7 +6,7 @@ import argparse
 
 from patchset.cli.output import FORMATS, console, print_json, table
 from patchset.errors import ExitCode
-from patchset.registry import Patch, load_registry
+from patchset.registry import load_registry
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,54 +22,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(handler=run_validate)
 
 
-def patch_dict(patch: Patch) -> dict[str, object]:
-    up = patch.upstream
-    return {
-        "id": patch.id,
-        "title": patch.title,
-        "description": patch.description.strip(),
-        "kind": patch.kind,
-        "revision": patch.revision,
-        "vllm": str(patch.vllm),
-        "apply": patch.apply,
-        "targets": list(patch.targets),
-        "upstream": {
-            "pr": up.pr,
-            "state": up.state,
-            "superseded_by": up.superseded_by,
-            "superseded_in": up.superseded_in,
-            "probe": up.probe.describe() if up.probe else None,
-            "note": up.note,
-        },
-        "hardware": {
-            "compute_capability": (
-                str(patch.hardware.compute_capability)
-                if patch.hardware.compute_capability
-                else None
-            ),
-            "note": patch.hardware.note,
-        },
-        "origin": patch.origin,
-        "credit": list(patch.credit),
-        "variants": [
-            {
-                "payload": v.name,
-                "vllm": str(v.vllm),
-                "base": v.base,
-                "sha256": v.sha256,
-                "files": list(v.files),
-            }
-            for v in patch.variants
-        ],
-        "digest": patch.digest,
-    }
-
-
 def run_list(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
     if args.format == "json":
         print_json(
-            {"registry": registry.digest, "patches": [patch_dict(p) for p in registry.patches]}
+            {"registry": registry.digest, "patches": [p.to_dict() for p in registry.patches]}
         )
         return ExitCode.OK
     out = table(
@@ -86,7 +43,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
     patch = registry.get(args.id)
-    data = patch_dict(patch)
+    data = patch.to_dict()
     if args.format == "json":
         print_json(data)
         return ExitCode.OK

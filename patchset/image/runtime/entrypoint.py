@@ -23,7 +23,6 @@ program exec'd (for tests).
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
@@ -34,8 +33,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.dont_write_bytecode = True  # a read-only mount, and no stray files in vLLM's tree
 HERE = Path(__file__).resolve().parent
+# An exported bundle (it has payloads/) lives in the user's folder, mounted read-only as the
+# docs say, or by mistake read-write: never leave root-owned __pycache__ there. In a built
+# image /opt/patchset is the image's own: its bytecode is cached in the container's layer.
+sys.dont_write_bytecode = (HERE / "payloads").is_dir()
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
@@ -203,7 +205,9 @@ def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
     """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
     if not rel.endswith(".py"):
         return
-    problem = broken_by(before, data) if before is not None else compile_error(data, rel)
+    problem = compile_error(data, rel)  # the original is compiled only to blame a failure
+    if problem is not None and before is not None and broken_by(before, data) is None:
+        return  # the file did not compile before the patch either
     if problem is not None:
         raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
 
@@ -266,6 +270,8 @@ def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
             raise PatchFailedError(f"touches {touch}, which {rel} no longer defines")
     if not registered:
         return "plugin (vLLM runs it in each process)"
+    import importlib.metadata  # noqa: PLC0415 - 60 ms at every start otherwise; --verify only
+
     found = [
         ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP) if ep.name == patch["id"]
     ]
@@ -322,20 +328,13 @@ def selection(manifest: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def installed_version(root: Path) -> str | None:
-    """The vLLM release at `root`, from its installed distribution's metadata."""
-    for dist in importlib.metadata.distributions(path=[str(root)]):
-        if (dist.metadata["Name"] or "").lower() == "vllm":
-            return dist.version
-    return None
-
-
 def release_check(manifest: dict[str, Any], root: Path) -> str:
     """The vLLM release in this image is the one the manifest was made for."""
-    found = installed_version(root)
+    read = vllm.read_version(root)
+    found = read[0] if read else None
     wanted = manifest["vllm"]
     if found is None:
-        raise StartRefusedError(f"cannot tell which vLLM release is at {root} (no dist-info)")
+        raise StartRefusedError(f"cannot tell which vLLM release is at {root}")
     if found.split("+")[0] != wanted:
         raise StartRefusedError(
             f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
@@ -346,14 +345,14 @@ def release_check(manifest: dict[str, Any], root: Path) -> str:
 
 def run_patches(
     manifest: dict[str, Any], *, verify: bool
-) -> tuple[list[dict[str, str]], bool, Plan, list[str]]:
+) -> tuple[list[dict[str, Any]], bool, Plan, list[str]]:
     """Check, plan and (unless `verify`) write every patch; the python patches selected."""
     root = vllm_root()
     stock = manifest.get("delivery") == "stock"
     gpus, gpu = detect_gpus()
     left_out = selection(manifest)
     plan = Plan(root)
-    results: list[dict[str, str]] = []
+    results: list[dict[str, Any]] = []  # "ok": False where the patch failed
     plugins: list[str] = []
     ok = True
     for patch, later in zip(manifest["patches"], _later_digests(manifest["patches"]), strict=True):
@@ -369,7 +368,7 @@ def run_patches(
                     for rel, d in files.items()
                 ):  # a container started before with the patch keeps its files
                     state += ", yet its files are patched (an earlier start or the build)"
-                results.append({"patch": name, "apply": patch["apply"], "state": state})
+                results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": True})
                 continue
             if stock:
                 check_payload(patch)
@@ -387,11 +386,12 @@ def run_patches(
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
             else:
                 state = apply_patch(patch, plan, later, dry_run=verify)
+            failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
-            ok = False
+            ok, failed = False, True
             state = f"FAILED: {exc}"
-        results.append({"patch": name, "apply": patch["apply"], "state": state})
-    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu})
+        results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": not failed})
+    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu, "ok": True})
     return results, ok, plan, plugins
 
 
@@ -457,7 +457,9 @@ def main(argv: list[str]) -> int:
                 commit(plan)
             except (PatchFailedError, OSError) as exc:
                 ok = False
-                results.append({"patch": "write", "apply": "-", "state": f"FAILED: {exc}"})
+                results.append(
+                    {"patch": "write", "apply": "-", "state": f"FAILED: {exc}", "ok": False}
+                )
     except StartRefusedError as exc:
         ok, refusal, results, version = False, str(exc), [], "?"
     if verify:

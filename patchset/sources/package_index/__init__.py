@@ -4,30 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from patchset._fs import file_sha256
 from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
-from patchset.sources.base import ReleaseInfo
+from patchset.registry.ranges import is_version
+from patchset.sources.base import DownloadProgress, ReleaseInfo, ReleaseSource, ReleaseTree
 from patchset.sources.package_index.cache import Cache, TreeStamp, TreeZip
 from patchset.sources.package_index.client import MAX_AGE, PackageIndex, SdistFile
 
-if TYPE_CHECKING:
-    from rich.progress import Progress
-
 LOG = logging.getLogger(__name__)
 
-DownloadProgress = Callable[[str, int, int], None]
-"""Called with (version, bytes received, bytes expected or 0) while an sdist downloads."""
 
-
-class ZipTree:
+class ZipTree(ReleaseTree):
     """A release tree read from a cached tree zip; holds the zip open while in use."""
 
     def __init__(self, info: ReleaseInfo, zf: TreeZip) -> None:
@@ -41,7 +35,7 @@ class ZipTree:
         return iter(self._zf.names())
 
 
-class IndexSource:
+class IndexSource(ReleaseSource):
     """vLLM sdists from the package index, cached and verified; the default source."""
 
     name = "index"
@@ -94,33 +88,29 @@ class IndexSource:
         with self._tree_zip(version, progress) as zf:
             return zf.path
 
-    def prefetch(
-        self, versions: Iterable[str], *, workers: int = 4, progress: Progress | None = None
-    ) -> dict[str, Path]:
-        """Fetch several releases in parallel; one progress bar each when given `progress`.
+    def cached_versions(self) -> list[str]:
+        """The releases whose trees are in the cache, oldest first."""
+        cached = [v for v in self.cache.cached_tree_versions() if is_version(v)]
+        return sorted(cached, key=Version)
 
-        Every release is tried; then a SourceError names all that failed.
-        """
+    def prefetch(
+        self,
+        versions: Iterable[str],
+        *,
+        progress: DownloadProgress | None = None,
+        workers: int = 4,
+    ) -> dict[str, Path]:
+        """Fetch several releases in parallel, reporting each download to `progress` (called
+        from the worker threads). Every release is tried; then a SourceError names all that
+        failed."""
         wanted = list(dict.fromkeys(versions))
         if not self.offline and wanted:
             self.index.project_json()  # once, before the threads want it
 
-        def one(version: str) -> Path:
-            if progress is None:
-                return self.fetch(version)
-            task = progress.add_task(f"vllm {version}", total=None)
-
-            def report(_version: str, done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total or None)
-
-            path = self.fetch(version, report)
-            progress.update(task, total=1, completed=1)
-            return path
-
         done: dict[str, Path] = {}
         failed: list[str] = []
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = {pool.submit(one, v): v for v in wanted}
+            futures = {pool.submit(self.fetch, v, progress): v for v in wanted}
             for future in as_completed(futures):
                 try:
                     done[futures[future]] = future.result()

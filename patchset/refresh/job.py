@@ -1,0 +1,164 @@
+"""One refresh job (the patch, the variant carried forward, the releases) and its results."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from patchset.errors import ExitCode
+from patchset.kernel.sites import SiteStatus
+from patchset.registry import Kind, Patch, Registry, Variant
+from patchset.sources.base import ReleaseSource
+
+RefreshOutcome = Literal["written", "proposed", "conflict", "unresolved"]
+
+
+@dataclass(frozen=True)
+class AnchorCandidate:
+    line: int  # 1-based, in the target release's file
+    similarity: float
+    lines: tuple[str, ...]
+    unchanged: bool = False  # every line is a base-release line outside the anchor
+
+
+@dataclass(frozen=True)
+class SiteRefresh:
+    """One runtime site against the target release, and the anchor proposed for it."""
+
+    site: str
+    file: str
+    status: SiteStatus  # in the target release, with the old anchor
+    line: int | None = None  # where the old anchor still matches
+    candidates: tuple[AnchorCandidate, ...] = ()
+    anchor: str | None = None  # the proposed anchor (dedented); None: unchanged or no proposal
+    picked: int | None = None  # the 1-based candidate it came from
+    text_follows: bool = False  # a replace site's text held the old anchor; now the new one
+    reason: str = ""  # why there is no proposal
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == "applies" or self.anchor is not None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "site": self.site,
+            "file": self.file,
+            "status": self.status,
+            "line": self.line,
+            "candidates": [
+                {
+                    "line": c.line,
+                    "similarity": round(c.similarity, 3),
+                    "lines": list(c.lines),
+                    "unchanged": c.unchanged,
+                }
+                for c in self.candidates
+            ],
+            "anchor": self.anchor,
+            "picked": self.picked,
+            "text_follows": self.text_follows,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class RangeChange:
+    what: str  # "vllm" (the patch's own range) or a payload file name
+    old: str | None  # None: a new variant
+    new: str
+
+
+@dataclass(frozen=True)
+class Conflict:
+    file: str
+    lines: tuple[int, ...]  # 1-based lines of the conflict markers in the work folder's copy
+
+
+@dataclass(frozen=True)
+class MovedFile:
+    old: str  # the path the variant patches
+    new: str  # where the target release has the file: the new variant patches this path
+
+
+@dataclass(frozen=True)
+class RefreshResult:
+    patch: str
+    kind: Kind
+    vllm: str  # the target release
+    from_variant: str  # the payload carried forward
+    base: str | None  # the release it was written against (the merge base)
+    outcome: RefreshOutcome
+    variant: str | None = None  # the new payload's file name
+    revision: int | None = None  # the patch's revision once written
+    payload: str = ""  # diff: the new diff; runtime: the new sites file as a diff of the old
+    ranges: tuple[RangeChange, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    workdir: Path | None = None
+    sites: tuple[SiteRefresh, ...] = ()
+    written: tuple[Path, ...] = ()
+    moved: tuple[MovedFile, ...] = ()  # target files the release moved, followed
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.OK if self.outcome in ("written", "proposed") else ExitCode.ATTENTION
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "patch": self.patch,
+            "kind": self.kind,
+            "vllm": self.vllm,
+            "from_variant": self.from_variant,
+            "base": self.base,
+            "outcome": self.outcome,
+            "variant": self.variant,
+            "revision": self.revision,
+            "payload": self.payload,
+            "ranges": [{"what": r.what, "old": r.old, "new": r.new} for r in self.ranges],
+            "conflicts": [{"file": c.file, "lines": list(c.lines)} for c in self.conflicts],
+            "workdir": None if self.workdir is None else str(self.workdir),
+            "sites": [s.to_dict() for s in self.sites],
+            "written": [str(p) for p in self.written],
+            "moved": [{"old": m.old, "new": m.new} for m in self.moved],
+            "exit_code": self.exit_code,
+        }
+
+
+@dataclass(frozen=True)
+class Job:
+    """One refresh: the patch, the variant carried forward, and the releases involved."""
+
+    registry: Registry
+    patch: Patch
+    variant: Variant
+    target: str
+    base: str | None
+    files: dict[str, bytes | None]  # the target release's copies, at the variant's paths
+    versions: tuple[str, ...]
+    moves: Mapping[str, str] = dataclasses.field(default_factory=dict)  # variant's -> release's
+
+    def at_release_paths(self, files: Mapping[str, bytes | None]) -> dict[str, bytes | None]:
+        """`files` (keyed by the variant's paths) keyed by where the target release has them."""
+        return {self.moves.get(rel, rel): data for rel, data in files.items()}
+
+    def result(self, outcome: RefreshOutcome, **fields: Any) -> RefreshResult:
+        moved = tuple(MovedFile(old, new) for old, new in self.moves.items())
+        return RefreshResult(
+            self.patch.id,
+            self.patch.kind,
+            self.target,
+            self.variant.name,
+            self.base,
+            outcome,
+            moved=moved,
+            **fields,
+        )
+
+
+def read_release(
+    source: ReleaseSource, version: str, files: tuple[str, ...]
+) -> dict[str, bytes | None]:
+    with source.open(version) as tree:
+        return {rel: tree.read(rel) for rel in files}

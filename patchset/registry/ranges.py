@@ -1,0 +1,112 @@
+"""PEP 440 ranges as `patch.toml` holds them: their text and their arithmetic.
+
+Every place that reads, writes, compares, caps or widens a `vllm = "..."` range calls this
+module: the release check's suggested ranges, `check --suggest-ranges --write`, `add` and
+`refresh`. Specifiers are parsed by `packaging`; the text is kept as the author wrote it where
+nothing changes, and written lower bounds first where something does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+# Lower bounds first, exact and compatible ones next, exclusions, then upper bounds.
+_ORDER = {">=": 0, ">": 0, "~=": 1, "==": 1, "===": 1, "!=": 2, "<=": 3, "<": 3}
+
+
+def is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
+def version_key(text: str) -> tuple[int, Version | str]:
+    """Sort key: PEP 440 versions in order, anything else after them by its text."""
+    return (0, Version(text)) if is_version(text) else (1, text)
+
+
+def parts(spec: str) -> list[str]:
+    """The clauses of `spec` as written, e.g. ['>=0.17.0', '<0.20.0']."""
+    return [part.strip() for part in spec.split(",") if part.strip()]
+
+
+def operator(part: str) -> str:
+    """The operator of one clause ('>=', '<', ...), '' when it is no specifier."""
+    try:
+        return Specifier(part).operator
+    except InvalidSpecifier:
+        return ""
+
+
+def range_text(clauses: Iterable[str]) -> str:
+    """Clauses joined lower bounds first (SpecifierSet's own str() sorts them as text)."""
+    unique = list(dict.fromkeys(p.strip() for p in clauses if p.strip()))
+    return ",".join(sorted(unique, key=lambda p: _ORDER.get(operator(p), 2)))
+
+
+def same_range(a: str, b: str) -> bool:
+    try:
+        return SpecifierSet(a) == SpecifierSet(b)
+    except InvalidSpecifier:
+        return a == b
+
+
+def holds(spec: str, version: str) -> bool:
+    return SpecifierSet(spec).contains(Version(version), prereleases=True)
+
+
+def runs(hits: set[str], versions: Iterable[str]) -> tuple[str, ...]:
+    """The releases of `hits` among the checked `versions`, as ranges: each run of consecutive
+    checked releases becomes ``>=first,<next-checked`` (``>=first`` when it reaches the newest).
+    """
+    ordered = sorted({v for v in versions if is_version(v)}, key=Version)
+    found: list[str] = []
+    start: str | None = None
+    for i, version in enumerate(ordered):
+        if version in hits and start is None:
+            start = version
+        if start is not None and (version not in hits):
+            found.append(f">={start},<{version}")
+            start = None
+        elif start is not None and i == len(ordered) - 1:
+            found.append(f">={start}")
+    return tuple(found)
+
+
+def cap(spec: str, target: str) -> str:
+    """`spec` narrowed to releases before `target` (an upper bound at or below it is kept)."""
+    limit = Version(target)
+    clauses = parts(spec)
+    kept = []
+    bounded = False
+    for part in clauses:
+        one = Specifier(part)
+        if one.operator in ("<", "<="):
+            bound = Version(one.version)
+            if bound < limit or (bound == limit and one.operator == "<"):
+                bounded = True
+            else:
+                continue
+        kept.append(part)
+    if not bounded:
+        kept.append(f"<{target}")
+    return spec if kept == clauses else range_text(kept)
+
+
+def widen(spec: str, target: str, after: str | None) -> str | None:
+    """`spec` made to hold `target`: a bound that shut it out moves to `after` (the next
+    release) or goes; None when no such edit makes it hold `target`."""
+    if holds(spec, target):
+        return spec
+    clauses = parts(spec)
+    kept = [p for p in clauses if holds(p, target)]
+    shut = [p for p in clauses if p not in kept]
+    if after is not None and any(operator(p) in ("<", "<=") for p in shut):
+        kept.append(f"<{after}")
+    widened = range_text(kept)
+    return widened if holds(widened, target) else None

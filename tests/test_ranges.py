@@ -1,0 +1,59 @@
+"""PEP 440 range text and arithmetic (`patchset.registry.ranges`), on plain strings."""
+
+from __future__ import annotations
+
+import pytest
+
+from patchset.registry import ranges
+
+
+def test_text_puts_lower_bounds_first_and_drops_repeats() -> None:
+    assert ranges.range_text(["<0.20.0", ">=0.17.0", "", " >=0.17.0 "]) == ">=0.17.0,<0.20.0"
+    assert ranges.range_text(["<1", "!=0.5", "==0.4.*", ">0.1"]) == ">0.1,==0.4.*,!=0.5,<1"
+    assert ranges.operator("~=0.19") == "~=" and ranges.operator("0.19") == ""
+
+
+def test_same_range_compares_meaning() -> None:
+    assert ranges.same_range(">=0.17,<0.20", "<0.20, >=0.17")
+    assert not ranges.same_range(">=0.17", ">0.17")
+    assert ranges.same_range("not a range", "not a range")
+
+
+@pytest.mark.parametrize(
+    ("hits", "expected"),
+    [
+        (set(), ()),
+        ({"0.17.0", "0.18.0"}, (">=0.17.0,<0.19.0",)),
+        ({"0.18.0", "0.19.0"}, (">=0.18.0",)),
+        ({"0.17.0", "0.19.0"}, (">=0.17.0,<0.18.0", ">=0.19.0")),
+    ],
+)
+def test_runs_of_checked_releases(hits: set[str], expected: tuple[str, ...]) -> None:
+    assert ranges.runs(hits, ["0.19.0", "0.17.0", "0.18.0", "0.18.0", "unknown"]) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "target", "expected"),
+    [
+        (">=0.17.0", "0.20.0", ">=0.17.0,<0.20.0"),
+        (">=0.17.0,<0.22.0", "0.20.0", ">=0.17.0,<0.20.0"),
+        (">=0.17.0,<0.19.0", "0.20.0", ">=0.17.0,<0.19.0"),  # already below: kept as written
+        ("<=0.20.0,>=0.17.0", "0.20.0", ">=0.17.0,<0.20.0"),
+    ],
+)
+def test_cap(spec: str, target: str, expected: str) -> None:
+    assert ranges.cap(spec, target) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "target", "after", "expected"),
+    [
+        (">=0.17.0,<0.20.0", "0.19.1", None, ">=0.17.0,<0.20.0"),  # holds it: unchanged
+        (">=0.17.0,<0.20.0", "0.21.0", "0.22.0", ">=0.17.0,<0.22.0"),
+        (">=0.17.0,<0.20.0", "0.21.0", None, ">=0.17.0"),
+        (">=0.17.0,!=0.21.0", "0.21.0", None, ">=0.17.0"),
+        ("==0.19.1", "0.21.0", None, ""),
+    ],
+)
+def test_widen(spec: str, target: str, after: str | None, expected: str) -> None:
+    assert ranges.widen(spec, target, after) == expected
