@@ -5,6 +5,10 @@ environment (`PATCHSET_REGISTRY`, `PATCHSET_BUILDS`), the `[tool.patchset]` tabl
 nearest `pyproject.toml` (searching up from the working folder; paths relative to that file),
 and the default `patches` / `builds` (beside that `pyproject.toml` when it has the table, else
 in the working folder).
+
+The table also holds defaults for the commands that read releases: `index-url` (`--index-url`),
+`offline` (`--offline`), `cache-dir` (`$PATCHSET_CACHE_DIR`) and `since` (`check --since` when
+no release is named). Its JSON Schema is `patchset/schemas/tool-patchset.json`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from patchset import schemas
 from patchset._fs import write_atomic
 from patchset.errors import RegistryError
 from patchset.registry.toml import Table, load_toml
@@ -27,10 +32,31 @@ DEFAULTS = {"registry": "patches", "builds": "builds"}
 
 
 @dataclass(frozen=True)
+class ToolTable:
+    """The validated `[tool.patchset]` table; paths relative to its pyproject.toml."""
+
+    pyproject: Path
+    registry: str | None = None
+    builds: str | None = None
+    index_url: str | None = None
+    offline: bool = False
+    cache_dir: str | None = None
+    since: str | None = None
+
+    def get(self, key: str, default: str) -> str:
+        value = getattr(self, key)
+        return value if isinstance(value, str) else default
+
+
+@dataclass(frozen=True)
 class Project:
     registry: Path
     builds: Path
     pyproject: Path | None = None  # the file whose [tool.patchset] table was read
+    index_url: str | None = None
+    offline: bool = False
+    cache_dir: Path | None = None
+    since: str | None = None
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -43,16 +69,28 @@ def find_pyproject(start: Path) -> Path | None:
     return None
 
 
-def read_tool_table(pyproject: Path) -> dict[str, str] | None:
+def read_tool_table(pyproject: Path) -> ToolTable | None:
     """The validated `[tool.patchset]` table of `pyproject`, or None when it has none."""
     data = load_toml(pyproject)
     tool = data.get("tool")
-    if not isinstance(tool, dict) or "patchset" not in tool:
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise RegistryError(f"tool: expected a table, got {type(tool).__name__}", path=pyproject)
+    if "patchset" not in tool:
         return None
     table = Table(tool["patchset"], file=pyproject, where="tool.patchset")
-    values = {key: table.opt_str(key, required=False) for key in DEFAULTS}
+    result = ToolTable(
+        pyproject=pyproject,
+        registry=table.opt_str("registry", required=False),
+        builds=table.opt_str("builds", required=False),
+        index_url=table.opt_str("index-url", required=False),
+        offline=table.flag("offline", default=False),
+        cache_dir=table.opt_str("cache-dir", required=False),
+        since=table.version("since"),
+    )
     table.finish()
-    return {key: value for key, value in values.items() if value is not None}
+    return result
 
 
 def resolve(
@@ -69,20 +107,27 @@ def resolve(
         key: value if value is not None else _env_path(environ.get(ENV[key]))
         for key, value in given.items()
     }
-    pyproject: Path | None = None
-    if any(value is None for value in chosen.values()):
-        here = cwd or Path.cwd()
-        found = find_pyproject(here)
-        table = read_tool_table(found) if found is not None else None
-        if table is not None and found is not None:
-            pyproject = found
-            for key, default in DEFAULTS.items():
-                if chosen[key] is None:
-                    chosen[key] = _beside(found, table.get(key, default), here)
+    here = cwd or Path.cwd()
+    found = find_pyproject(here)
+    table = read_tool_table(found) if found is not None else None
+    if table is None:
+        return Project(
+            registry=chosen["registry"] or Path(DEFAULTS["registry"]),
+            builds=chosen["builds"] or Path(DEFAULTS["builds"]),
+        )
+    for key, default in DEFAULTS.items():
+        if chosen[key] is None:
+            chosen[key] = _beside(table.pyproject, table.get(key, default), here)
     return Project(
         registry=chosen["registry"] or Path(DEFAULTS["registry"]),
         builds=chosen["builds"] or Path(DEFAULTS["builds"]),
-        pyproject=pyproject,
+        pyproject=table.pyproject,
+        index_url=table.index_url,
+        offline=table.offline,
+        cache_dir=(
+            table.pyproject.parent / Path(table.cache_dir).expanduser() if table.cache_dir else None
+        ),
+        since=table.since,
     )
 
 
@@ -109,7 +154,27 @@ Add one with `patchset add ID --pr owner/repo#N`, `patchset add ID --diff FILE` 
 `patchset add --runtime ID`; check them with `patchset validate` and `patchset check`.
 """
 
+SCHEMA_FOLDER = ".patchset/schemas"  # copies of the shipped file schemas, for editors
+
+TAPLO = """\
+# Editors with a TOML language server (taplo, "Even Better TOML") check patchset's files
+# against the JSON Schemas `patchset init` copied into .patchset/schemas/ (`patchset validate`
+# checks them too). Delete that folder and run `patchset init` again after upgrading patchset.
+[[rule]]
+include = ["patches/*/patch.toml"]
+schema = { path = "./.patchset/schemas/patch.json" }
+
+[[rule]]
+include = ["patches/*/sites.toml", "patches/*/*.sites.toml"]
+schema = { path = "./.patchset/schemas/sites.json" }
+
+[[rule]]
+include = ["builds/*.toml", "builds/*.toml.sample"]
+schema = { path = "./.patchset/schemas/build-definition.json" }
+"""
+
 EXAMPLE_BUILD = """\
+#:schema ../.patchset/schemas/build-definition.json
 # An example build definition. Copy it to <vLLM version>.toml (e.g. 0.19.1.toml), remove the
 # leading '# ' of each line below and fill in your own; every *.toml in this folder is a build
 # target of `patchset build` and `patchset bake`. This file (.sample) is never read.
@@ -155,6 +220,20 @@ def init_project(root: Path) -> InitResult:
         folder.mkdir()
         (folder / name).write_text(text, encoding="utf-8")
         created += [folder, folder / name]
+    schema_folder = root / SCHEMA_FOLDER
+    if schema_folder.is_dir():
+        kept.append(schema_folder)
+    else:
+        schema_folder.mkdir(parents=True)
+        for name in schemas.FILES:
+            (schema_folder / f"{name}.json").write_text(schemas.text(name), encoding="utf-8")
+        created.append(schema_folder)
+    taplo = root / ".taplo.toml"
+    if taplo.exists():
+        kept.append(taplo)
+    else:
+        taplo.write_text(TAPLO, encoding="utf-8")
+        created.append(taplo)
     pyproject = root / PYPROJECT
     if _add_tool_table(pyproject):
         created.append(pyproject)
@@ -176,7 +255,8 @@ def _add_tool_table(pyproject: Path) -> bool:
         read_tool_table(pyproject)  # an existing table must still be a valid one
         return False
     table = tomlkit.table()
-    table.add(tomlkit.comment("Where `patchset` finds this project's patches and builds."))
+    table.add(tomlkit.comment("Where `patchset` finds this project's patches and builds; the keys"))
+    table.add(tomlkit.comment("are in .patchset/schemas/tool-patchset.json (docs/projects.md)."))
     table.add("registry", DEFAULTS["registry"])
     table.add("builds", DEFAULTS["builds"])
     if tool is None:

@@ -59,6 +59,8 @@ def assert_matches(instance: Any, name: str) -> None:
 def test_schemas_ship_in_the_package() -> None:
     for name in schemas.NAMES:
         assert (Path(schemas.__file__).parent / f"{name}.json").is_file()
+        jsonschema.Draft202012Validator.check_schema(schemas.load(name))
+    for name in schemas.REPORTS:
         assert schemas.load(name)["properties"]["schema"]["const"] == f"patchset.{name}/1"
     with pytest.raises(ValueError, match="no schema"):
         schemas.load("nope")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from patchset import __version__
@@ -25,7 +26,7 @@ from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
 from patchset.cli.output import err_console
 from patchset.errors import ExitCode, PatchsetError, one_line
-from patchset.project import resolve
+from patchset.project import Project, resolve
 
 COMMANDS = (
     registry_cmd,
@@ -51,6 +52,7 @@ example:
   patchset check --since 0.19.0"""
 
 DEBUG_ENV = "PATCHSET_DEBUG"
+CACHE_ENV = "PATCHSET_CACHE_DIR"
 BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
 
 
@@ -120,6 +122,31 @@ def reset_logging() -> None:
     logger.propagate = True
 
 
+@contextlib.contextmanager
+def project_defaults(args: argparse.Namespace, project: Project) -> Iterator[None]:
+    """`[tool.patchset]` index-url, offline, cache-dir and since, where the command line and
+    the environment said nothing (the cache folder through $PATCHSET_CACHE_DIR, restored)."""
+    if getattr(args, "index_url", "") is None:
+        args.index_url = project.index_url
+    if getattr(args, "offline", None) is False:
+        args.offline = project.offline
+    if (
+        args.command == "check"
+        and getattr(args, "since", "") is None
+        and not args.vllm
+        and args.source is None
+    ):
+        args.since = project.since
+    before = os.environ.get(CACHE_ENV)
+    if project.cache_dir is not None and not before:
+        os.environ[CACHE_ENV] = str(project.cache_dir)
+    try:
+        yield
+    finally:
+        if project.cache_dir is not None and not before:
+            os.environ.pop(CACHE_ENV, None)
+
+
 def _fatal(args: argparse.Namespace | None, message: str) -> None:
     """One line on stderr; under --format github also an `::error::` workflow command."""
     err_console().print(f"patchset: error: {message}", markup=False, soft_wrap=True)
@@ -146,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging(args.verbose, args.quiet)
         project = resolve(registry=args.registry, builds=args.builds)
         args.registry, args.builds = project.registry, project.builds
-        code: int = args.handler(args)
+        args.pyproject = project.pyproject
+        with project_defaults(args, project):
+            code: int = args.handler(args)
         sys.stdout.flush()
     except PatchsetError as exc:
         _fatal(args, str(exc))

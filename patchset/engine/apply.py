@@ -25,6 +25,8 @@ Outcome = Literal[
     "not-applied",
 ]
 
+SCHEMA = "patchset.apply/1"  # the JSON of apply and revert: patchset/schemas/apply.json
+
 # The exit code of a run is that of its most serious outcome, in this order.
 _SEVERITY: tuple[tuple[str, int], ...] = (
     ("conflict", ExitCode.ATTENTION),
@@ -83,6 +85,7 @@ class ApplyReport:
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "schema": SCHEMA,
             "operation": self.operation,
             "target": str(self.target),
             "vllm": self.vllm,

@@ -6,7 +6,9 @@ import argparse
 
 from patchset.cli.output import FORMATS, console, print_json, table
 from patchset.errors import ExitCode
+from patchset.image.definition import load_definitions
 from patchset.registry import load_registry
+from patchset.schemas import check_project
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,7 +19,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("id", metavar="ID")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_show)
-    p = sub.add_parser("validate", help="load and validate every patch; print the registry digest")
+    p = sub.add_parser(
+        "validate",
+        help="load and validate every patch (and build definition); print the registry digest",
+        description="Load every patch and build definition as every command does, and check"
+        " patch.toml, sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas"
+        " in patchset/schemas/.",
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run_validate)
 
@@ -65,11 +73,22 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     registry = load_registry(args.registry)
+    definitions = load_definitions(args.builds) if args.builds.is_dir() else []
+    checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
     if args.format == "json":
-        print_json({"registry": registry.digest, "valid": True, "patches": len(registry.patches)})
+        print_json(
+            {
+                "registry": registry.digest,
+                "valid": True,
+                "patches": len(registry.patches),
+                "builds": len(definitions),
+                "schema_checked": checked,
+            }
+        )
     else:
         console().print(
-            f"{registry.root}: {len(registry.patches)} patches valid; digest {registry.digest}",
+            f"{registry.root}: {len(registry.patches)} patches valid; digest {registry.digest}"
+            f" ({checked} file{'' if checked == 1 else 's'} checked against the JSON Schemas)",
             markup=False,
         )
     return ExitCode.OK
