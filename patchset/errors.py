@@ -36,6 +36,7 @@ class ExitCode(IntEnum):
     OUT_OF_RANGE = 5
     ALREADY_APPLIED = 6
     APPLIED_WITH_WARNINGS = 7
+    UPSTREAM = 8  # apply: a patch's upstream fix is in the tree (nothing written)
     INTERNAL = 70  # a bug: an exception patchset did not expect (EX_SOFTWARE of sysexits.h)
     INTERRUPTED = 130
 

@@ -46,14 +46,14 @@ FILES = {
 }
 DIFF = (
     MOD_DIFF
-    + OTHER_DIFF
+    + OTHER_DIFF.replace("beta patched", "beta_patched")  # compiles, as vllm/other.py did
     + """\
 --- a/vllm/sub/third.py
 +++ b/vllm/sub/third.py
 @@ -1,3 +1,4 @@
  one
  two
-+two and a half
++two_and_a_half
  three
 --- /dev/null
 +++ b/vllm/sub/created.py

@@ -28,7 +28,7 @@ from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF
 CORPUS = Path(__file__).parent / "corpus"
 PWNED = Path("/tmp/patchset-pwned")  # what the Python-looking payloads would create if run
 
-GOOD_DIFF = MOD_DIFF + OTHER_DIFF
+GOOD_DIFF = MOD_DIFF + OTHER_DIFF.replace("beta patched", "beta_patched")  # it compiles
 GOOD_SITES = """\
 [[site]]
 name = "five"

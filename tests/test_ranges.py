@@ -33,6 +33,22 @@ def test_runs_of_checked_releases(hits: set[str], expected: tuple[str, ...]) -> 
 
 
 @pytest.mark.parametrize(
+    ("hits", "closing", "expected"),
+    [
+        ({"0.17.0", "0.18.0"}, {"0.19.0"}, (">=0.17.0,<0.19.0",)),  # upstream in 0.19.0
+        ({"0.17.0", "0.18.0"}, set(), (">=0.17.0",)),  # 0.19.0 conflicts: stays open
+        ({"0.17.0", "0.19.0"}, set(), (">=0.17.0",)),  # a conflict between: one open run
+        ({"0.17.0", "0.19.0"}, {"0.18.0"}, (">=0.17.0,<0.18.0", ">=0.19.0")),
+        (set(), {"0.17.0"}, ()),
+    ],
+)
+def test_runs_close_only_on_evidence(
+    hits: set[str], closing: set[str], expected: tuple[str, ...]
+) -> None:
+    assert ranges.runs(hits, ["0.17.0", "0.18.0", "0.19.0"], closing=closing) == expected
+
+
+@pytest.mark.parametrize(
     ("spec", "target", "expected"),
     [
         (">=0.17.0", "0.20.0", ">=0.17.0,<0.20.0"),

@@ -661,13 +661,11 @@ def test_check_suggest_ranges_write(registry_root: Path) -> None:
         "--write",
     )
     assert proc.returncode == 0, proc.stderr
-    assert "range written: fla-tma-sm12x: vllm '>=0.11.1,<0.20.0' -> '>=0.17.0,<0.20.0'" in (
-        proc.stdout
-    )
+    # No probe here: 0.20.0's conflict is no evidence the fix is upstream, so the range stays
+    # open and a CI check keeps flagging 0.20.0 (docs/ci.md).
+    assert "range written: fla-tma-sm12x: vllm '>=0.11.1,<0.20.0' -> '>=0.17.0'" in proc.stdout
     # Only the value changed: comments, order and the rest byte for byte as they were.
-    assert path.read_text() == text.replace(
-        'vllm = ">=0.11.1,<0.20.0"', 'vllm = ">=0.17.0,<0.20.0"'
-    )
+    assert path.read_text() == text.replace('vllm = ">=0.11.1,<0.20.0"', 'vllm = ">=0.17.0"')
 
 
 def test_write_ranges_leaves_what_one_range_cannot_say(registry_root: Path) -> None:

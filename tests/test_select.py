@@ -66,7 +66,7 @@ def test_for_check_refusals(
 def test_for_add_checks_what_is_here_when_nothing_is_named() -> None:
     source = Listed("index", HELD, cached=["0.18.0"])
     assert select.for_add(source) == ["0.18.0"]
-    assert select.for_add(source, since="0.17.0") == ["0.18.0", "0.19.1"]
+    assert select.for_add(source, since="0.17.0") == ["0.17.0", "0.18.0", "0.19.1"]
     assert select.for_add(source, versions=["0.17.0", "0.17.0"]) == ["0.17.0"]
     with pytest.raises(UsageError, match="'bad' is not a PEP 440 version"):
         select.for_add(source, versions=["bad"])
@@ -80,3 +80,31 @@ def test_one_release() -> None:
         select.one(source, "0.19.2")
     with pytest.raises(UsageError, match="the git source offers no release"):
         select.one(Listed("git", []), "latest")
+
+
+WITH_PRE = ["0.19.1", "0.20.0rc1", "0.20.0", "0.21.0rc2"]
+
+
+@pytest.mark.parametrize(
+    ("versions", "since", "pre", "expected"),
+    [
+        ([], "0.19.1", False, ["0.19.1", "0.20.0"]),  # --since X includes X
+        ([], "0.20.0", False, ["0.20.0"]),  # the newest: itself, not an empty selection
+        ([], "0.20.1", False, []),  # nothing at or after it yet: empty, not an error
+        ([], "0.20.0", True, ["0.20.0", "0.21.0rc2"]),
+        (["latest"], None, False, ["0.20.0"]),  # latest skips a newer pre-release...
+        (["latest"], None, True, ["0.21.0rc2"]),  # ...unless --pre
+        (["0.21.0rc2"], None, False, ["0.21.0rc2"]),  # named: checked whatever it is
+    ],
+)
+def test_since_includes_its_release_and_pre_releases_need_pre(
+    versions: list[str], since: str | None, pre: bool, expected: list[str]
+) -> None:
+    source = Listed("folder", WITH_PRE)
+    assert select.for_check(source, versions=versions, since=since, pre=pre) == expected
+
+
+def test_for_add_since_is_inclusive_and_final_only() -> None:
+    source = Listed("index", WITH_PRE)
+    assert select.for_add(source, since="0.20.0") == ["0.20.0"]
+    assert select.for_add(source, since="0.20.0", pre=True) == ["0.20.0", "0.21.0rc2"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ Outcome = Literal[
     "out-of-range",
     "reverted",
     "not-applied",
+    "upstream",
 ]
 
 SCHEMA = "patchset.apply/1"  # the JSON of apply and revert: patchset/schemas/apply.json
@@ -32,6 +34,7 @@ _SEVERITY: tuple[tuple[str, int], ...] = (
     ("conflict", ExitCode.ATTENTION),
     ("missing-target", ExitCode.MISSING_TARGET),
     ("out-of-range", ExitCode.OUT_OF_RANGE),
+    ("upstream", ExitCode.UPSTREAM),
     ("warning", ExitCode.APPLIED_WITH_WARNINGS),
     ("already-applied", ExitCode.ALREADY_APPLIED),
     ("not-applied", ExitCode.ALREADY_APPLIED),
@@ -106,6 +109,9 @@ def _details(ev: Evaluation) -> tuple[str, ...]:
     lines = [f"{f}: {h.describe()}" for f, h in ev.hunks]
     lines += [s.describe() for s in ev.sites]
     lines += [f"{m}: file not found" for m in ev.missing]
+    lines += [ev.broken] if ev.broken else []
+    if ev.skipped_optional:
+        lines.append(f"{ev.skipped_optional} optional site(s) skipped: no anchor of theirs matches")
     for f, h in ev.hunks:
         if h.status == "failed" and h.nearest:
             lines.append(f"{f}: nearest lines to hunk #{h.index} from line {h.nearest_line}:")
@@ -122,11 +128,16 @@ def apply(
     version: str | None = None,
     ignore_range: bool = False,
     max_fuzz: int = 0,
+    served: Mapping[str, str] | None = None,
+    force: bool = False,
 ) -> ApplyReport:
     """Apply the selected patches (all of them by default) to the tree at `target`.
 
     Nothing is written unless every selected patch is applicable or already applied.
-    `target=None` patches the vLLM this interpreter would import.
+    `target=None` patches the vLLM this interpreter would import. A patch whose upstream
+    probe matches the tree is `upstream` and blocks the write, unless `force` (then it is
+    applied with a warning). `served` is the served configuration sites' `when` reads (an
+    empty mapping: nothing is known, so every site with `when` is skipped).
     """
     return _run(
         "apply",
@@ -137,6 +148,8 @@ def apply(
         version=version,
         ignore_range=ignore_range,
         max_fuzz=max_fuzz,
+        served={} if served is None else served,
+        force=force,
     )
 
 
@@ -179,6 +192,8 @@ def _run(
     version: str | None,
     ignore_range: bool,
     max_fuzz: int,
+    served: Mapping[str, str] | None = None,
+    force: bool = False,
 ) -> ApplyReport:
     root = _target_root(target)
     selected = registry.select(ids)
@@ -203,6 +218,9 @@ def _run(
         def read(rel: str) -> bytes | None:
             if rel in overlay:
                 return overlay[rel]
+            return read_tree(rel)
+
+        def read_tree(rel: str) -> bytes | None:  # as the tree is, before this run's edits
             if rel in pending:
                 return pending[rel]
             path = transaction.resolve_inside(root, rel)
@@ -214,15 +232,18 @@ def _run(
                 patch,
                 release=release,
                 read=read,
+                read_tree=read_tree,
                 overlay=overlay,
                 ignore_range=ignore_range,
                 max_fuzz=max_fuzz,
+                served=served,
+                force=force,
             )
             for patch in selected
         ]
         return results, overlay
 
-    blocked = {"conflict", "missing-target", "out-of-range"}
+    blocked = {"conflict", "missing-target", "out-of-range", "upstream"}
     results, overlay = plan()
     if not dry_run and any(r.outcome in blocked for r in results) and _lock_used(root):
         # Another run may be writing just now, and a half-written tree reads as a conflict:
@@ -274,9 +295,12 @@ def _one(
     *,
     release: str | None,
     read: transaction.Reader,
+    read_tree: transaction.Reader | None = None,
     overlay: dict[str, bytes | None],
     ignore_range: bool,
     max_fuzz: int,
+    served: Mapping[str, str] | None = None,
+    force: bool = False,
 ) -> PatchResult:
     if release is not None and not ignore_range and not patch.in_range(release):
         return PatchResult(
@@ -298,8 +322,22 @@ def _one(
                 " (patchset build, patchset runtime export)",
             ),
         )
+    forced: tuple[str, ...] = ()
     if operation == "apply":
-        ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
+        ev = evaluate(patch, variant, read, max_fuzz=max_fuzz, served=served)
+        probe = patch.upstream.probe
+        if (
+            probe is not None
+            and ev.state != "already-applied"
+            # The tree as it is, as `check` sees a release: not another patch's edit of it.
+            and probe.matches(_text((read_tree or read)(probe.file)))
+        ):
+            found = f"the upstream fix is in the tree: {probe.describe()}"
+            if not force:
+                return PatchResult(
+                    patch.id, patch.revision, variant.name, "upstream", (found, *_details(ev))
+                )
+            forced = (f"--force: applied although {found}",)
         mapping: dict[str, Outcome] = {
             "applies": "applied",
             "already-applied": "already-applied",
@@ -321,6 +359,10 @@ def _one(
         variant.name,
         outcome,
         _details(ev),
-        ev.warnings,
+        (*forced, *ev.warnings) if outcome == "applied" else ev.warnings,
         (*ev.changes, *ev.removed),
     )
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else data.decode("utf-8", errors="replace")

@@ -7,7 +7,7 @@ never disagree about whether a patch fits.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,7 +20,8 @@ from patchset.kernel.hunks import (
     join_text,
     split_text,
 )
-from patchset.kernel.sites import SiteResult, apply_site, revert_site
+from patchset.kernel.pycompile import CompileError, broken_by
+from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
@@ -42,14 +43,38 @@ class Evaluation:
     changes: dict[str, bytes] = field(default_factory=dict)  # new contents, when it applies
     removed: tuple[str, ...] = ()  # files to delete (a revert of a diff that created them)
     warnings: tuple[str, ...] = ()
+    broken: str = ""  # the edit would leave a file that compiled before not compiling
 
     @property
     def failures(self) -> tuple[str, ...]:
         hunk_fails = tuple(f"{f}: {h.describe()}" for f, h in self.hunks if h.status == "failed")
-        site_fails = tuple(
-            s.describe() for s in self.sites if s.status not in ("applies", "already-applied")
-        )
-        return hunk_fails + site_fails + tuple(f"{m}: file not found" for m in self.missing)
+        site_fails = tuple(s.describe() for s in self.sites if s.status not in GOOD)
+        missing = tuple(f"{m}: file not found" for m in self.missing)
+        return hunk_fails + site_fails + missing + ((self.broken,) if self.broken else ())
+
+    @property
+    def skipped_optional(self) -> int:
+        """Optional sites left out because no anchor of theirs matches."""
+        return sum(1 for s in self.sites if s.status == "skipped" and s.optional)
+
+
+def _compile_break(
+    read: Reader, changes: Mapping[str, bytes], blame: Callable[[str], str] | None = None
+) -> str:
+    """Why the changes would leave a Python file that compiled before not compiling ("" if
+    none would): the file, the line and the compiler's message, and what is to blame."""
+    for rel, data in changes.items():
+        if not rel.endswith(".py"):
+            continue
+        error = broken_by(read(rel), data)
+        if error is not None:
+            return _broken_message(rel, error, blame(rel) if blame else "")
+    return ""
+
+
+def _broken_message(rel: str, error: CompileError, culprit: str) -> str:
+    who = f"{culprit}: " if culprit else ""
+    return f"{who}{rel}:{error.line} would not compile after the edit ({error.message})"
 
 
 def _decode(data: bytes) -> str:
@@ -119,6 +144,7 @@ def evaluate_diff(
     read: Reader,
     *,
     max_fuzz: int = 0,
+    compile_check: bool = True,
     nearest: bool = True,
     ratio: Ratio | None = None,
 ) -> Evaluation:
@@ -148,6 +174,9 @@ def evaluate_diff(
     reverse = _reverse(variant, read)
     reverse_ok = all(h.status != "failed" for _, h in reverse)
     if ok:
+        broken = _compile_break(read, changes) if compile_check else ""
+        if broken:
+            return Evaluation("conflict", tuple(forward), reverse_ok, broken=broken)
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
         if reverse_ok:
             warnings += ("the reverse of this diff fits too: check the file by hand",)
@@ -175,7 +204,15 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
     return tuple(found)
 
 
-def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
+def evaluate_runtime(
+    variant: Variant,
+    read: Reader,
+    served: Mapping[str, str] | None = None,
+    *,
+    compile_check: bool = True,
+) -> Evaluation:
+    """Every site in order on the files as they are (`served`: the served configuration
+    for sites with `when`; None: unknown, every site is looked at)."""
     texts: dict[str, tuple[list[str], str, bool]] = {}
     originals: dict[str, tuple[str, list[str]]] = {}
     missing: list[str] = []
@@ -191,23 +228,41 @@ def evaluate_runtime(variant: Variant, read: Reader) -> Evaluation:
     if missing:
         return Evaluation("missing-target", missing=tuple(missing))
     results: list[SiteResult] = []
+    steps: dict[str, list[tuple[str, list[str]]]] = {}  # file: (site, lines after it)
     for site in variant.sites:
         lines, eol, eof = texts[site.file]
-        result, new = apply_site(site, lines)
+        result, new = apply_site(site, lines, served)
         texts[site.file] = (new, eol, eof)
         results.append(result)
+        if new is not lines:
+            steps.setdefault(site.file, []).append((site.name, new))
     statuses = {r.status for r in results}
-    good = {"applies", "already-applied"}
-    if statuses == {"already-applied"}:
-        return Evaluation("already-applied", sites=tuple(results))
-    if statuses <= good:
-        changes = {
-            f: _render(*originals[f], lines, eol, eof) for f, (lines, eol, eof) in texts.items()
-        }
-        warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)
-        return Evaluation("applies", sites=tuple(results), changes=changes, warnings=warnings)
-    state: State = "partial" if statuses & good else "conflict"
-    return Evaluation(state, sites=tuple(results))
+    if not statuses <= set(GOOD):
+        good = {"applies", "already-applied"}
+        state: State = "partial" if statuses & good else "conflict"
+        return Evaluation(state, sites=tuple(results))
+    if "applies" not in statuses:
+        if "already-applied" in statuses or "upstream" in statuses:
+            return Evaluation("already-applied", sites=tuple(results))
+        return Evaluation("conflict", sites=tuple(results), broken="no site applies")
+    changes = {
+        f: _render(*originals[f], lines, eol, eof)
+        for f, (lines, eol, eof) in texts.items()
+        if f in steps
+    }
+
+    def blame(rel: str) -> str:
+        _, eol, eof = texts[rel]
+        for name, lines in steps.get(rel, []):
+            if broken_by(read(rel), _render(*originals[rel], lines, eol, eof)) is not None:
+                return f"site {name}"
+        return ""
+
+    broken = _compile_break(read, changes, blame) if compile_check else ""
+    if broken:
+        return Evaluation("conflict", sites=tuple(results), broken=broken)
+    warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)
+    return Evaluation("applies", sites=tuple(results), changes=changes, warnings=warnings)
 
 
 def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
@@ -232,14 +287,26 @@ def evaluate(
     read: Reader,
     *,
     max_fuzz: int = 0,
+    served: Mapping[str, str] | None = None,
+    compile_check: bool = True,
     nearest: bool = True,
     ratio: Ratio | None = None,
 ) -> Evaluation:
+    """`compile_check`: a changed .py file that compiled before must compile after (else the
+    patch is a conflict); off only where another Python compiles it (an image's entrypoint).
+    `nearest`: the nearest-lines text of failing hunks (only when it will be shown)."""
     if patch.kind == "python":
         return evaluate_python(patch, read)
     if patch.kind == "diff":
-        return evaluate_diff(variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
-    return evaluate_runtime(variant, read)
+        return evaluate_diff(
+            variant,
+            read,
+            max_fuzz=max_fuzz,
+            compile_check=compile_check,
+            nearest=nearest,
+            ratio=ratio,
+        )
+    return evaluate_runtime(variant, read, served, compile_check=compile_check)
 
 
 def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
@@ -295,7 +362,21 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
     present = [r for r in results if r.status == "already-applied"]
     if not present:
         return Evaluation("already-applied", sites=tuple(results))  # nothing to take out
-    if len(present) < len(results):
+    # A site never applied (optional, conditional, upstream) has nothing to take out.
+    may_lack = {s.name for s in variant.sites if s.optional or s.when or s.probe is not None}
+    absent = [r for r in results if r.status == "anchor-not-found" and r.site in may_lack]
+    if len(present) + len(absent) < len(results):
         return Evaluation("partial", sites=tuple(results))
     changes = {f: _render(*originals[f], lines, eol, eof) for f, (lines, eol, eof) in texts.items()}
-    return Evaluation("applies", sites=tuple(results), changes=changes)
+    inexact = [r.site for r in present if not r.exact]
+    # Lines known to be the file's own are put back as they were, compiling or not; lines
+    # rebuilt from sites.toml must not break a file that compiles.
+    broken = _compile_break(read, changes, lambda rel: f"revert of {rel}") if inexact else ""
+    if broken:
+        return Evaluation("conflict", sites=tuple(results), broken=broken)
+    warnings = (
+        (f"sites {', '.join(inexact)}: the lines put back may differ from the original",)
+        if inexact
+        else ()
+    )
+    return Evaluation("applies", sites=tuple(results), changes=changes, warnings=warnings)

@@ -26,6 +26,7 @@ from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
 from patchset.image.plugins import plugin_files
 from patchset.kernel import vllm
+from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
@@ -333,8 +334,9 @@ def patch_files(
             (tree / rel).parent.mkdir(parents=True, exist_ok=True)
             (tree / rel).write_bytes(data)
     build_ids = [p.id for p in patches if p.apply == "build"]
+    served = served_from_args(definition.serve_args)  # what sites' `when` reads
     if build_ids:
-        result = apply(registry, tree, patches=build_ids, version=definition.vllm)
+        result = apply(registry, tree, patches=build_ids, version=definition.vllm, served=served)
         bad = [r for r in result.results if r.outcome != "applied"]
         if bad:
             first = bad[0]
@@ -366,7 +368,8 @@ def patch_files(
                 before = originals[rel]
                 files[rel] = (sha256_hex(before) if before else "", sha256_hex(patched[rel]))
         else:
-            ev = evaluate(patch, variant, patched.get)
+            # The entrypoint compiles each file with the image's own Python before writing.
+            ev = evaluate(patch, variant, patched.get, served=served, compile_check=False)
             if ev.state != "applies":
                 raise BuildError(
                     f"{patch.id} (startup) would not apply to {definition.base}: {ev.state}"

@@ -3,21 +3,86 @@
 A site names a file, an anchor (one or more lines that must occur exactly once, compared with
 runs of whitespace folded so re-indented code still matches), an action and the text to put in.
 The edit carries a marker comment, so a second run finds the edit and does nothing.
+
+One indentation rule: the anchor and the text are shifted together, by the file's indentation
+of the anchor's first line minus that line's indentation as written. An anchor copied from the
+file with its own indentation (shift zero) puts the text in exactly as written; a hand-written
+site at column 0 is shifted to where its anchor stands.
+
+Richer sites: `optional` (skipped alone when no anchor matches), alternative anchors (the
+first that matches wins), a per-site upstream `probe` (that site alone is skipped as
+upstream), an `after` block that scopes the anchor to the first match after it, and `when`
+conditions on the served configuration.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
-import textwrap
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from .hunks import rank_windows
 
 Action = Literal["replace", "insert-after", "insert-before"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
-INEXACT = "the anchor matched with whitespace folded: a revert writes it as sites.toml has it"
-SiteStatus = Literal["applies", "already-applied", "anchor-not-found", "ambiguous", "tampered"]
+INEXACT = (
+    "the anchor matched only with whitespace folded: its original lines are kept in the marker,"
+    " so a revert restores them byte for byte"
+)
+SiteStatus = Literal[
+    "applies", "already-applied", "anchor-not-found", "ambiguous", "tampered", "upstream", "skipped"
+]
+# Statuses that let the patch go on: the site is (or can be) in place, or is rightly left out.
+GOOD: tuple[SiteStatus, ...] = ("applies", "already-applied", "upstream", "skipped")
+# What `when` may ask about the served configuration.
+WHEN_KEYS: tuple[str, ...] = (
+    "quantization",
+    "kv_cache_dtype",
+    "speculative",
+    "architecture",
+    "model",
+    "dtype",
+)
+_ORIGINAL = " [patchset-original:"  # after the marker: the anchor's own lines, when not exact
+
+
+@dataclass(frozen=True)
+class SiteProbe:
+    """A site's own upstream probe, over the site's file."""
+
+    contains: tuple[str, ...] = ()  # every string must occur
+    any: tuple[str, ...] = ()  # at least one must occur (when given)
+    regex: str | None = None
+
+    def matches(self, text: str) -> bool:
+        if not all(needle in text for needle in self.contains):
+            return False
+        if self.any and not any(needle in text for needle in self.any):
+            return False
+        return self.regex is None or re.search(self.regex, text, re.MULTILINE) is not None
+
+    def describe(self) -> str:
+        what = [repr(c) for c in self.contains]
+        if self.any:
+            what.append("any of " + ", ".join(repr(a) for a in self.any))
+        if self.regex:
+            what.append(f"/{self.regex}/")
+        return " and ".join(what)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another upstream shape of the same code: its anchor, and its text (the site's if "")."""
+
+    anchor: str
+    text: str | None = None
+    after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -28,6 +93,31 @@ class Site:
     action: Action
     text: str
     marker: str
+    optional: bool = False
+    after: str | None = None
+    alternatives: tuple[Alternative, ...] = ()
+    probe: SiteProbe | None = None
+    when: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Site:
+        """A site from `dataclasses.asdict` output (an image manifest's JSON)."""
+        probe = data.get("probe")
+        return cls(
+            name=data["name"],
+            file=data["file"],
+            anchor=data["anchor"],
+            action=data["action"],
+            text=data["text"],
+            marker=data["marker"],
+            optional=bool(data.get("optional", False)),
+            after=data.get("after"),
+            alternatives=tuple(Alternative(**alt) for alt in data.get("alternatives", ())),
+            probe=None
+            if probe is None
+            else SiteProbe(tuple(probe["contains"]), tuple(probe["any"]), probe.get("regex")),
+            when=tuple((key, tuple(values)) for key, values in data.get("when", ())),
+        )
 
     @property
     def anchor_lines(self) -> list[str]:
@@ -38,13 +128,55 @@ class Site:
         return f"# {self.marker}"
 
     def edited_lines(self) -> list[str]:
-        """The block that stands in the file once the site is applied (relative indents)."""
-        text = [self.marker_line, *_block(self.text)]
-        if self.action == "replace":
-            return text
-        if self.action == "insert-after":
-            return [*self.anchor_lines, *text]
-        return [*text, *self.anchor_lines]
+        """The block that stands in the file once the site is applied, as written."""
+        return _Shape(self.anchor, self.text, self.after, 0).edited(self)
+
+    def shapes(self) -> list[_Shape]:
+        alternatives = [
+            _Shape(alt.anchor, self.text if alt.text is None else alt.text, alt.after, k)
+            for k, alt in enumerate(self.alternatives, start=1)
+        ]
+        return [_Shape(self.anchor, self.text, self.after, 0), *alternatives]
+
+    def when_holds(self, served: Mapping[str, str] | None) -> bool:
+        """Whether the served configuration meets `when` (None: unknown, taken as met)."""
+        if served is None:
+            return True
+        return all(served.get(key, "").lower() in values for key, values in self.when)
+
+    def describe_when(self) -> str:
+        return ", ".join(f"{key} in {list(values)}" for key, values in self.when)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One anchor of a site (its own, or an alternative) with the text that goes with it."""
+
+    anchor: str
+    text: str
+    after: str | None
+    index: int  # 0: the site's own anchor; k: alternative k
+
+    @property
+    def anchor_lines(self) -> list[str]:
+        return _block(self.anchor)
+
+    @property
+    def text_lines(self) -> list[str]:
+        return _block(self.text)
+
+    def edited(self, site: Site) -> list[str]:
+        text = self.text_lines
+        first = next((line for line in text if line.strip()), "")
+        marker = [_indent(first) + site.marker_line]
+        if site.action == "replace":
+            return [*marker, *text]
+        if site.action == "insert-after":
+            return [*self.anchor_lines, *marker, *text]
+        return [*marker, *text, *self.anchor_lines]
+
+    def label(self) -> str:
+        return "its anchor" if self.index == 0 else f"alternative {self.index}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +184,13 @@ class Candidate:
     line: int  # 1-based
     similarity: float
     lines: tuple[str, ...]
+
+    def nearest(self) -> tuple[int, str] | None:
+        """The first non-blank line of the window and its 1-based number."""
+        for offset, text in enumerate(self.lines):
+            if text.strip():
+                return self.line + offset, text.strip()
+        return None
 
 
 @dataclass(frozen=True)
@@ -62,45 +201,53 @@ class SiteResult:
     line: int | None = None  # 1-based line of the anchor (or of the edit, when applied)
     candidates: tuple[Candidate, ...] = ()
     detail: str = ""
+    alternative: int = 0  # which anchor matched: 0 the site's own, k alternative k
+    exact: bool = True  # revert: the original bytes were restored (known, not assumed)
+    optional: bool = False
 
     def describe(self) -> str:
         if self.status in ("applies", "already-applied"):
-            note = f" ({self.detail})" if self.detail else ""
+            notes = [f"alternative {self.alternative}"] if self.alternative else []
+            notes += [self.detail] if self.detail else []
+            note = f" ({'; '.join(notes)})" if notes else ""
             return f"site {self.site}: {self.status} at {self.file}:{self.line}{note}"
-        best = self.candidates[0] if self.candidates else None
-        near = (
-            f"; nearest {self.file}:{best.line} ({best.similarity:.0%} alike):"
-            f" {best.lines[0].strip()!r}"
-            if best and best.lines
-            else ""
-        )
+        if self.status in ("upstream", "skipped"):
+            return f"site {self.site}: {self.status} ({self.detail})"
+        near = ""
+        best = self.candidates[0].nearest() if self.candidates else None
+        if best is not None:
+            line, text = best
+            similarity = self.candidates[0].similarity
+            near = f"; nearest {self.file}:{line} ({similarity:.0%} alike): {text!r}"
         extra = f" ({self.detail})" if self.detail else ""
-        return f"site {self.site}: {self.status}{extra}{near}"
+        return f"site {self.site}: {self.status} in {self.file}{extra}{near}"
 
 
 def _block(text: str) -> list[str]:
-    """Dedented lines of a multi-line TOML string, without leading/trailing blank lines."""
-    lines = textwrap.dedent(text).splitlines()
+    """The lines of a multi-line TOML string as written, without leading/trailing blank lines."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     while lines and not lines[0].strip():
         lines.pop(0)
     while lines and not lines[-1].strip():
         lines.pop()
-    return [line.rstrip() for line in lines]
+    return lines
 
 
 def _fold(line: str) -> str:
     return " ".join(line.split())
 
 
-def find_block(lines: list[str], block: list[str]) -> list[int]:
-    """Every 0-based start where `block` matches, comparing whitespace-folded lines."""
+def find_block(lines: list[str], block: list[str], start: int = 0) -> list[int]:
+    """Every 0-based start (from `start` on) where `block` matches, lines whitespace-folded."""
     want = [_fold(line) for line in block]
     if not want:
         return []
     folded = [_fold(line) for line in lines]
     first = want[0]
     return [
-        i for i, line in enumerate(folded) if line == first and folded[i : i + len(want)] == want
+        i
+        for i in range(start, len(folded))
+        if folded[i] == first and folded[i : i + len(want)] == want
     ]
 
 
@@ -108,80 +255,332 @@ def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
 
-def _reindent(block: list[str], base: str) -> list[str]:
-    return [f"{base}{line}" if line.strip() else "" for line in block]
+def shift(lines: list[str], written: str, actual: str) -> list[str]:
+    """`lines` moved from indentation `written` (the anchor's first line as written) to
+    `actual` (that line's indentation in the file): every line by the same amount, so lines
+    less indented than the anchor's first line keep their place relative to it."""
+    if written == actual:
+        return list(lines)
+    out = []
+    for line in lines:
+        if not line.strip():
+            out.append("")
+        elif actual.startswith(written):  # deeper: every line gains the difference
+            out.append(actual[len(written) :] + line)
+        elif written.startswith(actual):  # shallower: every line loses it, as far as it can
+            cut = written[len(actual) :]
+            out.append(line[len(cut) :] if line.startswith(cut) else line.lstrip())
+        elif line.startswith(written):  # tabs against spaces: swap the anchor's prefix
+            out.append(actual + line[len(written) :])
+        else:
+            out.append(line)
+    return out
 
 
-def check_site(site: Site, lines: list[str]) -> SiteResult:
-    """Where the site stands in `lines`, without changing anything."""
-    edited = find_block(lines, site.edited_lines())
-    if len(edited) == 1:
-        return SiteResult(site.name, site.file, "already-applied", line=edited[0] + 1)
-    marker_at = [i for i, line in enumerate(lines) if line.strip() == site.marker_line]
-    if marker_at:
-        return SiteResult(
+def _find_shape(lines: list[str], shape: _Shape) -> tuple[list[int], str]:
+    """Where the shape's anchor matches (scoped by `after`), and why not when it does not."""
+    anchor = shape.anchor_lines
+    if shape.after is None:
+        return find_block(lines, anchor), ""
+    after = _block(shape.after)
+    scope = find_block(lines, after)
+    if not scope:
+        return [], f"{shape.label()}: its 'after' {after[0].strip()!r} is not found"
+    found = find_block(lines, anchor, start=scope[0] + len(after))
+    return found[:1], "" if found else f"{shape.label()}: no match after line {scope[0] + 1}"
+
+
+def is_marker(line: str, site: Site) -> bool:
+    text = line.strip()
+    return text == site.marker_line or text.startswith(site.marker_line + _ORIGINAL)
+
+
+def _original(line: str) -> list[str] | None:
+    """The anchor's own lines kept in a marker line, if the marker carries them."""
+    at = line.find(_ORIGINAL)
+    if at < 0 or not line.rstrip().endswith("]"):
+        return None
+    raw = line[at + len(_ORIGINAL) : line.rstrip().rfind("]")]
+    try:
+        value = json.loads(base64.b64decode(raw, validate=True).decode("utf-8", "surrogateescape"))
+    except (ValueError, binascii.Error, UnicodeError):
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return value
+
+
+def _with_original(marker: str, original: list[str]) -> str:
+    data = json.dumps(original).encode("utf-8", "surrogateescape")
+    return f"{marker}{_ORIGINAL}{base64.b64encode(data).decode('ascii')}]"
+
+
+def _edit_at(site: Site, lines: list[str], at: int) -> tuple[_Shape, int] | None:
+    """The shape whose edit stands around the marker at line `at`, and the edit's start."""
+    folded = [_fold(line) for line in lines]
+    for shape in site.shapes():
+        edited = shape.edited(site)
+        before = len(shape.anchor_lines) if site.action == "insert-after" else 0
+        start = at - before
+        if start < 0:
+            continue
+        want = [_fold(line) for line in edited]
+        got = folded[start : start + len(edited)]
+        # Every line but the marker's (which may carry the anchor's original lines).
+        if (
+            len(got) == len(want)
+            and got[:before] + got[before + 1 :] == want[:before] + want[before + 1 :]
+        ):
+            return shape, start
+    return None
+
+
+@dataclass(frozen=True)
+class _Found:
+    result: SiteResult
+    shape: _Shape | None = None
+    at: int = 0  # 0-based start of the anchor (applies) or of the edit (already-applied)
+
+
+def _locate(
+    site: Site, lines: list[str], served: Mapping[str, str] | None, *, reverting: bool = False
+) -> _Found:
+    markers = [i for i, line in enumerate(lines) if is_marker(line, site)]
+    for at in markers[:1] if len(markers) == 1 else ():
+        edit = _edit_at(site, lines, at)
+        if edit is not None:
+            shape, start = edit
+            result = SiteResult(
+                site.name, site.file, "already-applied", line=start + 1, alternative=shape.index
+            )
+            return _Found(result, shape, start)
+    if markers:
+        where = ", ".join(str(i + 1) for i in markers)
+        detail = (
+            f"marker found at line {where} but the edit around it differs"
+            if len(markers) == 1
+            else f"its marker is at lines {where}"
+        )
+        return _Found(
+            SiteResult(site.name, site.file, "tampered", line=markers[0] + 1, detail=detail)
+        )
+    if reverting:
+        return _Found(SiteResult(site.name, site.file, "anchor-not-found", detail="not applied"))
+    if not site.when_holds(served):
+        given = ", ".join(f"{k}={v}" for k, v in sorted((served or {}).items())) or "nothing"
+        detail = f"when {site.describe_when()}; served: {given}"
+        return _Found(SiteResult(site.name, site.file, "skipped", detail=detail))
+    if site.probe is not None and site.probe.matches("\n".join(lines)):
+        detail = f"its probe matches: {site.probe.describe()}"
+        return _Found(SiteResult(site.name, site.file, "upstream", detail=detail))
+    reasons: list[str] = []
+    for shape in site.shapes():
+        found, why = _find_shape(lines, shape)
+        if len(found) == 1:
+            result = SiteResult(
+                site.name, site.file, "applies", line=found[0] + 1, alternative=shape.index
+            )
+            return _Found(result, shape, found[0])
+        if len(found) > 1:
+            where = ", ".join(str(i + 1) for i in found)
+            detail = f"{shape.label()} matches at lines {where}"
+            return _Found(SiteResult(site.name, site.file, "ambiguous", detail=detail))
+        if why:
+            reasons.append(why)
+    if site.optional:
+        detail = "optional: no anchor matches" + (f"; {'; '.join(reasons)}" if reasons else "")
+        return _Found(SiteResult(site.name, site.file, "skipped", detail=detail, optional=True))
+    if site.alternatives:
+        reasons.insert(0, f"none of {len(site.alternatives) + 1} anchors matches")
+    ranked = rank_windows(lines, site.anchor_lines, limit=3)
+    return _Found(
+        SiteResult(
             site.name,
             site.file,
-            "tampered",
-            line=marker_at[0] + 1,
-            detail=f"marker found at line {marker_at[0] + 1} but the edit around it differs",
+            "anchor-not-found",
+            candidates=tuple(Candidate(start + 1, ratio, win) for start, win, ratio in ranked),
+            detail="; ".join(reasons),
         )
-    found = find_block(lines, site.anchor_lines)
-    if len(found) == 1:
-        return SiteResult(site.name, site.file, "applies", line=found[0] + 1)
-    if len(found) > 1:
-        where = ", ".join(str(i + 1) for i in found)
-        return SiteResult(
-            site.name, site.file, "ambiguous", detail=f"anchor matches at lines {where}"
-        )
-    ranked = rank_windows(lines, site.anchor_lines, limit=3)
-    return SiteResult(
-        site.name,
-        site.file,
-        "anchor-not-found",
-        candidates=tuple(Candidate(start + 1, ratio, win) for start, win, ratio in ranked),
     )
 
 
-def apply_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
+def check_site(site: Site, lines: list[str], served: Mapping[str, str] | None = None) -> SiteResult:
+    """Where the site stands in `lines`, without changing anything.
+
+    `served` is the served configuration for `when` (None: unknown, every site is looked at).
+    """
+    return _locate(site, lines, served).result
+
+
+def apply_site(
+    site: Site, lines: list[str], served: Mapping[str, str] | None = None
+) -> tuple[SiteResult, list[str]]:
     """The site's result and the new lines (unchanged unless the result is 'applies')."""
-    result = check_site(site, lines)
-    if result.status != "applies":
+    found = _locate(site, lines, served)
+    result, shape, at = found.result, found.shape, found.at
+    if result.status != "applies" or shape is None:
         return result, lines
-    assert result.line is not None
-    at = result.line - 1
-    size = len(site.anchor_lines)
-    base = _indent(lines[at])
-    new = _reindent(site.edited_lines(), base)
-    if site.action == "insert-after":
-        if lines[at + size - 1].rstrip().endswith(":"):
-            # The anchor opens a block (a def, an if): the text goes into that block.
-            following = [line for line in lines[at + size :] if line.strip()]
-            if following:
-                inner = _indent(following[0])
-                new = _reindent(site.edited_lines(), inner)
-        new[:size] = lines[at : at + size]  # keep the anchor's own bytes
-    elif site.action == "insert-before":
-        new[len(new) - size :] = lines[at : at + size]
-    elif lines[at : at + size] != _reindent(site.anchor_lines, base):
-        # Matched with whitespace folded: a revert can only put back the anchor as written.
-        result = dataclasses.replace(result, detail=INEXACT)
+    anchor = shape.anchor_lines
+    size = len(anchor)
+    written, actual = _indent(anchor[0]), _indent(lines[at])
+    text = shift(shape.text_lines, written, actual)
+    if site.action == "insert-after" and lines[at + size - 1].rstrip().endswith(":"):
+        # The anchor opens a block (a def, an if): text not written inside it goes into it.
+        opener = _indent(lines[at + size - 1])
+        first = next((line for line in text if line.strip()), "")
+        following = [line for line in lines[at + size :] if line.strip()]
+        if first and len(_indent(first)) <= len(opener) and following:
+            text = shift(text, _indent(first), _indent(following[0]))
+    first = next((line for line in text if line.strip()), "")
+    marker = (_indent(first) if first else actual) + site.marker_line
+    own = lines[at : at + size]
+    if site.action == "replace":
+        new = [marker, *text]
+        if own != shift(anchor, written, actual):
+            # Matched with whitespace folded: keep the file's own lines for a byte-exact revert.
+            new[0] = _with_original(marker, own)
+            result = dataclasses.replace(result, detail=INEXACT)
+        elif _rebuilt(shape, new, 0) != own:
+            # Exact, but the text does not tell where the anchor stood (tabs against spaces,
+            # a text less indented than the anchor): keep its lines too, quietly.
+            new[0] = _with_original(marker, own)
+    elif site.action == "insert-after":
+        new = [*own, marker, *text]
+    else:
+        new = [marker, *text, *own]
     return result, [*lines[:at], *new, *lines[at + size :]]
 
 
 def revert_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
-    """Undo an applied site: status 'already-applied' means it was found and removed."""
-    result = check_site(site, lines)
-    if result.status != "already-applied":
+    """Undo an applied site: status 'already-applied' means it was found and removed.
+
+    `exact` in the result says whether the lines put back are known to be the file's own:
+    applying the site again to them gives back the very lines it found.
+    """
+    found = _locate(site, lines, None, reverting=True)
+    result, shape, at = found.result, found.shape, found.at
+    if result.status != "already-applied" or shape is None:
         return result, lines
-    assert result.line is not None
-    at = result.line - 1
-    edited = site.edited_lines()
-    base = _indent(lines[at])
+    edited = shape.edited(site)
+    anchor = shape.anchor_lines
     if site.action == "replace":
-        original = _reindent(site.anchor_lines, base)
+        kept = _original(lines[at])
+        if kept is not None and len(kept) == len(anchor):
+            original = kept
+        else:
+            original = _rebuilt(shape, lines, at)
     elif site.action == "insert-after":
-        original = lines[at : at + len(site.anchor_lines)]
+        original = lines[at : at + len(anchor)]
     else:
-        original = lines[at + len(edited) - len(site.anchor_lines) : at + len(edited)]
-    return result, [*lines[:at], *original, *lines[at + len(edited) :]]
+        original = lines[at + len(edited) - len(anchor) : at + len(edited)]
+    reverted = [*lines[:at], *original, *lines[at + len(edited) :]]
+    plain = dataclasses.replace(site, probe=None, when=(), optional=False)
+    again = apply_site(plain, reverted)[1]
+    return dataclasses.replace(result, exact=again == lines), reverted
+
+
+def _rebuilt(shape: _Shape, lines: list[str], at: int) -> list[str]:
+    """A replace's anchor as it stood, rebuilt from its edit (marker at `at`)."""
+    anchor = shape.anchor_lines
+    return shift(anchor, _indent(anchor[0]), _anchor_indent(shape, lines, at))
+
+
+def _anchor_indent(shape: _Shape, lines: list[str], at: int) -> str:
+    """Where a replace's anchor stood (its first line's indentation in the file), from how
+    far its text was shifted; the marker line stands at the text's first line."""
+    text = shape.text_lines
+    written_anchor = _indent(shape.anchor_lines[0])
+    first = next((line for line in text if line.strip()), None)
+    if first is None:
+        return _indent(lines[at])
+    written, actual = _indent(first), _indent(lines[at])
+    if actual.endswith(written):  # shifted deeper (or not at all)
+        return written_anchor + actual[: len(actual) - len(written)]
+    if written.endswith(actual):  # shifted shallower
+        cut = written[: len(written) - len(actual)]
+        return written_anchor.removesuffix(cut) if written_anchor.endswith(cut) else ""
+    return actual
+
+
+_SERVE_FLAGS = {
+    "--quantization": "quantization",
+    "-q": "quantization",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--dtype": "dtype",
+    "--model": "model",
+}
+
+
+def served_from_args(args: Sequence[str]) -> dict[str, str]:
+    """The served configuration `when` reads, from `vllm serve` arguments: quantization,
+    kv_cache_dtype, dtype, model (the first positional argument or --model), speculative
+    (the method of --speculative-config) and architecture (--hf-overrides architectures)."""
+    served: dict[str, str] = {}
+    items = list(args)
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        key, _, value = arg.partition("=")
+        has_value = "=" in arg
+        if key.startswith("-") and not has_value and i + 1 < len(items):
+            value = items[i + 1]
+        if key in _SERVE_FLAGS:
+            served[_SERVE_FLAGS[key]] = value.lower()
+        elif key == "--speculative-config":
+            method = _json_key(value, "method")
+            if method:
+                served["speculative"] = method.lower()
+        elif key == "--hf-overrides":
+            archs = _json_key(value, "architectures")
+            if archs:
+                served["architecture"] = archs.lower()
+        elif not arg.startswith("-") and "model" not in served and i == 0:
+            served["model"] = arg.lower()
+        i += 1 if has_value or not key.startswith("-") else 2
+    return served
+
+
+def _json_key(value: str, key: str) -> str:
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return ""
+    found = data.get(key) if isinstance(data, dict) else None
+    if isinstance(found, list) and found:
+        found = found[0]
+    return found if isinstance(found, str) else ""
+
+
+def parse_served(text: str) -> dict[str, str]:
+    """`--served quantization=auto_round,speculative=mtp` as a dict; raises ValueError."""
+    served: dict[str, str] = {}
+    for part in shlex.split(text.replace(",", " ")):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key or not value:
+            raise ValueError(f"{part!r}: expected key=value")
+        if key not in WHEN_KEYS:
+            raise ValueError(f"{key!r} is not one of {', '.join(WHEN_KEYS)}")
+        served[key] = value.strip().lower()
+    return served
+
+
+__all__ = [
+    "ACTIONS",
+    "GOOD",
+    "WHEN_KEYS",
+    "Action",
+    "Alternative",
+    "Candidate",
+    "Site",
+    "SiteProbe",
+    "SiteResult",
+    "SiteStatus",
+    "apply_site",
+    "check_site",
+    "find_block",
+    "parse_served",
+    "revert_site",
+    "served_from_args",
+    "shift",
+]

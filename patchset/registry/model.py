@@ -14,7 +14,7 @@ from packaging.version import Version
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
 from patchset.kernel.capability import parse_scope
 from patchset.kernel.pycompile import compile_error
-from patchset.kernel.sites import ACTIONS, Action, Site
+from patchset.kernel.sites import ACTIONS, WHEN_KEYS, Action, Alternative, Site, SiteProbe
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry.diffs import FileDiff, parse_diff
 from patchset.registry.paths import check_relpath
@@ -43,17 +43,15 @@ class Probe:
     file: str
     contains: tuple[str, ...] = ()  # every string must occur
     regex: str | None = None
+    any: tuple[str, ...] = ()  # at least one must occur (when given)
 
     def matches(self, text: str | None) -> bool:
         if text is None:
             return False
-        if not all(needle in text for needle in self.contains):
-            return False
-        return self.regex is None or re.search(self.regex, text, re.MULTILINE) is not None
+        return SiteProbe(self.contains, self.any, self.regex).matches(text)
 
     def describe(self) -> str:
-        what = [repr(c) for c in self.contains] + ([f"/{self.regex}/"] if self.regex else [])
-        return f"{self.file} contains {' and '.join(what)}"
+        return f"{self.file} contains {SiteProbe(self.contains, self.any, self.regex).describe()}"
 
 
 @dataclass(frozen=True)
@@ -377,6 +375,11 @@ def load_sites(path: Path) -> tuple[Site, ...]:
             action=cast(Action, table.choice("action", ACTIONS)),
             text=table.req_str("text"),
             marker=table.req_str("marker"),
+            optional=table.flag("optional", default=False),
+            after=_after(table, name),
+            alternatives=_alternatives(table, name),
+            probe=_site_probe(table, name),
+            when=_when(table, name),
         )
         if not site.anchor_lines:
             raise table.error("must hold at least one non-blank line", "anchor")
@@ -389,6 +392,69 @@ def load_sites(path: Path) -> tuple[Site, ...]:
     if len(set(markers)) != len(markers):
         raise top.error("every site needs its own marker", "site")
     return tuple(sites)
+
+
+def _after(table: Table, name: str) -> str | None:
+    value = table.opt_str("after", required=False)
+    if value is not None and not value.strip():
+        raise table.error(f"site {name!r}: must hold at least one non-blank line", "after")
+    return value
+
+
+def _alternatives(table: Table, name: str) -> tuple[Alternative, ...]:
+    found = []
+    for alt in table.tables("alternatives"):
+        anchor = alt.req_str("anchor")
+        text = alt.opt_str("text", required=False)
+        after = _after(alt, name)
+        alt.finish()
+        found.append(Alternative(anchor=anchor, text=text, after=after))
+    return tuple(found)
+
+
+def _probe_strings(table: Table, name: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """`contains`, `any` and `regex` of a probe; at least one of them, none empty."""
+    contains = table.str_list("contains", required=False)
+    any_of = table.str_list("any", required=False)
+    regex = table.opt_str("regex", required=False)
+    for key, values in (("contains", contains), ("any", any_of)):
+        if any(not v for v in values):
+            raise table.error(f"{name}: an empty string matches every file", key)
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise table.error(f"not a valid regular expression: {exc}", "regex") from None
+    if not contains and not any_of and regex is None:
+        raise table.error(f"{name}: give 'contains', 'any' or 'regex' (none may be empty)")
+    return contains, any_of, regex
+
+
+def _site_probe(table: Table, name: str) -> SiteProbe | None:
+    probe = table.table("probe", required=False)
+    if probe is None:
+        return None
+    contains, any_of, regex = _probe_strings(probe, f"site {name!r}")
+    probe.finish()
+    return SiteProbe(contains, any_of, regex)
+
+
+def _when(table: Table, name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    when = table.table("when", required=False)
+    if when is None:
+        return ()
+    conditions = []
+    for key in when.names():
+        if key not in WHEN_KEYS:
+            raise when.error(
+                f"site {name!r}: unknown condition; one of {', '.join(WHEN_KEYS)}"
+                f"{did_you_mean(key, WHEN_KEYS)}",
+                key,
+            )
+        values = when.str_list(key)
+        conditions.append((key, tuple(v.lower() for v in values)))
+    when.finish()
+    return tuple(conditions)
 
 
 def _upstream(top: Table) -> Upstream:
@@ -406,16 +472,8 @@ def _upstream(top: Table) -> Upstream:
     if probe_table is not None:
         probe_file = probe_table.req_str("file")
         _relpath(probe_table, "file", probe_file)
-        contains = probe_table.str_list("contains", required=False)
-        regex = probe_table.opt_str("regex", required=False)
-        if regex is not None:
-            try:
-                re.compile(regex)
-            except re.error as exc:
-                raise probe_table.error(f"not a valid regular expression: {exc}", "regex") from None
-        if not contains and regex is None:
-            raise probe_table.error("give 'contains' or 'regex'", "contains")
-        probe = Probe(probe_file, contains, regex)
+        contains, any_of, regex = _probe_strings(probe_table, "upstream.probe")
+        probe = Probe(probe_file, contains, regex, any_of)
         probe_table.finish()
     upstream = Upstream(
         state=state,

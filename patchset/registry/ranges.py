@@ -60,21 +60,30 @@ def holds(spec: str, version: str) -> bool:
     return SpecifierSet(spec).contains(Version(version), prereleases=True)
 
 
-def runs(hits: set[str], versions: Iterable[str]) -> tuple[str, ...]:
-    """The releases of `hits` among the checked `versions`, as ranges: each run of consecutive
-    checked releases becomes ``>=first,<next-checked`` (``>=first`` when it reaches the newest).
+def runs(
+    hits: set[str], versions: Iterable[str], *, closing: set[str] | None = None
+) -> tuple[str, ...]:
+    """The releases of `hits` among the checked `versions`, as ranges.
+
+    A run starts at a release in `hits` and ends, ``>=first,<that``, at the first checked
+    release after it in `closing`; with no such release it stays open (``>=first``).
+    `closing` None means every checked release outside `hits` (plain runs). The release check
+    passes the releases where the fix is upstream: a release where the patch conflicts or its
+    file vanished is no evidence it is done with, so it leaves the range open and CI keeps
+    flagging it (docs/ci.md).
     """
     ordered = sorted({v for v in versions if is_version(v)}, key=Version)
+    ends = {v for v in ordered if v not in hits} if closing is None else closing
     found: list[str] = []
     start: str | None = None
-    for i, version in enumerate(ordered):
+    for version in ordered:
         if version in hits and start is None:
             start = version
-        if start is not None and (version not in hits):
+        elif start is not None and version in ends and version not in hits:
             found.append(f">={start},<{version}")
             start = None
-        elif start is not None and i == len(ordered) - 1:
-            found.append(f">={start}")
+    if start is not None:
+        found.append(f">={start}")
     return tuple(found)
 
 

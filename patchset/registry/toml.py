@@ -161,6 +161,10 @@ class Table:
             for i, item in enumerate(value)
         ]
 
+    def names(self) -> list[str]:
+        """The keys the table holds (for tables whose keys are data, like a site's `when`)."""
+        return list(self._data)
+
     def finish(self) -> None:
         for key in self._data:
             if key not in self._known:

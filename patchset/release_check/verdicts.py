@@ -416,7 +416,7 @@ def _decide(
     if ev.state == "applies":
         shifted = bool(ev.warnings)
         detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
-        return _Decision("needed", detail, shifted=shifted)
+        return _Decision("needed", detail + _skipped(ev), shifted=shifted)
     if ev.state == "partial":
         return _Decision("partial", "; ".join(ev.failures))
     kinds = {state for _, _, state in states}
@@ -493,6 +493,12 @@ def _partial_detail(states: list[tuple[str, HunkResult, HunkState]]) -> str:
     return "; ".join(f"{what}: {', '.join(hunks)}" for what, hunks in parts.items())
 
 
+def _skipped(ev: Evaluation) -> str:
+    """How many optional sites were left out, for the detail ("" when none were)."""
+    n = ev.skipped_optional
+    return f" ({n} optional site(s) skipped: no anchor matches)" if n else ""
+
+
 def _missing(
     tree: ReleaseTree,
     variant: Variant,
@@ -564,14 +570,24 @@ def _text(data: bytes | None) -> str | None:
 def suggest_ranges(
     results: Iterable[CheckResult], versions: list[str]
 ) -> dict[str, tuple[str, ...]]:
-    """Per patch, the checked releases where it is `needed`, as PEP 440 ranges.
+    """Per patch, where it is `needed`, as PEP 440 ranges that close only on evidence.
 
-    Each run of consecutive checked releases becomes ``>=first,<next-checked`` (or
-    ``>=first`` when it reaches the newest release checked).
+    A range starts at a release where the patch is `needed` and closes (``<X``) only at a
+    later release X whose verdict is `upstream` (the reverse applies, the probe matches, git
+    history holds the fix). A `conflict`, `partial` or `missing-target` release leaves it
+    open (``>=first``): nothing says the fix is upstream there, so the patch stays in range
+    and a CI check keeps failing on it until it is refreshed, or its range closed by hand.
     """
     needed: dict[str, set[str]] = {}
+    upstream: dict[str, set[str]] = {}
     for r in results:
         needed.setdefault(r.patch, set())
+        upstream.setdefault(r.patch, set())
         if r.verdict == "needed":
             needed[r.patch].add(r.vllm)
-    return {patch_id: ranges.runs(hits, versions) for patch_id, hits in needed.items()}
+        elif r.verdict == "upstream":
+            upstream[r.patch].add(r.vllm)
+    return {
+        patch_id: ranges.runs(hits, versions, closing=upstream[patch_id])
+        for patch_id, hits in needed.items()
+    }

@@ -34,28 +34,38 @@ class SourceFactory(Protocol):
     """Makes a source of one kind from the text after ``kind:`` (a path, an image reference;
     empty for the index); only the index uses `index_url` and `offline`."""
 
-    def __call__(self, where: str, *, index_url: str | None, offline: bool) -> ReleaseSource: ...
+    def __call__(
+        self, where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+    ) -> ReleaseSource: ...
 
 
-def _index(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
+def _index(
+    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+) -> ReleaseSource:
     from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- see the module docstring
 
-    return IndexSource(index_url, offline=offline)
+    return IndexSource(index_url, offline=offline, prereleases=prereleases)
 
 
-def _folder(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
+def _folder(
+    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+) -> ReleaseSource:
     from patchset.sources.folder import FolderSource  # noqa: PLC0415
 
     return FolderSource(Path(where).expanduser())
 
 
-def _git(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
+def _git(
+    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+) -> ReleaseSource:
     from patchset.sources.git import GitSource  # noqa: PLC0415
 
     return GitSource(Path(where).expanduser())
 
 
-def _image(where: str, *, index_url: str | None, offline: bool) -> ReleaseSource:
+def _image(
+    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+) -> ReleaseSource:
     image_source = importlib.import_module("patchset.sources.image").ImageSource
     return cast(ReleaseSource, image_source(where))
 
@@ -69,11 +79,16 @@ SOURCES: dict[SourceKind, SourceFactory] = {
 
 
 def parse_source(
-    spec: str | None, *, index_url: str | None = None, offline: bool = False
+    spec: str | None,
+    *,
+    index_url: str | None = None,
+    offline: bool = False,
+    prereleases: bool = False,
 ) -> ReleaseSource:
-    """The source a command-line spec names; None or ``index`` is the package index."""
+    """The source a command-line spec names; None or ``index`` is the package index (which
+    lists pre-releases only with `prereleases`)."""
     if spec is None or spec.strip() in {"", "index"}:
-        return SOURCES["index"]("", index_url=index_url, offline=offline)
+        return SOURCES["index"]("", index_url=index_url, offline=offline, prereleases=prereleases)
     kind, sep, rest = spec.partition(":")
     for known in KINDS:
         if sep and kind == known and known != "index":

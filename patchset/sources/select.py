@@ -25,14 +25,28 @@ def _version(text: str, option: str) -> Version:
         raise UsageError(f"{option}{text!r} is not a PEP 440 version") from None
 
 
+def _final(available: list[str], pre: bool) -> list[str]:
+    """What ``latest`` and `since` choose from: pre-releases left out unless `pre` (the index
+    leaves out yanked files and, unless asked, pre-releases; so do other sources here)."""
+    if pre:
+        return available
+    return [v for v in available if not (ranges.is_version(v) and Version(v).is_prerelease)]
+
+
 def for_check(
-    source: ReleaseSource, *, versions: Sequence[str] = (), since: str | None = None
+    source: ReleaseSource,
+    *,
+    versions: Sequence[str] = (),
+    since: str | None = None,
+    pre: bool = False,
 ) -> list[str]:
     """The releases `patchset check` checks.
 
-    `versions` (each may be ``latest``: the source's newest) plus every release after `since`;
-    with neither, a folder or image source's release, a git clone's newest tag (the package
-    index needs one of them). A source other than the index must hold every release named.
+    `versions` (each may be ``latest``: the source's newest final release, or pre-release with
+    `pre`) plus every release from `since` on, `since` itself included; with neither, a folder
+    or image source's release, a git clone's newest tag (the package index needs one of them).
+    A source other than the index must hold every release named. Empty only when `since`
+    is given and no release is at or after it yet: nothing to check today, not an error.
     """
     wanted = list(versions)
     for v in wanted:
@@ -44,13 +58,16 @@ def for_check(
         available = source.versions()
     if LATEST in wanted:
         assert available is not None
-        if not available:
-            raise UsageError("the source offers no release")
-        wanted = [available[-1] if v == LATEST else v for v in wanted]
+        choice = _final(available, pre)
+        if not choice:
+            raise UsageError("the source offers no release" + ("" if pre else " (--pre: none)"))
+        wanted = [choice[-1] if v == LATEST else v for v in wanted]
     if since:
         after = _version(since, "--since ")
         assert available is not None
-        wanted += [v for v in available if Version(v) > after]
+        wanted += [v for v in _final(available, pre) if Version(v) >= after]
+        if not wanted:
+            return []
     if not wanted and not index:
         assert available is not None
         wanted = available[-1:] if source.name == "git" else available
@@ -64,16 +81,21 @@ def for_check(
 
 
 def for_add(
-    source: ReleaseSource, *, versions: Sequence[str] = (), since: str | None = None
+    source: ReleaseSource,
+    *,
+    versions: Sequence[str] = (),
+    since: str | None = None,
+    pre: bool = False,
 ) -> list[str]:
     """The releases `patchset add` checks a new patch against: `versions`, else the releases
-    after `since`, else the releases the source holds without downloading."""
+    from `since` on (`since` included; pre-releases only with `pre`), else the releases the
+    source holds without downloading."""
     for v in (*versions, *([since] if since else [])):
         _version(v, "")
     if versions:
         return list(dict.fromkeys(versions))
     if since:
-        return [v for v in source.versions() if Version(v) > Version(since)]
+        return [v for v in _final(source.versions(), pre) if Version(v) >= Version(since)]
     return source.cached_versions()
 
 

@@ -56,7 +56,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--range", metavar="SPEC", help="the declared vLLM range (default: from the check)"
     )
     p.add_argument("--vllm", action="append", default=[], metavar="VERSION")
-    p.add_argument("--since", metavar="VERSION", help="check every release after VERSION")
+    p.add_argument(
+        "--since", metavar="VERSION", help="check every release from VERSION on (VERSION included)"
+    )
     p.add_argument("--source", metavar="SPEC", help="where releases come from (see check)")
     p.add_argument("--index-url", metavar="URL")
     p.add_argument("--offline", action="store_true", help="use the release cache only")

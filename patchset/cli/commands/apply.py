@@ -7,6 +7,7 @@ from pathlib import Path
 
 from patchset.cli.output import FORMATS, console, print_json, styled, table
 from patchset.engine.apply import ApplyReport, apply, revert
+from patchset.kernel.sites import WHEN_KEYS, parse_served
 from patchset.registry import load_registry
 
 TARGET_HELP = (
@@ -49,6 +50,21 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 metavar="N",
                 help="allow dropping up to N context lines per hunk (reported; default 0)",
             )
+            p.add_argument(
+                "--served",
+                type=_served,
+                default={},
+                metavar="KEY=VALUE,...",
+                help="what will be served, for sites with `when`: "
+                + ", ".join(WHEN_KEYS)
+                + " (e.g. quantization=gptq,speculative=mtp; default: nothing, so such sites"
+                " are skipped)",
+            )
+            p.add_argument(
+                "--force",
+                action="store_true",
+                help="apply a patch even where its upstream probe finds the fix (warned)",
+            )
         p.set_defaults(handler=run_apply if name == "apply" else run_revert)
 
 
@@ -61,8 +77,17 @@ def run_apply(args: argparse.Namespace) -> int:
         version=args.vllm_version,
         ignore_range=args.ignore_range,
         max_fuzz=args.fuzz,
+        served=args.served,
+        force=args.force,
     )
     return show(report, args.format)
+
+
+def _served(text: str) -> dict[str, str]:
+    try:
+        return parse_served(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_revert(args: argparse.Namespace) -> int:

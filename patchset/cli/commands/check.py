@@ -15,9 +15,10 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from patchset.adapters.actions import workflow_command
 from patchset.cli import github
 from patchset.cli.output import console, err_console, print_json, styled, table
-from patchset.errors import UsageError
+from patchset.errors import ExitCode, UsageError
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
@@ -48,7 +49,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="VERSION",
         help="a release to check (repeatable; 'latest' is the newest on the index)",
     )
-    p.add_argument("--since", metavar="VERSION", help="every release after VERSION")
+    p.add_argument(
+        "--since",
+        metavar="VERSION",
+        help="every release from VERSION on, VERSION included (none yet: one line, exit 0)",
+    )
+    p.add_argument(
+        "--pre",
+        action="store_true",
+        help="let 'latest' and --since pick pre-releases too (as pip --pre); yanked files never",
+    )
     p.add_argument(
         "--source",
         metavar="SPEC",
@@ -90,8 +100,12 @@ def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load_registry(args.registry)
-    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
-    versions = select.for_check(source, versions=args.vllm, since=args.since)
+    source = parse_source(
+        args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
+    )
+    versions = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
+    if not versions:
+        return _nothing_to_check(args, registry, source)
     _prefetch(source, versions)
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     report = check(
@@ -116,6 +130,22 @@ def run(args: argparse.Namespace) -> int:
         for line in written:
             out.print(f"range {line.status}: {line.describe()}", markup=False, soft_wrap=True)
     return report.exit_code
+
+
+def _nothing_to_check(args: argparse.Namespace, registry: Registry, source: ReleaseSource) -> int:
+    """`--since X` with no release at or after X yet: one line (JSON: an empty report)."""
+    what = "release" if args.pre else "final release"
+    line = (
+        f"patchset check: no {what} at or after {args.since} on the {source.name} yet;"
+        " nothing to check"
+    )
+    if args.format == "json":
+        print_json(check(registry, [], source=source, patches=args.patches).to_dict())
+    elif args.format == "github":
+        sys.stdout.write(workflow_command("notice", line, title="patchset check") + "\n")
+    else:
+        sys.stdout.write(line + "\n")
+    return ExitCode.OK
 
 
 def _prefetch(source: ReleaseSource, versions: list[str]) -> None:

@@ -46,19 +46,20 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.capability import Capability, in_scope, parse_capability
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset.kernel.pycompile import broken_by, compile_error
-    from patchset.kernel.sites import Site, apply_site, check_site
+    from patchset.kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
 else:
     from patchset_kernel import vllm
     from patchset_kernel.capability import Capability, in_scope, parse_capability
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset_kernel.pycompile import broken_by, compile_error
-    from patchset_kernel.sites import Site, apply_site, check_site
+    from patchset_kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset_kernel.touches import defines, module_files
 
 MANIFEST = HERE / "manifest.json"
 REFUSED = 9  # the container start was refused (docs/exit-codes.md)
 PLUGIN_GROUP = "vllm.general_plugins"
+SKIPS = ("skipped", "upstream")  # sites rightly left out (optional, `when`, their probe)
 
 
 class PatchFailedError(Exception):
@@ -147,10 +148,12 @@ def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
 
 
 def _sites(data: list[dict[str, Any]]) -> list[Site]:
-    return [Site(**site) for site in data]
+    return [Site.from_dict(site) for site in data]
 
 
-def patched_text(patch: dict[str, Any], rel: str, data: bytes) -> bytes:
+def patched_text(
+    patch: dict[str, Any], rel: str, data: bytes, served: dict[str, str] | None = None
+) -> bytes:
     """The file after the patch's edits to it, computed with the engine."""
     lines, eol, eof = split_text(data.decode("utf-8", errors="surrogateescape"))
     if patch["kind"] == "diff":
@@ -163,8 +166,9 @@ def patched_text(patch: dict[str, Any], rel: str, data: bytes) -> bytes:
         for site in _sites(patch["sites"]):
             if site.file != rel:
                 continue
-            found, lines = apply_site(site, lines)
-            if found.status not in ("applies", "already-applied"):
+            # `when` reads the manifest's serve arguments, as the build did.
+            found, lines = apply_site(site, lines, served)
+            if found.status not in GOOD:
                 raise PatchFailedError(found.describe())
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
 
@@ -212,7 +216,9 @@ def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
         raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
 
 
-def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool) -> str:
+def check_build_patch(
+    patch: dict[str, Any], plan: Plan, *, compile_check: bool, served: dict[str, str] | None = None
+) -> str:
     for rel, digests in patch["files"].items():
         data = plan.read(rel)
         if sha256(data) != digests["after"]:
@@ -220,7 +226,9 @@ def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool)
         if patch["kind"] == "runtime":
             lines = split_text(data.decode("utf-8", errors="surrogateescape"))[0]
             for site in _sites(patch["sites"]):
-                if site.file == rel and check_site(site, lines).status != "already-applied":
+                if site.file != rel:
+                    continue
+                if check_site(site, lines, served).status not in ("already-applied", *SKIPS):
                     raise PatchFailedError(f"site {site.name} is not in {rel}")
         if compile_check:
             _compiles(rel, data)
@@ -228,7 +236,12 @@ def check_build_patch(patch: dict[str, Any], plan: Plan, *, compile_check: bool)
 
 
 def apply_patch(
-    patch: dict[str, Any], plan: Plan, later: dict[str, set[str]], *, dry_run: bool
+    patch: dict[str, Any],
+    plan: Plan,
+    later: dict[str, set[str]],
+    *,
+    dry_run: bool,
+    served: dict[str, str] | None = None,
 ) -> str:
     """One patch's files, planned: every file checked and patched in memory, or none.
 
@@ -245,7 +258,7 @@ def apply_patch(
             continue
         if current != digests["before"]:
             raise PatchFailedError(f"{rel} differs from the file checked at build time (sha256)")
-        new = patched_text(patch, rel, data)
+        new = patched_text(patch, rel, data, served)
         if sha256(new) != digests["after"]:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
         _compiles(rel, new, before=data)
@@ -355,6 +368,7 @@ def run_patches(
     results: list[dict[str, Any]] = []  # "ok": False where the patch failed
     plugins: list[str] = []
     ok = True
+    served = served_from_args(manifest.get("serve_args", []))
     for patch, later in zip(manifest["patches"], _later_digests(manifest["patches"]), strict=True):
         name = f"{patch['id']} r{patch['revision']}"
         scope = patch.get("compute_capability")
@@ -379,13 +393,13 @@ def run_patches(
                 else:
                     plugins.append(patch["id"])
             elif patch["apply"] == "build" and not stock:
-                state = check_build_patch(patch, plan, compile_check=verify)
+                state = check_build_patch(patch, plan, compile_check=verify, served=served)
                 if not fits:
                     state += f" (built in; scope cc {scope}, this GPU: {gpu})"
             elif not fits and not verify:
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
             else:
-                state = apply_patch(patch, plan, later, dry_run=verify)
+                state = apply_patch(patch, plan, later, dry_run=verify, served=served)
             failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
             ok, failed = False, True

@@ -1,0 +1,65 @@
+"""`patchset check` choosing releases from a real HTTP index on 127.0.0.1: --since includes
+its release, an empty selection is one line and exit 0, and latest/--since agree with the
+index on pre-releases and yanked files (left out unless --pre; yanked always)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from patchset.cli.main import main
+from patchset.sources.package_index.cache import Cache
+from tests.fake_index import FakeIndex
+from tests.workflow_commands import read_annotations
+
+UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
+
+
+@pytest.fixture
+def index(fake_index: FakeIndex, tmp_cache: Cache) -> FakeIndex:
+    fake_index.add_release("0.1.0", {UTILS: b"x = 1\n"})
+    fake_index.add_release("0.2.0", {UTILS: b"x = 2\n"}, yanked=True)
+    fake_index.add_release("0.3.0rc1", {UTILS: b"x = 3\n"})
+    fake_index.publish()
+    return fake_index
+
+
+def checked(index: FakeIndex, capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
+    registry = Path(__file__).parent.parent / "patches"
+    argv = ["check", "--registry", str(registry), "--index-url", index.index_url, *args]
+    assert main([*argv, "--format", "json"]) == 0
+    return [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]]
+
+
+def test_since_includes_its_release_and_skips_yanked_and_pre(
+    index: FakeIndex, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert checked(index, capsys, "--since", "0.1.0") == ["0.1.0"]
+    assert checked(index, capsys, "--since", "0.1.0", "--pre") == ["0.1.0", "0.3.0rc1"]
+
+
+def test_latest_agrees_with_the_index(index: FakeIndex, capsys: pytest.CaptureFixture[str]) -> None:
+    assert checked(index, capsys, "--vllm", "latest") == ["0.1.0"]
+    assert checked(index, capsys, "--vllm", "latest", "--pre") == ["0.3.0rc1"]
+
+
+@pytest.mark.parametrize("fmt", ["table", "github", "json"])
+def test_nothing_at_or_after_since_is_one_line_and_exit_0(
+    index: FakeIndex, capsys: pytest.CaptureFixture[str], tmp_path: Path, fmt: str
+) -> None:
+    (tmp_path / "patches").mkdir()
+    argv = ["check", "--registry", str(tmp_path / "patches"), "--index-url", index.index_url]
+    assert main([*argv, "--since", "0.1.1", "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    line = "patchset check: no final release at or after 0.1.1 on the index yet; nothing to check"
+    if fmt == "table":
+        assert out == line + "\n"
+    elif fmt == "github":
+        (notice,) = read_annotations(out)
+        assert (notice.name, notice.data) == ("notice", line)
+        assert out.count("\n") == 1
+    else:
+        report = json.loads(out)
+        assert (report["releases"], report["results"], report["exit_code"]) == ([], [], 0)
