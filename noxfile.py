@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import tomllib
+import importlib.util
+import shutil
+import tempfile
 from pathlib import Path
+from types import ModuleType
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "tests"]  # `nox -s dist` builds and checks the release files
 nox.options.default_venv_backend = "venv"
 ROOT = Path(__file__).parent
 
@@ -22,6 +25,29 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def dist(session: nox.Session) -> None:
+    """Build the sdist and wheel into dist/, check them (twine check), install the wheel into
+    a fresh virtualenv and run its console script there."""
+    out = ROOT / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.install("build", "twine")
+    session.run("python", "-m", "build", "--outdir", str(out), str(ROOT))
+    files = sorted(str(p) for p in out.iterdir())
+    session.run("twine", "check", "--strict", *files)
+    (wheel,) = out.glob("*.whl")
+    with tempfile.TemporaryDirectory() as tmp:
+        venv = Path(tmp) / "venv"
+        session.run("python", "-m", "venv", str(venv))
+        python = str(venv / "bin" / "python")
+        session.run(python, "-m", "pip", "install", "-q", str(wheel), external=True)
+        session.run(str(venv / "bin" / "patchset"), "--version", external=True)
+        registry = str(ROOT / "patches")
+        session.run(
+            str(venv / "bin" / "patchset"), "validate", "--registry", registry, external=True
+        )
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) and mypy in strict mode."""
     session.install("-e", ".[test,lint]", "nox")
@@ -30,31 +56,15 @@ def lint(session: nox.Session) -> None:
     session.run("mypy")
 
 
-def _build_targets() -> list[str]:
-    folder = ROOT / "builds"
-    names = []
-    for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
-        try:
-            with path.open("rb") as fh:
-                tomllib.load(fh)
-        except tomllib.TOMLDecodeError:
-            pass  # still listed: `patchset build` reports the error with the file and line
-        names.append(path.stem)
-    return names
+def _patchset_nox() -> ModuleType:
+    """patchset/nox.py (stdlib and nox only), loaded by path: patchset is not installed in
+    nox's own environment (the tests session installs it into its virtualenv)."""
+    spec = importlib.util.spec_from_file_location("_patchset_nox", ROOT / "patchset" / "nox.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _make_build_session(name: str) -> None:
-    @nox.session(name=f"build-{name}")
-    def build(session: nox.Session) -> None:
-        """Build, verify, label and tag the patched image of builds/<name>.toml.
-
-        Arguments after -- go to `patchset build`: --push, --tag REF, --no-cache.
-        """
-        session.install(".")
-        session.run("patchset", "build", str(ROOT / "builds" / f"{name}.toml"), *session.posargs)
-
-    del build
-
-
-for _name in _build_targets():
-    _make_build_session(_name)
+# `build-<version>` per builds/*.toml, as another project gets them from `patchset.nox`.
+_patchset_nox().build_sessions(ROOT / "builds", install=".")
