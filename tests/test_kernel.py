@@ -11,6 +11,7 @@ import pytest
 
 from patchset.kernel import vllm
 from patchset.kernel.capability import in_scope, parse_capability, parse_scope
+from patchset.kernel.hunks import Hunk
 from tests.test_folder_source import make_folder
 
 
@@ -113,3 +114,9 @@ def test_locate_script_runs_in_a_bare_python(tmp_path: Path) -> None:
     assert found["folder"] == str((site / "vllm").resolve())
     assert found["version"] == "0.20.1"
     assert found["via"].endswith("_version.py")
+
+
+def test_a_hunk_survives_the_manifest() -> None:
+    """The image manifest's JSON form of a hunk reads back as the same hunk in the image."""
+    hunk = Hunk(3, 10, 11, ((" ", "a"), ("-", "b"), ("+", "c")), "def f():", False, True)
+    assert Hunk.from_json(json.loads(json.dumps(hunk.to_json()))) == hunk

@@ -7,18 +7,11 @@ from dataclasses import asdict
 from typing import Any
 
 from patchset.image.plugins import impl_module
-from patchset.kernel.hunks import Hunk
 from patchset.registry import Patch, Variant
 
 LABEL_PREFIX = "io.patchset"
 MANIFEST_PATH = "/opt/patchset/manifest.json"
 RUNTIME_DIR = "/opt/patchset"
-
-
-def hunk_dict(hunk: Hunk) -> dict[str, Any]:
-    data = asdict(hunk)
-    data["lines"] = [list(pair) for pair in hunk.lines]
-    return data
 
 
 def patch_entry(
@@ -47,7 +40,7 @@ def patch_entry(
         entry["touches"] = list(patch.touches)
         entry["module"] = impl_module(patch.id)
     elif patch.kind == "diff":
-        entry["hunks"] = {d.path: [hunk_dict(h) for h in d.hunks] for d in variant.diffs}
+        entry["hunks"] = {d.path: [h.to_json() for h in d.hunks] for d in variant.diffs}
     else:
         entry["sites"] = [asdict(site) for site in variant.sites]
     return entry

@@ -21,7 +21,7 @@ import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Ratio = Callable[[str, str], float]  # similarity of two texts, 0.0 to 1.0
 
@@ -39,6 +39,30 @@ class Hunk:
     section: str = ""  # the text after the second @@, often the enclosing def
     old_eof_newline: bool = True  # False when the old side ends with "\ No newline at end of file"
     new_eof_newline: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        """The hunk as an image manifest holds it (`from_json` reads it back in the image)."""
+        return {
+            "index": self.index,
+            "old_start": self.old_start,
+            "new_start": self.new_start,
+            "lines": [list(pair) for pair in self.lines],
+            "section": self.section,
+            "old_eof_newline": self.old_eof_newline,
+            "new_eof_newline": self.new_eof_newline,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Hunk:
+        return cls(
+            index=data["index"],
+            old_start=data["old_start"],
+            new_start=data["new_start"],
+            lines=tuple((tag, text) for tag, text in data["lines"]),
+            section=data.get("section", ""),
+            old_eof_newline=data["old_eof_newline"],
+            new_eof_newline=data["new_eof_newline"],
+        )
 
     @property
     def old(self) -> list[str]:

@@ -133,18 +133,7 @@ def detect_gpus() -> tuple[list[Capability], str]:
 
 
 def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
-    return tuple(
-        Hunk(
-            index=h["index"],
-            old_start=h["old_start"],
-            new_start=h["new_start"],
-            lines=tuple((tag, text) for tag, text in h["lines"]),
-            section=h.get("section", ""),
-            old_eof_newline=h["old_eof_newline"],
-            new_eof_newline=h["new_eof_newline"],
-        )
-        for h in data
-    )
+    return tuple(Hunk.from_json(h) for h in data)
 
 
 def _sites(data: list[dict[str, Any]]) -> list[Site]:
