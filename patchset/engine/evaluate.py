@@ -7,6 +7,7 @@ never disagree about whether a patch fits.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -20,7 +21,7 @@ from patchset.kernel.hunks import (
     join_text,
     split_text,
 )
-from patchset.kernel.pycompile import CompileError, broken_by
+from patchset.kernel.pycompile import CompileError, broken_by, compile_error
 from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
@@ -66,10 +67,19 @@ def _compile_break(
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
-        error = broken_by(read(rel), data)
+        before = read(rel)
+        if before is not None and _compile_error(before) is not None:
+            continue  # already broken: not the edit's doing (as broken_by says)
+        error = _compile_error(data)
         if error is not None:
             return _broken_message(rel, error, blame(rel) if blame else "")
     return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_error(data: bytes) -> CompileError | None:
+    """compile_error, once per content: a check meets the same file in many releases."""
+    return compile_error(data)
 
 
 def _broken_message(rel: str, error: CompileError, culprit: str) -> str:

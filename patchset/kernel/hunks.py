@@ -169,6 +169,8 @@ def split_text(text: str) -> tuple[list[str], str, bool]:
     ends = lines[-1] == ""
     if ends:
         lines.pop()
+    if "\r" not in text:  # the common case: nothing to strip
+        return lines, "\n", ends
     eol = "\r\n" if "\n" in text and lines[0].endswith("\r") else "\n"
     last = len(lines) - 1
     stripped = [

@@ -86,10 +86,9 @@ class Memo:
         return self._db
 
     def key(self, *parts: object) -> str:
-        h = hashlib.sha256(f"{FORMAT}\0{self.code}".encode())
-        for part in parts:
-            h.update(b"\0" + json.dumps(part, sort_keys=True).encode())
-        return h.hexdigest()
+        """A sha256 over the parts' reprs (strings, numbers, None, and lists of them)."""
+        text = "\0".join([str(FORMAT), self.code, *(repr(part) for part in parts)])
+        return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, object]]:
         db = self._conn()

@@ -239,15 +239,15 @@ def check_tree(
             known[rel] = fresh[rel] = file_digest(read(rel))
         return known[rel]
 
-    plans: list[tuple[Patch, bool, set[str], str | None]] = []
+    plans: list[tuple[Patch, bool, list[str], str | None]] = []
     for patch in patches:
         in_range = patch.in_range(version) if ranges.is_version(version) else False
         files = _declared(patch)
-        existed = {f for f in files if f in seen or _written_before(patch, version)}
         key = None
         if memo is not None and patch.kind in ("diff", "runtime"):
             digests = {f: digest(f) for f in files}
             gone = sorted(f for f, d in digests.items() if d == "-")
+            existed = _existed(patch, version, gone, seen) if gone else set()
             if not gone or pinned:
                 meant = patch.variant_for(version) if ranges.is_version(version) else None
                 nearest = explain == "all" or (explain == "in-range" and in_range)
@@ -258,18 +258,19 @@ def check_tree(
                     max_fuzz,
                     nearest,
                     sorted(digests.items()),
-                    [pinned, sorted(existed & set(gone))] if gone else None,
+                    [pinned, sorted(existed)] if gone else None,
                     _ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
                 )
-        plans.append((patch, in_range, existed, key))
+        plans.append((patch, in_range, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
     results: list[CheckResult] = []
     store: dict[str, dict[str, object]] = {}
-    for patch, in_range, existed, key in plans:
+    for patch, in_range, files, key in plans:
         if key is not None and key in found and memo is not None:
             results.append(CheckResult.from_memo(found[key], vllm=version, in_range=in_range))
             memo.hits += 1
             continue
+        existed = _existed(patch, version, files, seen)
         r = _one(patch, tree, version, read, max_fuzz=max_fuzz, explain=explain, existed=existed)
         results.append(r)
         if key is not None:
@@ -291,6 +292,12 @@ def _declared(patch: Patch) -> list[str]:
     if patch.upstream.probe is not None:
         files.add(patch.upstream.probe.file)
     return sorted(files)
+
+
+def _existed(patch: Patch, version: str, files: list[str], seen: set[str]) -> set[str]:
+    """Which of `files` are known to have existed before this release."""
+    before = _written_before(patch, version)
+    return {f for f in files if before or f in seen}
 
 
 def _written_before(patch: Patch, version: str) -> bool:
