@@ -5,13 +5,14 @@ index on pre-releases and yanked files (left out unless --pre; yanked always).""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from patchset.cli.main import main
 from patchset.sources.package_index.cache import Cache
-from tests.fake_index import FakeIndex
+from tests.fake_index import FakeIndex, Reply
 from tests.workflow_commands import read_annotations
 
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
@@ -63,3 +64,37 @@ def test_nothing_at_or_after_since_is_one_line_and_exit_0(
     else:
         report = json.loads(out)
         assert (report["releases"], report["results"], report["exit_code"]) == ([], [], 0)
+
+
+def test_verbose_shows_the_retries_and_the_download(
+    fake_index: FakeIndex, tmp_cache: Cache, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flaky index is not silence: -v names each retry and the download (stderr)."""
+    fake_index.add_release("0.1.0", {UTILS: b"x = 1\n"})
+    answer = {"info": {"name": "vllm"}, "releases": fake_index.releases, "urls": []}
+    fake_index.server.route(
+        FakeIndex.JSON_PATH, Reply(503), Reply(200, json.dumps(answer).encode())
+    )
+    registry = Path(__file__).parent.parent / "patches"
+    argv = ["check", "--registry", str(registry), "--index-url", fake_index.index_url]
+    assert main([*argv, "--vllm", "0.1.0", "-v"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any(re.match(r"patchset: .*: HTTP 503 .*; trying again in [\d.]+s$", e) for e in err)
+    assert any(e.startswith("patchset: downloading ") for e in err)
+
+
+def test_since_from_tool_patchset_when_no_release_is_named(
+    index: FakeIndex,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "patches").mkdir()
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.patchset]\nindex-url = "{index.index_url}"\nsince = "0.1.0"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--format", "json"]) == 0
+    assert [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]] == ["0.1.0"]
+    assert main(["check", "--vllm", "latest", "--pre", "--format", "json"]) == 0  # named: wins
+    assert [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]] == ["0.3.0rc1"]

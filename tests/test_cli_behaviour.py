@@ -116,6 +116,14 @@ def test_a_mistyped_command_gets_a_suggestion() -> None:
     assert proc.returncode == 2 and "did you mean 'json'?" in proc.stderr
 
 
+def test_a_usage_error_under_format_github_is_an_annotation_too() -> None:
+    proc = run("check", "--vllm", "0.20.0", "--fuzz", "many", "--format", "github")
+    assert proc.returncode == 2
+    (line,) = proc.stdout.splitlines()
+    assert line.startswith("::error title=patchset::patchset check: argument --fuzz: invalid int")
+    assert "invalid int value: 'many'" in proc.stderr
+
+
 def test_verbose_shows_info_lines_and_quiet_hides_warnings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

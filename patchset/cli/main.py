@@ -122,6 +122,18 @@ def reset_logging() -> None:
     logger.propagate = True
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """parse_args; a usage error under `--format github` is also an `::error::` on stdout."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return parser.parse_args(words)
+    except SystemExit:
+        if options.Parser.last_error and options.wants_github(words):
+            line = workflow_command("error", options.Parser.last_error, title="patchset")
+            sys.stdout.write(line + "\n")
+        raise
+
+
 @contextlib.contextmanager
 def project_defaults(args: argparse.Namespace, project: Project) -> Iterator[None]:
     """`[tool.patchset]` index-url, offline, cache-dir and since, where the command line and
@@ -168,8 +180,9 @@ def _quiet_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args: argparse.Namespace | None = None
+    options.Parser.last_error = None
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         configure_logging(args.verbose, args.quiet)
         project = resolve(registry=args.registry, builds=args.builds)
         args.registry, args.builds = project.registry, project.builds

@@ -142,7 +142,10 @@ _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<word>[^']*)' \(choose from (
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with a "did you mean" for a mistyped command or choice."""
+    """argparse with a "did you mean" for a mistyped command or choice; the last usage error
+    is kept in `last_error` (main() repeats it as a workflow command under --format github)."""
+
+    last_error: str | None = None
 
     def error(self, message: str) -> NoReturn:
         match = _INVALID_CHOICE.search(message)
@@ -151,4 +154,13 @@ class Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(match["word"], choices, n=1, cutoff=0.6)
             if close:
                 message = f"{message}; did you mean {close[0]!r}?"
+        Parser.last_error = f"{self.prog}: {message}"
         super().error(message)
+
+
+def wants_github(argv: list[str]) -> bool:
+    """Whether the command line asks for `--format github` (read before it parses)."""
+    return any(
+        a == "--format=github" or (a == "--format" and b == "github")
+        for a, b in zip(argv, [*argv[1:], ""], strict=True)
+    )
