@@ -151,3 +151,19 @@ def test_end_of_file_append_already_upstream_with_code_after_it(tmp_path: Path) 
     # `needed` somewhere in the middle of the file.
     r = _check(tmp_path / "c", BODY + "other = 2\n", diff)
     assert r.verdict == "conflict" and "not at the end of the file" in r.detail
+
+
+def test_deleting_the_end_of_a_file_is_not_upstream_by_its_context_alone(tmp_path: Path) -> None:
+    diff = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -36,5 +36,3 @@
+ line 36
+ line 37
+ line 38
+-line 39
+-line 40
+"""
+    # The context is there, followed by other code: nothing says the deletion happened.
+    r = _check(tmp_path, BODY + "other = 1\n", diff)
+    assert r.verdict == "conflict"

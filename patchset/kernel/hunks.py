@@ -380,7 +380,10 @@ def _failure(
 ) -> HunkResult:
     at, hint = _unpinned(work, hunk, floor, pinned) if pinned else (None, "")
     if hint or not nearest:
-        where = at + 1 if at is not None else None
+        # Only lines the hunk changes make a match elsewhere evidence of the change itself;
+        # a side of context alone (a reversed deletion) proves nothing.
+        changes = any(tag == "-" for tag, _ in hunk.lines)
+        where = at + 1 if at is not None and changes else None
         return HunkResult(hunk.index, "failed", detail=hint, elsewhere=where)
     near_at, near, similarity = nearest_window(work, hunk.old, ratio=ratio)
     return HunkResult(
