@@ -16,24 +16,29 @@ import re
 import shutil
 import tempfile
 import textwrap
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import tomlkit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 from tomlkit.items import Table as TomlTable
-from unidiff.patch import PatchedFile
+from unidiff.patch import PatchedFile, PatchSet
 
 from patchset.adapters import forge
+from patchset.authoring import preamble as preambles
+from patchset.authoring.layout import Detected, Layout, find_package_relative
 from patchset.errors import PayloadError, UsageError
-from patchset.registry import STATES, Patch, load_patch, load_registry
+from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
 from patchset.registry.diffs import parse_diff, read_patchset
+from patchset.registry.model import check_relations
 from patchset.release_check.verdicts import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
 ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it
 ANY_RELEASE = ">=0"  # the range written when no release was checked
+NO_PREAMBLE = preambles.Preamble(None)
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,8 @@ class DiffPayload:
     text: str
     targets: tuple[str, ...]
     dropped: tuple[str, ...]  # files outside vllm/, left out
+    preamble: preambles.Preamble = NO_PREAMBLE  # the text above the diff
+    detected: Detected | None = None  # paths found relative to the vllm/ package
 
 
 @dataclass(frozen=True)
@@ -71,17 +78,66 @@ def _vllm_path(raw: str, *, git: bool) -> str:
     return raw
 
 
-def normalize_diff(text: str, *, file: Path | str) -> DiffPayload:
+def normalize_diff(
+    text: str,
+    *,
+    file: Path | str,
+    layout: Layout | None = None,
+    detect: Callable[[list[str]], Detected | None] | None = None,
+) -> DiffPayload:
     """Read a unified diff from a forge or a file; PayloadError if it does not parse, touches
-    no file under vllm/, or changes a vllm/ file in a way the engine does not apply."""
-    patch = read_patchset(text, file=file, empty="not a unified diff: it holds no file changes")
+    no file under vllm/, or changes a vllm/ file in a way the engine does not apply.
+
+    The text above the diff is kept as `preamble`. With no `layout` and no path under vllm/,
+    `detect` is asked whether the paths are relative to the vllm/ package (it gets the paths
+    of the files the diff changes); if it finds a release holding them all, they are read so.
+    """
+    layout = layout or Layout()
+    head, body = preambles.split(text)
+    patch = read_patchset(body, file=file, empty="not a unified diff: it holds no file changes")
+    payload = _payload(patch, file=file, layout=layout)
+    if payload.targets or layout.explicit:
+        return _checked(payload, head, file, None)
+    existing = [p for p, added in payload.seen if not added]
+    detected = detect(existing) if detect is not None else None
+    if detected is not None:
+        payload = _payload(patch, file=file, layout=Layout(root="vllm"))
+        return _checked(payload, head, file, detected)
+    dropped = [p for p, _ in payload.seen]
+    more = len(dropped) - 3
+    shown = ", ".join(dropped[:3]) + (f" and {more} more" if more > 0 else "")
+    hint = (
+        "; no known release has them under vllm/ either"
+        if detect is not None
+        else "; no release was at hand to see whether they are relative to the vllm/ package"
+    )
+    raise PayloadError(
+        f"touches no file under vllm/ (only {shown}){hint}: for a diff made inside the vllm/"
+        " package give --root vllm (and --strip N as for patch -pN); a diff for another package"
+        " does not belong here",
+        path=file,
+    )
+
+
+@dataclass(frozen=True)
+class _Read:
+    parts: list[str]
+    targets: list[str]
+    dropped: list[str]
+    seen: list[tuple[str, bool]]  # every file's path and whether the diff creates it
+
+
+def _payload(patch: PatchSet, *, file: Path | str, layout: Layout) -> _Read:
     parts: list[str] = []
     targets: list[str] = []
     dropped: list[str] = []
+    seen: list[tuple[str, bool]] = []
     for pf in patch:
         git = str(pf.patch_info or "").startswith("diff --git")
-        source, target = _paths(pf, git=git)
+        source, target = _paths(pf, git=git, layout=layout)
         path = target if target != "/dev/null" else source
+        added = pf.is_added_file or source == "/dev/null"
+        seen.append((path, added))
         if not path.startswith("vllm/"):
             dropped.append(path)
             continue
@@ -91,27 +147,49 @@ def normalize_diff(text: str, *, file: Path | str) -> DiffPayload:
             raise PayloadError(f"{path}: binary diffs are not supported", path=file)
         if git and (pf.is_rename or (source not in ("/dev/null", target))):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
-        added = pf.is_added_file or source == "/dev/null"
         parts.append(f"--- {'/dev/null' if added else 'a/' + path}\n+++ b/{path}\n")
         parts += [_hunk_text(h) for h in pf]
         targets.append(path)
-    if not targets:
-        more = len(dropped) - 3
-        shown = ", ".join(dropped[:3]) + (f" and {more} more" if more > 0 else "")
-        raise PayloadError(f"touches no file under vllm/ (only {shown})", path=file)
-    canonical = "".join(parts)
+    return _Read(parts, targets, dropped, seen)
+
+
+def _checked(
+    read: _Read, head: preambles.Preamble, file: Path | str, detected: Detected | None
+) -> DiffPayload:
+    canonical = "".join(read.parts)
     parse_diff(canonical, file=file)  # the registry's own rules, named against the input
-    return DiffPayload(canonical, tuple(dict.fromkeys(targets)), tuple(dropped))
+    return DiffPayload(
+        canonical, tuple(dict.fromkeys(read.targets)), tuple(read.dropped), head, detected
+    )
 
 
-def _paths(pf: PatchedFile, *, git: bool) -> tuple[str, str]:
+def detector(
+    source: ReleaseSource, versions: Sequence[str]
+) -> Callable[[list[str]], Detected | None]:
+    """`normalize_diff`'s `detect`: the newest of `versions` holding every path under vllm/."""
+    newest_first = sorted(versions, key=Version, reverse=True)
+    return lambda paths: find_package_relative(paths, source, newest_first)
+
+
+def _paths(pf: PatchedFile, *, git: bool, layout: Layout) -> tuple[str, str]:
     source, target = str(pf.source_file), str(pf.target_file)
+    if layout.strip is not None:
+        place = layout.place
+        return (
+            source if source == "/dev/null" else place(source),
+            target if target == "/dev/null" else place(target),
+        )
     if source.startswith("a/") and target.startswith("b/"):
         source, target = source[2:], target[2:]
     elif source == "/dev/null" and target.startswith("b/"):
         target = target[2:]
     elif target == "/dev/null" and source.startswith("a/"):
         source = source[2:]
+    if layout.root:
+        return (
+            source if source == "/dev/null" else layout.place(source),
+            target if target == "/dev/null" else layout.place(target),
+        )
     return _vllm_path(source, git=git), _vllm_path(target, git=git)
 
 
@@ -158,14 +236,18 @@ def add_diff(
     vllm: str | None = None,
     source: ReleaseSource | None = None,
     versions: Iterable[str] = (),
+    on_release: Callable[[str], None] | None = None,
+    requires: Sequence[str] = (),
 ) -> AddResult:
     """Write `root/patch_id/` (patch.diff and patch.toml), its range suggested by a check of
-    `versions` from `source` unless `vllm` says it; nothing is written on any error."""
+    `versions` from `source` (on top of the patches it `requires`) unless `vllm` says it;
+    nothing is written on any error."""
     check_new_id(root, patch_id)
     state = _state(pr, state)
     if vllm is not None:
         _specifier(vllm)
     wanted = list(versions)
+    head = payload.preamble
     with _staging(root, patch_id) as folder:
         (folder / "patch.diff").write_text(payload.text, encoding="utf-8")
 
@@ -173,27 +255,44 @@ def add_diff(
             doc = _patch_doc(
                 patch_id,
                 kind="diff",
-                title=title or (f"{pr}" if pr else f"{patch_id} (from {origin})"),
-                description=_description(pr, origin),
+                title=title or head.subject or (f"{pr}" if pr else f"{patch_id} (from {origin})"),
+                description=head.description or _description(pr, origin),
                 vllm=range_text,
                 vllm_note=note,
                 apply=apply,
                 targets=payload.targets,
                 origin=origin,
-                credit=list(credit) or [f"the author(s) of {pr or origin}"],
+                credit=list(credit)
+                or ([head.author] if head.author else [f"the author(s) of {pr or origin}"]),
                 pr=pr,
                 state=state,
             )
+            if requires:
+                doc["requires"] = list(dict.fromkeys(requires))
             (folder / "patch.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
 
         write_toml(vllm or ANY_RELEASE, "")
-        staged = load_registry(folder.parent)  # the registry's rules, before any check
-        report = check(staged, wanted, source=source) if wanted and source else None
+        staged = _with_registry(root, load_patch(folder))  # the registry's rules, before a check
+        report = (
+            check(staged, wanted, source=source, on_release=on_release, patches=[patch_id])
+            if wanted and source
+            else None
+        )
         suggested = report.suggested.get(patch_id, ()) if report else ()
         range_text, note = _choose_range(vllm, report, suggested)
         write_toml(range_text, note)
         patch = _move_into_place(folder, root / patch_id)
     return AddResult(patch, payload.dropped, report, suggested, range_text, note)
+
+
+def _with_registry(root: Path, staged: Patch) -> Registry:
+    """The staged patch beside the registry's own (whose ids its `requires` may name)."""
+    existing = load_registry(root, tolerant=True)
+    patches = [*existing.patches, staged]
+    bad = check_relations(patches, set(existing.problems))
+    if staged.id in bad:
+        raise bad[staged.id]
+    return Registry(root=root, patches=tuple(patches), digest=existing.digest)
 
 
 def add_runtime(

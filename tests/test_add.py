@@ -125,6 +125,13 @@ def registry_dir(tmp_path: Path) -> Path:
     return root
 
 
+def first_error(capsys: pytest.CaptureFixture[str]) -> str:
+    """validate's first error line (it reports every problem of a patch, one line each)."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all(line.startswith("patchset: error: ") for line in err), err
+    return err[0]
+
+
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("patchset: error: "), err
@@ -281,16 +288,16 @@ def test_runtime_skeleton_validates_only_once_filled_in(
     folder = root / "tq-sync"
     assert sorted(p.name for p in folder.iterdir()) == ["patch.toml", "sites.toml"]
     assert main(["--registry", str(root), "validate"]) == 2
-    assert "patch.toml: vllm: must not be empty" in one_line_error(capsys)
+    assert "patch.toml: vllm: must not be empty" in first_error(capsys)
     toml = folder / "patch.toml"
     toml.write_text(toml.read_text().replace('vllm = ""', 'vllm = ">=0.20.0,<0.21.0"'))
     assert main(["--registry", str(root), "validate"]) == 2
-    assert "targets: must not be empty" in one_line_error(capsys)
+    assert "targets: must not be empty" in first_error(capsys)
     real = REPO / "patches" / "tolist-cudagraph"
     target = tomllib.loads((real / "patch.toml").read_text())["targets"][0]
     toml.write_text(toml.read_text().replace("targets = []", f'targets = ["{target}"]'))
     assert main(["--registry", str(root), "validate"]) == 2
-    assert "sites.toml: site: required key is missing" in one_line_error(capsys)
+    assert "sites.toml: site: required key is missing" in first_error(capsys)
     sites = folder / "sites.toml"
     sites.write_text(sites.read_text() + (real / "sites.toml").read_text())  # a real site
     assert main(["--registry", str(root), "validate"]) == 0

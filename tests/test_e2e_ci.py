@@ -1,8 +1,8 @@
 """End to end, as another project meets patchset in CI: a fresh git repository with its own
-registry, patchset installed from the wheel built from this checkout, pre-commit running the
-hook of .pre-commit-hooks.yaml, then the steps of docs/ci-example.yml and of action.yml run as
-scripts with GITHUB_* variables pointing at temp files; the annotations and the job summary
-are checked line by line.
+registry, patchset installed from the wheel `nox -s dist` built (and checked) from this
+checkout, pre-commit running the hook of .pre-commit-hooks.yaml, then the steps of
+docs/ci-example.yml and of action.yml run as scripts with GITHUB_* variables pointing at temp
+files; the annotations and the job summary are checked line by line.
 
 The package index is a real HTTP server on 127.0.0.1 serving the real 0.19.1 and 0.20.0
 sdists (taken from the release cache), named in the project's `[tool.patchset] index-url`,
@@ -60,11 +60,12 @@ def sh(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from this checkout (by `build`, as `nox -s dist` does), installed into
-    a fresh venv; its bin folder."""
+    """`nox -s dist` (sdist and wheel, twine check, the wheel run in a fresh venv of its own),
+    then that wheel installed into another fresh venv for the project; its bin folder."""
     work = tmp_path_factory.mktemp("dist")
-    sh(sys.executable, "-m", "build", "--wheel", "--outdir", work / "dist", REPO, cwd=work)
-    (wheel,) = (work / "dist").glob("patchset-*.whl")
+    sh(sys.executable, "-m", "nox", "-s", "dist", "--noxfile", REPO / "noxfile.py", cwd=REPO)
+    (wheel,) = (REPO / "dist").glob("patchset-*.whl")
+    assert (REPO / "dist" / wheel.name.replace("-py3-none-any.whl", ".tar.gz")).is_file()
     venv.EnvBuilder(with_pip=True).create(work / "venv")
     bin_dir = work / "venv" / "bin"
     sh(bin_dir / "python", "-m", "pip", "install", "-q", wheel, cwd=work)

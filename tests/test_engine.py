@@ -13,7 +13,18 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, TargetError
 from patchset.registry import load_registry
 from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
+
+# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
+OTHER_DIFF = """\
+--- a/vllm/other.py
++++ b/vllm/other.py
+@@ -1,3 +1,3 @@
+ alpha
+-beta
++beta_patched
+ gamma
+"""
 
 DIFF = MOD_DIFF
 
@@ -34,12 +45,14 @@ def test_apply_then_reapply_is_a_noop(tmp_path: Path, registry_dir: Path) -> Non
     before = tree_digest(tree)
     again = apply(registry, tree)
     assert [r.outcome for r in again.results] == ["already-applied"]
-    assert again.exit_code == ExitCode.ALREADY_APPLIED and not again.written
+    assert again.exit_code == ExitCode.OK and not again.written  # ends present: like patch -N
+    assert apply(registry, tree, strict=True).exit_code == ExitCode.ALREADY_APPLIED
     assert tree_digest(tree) == before
     back = revert(registry, tree)
     assert [r.outcome for r in back.results] == ["reverted"]
     assert (tree / "vllm/mod.py").read_text() == BODY
-    assert revert(registry, tree).exit_code == ExitCode.ALREADY_APPLIED
+    assert revert(registry, tree).exit_code == ExitCode.OK
+    assert revert(registry, tree, strict=True).exit_code == ExitCode.ALREADY_APPLIED
 
 
 def test_offset_is_a_warning_not_clean(tmp_path: Path, registry_dir: Path) -> None:
@@ -48,8 +61,10 @@ def test_offset_is_a_warning_not_clean(tmp_path: Path, registry_dir: Path) -> No
     (result,) = report.results
     assert result.outcome == "applied"
     assert any("offset +2" in w for w in result.warnings)
-    assert report.exit_code == ExitCode.APPLIED_WITH_WARNINGS
+    assert report.exit_code == ExitCode.OK  # shown as a warning; --strict keeps 7
     assert not report.written
+    strict = apply(load_registry(registry_dir), tree, dry_run=True, strict=True)
+    assert strict.exit_code == ExitCode.APPLIED_WITH_WARNINGS
 
 
 def test_fuzz_only_when_allowed(tmp_path: Path, registry_dir: Path) -> None:
@@ -103,7 +118,7 @@ def test_out_of_range(tmp_path: Path) -> None:
     add_patch(root, "mod-fix", diff=DIFF, targets=["vllm/mod.py"], vllm=">=0.20")
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY}, version="0.19.1")
     registry = load_registry(root)
-    report = apply(registry, tree)
+    report = apply(registry, tree, patches=["mod-fix"])  # asked for by id: refused
     assert [r.outcome for r in report.results] == ["out-of-range"]
     assert report.exit_code == ExitCode.OUT_OF_RANGE
     assert (tree / "vllm/mod.py").read_text() == BODY
@@ -225,3 +240,49 @@ def test_journal_rolls_back_an_interrupted_write(tmp_path: Path, registry_dir: P
     assert report.written
     assert "line 11 patched" in (tree / "vllm/mod.py").read_text()
     assert not journal.exists()
+
+
+def _scoped(registry: Path, patch_id: str, scope: str) -> None:
+    toml = registry / patch_id / "patch.toml"
+    toml.write_text(toml.read_text() + f'\n[hardware]\ncompute_capability = "{scope}"\n')
+
+
+def test_unqualified_apply_selects_what_fits(tmp_path: Path) -> None:
+    """A registry for several pins and GPUs: a plain apply takes the patches whose range holds
+    the tree's release and whose hardware scope holds the GPU; the others are skipped."""
+    root = tmp_path / "patches"
+    add_patch(root, "a-old-pin", diff=DIFF, targets=["vllm/mod.py"], vllm="<0.19")
+    add_patch(root, "b-sm12x", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    _scoped(root, "b-sm12x", ">=12.0")
+    add_patch(root, "c-fits", diff=DIFF, targets=["vllm/mod.py"])
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
+    registry = load_registry(root)
+    ampere = apply(registry, tree, compute_capability=(8, 6), dry_run=True)
+    outcomes = {r.patch: r.outcome for r in ampere.results}
+    assert outcomes == {"a-old-pin": "skipped", "b-sm12x": "skipped", "c-fits": "applied"}
+    assert ampere.exit_code == ExitCode.OK
+    skipped = {r.patch: r.details[0] for r in ampere.results if r.outcome == "skipped"}
+    assert "outside this patch's range <0.19" in skipped["a-old-pin"]
+    assert "compute capability 8.6" in skipped["b-sm12x"]
+    assert ampere.compute_capability == "8.6"
+    nogpu = apply(registry, tree, compute_capability=None, dry_run=True)
+    assert {r.patch: r.outcome for r in nogpu.results}["b-sm12x"] == "skipped"
+    blackwell = apply(registry, tree, compute_capability=(12, 0))
+    outcomes = {r.patch: r.outcome for r in blackwell.results}
+    assert outcomes == {"a-old-pin": "skipped", "b-sm12x": "applied", "c-fits": "applied"}
+    assert blackwell.written and "beta_patched" in (tree / "vllm/other.py").read_text()
+    # --patch means exactly those: the hardware scope is named, not enforced (a build host
+    # has no GPU); the range still is.
+    asked = apply(registry, tree, patches=["b-sm12x"], compute_capability=(8, 6), dry_run=True)
+    assert [r.outcome for r in asked.results] == ["already-applied"]
+    assert any("asked for by id: compute capability 8.6" in d for d in asked.results[0].details)
+    old = apply(registry, tree, patches=["a-old-pin"], dry_run=True)
+    assert [r.outcome for r in old.results] == ["out-of-range"]
+    assert old.exit_code == ExitCode.OUT_OF_RANGE
+    back = revert(registry, tree)
+    assert {r.patch: r.outcome for r in back.results} == {
+        "a-old-pin": "skipped",
+        "b-sm12x": "reverted",
+        "c-fits": "reverted",
+    }
+    assert (tree / "vllm/other.py").read_text() == OTHER

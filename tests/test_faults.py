@@ -257,7 +257,14 @@ def test_second_apply_waits_and_finds_it_applied(
 ) -> None:
     tree, first = slow_first_apply
     second = cli(
-        "--registry", str(world.registry), "apply", "--target", str(tree), "--format", "json"
+        "--registry",
+        str(world.registry),
+        "apply",
+        "--strict",  # the distinct "already applied" code
+        "--target",
+        str(tree),
+        "--format",
+        "json",
     )
     out, err = first.communicate(timeout=60)
     ok = first.returncode == ExitCode.OK and second.returncode == ExitCode.ALREADY_APPLIED

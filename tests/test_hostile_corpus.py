@@ -254,7 +254,17 @@ def run_case(case: Case, tmp: Path) -> Outcome:
     outside_before = snapshot(setup.outside)
     registry_before = snapshot(setup.registry)
     args = ("--registry", str(setup.registry))
-    proc = cli(*args, "apply", "--target", str(setup.target), "--format", "json")
+    # --strict: the corpus names the distinct codes (7 for an offset). Every patch folder is
+    # asked for by id: a plain apply skips a patch that does not load, with a warning.
+    asked = [
+        arg
+        for p in sorted(setup.registry.iterdir() if setup.registry.is_dir() else [])
+        if p.is_dir() and not p.name.startswith(".")
+        for arg in ("--patch", p.name)
+    ]
+    proc = cli(
+        *args, "apply", "--strict", *asked, "--target", str(setup.target), "--format", "json"
+    )
     after = snapshot(setup.target)
     untouched = snapshot(setup.outside) == outside_before
     untouched = untouched and snapshot(setup.registry) == registry_before and not PWNED.exists()
@@ -355,7 +365,7 @@ def test_giant_error_is_one_short_line(tmp_path: Path) -> None:
     diff = f"--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-a\n+b\n"
     registry, target = _giant_setup(tmp_path, diff, {})
     before = snapshot(target)
-    proc = cli("--registry", str(registry), "apply", "--target", str(target))
+    proc = cli("--registry", str(registry), "apply", "--patch", "giant", "--target", str(target))
     line = error_line(proc)
     ok = proc.returncode == 2 and len(line) < 2_200 and snapshot(target) == before
     record(HOSTILE, "generated: giant inputs", "a 1 MB hostile path", intact=ok)

@@ -232,8 +232,10 @@ def test_a_project_of_its_own_patches(installed: Path, tmp_path: Path) -> None:
     assert "applied" in applied.stdout
     after = (target / TMA_FILE).read_text()
     assert after != before and "9 <= torch.cuda.get_device_capability(0)[0] < 12" in after
-    again = run_installed(installed, "apply", "--target", str(target), cwd=sub, check=False)
-    assert again.returncode == 6  # already applied: nothing to do
+    again = run_installed(
+        installed, "apply", "--strict", "--target", str(target), cwd=sub, check=False
+    )
+    assert again.returncode == 6  # --strict: already applied, nothing to do
     # the project's own build definitions folder, from [tool.patchset]
     shutil.copy(REPO / "builds" / "0.19.1.toml", project / "builds" / "0.19.1.toml")
     listed = run_installed(installed, "validate", "--format", "json", cwd=sub)

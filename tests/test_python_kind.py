@@ -115,3 +115,25 @@ def test_touches_reader() -> None:
     for name in ("b", "K.z", "f.x", "m", "missing"):
         assert not defines(source, name), name
     assert not defines("def broken(:\n", "broken")
+
+
+def test_cli_show_and_refresh(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    registry = registry_with(tmp_path)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "patchset", "--registry", str(registry), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    shown = json.loads(run("show", "envs-probe", "--format", "json").stdout)
+    assert shown["touches"] == ["vllm.envs:is_set", "vllm.v1.engine:EngineCoreRequest.prompt"]
+    done = run("refresh", "envs-probe", "--vllm", "0.21.0", "--offline")
+    assert done.returncode == 2 and "is a python patch" in done.stderr
+    assert "Traceback" not in done.stderr

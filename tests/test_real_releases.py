@@ -49,7 +49,9 @@ def test_tma_patch_on_its_releases(tmp_path: Path, version: str) -> None:
     before = tree_digest(tree)
     again = apply(REGISTRY, tree, patches=["fla-tma-sm12x"])
     assert [r.outcome for r in again.results] == ["already-applied"]
-    assert again.exit_code == ExitCode.ALREADY_APPLIED
+    assert again.exit_code == ExitCode.OK  # ends present; --strict keeps 6
+    strict = apply(REGISTRY, tree, patches=["fla-tma-sm12x"], strict=True)
+    assert strict.exit_code == ExitCode.ALREADY_APPLIED
     assert tree_digest(tree) == before
 
 

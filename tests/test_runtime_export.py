@@ -327,6 +327,53 @@ def test_stock_as_another_user(tmp_path: Path, docker_client: Any, standin_020: 
     assert status == 9, out
     assert "is not writable by uid 1000: start the container as the user that owns" in out
     assert "Traceback" not in out
+    # a manifest that user cannot read: one line, refused
+    (bundle / "manifest.json").chmod(0o600)
+    status, out, _ = run_stock(docker_client, standin_020, bundle, user="1000:1000")
+    assert status == 9 and "cannot read /opt/patchset/manifest.json: Permission denied" in out
+    assert "Traceback" not in out
+
+
+def test_the_printed_docker_run_line_runs(
+    tmp_path: Path, docker_client: Any, standin_020: str
+) -> None:
+    """The `docker run` line of the report, run by the shell through the docker CLI, less
+    `--gpus all` (no GPU runtime here) and with no network."""
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "runtime",
+            "export",
+            str(tmp_path / "rt"),
+            "--build",
+            str(REPO / "builds" / "0.20.0.toml"),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    line = json.loads(proc.stdout)["docker_run"]
+    assert " --gpus all " in line and line.startswith("docker run --rm ")
+    line = line.replace(" --gpus all ", " --network none ").replace(" -p 8000:8000 ", " ")
+    done = subprocess.run(
+        ["sh", "-c", f"{line} --port 9"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"HOME": str(home), "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tolist-cudagraph r1 (startup): applied" in done.stdout
+    assert recorded(done.stdout)["argv"][-2:] == ["--port", "9"]
+    assert (home / ".cache" / "huggingface").is_dir()  # the cache mount is the user's
 
 
 def test_compute_capability_from_a_fake_nvidia_smi(
@@ -391,8 +438,8 @@ def broken_bundle(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
         assert handle is not None
         original = handle.read()
     variant = Variant("sites.toml", REGISTRY.get("tolist-cudagraph").vllm, "", sites=tuple(
-        Site(**s) for s in entry["sites"]))  # fmt: skip
-    ev = evaluate_runtime(variant, {TURBO: original}.get)
+        Site.from_dict(s) for s in entry["sites"]))  # fmt: skip
+    ev = evaluate_runtime(variant, {TURBO: original}.get, compile_check=False)
     assert ev.state == "applies"
     entry["files"][TURBO]["after"] = hashlib.sha256(ev.changes[TURBO]).hexdigest()
     (bundle / "manifest.json").write_text(json.dumps(manifest))

@@ -269,7 +269,9 @@ def test_apply_honours_the_upstream_probe(tmp_path: Path) -> None:
     forced = apply(load_registry(registry), tree, force=True)
     assert forced.written and forced.results[0].outcome == "applied"
     assert any("--force" in w for w in forced.results[0].warnings)
-    assert forced.exit_code == ExitCode.APPLIED_WITH_WARNINGS
+    assert forced.exit_code == ExitCode.OK  # ends present; the warning is shown
+    strict = apply(load_registry(registry), tree, force=True, strict=True, dry_run=True)
+    assert strict.exit_code == ExitCode.ALREADY_APPLIED  # --strict: nothing left to do
     back = revert(load_registry(registry), tree)
     assert back.written and (tree / "vllm" / "m.py").read_text() == MODULE
 

@@ -97,7 +97,7 @@ def test_payloads_and_trees_are_never_run(tmp_path: Path) -> None:
         ("validate",),
         ("apply", "--target", str(tree), "--dry-run"),
         ("apply", "--target", str(tree)),
-        ("apply", "--target", str(tree)),
+        ("apply", "--strict", "--target", str(tree)),
         ("check", "--source", str(tree)),
         ("check", "--source", f"folder:{tree}", "--format", "json"),
         ("revert", "--target", str(tree)),

@@ -14,13 +14,30 @@ from patchset.errors import PayloadError, UsageError
 FORGE_ENV = "PATCHSET_FORGE_URL"
 DEFAULT_FORGE = "https://github.com"
 PR_RULE = re.compile(r"^(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)#(?P<number>\d+)$")
+# A pull request's page as a browser shows it: <forge>/<owner>/<repo>/pull/<n>[/files|.diff...]
+PR_URL = re.compile(
+    r"^(?P<forge>https?://[^/\s]+(?:/[^\s]*?)?)/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)"
+    r"/pulls?/(?P<number>\d+)(?:[/.#?][^\s]*)?$"
+)
 
 
 def parse_pr(pr: str) -> tuple[str, str, int]:
-    match = PR_RULE.match(pr)
+    """`owner/repo#N`, or a pull request's browser URL, as (owner, repo, number)."""
+    match = PR_RULE.match(pr) or PR_URL.match(pr.strip())
     if match is None:
-        raise UsageError(f"--pr {pr!r}: expected owner/repo#number, e.g. vllm-project/vllm#36325")
+        raise UsageError(
+            f"--pr {pr!r}: expected owner/repo#number (e.g. vllm-project/vllm#36325) or the"
+            " pull request's URL"
+        )
     return match["owner"], match["repo"], int(match["number"])
+
+
+def pr_ref(pr: str) -> tuple[str, str | None]:
+    """The canonical `owner/repo#N` of `pr`, and the forge its URL names (None for the
+    short form)."""
+    owner, repo, number = parse_pr(pr)
+    url = PR_URL.match(pr.strip())
+    return f"{owner}/{repo}#{number}", url["forge"] if url else None
 
 
 def forge_url(explicit: str | None = None) -> str:

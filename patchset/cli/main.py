@@ -44,7 +44,8 @@ COMMANDS = (
 EPILOG = """\
 exit codes: 0 ok; 1 a conflict or partial patch (nothing written); 2 bad usage or input;
 3 a source, the index or Docker unavailable; 4 a target file missing; 5 out of the patch's
-release range; 6 already applied (nothing to do); 7 applied, with offsets or fuzz;
+release range; with apply/revert --strict only: 6 already applied (nothing to do), 7 applied
+with offsets or fuzz;
 70 an internal error (a bug); 130 interrupted; 141 output closed early (a broken pipe).
 See docs/exit-codes.md. `patchset COMMAND --help` names each command's own.
 

@@ -50,6 +50,7 @@ OUTCOME_STYLE = {
     "partial": "red",
     "missing-target": "magenta",
     "out-of-range": "dim",
+    "skipped": "dim",
 }
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.engine import transaction
+from patchset.adapters import gpu
+from patchset.engine import order, transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.errors import ExitCode, TargetError, UsageError
 from patchset.kernel import vllm
+from patchset.kernel.capability import in_scope
 from patchset.registry import Patch, Registry
 
 Outcome = Literal[
@@ -24,21 +26,28 @@ Outcome = Literal[
     "out-of-range",
     "reverted",
     "not-applied",
+    "skipped",
     "upstream",
 ]
 
 SCHEMA = "patchset.apply/1"  # the JSON of apply and revert: patchset/schemas/apply.json
 
-# The exit code of a run is that of its most serious outcome, in this order.
+# The exit code of a run is that of its most serious outcome, in this order. Without
+# `strict`, a run whose every selected patch ends as asked (present after apply, absent after
+# revert) exits 0 whatever it took: offsets and fuzz are shown as warnings, "already" is fine.
 _SEVERITY: tuple[tuple[str, int], ...] = (
     ("conflict", ExitCode.ATTENTION),
     ("missing-target", ExitCode.MISSING_TARGET),
     ("out-of-range", ExitCode.OUT_OF_RANGE),
     ("upstream", ExitCode.UPSTREAM),
+)
+_STRICT_SEVERITY: tuple[tuple[str, int], ...] = (
+    *_SEVERITY,
     ("warning", ExitCode.APPLIED_WITH_WARNINGS),
     ("already-applied", ExitCode.ALREADY_APPLIED),
     ("not-applied", ExitCode.ALREADY_APPLIED),
 )
+DETECT: Literal["detect"] = "detect"  # find this machine's GPU with nvidia-smi
 
 
 @dataclass(frozen=True)
@@ -75,13 +84,15 @@ class ApplyReport:
     # Files rolled back from an interrupted earlier run (a dry run: to be rolled back, and
     # the report shows the tree as it will be then).
     recovered: tuple[str, ...] = ()
+    strict: bool = False  # keep the distinct exit codes 6 (already) and 7 (warnings)
+    compute_capability: str | None = None  # the GPU the hardware scopes were read against
 
     @property
     def exit_code(self) -> int:
         seen: set[str] = {r.outcome for r in self.results}
         if any(r.warnings for r in self.results if r.outcome in ("applied", "reverted")):
             seen.add("warning")
-        for outcome, code in _SEVERITY:
+        for outcome, code in _STRICT_SEVERITY if self.strict else _SEVERITY:
             if outcome in seen:
                 return code
         return ExitCode.OK
@@ -96,6 +107,8 @@ class ApplyReport:
             "dry_run": self.dry_run,
             "written": self.written,
             "recovered": list(self.recovered),
+            "strict": self.strict,
+            "compute_capability": self.compute_capability,
             "exit_code": self.exit_code,
             "results": [r.to_dict() for r in self.results],
         }
@@ -119,6 +132,9 @@ def _details(ev: Evaluation) -> tuple[str, ...]:
     return tuple(lines)
 
 
+Capability = tuple[int, int] | Literal["detect"] | None
+
+
 def apply(
     registry: Registry,
     target: Path | str | None,
@@ -128,11 +144,16 @@ def apply(
     version: str | None = None,
     ignore_range: bool = False,
     max_fuzz: int = 0,
+    compute_capability: Capability = DETECT,
+    strict: bool = False,
     served: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> ApplyReport:
-    """Apply the selected patches (all of them by default) to the tree at `target`.
+    """Apply the selected patches to the tree at `target`.
 
+    With no `patches`, the selection is every patch that fits: its range holds the tree's
+    release and its hardware scope holds `compute_capability` (this machine's GPU, found with
+    nvidia-smi, by default); the others are reported `skipped`. `patches` means exactly those.
     Nothing is written unless every selected patch is applicable or already applied.
     `target=None` patches the vLLM this interpreter would import. A patch whose upstream
     probe matches the tree is `upstream` and blocks the write, unless `force` (then it is
@@ -148,6 +169,8 @@ def apply(
         version=version,
         ignore_range=ignore_range,
         max_fuzz=max_fuzz,
+        capability=_capability(compute_capability),
+        strict=strict,
         served={} if served is None else served,
         force=force,
     )
@@ -160,8 +183,10 @@ def revert(
     patches: list[str] | tuple[str, ...] | None = None,
     dry_run: bool = False,
     version: str | None = None,
+    strict: bool = False,
 ) -> ApplyReport:
-    """Take the selected patches out again; the same all-or-nothing rules as `apply`."""
+    """Take the selected patches out again; the same all-or-nothing rules as `apply`. With no
+    `patches`, those whose range holds the tree's release (the others are `skipped`)."""
     return _run(
         "revert",
         registry=registry,
@@ -171,7 +196,138 @@ def revert(
         version=version,
         ignore_range=True,
         max_fuzz=0,
+        capability=None,
+        strict=strict,
     )
+
+
+def _capability(given: Capability) -> tuple[int, int] | None:
+    if given == DETECT:
+        return gpu.compute_capability()
+    assert not isinstance(given, str)
+    return given
+
+
+def _select(
+    operation: Literal["apply", "revert"],
+    registry: Registry,
+    ids: list[str] | tuple[str, ...] | None,
+    *,
+    release: str | None,
+    capability: tuple[int, int] | None,
+    ignore_range: bool,
+) -> tuple[tuple[Patch, ...], list[PatchResult]]:
+    """The patches to run and the `skipped` results of those that do not fit this tree
+    (a revert looks at ranges only: taking out what is there is safe on any GPU)."""
+    by_id = {p.id: p for p in registry.patches}
+    if ids:  # exactly those, and the patches they require
+        return _ordered(operation, registry.select(order.closure(ids, by_id))), []
+    scoped = operation == "apply" and not ignore_range
+    chosen: list[Patch] = []
+    skipped: list[PatchResult] = []
+    for patch in registry.patches:
+        reason = None
+        if (scoped or operation == "revert") and release and not patch.in_range(release):
+            reason = f"vLLM {release} is outside this patch's range {patch.vllm}"
+        elif scoped and not _allows(patch, capability):
+            reason = _scope_text(patch, capability)
+        if reason is None:
+            chosen.append(patch)
+        else:
+            skipped.append(PatchResult(patch.id, patch.revision, None, "skipped", (reason,)))
+    while True:  # a patch requiring a skipped one cannot go in either
+        out = {r.patch for r in skipped}
+        held = [p for p in chosen if out.intersection(order.closure([p.id], by_id)[1:])]
+        if not held:
+            break
+        for patch in held:
+            missing = sorted(out.intersection(order.closure([patch.id], by_id)))
+            reason = f"requires {', '.join(missing)}, skipped here"
+            skipped.append(PatchResult(patch.id, patch.revision, None, "skipped", (reason,)))
+            chosen.remove(patch)
+    return _ordered(operation, chosen), skipped
+
+
+def _ordered(operation: Literal["apply", "revert"], patches: Sequence[Patch]) -> tuple[Patch, ...]:
+    """Apply: required patches first; revert: the other way round."""
+    ordered = order.in_order(patches)
+    return ordered if operation == "apply" else ordered[::-1]
+
+
+def _refuse_pairs(
+    selected: Sequence[Patch],
+    results: list[PatchResult],
+    read: transaction.Reader,
+    *,
+    release: str | None,
+    max_fuzz: int,
+    by_id: dict[str, Patch],
+) -> list[PatchResult]:
+    """`results` with both patches of a pair that cannot go together turned into conflicts:
+    declared in `conflicts`, or changing the same lines of a file while neither requires the
+    other (each evaluated alone on the tree as it is)."""
+    why: dict[str, list[str]] = {}
+    for a, b in order.declared_conflicts(selected):
+        why.setdefault(a.id, []).append(f"conflicts with {b.id} (declared in patch.toml)")
+        why.setdefault(b.id, []).append(f"conflicts with {a.id} (declared in patch.toml)")
+    spans: dict[str, dict[str, list[order.Span]]] = {}
+    files: dict[str, set[str]] = {}
+    for patch in selected:
+        variant = patch.variant_for(release) or patch.variants[0]
+        files[patch.id] = set(variant.files)
+    shared = {
+        f for a in selected for b in selected if a.id < b.id for f in files[a.id] & files[b.id]
+    }
+    if shared:
+        for patch in selected:
+            if not files[patch.id] & shared:
+                continue
+            variant = patch.variant_for(release) or patch.variants[0]
+            ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
+            if ev.state != "applies":
+                continue
+            spans[patch.id] = {
+                f: order.changed_spans(read(f), new) for f, new in ev.changes.items() if f in shared
+            }
+    for i, a in enumerate(selected):
+        for b in selected[i + 1 :]:
+            if a.id not in spans or b.id not in spans or order.related(a, b, by_id):
+                continue
+            for file in sorted(spans[a.id].keys() & spans[b.id].keys()):
+                where = order.spans_meet(spans[a.id][file], spans[b.id][file])
+                if where is None:
+                    continue
+                line = f"{file} line {where[0] + 1}"
+                hint = "apply one of them, or say `requires` in the one that goes on top"
+                why.setdefault(a.id, []).append(
+                    f"changes the same lines as {b.id} ({line}): {hint}"
+                )
+                why.setdefault(b.id, []).append(
+                    f"changes the same lines as {a.id} ({line}): {hint}"
+                )
+                break
+    if not why:
+        return results
+    return [
+        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
+        if r.patch in why
+        else r
+        for r in results
+    ]
+
+
+def _allows(patch: Patch, capability: tuple[int, int] | None) -> bool:
+    """Whether the patch's `[hardware] compute_capability` holds this GPU (the one evaluator,
+    shared with the image entrypoint)."""
+    scope = patch.hardware.compute_capability
+    return in_scope(str(scope) if scope is not None else None, capability)
+
+
+def _scope_text(patch: Patch, capability: tuple[int, int] | None) -> str:
+    scope = f"its hardware scope is compute_capability {patch.hardware.compute_capability}"
+    if capability is None:
+        return f"no GPU found (nvidia-smi) and {scope}; give --compute-capability X.Y"
+    return f"compute capability {capability[0]}.{capability[1]} is outside it: {scope}"
 
 
 def _target_root(target: Path | str | None) -> Path:
@@ -192,11 +348,12 @@ def _run(
     version: str | None,
     ignore_range: bool,
     max_fuzz: int,
+    capability: tuple[int, int] | None,
+    strict: bool,
     served: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> ApplyReport:
     root = _target_root(target)
-    selected = registry.select(ids)
     recovered: list[str] = []
     pending: dict[str, bytes | None] = {}  # a dry run's view of a roll-back still to come
     if dry_run:
@@ -211,6 +368,11 @@ def _run(
     release = version or (found[0] if found else None)
     if release is not None:
         _check_version(release, given=version is not None, root=root)
+    selected, skipped = _select(
+        operation, registry, ids, release=release, capability=capability, ignore_range=ignore_range
+    )
+    asked = operation == "apply" and bool(ids)
+    by_id = {p.id: p for p in registry.patches}
 
     def plan() -> tuple[list[PatchResult], dict[str, bytes | None]]:
         overlay: dict[str, bytes | None] = {}  # relpath: new bytes, or None to delete
@@ -236,11 +398,23 @@ def _run(
                 overlay=overlay,
                 ignore_range=ignore_range,
                 max_fuzz=max_fuzz,
+                scope_note=_scope_note(patch, capability) if asked else None,
                 served=served,
                 force=force,
             )
             for patch in selected
         ]
+        if operation == "apply" and len(selected) > 1:
+
+            def base(rel: str) -> bytes | None:
+                if rel in pending:
+                    return pending[rel]
+                path = transaction.resolve_inside(root, rel)
+                return path.read_bytes() if path.is_file() else None
+
+            results = _refuse_pairs(
+                selected, results, base, release=release, max_fuzz=max_fuzz, by_id=by_id
+            )
         return results, overlay
 
     blocked = {"conflict", "missing-target", "out-of-range", "upstream"}
@@ -266,9 +440,18 @@ def _run(
         registry=registry.digest,
         dry_run=dry_run,
         written=written,
-        results=tuple(results),
+        results=(*results, *skipped),
         recovered=tuple(recovered),
+        strict=strict,
+        compute_capability=None if capability is None else f"{capability[0]}.{capability[1]}",
     )
+
+
+def _scope_note(patch: Patch, capability: tuple[int, int] | None) -> str | None:
+    """A patch asked for by id runs whatever the GPU; say so when its scope does not hold."""
+    if _allows(patch, capability):
+        return None
+    return f"asked for by id: {_scope_text(patch, capability)}"
 
 
 def _check_version(release: str, *, given: bool, root: Path) -> None:
@@ -299,6 +482,7 @@ def _one(
     overlay: dict[str, bytes | None],
     ignore_range: bool,
     max_fuzz: int,
+    scope_note: str | None,
     served: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> PatchResult:
@@ -358,7 +542,7 @@ def _one(
         patch.revision,
         variant.name,
         outcome,
-        _details(ev),
+        (*_details(ev), *([scope_note] if scope_note else ())),
         (*forced, *ev.warnings) if outcome == "applied" else ev.warnings,
         (*ev.changes, *ev.removed),
     )

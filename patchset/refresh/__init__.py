@@ -92,6 +92,11 @@ def refresh(
 
         source = IndexSource()
     patch = registry.get(patch_id)
+    if patch.kind == "python":
+        raise UsageError(
+            f"{patch_id} is a python patch: it carries no text to move onto a release; when"
+            " `check` says missing-target, edit its touches and plugin.py by hand"
+        )
     target, versions = select.one(source, version)
     variant = _from_variant(patch, target, versions)
     probe = patch.upstream.probe

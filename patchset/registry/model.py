@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast, get_args
@@ -106,6 +107,9 @@ class Patch:
     variants: tuple[Variant, ...]
     folder: Path
     digest: str = field(default="")  # sha256 over patch.toml and every payload
+    requires: tuple[str, ...] = ()  # patches applied before this one (a stacked series)
+    conflicts: tuple[str, ...] = ()  # patches never applied together with this one
+    x: Mapping[str, object] = field(default_factory=dict, compare=False)  # [x]: free-form
     # kind "python": the names it rebinds at run time, "module:attribute" (vllm.envs:is_set)
     touches: tuple[str, ...] = ()
 
@@ -133,6 +137,7 @@ class Patch:
             "vllm": str(self.vllm),
             "apply": self.apply,
             "targets": list(self.targets),
+            "touches": list(self.touches),
             "upstream": {
                 "pr": up.pr,
                 "state": up.state,
@@ -161,6 +166,9 @@ class Patch:
                 }
                 for v in self.variants
             ],
+            "requires": list(self.requires),
+            "conflicts": list(self.conflicts),
+            "x": dict(self.x),
             "digest": self.digest,
         }
 
@@ -179,6 +187,8 @@ class Registry:
     root: Path
     patches: tuple[Patch, ...]
     digest: str  # "sha256:<hex>" over every patch's metadata and payload
+    # With tolerant loading: each patch folder that did not load, and why (its first problem).
+    problems: Mapping[str, RegistryError] = field(default_factory=dict, compare=False)
 
     @property
     def short_digest(self) -> str:
@@ -188,6 +198,8 @@ class Registry:
         for patch in self.patches:
             if patch.id == patch_id:
                 return patch
+        if patch_id in self.problems:  # asked for by id: its problem, not a skip
+            raise self.problems[patch_id]
         ids = [p.id for p in self.patches]
         raise UnknownPatchError(
             f"no patch {patch_id!r} in {self.root}{did_you_mean(patch_id, ids)}"
@@ -199,20 +211,81 @@ class Registry:
         return tuple(self.get(i) for i in dict.fromkeys(ids))
 
 
-def load_registry(root: Path | str) -> Registry:
-    """Load and validate every patch under `root`; the first problem raises RegistryError."""
+def load_registry(root: Path | str, *, tolerant: bool = False) -> Registry:
+    """Load and validate every patch under `root`. The first problem raises RegistryError;
+    with `tolerant`, each patch that does not load is left out and its problem kept in
+    `Registry.problems` (asking for it by id raises it)."""
     root = Path(root)
     if not root.is_dir():
         raise RegistryError("registry folder does not exist", path=root)
     patches = []
+    problems: dict[str, RegistryError] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if not (folder / PATCH_FILE).is_file():
-            raise RegistryError(f"no {PATCH_FILE} in this patch folder", path=folder)
-        patches.append(load_patch(folder))
+        try:
+            if not (folder / PATCH_FILE).is_file():
+                raise RegistryError(f"no {PATCH_FILE} in this patch folder", path=folder)
+            patches.append(load_patch(folder))
+        except RegistryError as exc:
+            if not tolerant:
+                raise
+            problems[folder.name] = exc
+    for patch_id, problem in check_relations(patches, set(problems)).items():
+        if not tolerant:
+            raise problem
+        problems[patch_id] = problem
+        patches = [p for p in patches if p.id != patch_id]
     whole = hashlib.sha256()
     for patch in patches:
         whole.update(f"{patch.id}\0{patch.digest}\0".encode())
-    return Registry(root=root, patches=tuple(patches), digest=f"sha256:{whole.hexdigest()}")
+    return Registry(
+        root=root,
+        patches=tuple(patches),
+        digest=f"sha256:{whole.hexdigest()}",
+        problems=problems,
+    )
+
+
+def check_relations(patches: list[Patch], invalid: set[str]) -> dict[str, RegistryError]:
+    """`requires` and `conflicts` name patches that exist, and `requires` has no cycle; a
+    patch requiring one that did not load is itself not usable."""
+    by_id = {p.id: p for p in patches}
+    bad: dict[str, RegistryError] = {}
+    for patch in patches:
+        for key, ids in (("requires", patch.requires), ("conflicts", patch.conflicts)):
+            for other in ids:
+                file = patch.folder / PATCH_FILE
+                if other == patch.id:
+                    bad[patch.id] = RegistryError(f"{key}: names the patch itself", path=file)
+                elif other in invalid and key == "requires":
+                    bad[patch.id] = RegistryError(
+                        f"{key}: {other!r} does not load (see its own problem)", path=file
+                    )
+                elif other not in by_id and other not in invalid:
+                    hint = did_you_mean(other, by_id)
+                    bad[patch.id] = RegistryError(f"{key}: no patch {other!r}{hint}", path=file)
+    for patch in patches:
+        cycle = _cycle(patch, by_id)
+        if cycle and patch.id not in bad:
+            bad[patch.id] = RegistryError(
+                f"requires: a cycle: {' -> '.join(cycle)}", path=patch.folder / PATCH_FILE
+            )
+    return bad
+
+
+def _cycle(start: Patch, by_id: Mapping[str, Patch]) -> list[str] | None:
+    """The first `requires` cycle through `start`, as ids, or None."""
+
+    def walk(patch: Patch, path: list[str]) -> list[str] | None:
+        for other in patch.requires:
+            if other == start.id:
+                return [*path, other]
+            if other in by_id and other not in path:
+                found = walk(by_id[other], [*path, other])
+                if found:
+                    return found
+        return None
+
+    return walk(start, [start.id])
 
 
 def load_patch(folder: Path) -> Patch:
@@ -259,9 +332,20 @@ def load_patch(folder: Path) -> Patch:
         folder=folder,
         digest=digest.hexdigest(),
         touches=touches,
+        requires=_ids(top, "requires"),
+        conflicts=_ids(top, "conflicts"),
+        x=top.free_table("x"),
     )
     top.finish()
     return patch
+
+
+def _ids(top: Table, key: str) -> tuple[str, ...]:
+    ids = top.str_list(key, required=False)
+    for other in ids:
+        if not _ID.match(other):
+            raise top.error(f"{other!r} is not a patch id", key)
+    return tuple(dict.fromkeys(ids))
 
 
 def _touches(top: Table, kind: Kind, when: When, targets: tuple[str, ...]) -> tuple[str, ...]:

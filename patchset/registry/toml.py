@@ -144,6 +144,15 @@ class Table:
             raise self.error(f"expected a table of strings, got {_kind(value)}", key)
         return dict(value)
 
+    def free_table(self, key: str) -> dict[str, Any]:
+        """A table whose keys nobody checks (a team's own metadata); {} when absent."""
+        value = self._get(key, False)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(f"expected a table, got {_kind(value)}", key)
+        return value
+
     def table(self, key: str, *, required: bool = True) -> Table | None:
         value = self._get(key, required)
         if value is None:

@@ -75,6 +75,17 @@ class RegistryChange:
         self._planned[path] = data
         return path
 
+    def replace_file(self, patch: Patch, name: str, data: bytes) -> Path:
+        """New contents for an existing payload file of the patch."""
+        if "/" in name or name.startswith(".") or name == PATCH_FILE:
+            raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
+        path = patch.folder / name
+        self._patches[patch.folder] = patch
+        if self._current(path) is None:
+            raise RegistryError("no such file", path=path)
+        self._planned[path] = data
+        return path
+
     def commit(self) -> Registry:
         """Write every planned file, then load the registry again; on failure, undo all."""
         root = self.registry.root
@@ -97,7 +108,7 @@ class RegistryChange:
                     before = path.read_bytes()
                 write_atomic(path, data)
                 done.append((path, before))
-            return load_registry(root)
+            return _reload(root, [p.parent for p in self._planned])
         except PatchsetError as exc:
             _undo(done)
             raise RegistryError(
@@ -111,6 +122,16 @@ class RegistryChange:
         except BaseException:
             _undo(done)
             raise
+
+
+def _reload(root: Path, changed: list[Path]) -> Registry:
+    """The registry again: other patches' problems are theirs (a half-written one must not
+    block this write), but every patch changed here must load."""
+    registry = load_registry(root, tolerant=True)
+    for folder in dict.fromkeys(changed):
+        if folder.name in registry.problems:
+            raise registry.problems[folder.name]
+    return registry
 
 
 def _bytes(path: Path) -> bytes | None:

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 from packaging.version import Version
 
 from patchset.engine.evaluate import Evaluation, State, evaluate
+from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode
 from patchset.kernel.hunks import HunkResult
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
@@ -192,6 +193,7 @@ def check(
                         explain=explain,
                         memo=memo,
                         seen=seen,
+                        registry=registry,
                     )
                 )
             if on_release is not None:
@@ -216,17 +218,25 @@ def check_tree(
     explain: Explain = "in-range",
     memo: Memo | None = None,
     seen: set[str] | None = None,
+    registry: Registry | None = None,
 ) -> list[CheckResult]:
-    """Every patch against one release. `seen` holds the target files found in earlier
-    releases (a vanished file is only said to have moved when it existed before); it is
-    updated with this release's."""
+    """Every patch against one release; one that `requires` others (in `registry`) on top of
+    them. `seen` holds the target files found in earlier releases (a vanished file is only
+    said to have moved when it existed before); it is updated with this release's."""
     cache: dict[str, bytes | None] = {}
     seen = set() if seen is None else seen
+    by_id = {p.id: p for p in registry.patches} if registry else {}
 
     def read(rel: str) -> bytes | None:
         if rel not in cache:
             cache[rel] = tree.read(rel)
         return cache[rel]
+
+    def read_for(patch: Patch) -> Callable[[str], bytes | None]:
+        if not patch.requires or not by_id:
+            return read
+        version_known = version if ranges.is_version(version) else None
+        return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
 
     # A release whose digest pins its content (the index's) keeps its files' digests in the
     # memo: a warm check then reads no file.
@@ -244,7 +254,8 @@ def check_tree(
         in_range = patch.in_range(version) if ranges.is_version(version) else False
         files = _declared(patch)
         key = None
-        if memo is not None and patch.kind in ("diff", "runtime"):
+        # A stacked patch reads its files as the patches it requires leave them: not memoised.
+        if memo is not None and patch.kind in ("diff", "runtime") and not patch.requires:
             digests = {f: digest(f) for f in files}
             gone = sorted(f for f, d in digests.items() if d == "-")
             existed = _existed(patch, version, gone, seen) if gone else set()
@@ -271,7 +282,15 @@ def check_tree(
             memo.hits += 1
             continue
         existed = _existed(patch, version, files, seen)
-        r = _one(patch, tree, version, read, max_fuzz=max_fuzz, explain=explain, existed=existed)
+        r = _one(
+            patch,
+            tree,
+            version,
+            read_for(patch),
+            max_fuzz=max_fuzz,
+            explain=explain,
+            existed=existed,
+        )
         results.append(r)
         if key is not None:
             store[key] = r.to_memo()

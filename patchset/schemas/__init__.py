@@ -53,6 +53,20 @@ def check_document(name: str, data: object, *, path: Path | str, where: str = ""
     )
 
 
+def document_problems(name: str, data: object, *, where: str = "") -> list[str]:
+    """Every way `data` breaks schema `name`, one line each (key path: message); [] if none."""
+    import jsonschema  # noqa: PLC0415  (only validate needs it)
+
+    validator = jsonschema.Draft202012Validator(load(name))
+    lines = []
+    for error in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.path))):
+        keys = [where] if where else []
+        keys += [str(p) if isinstance(p, str) else f"[{p}]" for p in error.absolute_path]
+        at = ".".join(keys).replace(".[", "[")
+        lines.append(f"{at + ': ' if at else ''}{error.message}")
+    return lines
+
+
 def check_project(
     registry_root: Path, *, builds: Path | None = None, pyproject: Path | None = None
 ) -> int:

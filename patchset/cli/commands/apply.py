@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Literal
 
+from patchset.adapters import gpu
+from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, print_json, styled, table
-from patchset.engine.apply import ApplyReport, apply, revert
+from patchset.engine.apply import DETECT, ApplyReport, apply, revert
 from patchset.kernel.sites import WHEN_KEYS, parse_served
-from patchset.registry import load_registry
 
 TARGET_HELP = (
     "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
@@ -28,7 +30,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             action="append",
             dest="patches",
             metavar="ID",
-            help="only this patch (repeatable; default: every patch in the registry)",
+            help="exactly this patch (repeatable; default: every patch that fits the tree's"
+            " release and this machine's GPU, the others shown as skipped)",
+        )
+        p.add_argument(
+            "--strict",
+            action="store_true",
+            help="exit 6 when nothing was to do and 7 on offsets or fuzz (default: 0 when every"
+            " selected patch ends as asked)",
         )
         p.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
         p.add_argument(
@@ -38,6 +47,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         )
         p.add_argument("--format", choices=FORMATS, default="table")
         if name == "apply":
+            p.add_argument(
+                "--compute-capability",
+                metavar="X.Y",
+                help="the GPU to select patches for, e.g. 12.0, or 'none' (default: the first"
+                " GPU nvidia-smi reports; none without it)",
+            )
             p.add_argument(
                 "--ignore-range",
                 action="store_true",
@@ -70,17 +85,27 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run_apply(args: argparse.Namespace) -> int:
     report = apply(
-        load_registry(args.registry),
+        load(args.registry, args.patches),
         args.target,
         patches=args.patches,
         dry_run=args.dry_run,
         version=args.vllm_version,
         ignore_range=args.ignore_range,
         max_fuzz=args.fuzz,
+        compute_capability=_capability(args.compute_capability),
+        strict=args.strict,
         served=args.served,
         force=args.force,
     )
     return show(report, args.format)
+
+
+def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
+    if text is None:
+        return DETECT
+    if text.strip().lower() == "none":
+        return None
+    return gpu.parse_capability(text)
 
 
 def _served(text: str) -> dict[str, str]:
@@ -92,11 +117,12 @@ def _served(text: str) -> dict[str, str]:
 
 def run_revert(args: argparse.Namespace) -> int:
     report = revert(
-        load_registry(args.registry),
+        load(args.registry, args.patches),
         args.target,
         patches=args.patches,
         dry_run=args.dry_run,
         version=args.vllm_version,
+        strict=args.strict,
     )
     return show(report, args.format)
 
@@ -106,7 +132,9 @@ def show(report: ApplyReport, fmt: str) -> int:
         print_json(report.to_dict())
         return report.exit_code
     con = console()
-    title = f"{report.operation} on {report.target} (vLLM {report.vllm or 'unknown'})"
+    gpu_text = report.compute_capability or "none"
+    title = f"{report.operation} on {report.target} (vLLM {report.vllm or 'unknown'}"
+    title += f", GPU {gpu_text})" if report.operation == "apply" else ")"
     out = table(title, ["patch", "rev", "payload", "outcome", "details"])
     for r in report.results:
         lines = list(r.details) + [f"warning: {w}" for w in r.warnings]

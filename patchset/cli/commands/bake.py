@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode, UsageError
 from patchset.image.definition import load_definitions
-from patchset.registry import load_registry
 
 DESCRIPTION = """\
 Write a BuildKit bake file (JSON) with one target per build definition (build-0-19-1 for
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     err = err_console()
     result = bake(
         definitions,
-        load_registry(args.registry),
+        load(args.registry),
         args.output,
         extra_tags=tuple(args.tag),
         log=lambda line: err.print(line, markup=False, highlight=False),

@@ -17,9 +17,10 @@ from rich.progress import (
 
 from patchset.adapters.actions import workflow_command
 from patchset.cli import github
+from patchset.cli.loading import load
 from patchset.cli.output import OUTCOME_STYLE, console, err_console, print_json, styled, table
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import Registry, load_registry
+from patchset.registry import Registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
 from patchset.sources import parse_source, select
@@ -99,7 +100,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
-    registry = load_registry(args.registry)
+    registry = load(args.registry, args.patches)
     source = parse_source(
         args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
     )

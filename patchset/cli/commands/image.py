@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
 from patchset.image.manifest import MANIFEST_PATH
-from patchset.registry import load_registry
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,7 +50,7 @@ def run_build(args: argparse.Namespace) -> int:
     from patchset.image.build import build  # noqa: PLC0415 - see the module docstring
 
     definition = load_definition(args.definition)
-    registry = load_registry(args.registry)
+    registry = load(args.registry)
     output = args.output or Path(".patchset-builds") / definition.name
     err = err_console()
     report = build(

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode, UsageError
 from patchset.refresh import RefreshResult, SiteRefresh, abort, finish, refresh
-from patchset.registry import load_registry
 from patchset.sources import parse_source
 
 DESCRIPTION = """\
@@ -87,7 +87,7 @@ def _picks(values: list[str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    registry = load(args.registry, [args.id])
     if args.finish or args.abort:
         extra = [flag for flag in ("write", "dry_run", "pick", "source") if getattr(args, flag)]
         if extra:

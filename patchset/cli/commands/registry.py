@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from patchset.cli.output import FORMATS, console, print_json, table
-from patchset.errors import ExitCode
+from patchset.cli.loading import load
+from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
-from patchset.registry import load_registry
-from patchset.schemas import check_project
+from patchset.registry import PATCH_FILE, load_registry
+from patchset.registry.toml import load_toml
+from patchset.schemas import check_project, document_problems
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +34,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run_list(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    registry = load(args.registry)
     if args.format == "json":
         print_json(
             {"registry": registry.digest, "patches": [p.to_dict() for p in registry.patches]}
@@ -49,7 +52,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    registry = load(args.registry, [args.id])
     patch = registry.get(args.id)
     data = patch.to_dict()
     if args.format == "json":
@@ -57,8 +60,12 @@ def run_show(args: argparse.Namespace) -> int:
         return ExitCode.OK
     con = console()
     con.print(f"[bold]{patch.id}[/] rev {patch.revision}: {patch.title}")
-    for key in ("kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"):
+    keys = ["kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"]
+    keys += [k for k in ("requires", "conflicts", "x") if data[k]]
+    for key in keys:
         con.print(f"  {key}: {data[key]}", markup=False)
+        if key == "targets" and patch.touches:
+            con.print(f"  touches: {data['touches']}", markup=False)
     con.print()
     con.print(patch.description.strip(), markup=False)
     for variant in patch.variants:
@@ -71,24 +78,56 @@ def run_show(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _more_problems(folder: Path, first: Exception) -> list[str]:
+    """The other problems of a patch.toml that did not load, from its JSON Schema (the loader
+    stops at the first one); none when the file does not parse."""
+    file = folder / PATCH_FILE
+    try:
+        data = load_toml(file)
+    except RegistryError:
+        return []
+    return [
+        f"{file}: {line} (JSON Schema patch.json)"
+        for line in document_problems("patch", data)
+        if line.split(":", 1)[0] not in str(first)
+    ]
+
+
 def run_validate(args: argparse.Namespace) -> int:
-    registry = load_registry(args.registry)
+    """Every patch's problem in one run (each names its file and key, and the TOML line when
+    there is one); exit 2 when there is any. The JSON Schemas are checked once all load."""
+    registry = load_registry(args.registry, tolerant=True)
+    problems = registry.problems
     definitions = load_definitions(args.builds) if args.builds.is_dir() else []
-    checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
+    checked = 0
+    if not problems:
+        checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
     if args.format == "json":
         print_json(
             {
                 "registry": registry.digest,
-                "valid": True,
+                "valid": not problems,
                 "patches": len(registry.patches),
+                "problems": [{"patch": k, "problem": str(v)} for k, v in problems.items()],
                 "builds": len(definitions),
                 "schema_checked": checked,
             }
         )
     else:
+        for patch_id, problem in problems.items():
+            err_console().print(f"patchset: error: {problem}", markup=False, soft_wrap=True)
+            for line in _more_problems(registry.root / patch_id, problem):
+                err_console().print(f"patchset: error: {line}", markup=False, soft_wrap=True)
+        total = len(registry.patches) + len(problems)
         console().print(
-            f"{registry.root}: {len(registry.patches)} patches valid; digest {registry.digest}"
-            f" ({checked} file{'' if checked == 1 else 's'} checked against the JSON Schemas)",
+            f"{registry.root}: {len(registry.patches)} of {total} patches valid"
+            + (f", {len(problems)} with problems" if problems else "")
+            + f"; digest {registry.digest}"
+            + (
+                f" ({checked} file{'' if checked == 1 else 's'} checked against the JSON Schemas)"
+                if not problems
+                else ""
+            ),
             markup=False,
         )
-    return ExitCode.OK
+    return ExitCode.BAD_INPUT if problems else ExitCode.OK

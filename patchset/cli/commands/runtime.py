@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
-from patchset.registry import load_registry
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,7 +50,7 @@ def run_export(args: argparse.Namespace) -> int:
     from patchset.sources import parse_source  # noqa: PLC0415
 
     definition = load_definition(args.build or default_definition(args.builds))
-    registry = load_registry(args.registry)
+    registry = load(args.registry)
     source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
     err = err_console()
     report = export_runtime(

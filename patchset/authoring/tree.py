@@ -1,0 +1,157 @@
+"""A diff from files: an edited vLLM tree against its pristine release (`--from-tree`), or
+whole-file overlays against the release they were copied from, found by content (`--overlay`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from packaging.version import Version
+
+from patchset.errors import UsageError
+from patchset.sources.base import ReleaseSource, ReleaseTree
+
+SKIP_DIRS = {"__pycache__"}
+MIN_LIKENESS = 0.6  # an overlay less alike than this to every candidate matches no release
+
+
+def unified(path: str, old: str | None, new: str) -> str:
+    """The registry's form of one file's diff (`--- a/path`, `+++ b/path`, three lines of
+    context), with `\\ No newline at end of file` where a side ends without one."""
+    old_lines = [] if old is None else old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    out = [f"--- {'/dev/null' if old is None else 'a/' + path}\n", f"+++ b/{path}\n"]
+    out += [
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+        for line in list(difflib.unified_diff(old_lines, new_lines, n=3))[2:]
+    ]
+    return "".join(out)
+
+
+def tree_root(folder: Path) -> Path:
+    """The folder holding `vllm/`: `folder` itself, or its parent when it is the package."""
+    if (folder / "vllm" / "__init__.py").is_file():
+        return folder
+    if folder.name == "vllm" and (folder / "__init__.py").is_file():
+        return folder.parent
+    if not folder.is_dir():
+        raise UsageError("--from-tree: no such folder", path=folder)
+    raise UsageError(
+        "--from-tree: no vllm/ package in this folder; give a site-packages folder, a vLLM"
+        " checkout, or the vllm/ folder itself",
+        path=folder,
+    )
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    text: str  # the payload, in the registry's form
+    files: tuple[str, ...]  # changed or (with --file) created
+    unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
+
+
+def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
+    """The difference between the edited tree at `folder` and `pristine`: every file of the
+    release that differs (or only `files`; a file named there but not in the release is
+    created). Files only in the edited tree (compiled modules, caches) are not looked at."""
+    root = tree_root(folder)
+    wanted = [_relpath(f) for f in files]
+    names = wanted or sorted(p for p in pristine.paths() if p.startswith("vllm/"))
+    parts: list[str] = []
+    changed: list[str] = []
+    unreadable: list[str] = []
+    for rel in names:
+        edited = root / rel
+        if not edited.is_file():
+            if wanted:
+                raise UsageError(f"--file {rel}: not in the edited tree", path=root)
+            continue  # removed in the edited tree: deletions are not patches here
+        new_bytes = edited.read_bytes()
+        old_bytes = pristine.read(rel)
+        if old_bytes == new_bytes:
+            continue
+        try:
+            new = new_bytes.decode("utf-8")
+            old = None if old_bytes is None else old_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            unreadable.append(rel)
+            continue
+        parts.append(unified(rel, old, new))
+        changed.append(rel)
+    return TreeDiff("".join(parts), tuple(changed), tuple(unreadable))
+
+
+def _relpath(name: str) -> str:
+    path = PurePosixPath(name.replace(os.sep, "/"))
+    if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != "vllm":
+        raise UsageError(f"--file {name!r}: give a path under vllm/, e.g. vllm/config/vllm.py")
+    return path.as_posix()
+
+
+@dataclass(frozen=True)
+class OverlayMatch:
+    overlay: Path
+    target: str  # the vLLM file it stands for
+    version: str  # the release it was copied from (the newest of the best)
+    likeness: float  # 1.0: identical lines apart from the fix
+    same: tuple[str, ...]  # every release that matched as well
+
+
+def match_overlay(
+    overlay: Path,
+    text: str,
+    source: ReleaseSource,
+    versions: Iterable[str],
+    target: str | None = None,
+) -> tuple[OverlayMatch, str]:
+    """The release file `overlay` is a copy of (with a fix): among `versions`, the file named
+    `target`, else any file with the overlay's name, most alike by lines. Returns the match and
+    the pristine text; UsageError when nothing is alike enough."""
+    name = overlay.name
+    best: tuple[float, str, str, str] | None = None  # likeness, version, path, text
+    ties: list[str] = []
+    looked = 0
+    for version in versions:
+        looked += 1
+        with source.open(version) as tree:
+            for path in [target] if target else _same_name(tree, name):
+                data = tree.read(path)
+                if data is None:
+                    continue
+                old = data.decode("utf-8", errors="replace")
+                likeness = _likeness(old, text)
+                if best is None or likeness > best[0] + 1e-9:
+                    best, ties = (likeness, version, path, old), [version]
+                elif abs(likeness - best[0]) <= 1e-9 and path == best[2]:
+                    ties.append(version)
+    if best is None or best[0] < MIN_LIKENESS:
+        where = target or f"a file named {name}"
+        seen = f"{looked} release{'s' if looked != 1 else ''}"
+        raise UsageError(
+            f"--overlay: matches no release ({where} in {seen}"
+            + (f"; at best {best[0]:.0%} alike" if best else "")
+            + "); give --vllm X and OVERLAY=vllm/path/of/file.py",
+            path=overlay,
+        )
+    likeness, version, path, old = best
+    newest = max(ties, key=_version_key)
+    return OverlayMatch(overlay, path, newest, likeness, tuple(ties)), old
+
+
+def _same_name(tree: ReleaseTree, name: str) -> list[str]:
+    return [p for p in tree.paths() if p.startswith("vllm/") and p.rsplit("/", 1)[-1] == name]
+
+
+def _likeness(old: str, new: str) -> float:
+    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    if matcher.real_quick_ratio() < MIN_LIKENESS or matcher.quick_ratio() < MIN_LIKENESS:
+        return matcher.quick_ratio() * 0.5
+    return matcher.ratio()
+
+
+def _version_key(version: str) -> Version:
+    return Version(version)
