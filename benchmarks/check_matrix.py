@@ -23,6 +23,7 @@ ratio=<naive/nomemo> agree=<same>/<total>
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import itertools
 import json
@@ -33,7 +34,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,9 @@ from patchset.release_check import memo
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index.cache import cache_root
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from check_cold import download_sdists  # the sibling script, found by path
 
 KINDS = ("onehunk", "multihunk", "multifile", "newfile", "deletion", "eofappend")
 
@@ -58,9 +61,34 @@ class Cut:
     diff: str
 
 
-def _tree(zip_path: Path) -> dict[str, tuple[int, zipfile.ZipInfo]]:
-    zf = zipfile.ZipFile(zip_path)
-    return {i.filename: (i.CRC, i) for i in zf.infolist() if i.filename.endswith(".py")}
+@functools.lru_cache(maxsize=3)
+def _sources(sdist: Path) -> dict[str, bytes]:
+    """Every .py file under vllm/ of an sdist (the release as published), by path."""
+    out: dict[str, bytes] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar:
+            _top, _, rel = member.name.partition("/")
+            if member.isfile() and rel.startswith("vllm/") and rel.endswith(".py"):
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    out[rel] = handle.read()
+    return out
+
+
+def sdists(versions: list[str], work: Path) -> dict[str, Path]:
+    """The releases' sdists: kept in --work (or an older cache's copy), else downloaded."""
+    folder = work / "sdists"
+    folder.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for v in versions:
+        for place in (folder, cache_root() / "sdists"):
+            if (place / f"vllm-{v}.tar.gz").is_file():
+                found[v] = place / f"vllm-{v}.tar.gz"
+                break
+    missing = [v for v in versions if v not in found]
+    if missing:
+        found.update(download_sdists(missing, folder))
+    return {v: found[v] for v in versions}
 
 
 def _git_diff(old: bytes | None, new: bytes | None, rel: str) -> str:
@@ -103,14 +131,13 @@ def _rank(base: str, rel: str) -> str:
     return hashlib.sha256(f"{base}\0{rel}".encode()).hexdigest()
 
 
-def cut_corpus(zips: dict[str, Path], versions: list[str], per_pair: int) -> list[Cut]:
+def cut_corpus(archives: dict[str, Path], versions: list[str], per_pair: int) -> list[Cut]:
     """A spread of real changes between consecutive releases, the same on every run."""
     cuts: list[Cut] = []
     for base, after in itertools.pairwise(versions):
-        old_zip, new_zip = zipfile.ZipFile(zips[base]), zipfile.ZipFile(zips[after])
-        old, new = _tree(zips[base]), _tree(zips[after])
+        old, new = _sources(archives[base]), _sources(archives[after])
         changed = sorted(
-            (p for p in old.keys() & new.keys() if old[p][0] != new[p][0]),
+            (p for p in old.keys() & new.keys() if old[p] != new[p]),
             key=lambda p: _rank(base, p),
         )
         added = sorted(new.keys() - old.keys(), key=lambda p: _rank(base, p))
@@ -118,7 +145,7 @@ def cut_corpus(zips: dict[str, Path], versions: list[str], per_pair: int) -> lis
         picked: dict[str, Cut] = {}
         singles: list[tuple[str, str, int]] = []
         for rel in changed[:400]:
-            a, b = old_zip.read(rel), new_zip.read(rel)
+            a, b = old[rel], new[rel]
             diff = _git_diff(a, b, rel)
             size, count = diff.count("\n"), len(_hunks(diff))
             if size > 400 or not count:
@@ -137,12 +164,12 @@ def cut_corpus(zips: dict[str, Path], versions: list[str], per_pair: int) -> lis
             (r1, d1, _), (r2, d2, _) = singles[0], singles[1]
             picked["multifile"] = Cut("multifile", base, after, (r1, r2), d1 + d2)
         for rel in added:
-            data = new_zip.read(rel)
+            data = new[rel]
             if 0 < data.count(b"\n") <= 200:
                 picked["newfile"] = Cut("newfile", base, after, (rel,), _git_diff(None, data, rel))
                 break
         for rel in gone:
-            data = old_zip.read(rel)
+            data = old[rel]
             if 0 < data.count(b"\n") <= 200:
                 picked["deletion"] = Cut(
                     "deletion", base, after, (rel,), _git_diff(data, None, rel)
@@ -221,14 +248,9 @@ def naive(
     start = time.perf_counter()
     for version, archive in archives.items():
         with tempfile.TemporaryDirectory() as tmp:
-            if archive.suffix == ".zip":
-                with zipfile.ZipFile(archive) as zf:
-                    zf.extractall(tmp)  # noqa: S202 - our own cache's zip of vllm/
-                root = Path(tmp)
-            else:
-                with tarfile.open(archive) as tar:
-                    tar.extractall(tmp, filter="data")
-                root = Path(tmp) / f"vllm-{version}"
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+            root = Path(tmp) / f"vllm-{version}"
             for patch in registry.patches:
                 diff = str(patch.folder / patch.variants[0].name)
                 fits = []
@@ -264,16 +286,17 @@ def reason(r: CheckResult, git: str) -> str:
 
 
 def moved_precision(
-    report: CheckReport, zips: dict[str, Path], versions: list[str]
+    report: CheckReport, archives: dict[str, Path], versions: list[str]
 ) -> tuple[int, int, list[str]]:
     """Hints that name a file holding at least half the vanished file's lines / all hints."""
-    trees = {v: zipfile.ZipFile(zips[v]) for v in versions}
-    names = {v: set(trees[v].namelist()) for v in versions}
+    hinted = sorted(
+        (r for r in report.results if r.verdict == "missing-target" and r.moved_to),
+        key=lambda r: Version(r.vllm),
+    )
+    names = {v: set(_sources(archives[v])) for v in versions} if hinted else {}
     good = total = 0
     wrong: list[str] = []
-    for r in report.results:
-        if r.verdict != "missing-target" or not r.moved_to:
-            continue
+    for r in hinted:
         total += 1
         patch_files = [line.split(":", 1)[0] for line in r.detail.split(", ")]
         gone = r.detail.split(" not in this release")[0].split(", ")[0]
@@ -281,8 +304,10 @@ def moved_precision(
         target = r.moved_to[0]
         ok = False
         if earlier:
-            old = set(trees[earlier[-1]].read(gone).decode("utf-8", "replace").splitlines())
-            new = set(trees[r.vllm].read(target).decode("utf-8", "replace").splitlines())
+            was = _sources(archives[earlier[-1]])[gone]
+            now = _sources(archives[r.vllm]).get(target, b"")
+            old = set(was.decode("utf-8", "replace").splitlines())
+            new = set(now.decode("utf-8", "replace").splitlines())
             old = {line.strip() for line in old if len(line.strip()) > 8}
             new = {line.strip() for line in new if len(line.strip()) > 8}
             ok = bool(old) and len(old & new) / len(old) >= 0.5
@@ -294,7 +319,7 @@ def moved_precision(
 
 
 def corpus(
-    args: argparse.Namespace, zips: dict[str, Path], versions: list[str]
+    args: argparse.Namespace, archives: dict[str, Path], versions: list[str]
 ) -> tuple[Path, dict[str, Cut]]:
     """The project of real patches: cut and added, or the one kept in --work with --reuse."""
     work = args.work or Path(tempfile.mkdtemp(prefix="check-matrix-"))
@@ -305,7 +330,7 @@ def corpus(
     if args.reuse and saved.is_file():
         cuts = [Cut(**{**c, "files": tuple(c["files"])}) for c in json.loads(saved.read_text())]
     else:
-        cuts = cut_corpus(zips, versions, args.per_pair)
+        cuts = cut_corpus(archives, versions, args.per_pair)
         saved.write_text(json.dumps([c.__dict__ for c in cuts]))
     refused: list[str] = []
     if args.reuse and project.exists():
@@ -360,14 +385,19 @@ def main() -> None:
     args = parser.parse_args()
     source = IndexSource()
     versions = [v for v in source.versions() if Version(v) >= Version(args.since)]
+    work = args.work or Path(tempfile.mkdtemp(prefix="check-matrix-"))
+    args.work = work
     start = time.perf_counter()
-    zips = source.prefetch(versions, workers=2)
+    archives = sdists(versions, work)
     print(
         f"releases={len(versions)} ({versions[0]}..{versions[-1]})"
-        f" fetch_s={time.perf_counter() - start:.1f}",
+        f" sdists_s={time.perf_counter() - start:.1f}",
         flush=True,
     )
-    registry_dir, added = corpus(args, zips, versions)
+    registry_dir, added = corpus(args, archives, versions)
+    start = time.perf_counter()
+    check(load_registry(registry_dir), versions, source=source)  # the cache filled, online
+    print(f"first check (fills the release cache): {time.perf_counter() - start:.1f} s")
 
     memo.clear()
     nomemo, report = timed_check(registry_dir, versions)
@@ -382,7 +412,7 @@ def main() -> None:
 
     counts = Counter(r.verdict for r in report.results)
     print("verdicts:", dict(sorted(counts.items())))
-    good, hints, wrong = moved_precision(report, zips, versions)
+    good, hints, wrong = moved_precision(report, archives, versions)
     print(
         f"moved-file hints: {good}/{hints} name a file holding at least half of the vanished"
         f" file's lines (precision {good / hints if hints else 1:.2f})"
@@ -390,9 +420,6 @@ def main() -> None:
     for line in wrong:
         print(f"  wrong hint: {line}")
 
-    cache = cache_root() / "sdists"
-    archives = {v: cache / f"vllm-{v}.tar.gz" for v in versions}
-    archives = {v: p if p.is_file() else zips[v] for v, p in archives.items()}
     naive_s, git = (0.0, {}) if args.skip_naive else naive(registry_dir, archives)
     print(f"naive: unpack + git apply --check / --reverse --check: {naive_s:.1f} s", flush=True)
     same = agreement(report, git)

@@ -37,15 +37,28 @@ REUSED: dict[str, str] = {
     "tests/test_net.py::test_download_always_truncated_leaves_nothing": "download cut short",
     "tests/test_net.py::test_wrong_sha256_deletes_and_does_not_retry": "download corrupted",
     "tests/test_index_source.py::test_unreachable_index_says_offline": "index unreachable",
-    "tests/test_index_source.py::test_wrong_sha256_leaves_the_cache_consistent": (
+    "tests/test_index_source.py::test_verify_full_refuses_a_wheel_the_index_disowns": (
         "download corrupted"
     ),
-    "tests/test_index_source.py::test_bad_cached_sdist_is_replaced": "cached sdist corrupted",
-    "tests/test_index_source.py::test_damaged_tree_is_rebuilt_from_the_cached_sdist": (
+    "tests/test_index_source.py::test_a_damaged_member_is_fetched_again": "cached member corrupted",
+    "tests/test_index_source.py::test_a_damaged_manifest_is_rebuilt_not_believed": (
         "cached tree corrupted"
     ),
-    "tests/test_index_source.py::test_tree_of_another_sdist_is_rebuilt": "cached tree stale",
-    "tests/test_index_source.py::test_two_readers_download_once": "two readers, one cache",
+    "tests/test_index_source.py::test_a_tampered_answer_keeps_the_cached_release": (
+        "cached index answer tampered"
+    ),
+    "tests/test_index_source.py::test_a_damaged_central_directory_is_one_clear_error": (
+        "wheel directory lies"
+    ),
+    "tests/test_index_source.py::test_a_member_that_lies_is_never_used_and_fetched_again": (
+        "wheel member corrupted"
+    ),
+    "tests/test_index_source.py::test_a_server_without_ranges_falls_back_to_the_sdist": (
+        "server ignores ranges"
+    ),
+    "tests/test_index_source.py::test_two_readers_read_the_directory_once": (
+        "two readers, one cache"
+    ),
     "tests/test_index_source.py::test_a_held_lock_times_out": "cache lock held elsewhere",
 }
 

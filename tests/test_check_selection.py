@@ -69,18 +69,16 @@ def test_nothing_at_or_after_since_is_one_line_and_exit_0(
 def test_verbose_shows_the_retries_and_the_download(
     fake_index: FakeIndex, tmp_cache: Cache, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A flaky index is not silence: -v names each retry and the download (stderr)."""
+    """A flaky index is not silence: -v names each retry and what is read (stderr)."""
     fake_index.add_release("0.1.0", {UTILS: b"x = 1\n"})
-    answer = {"info": {"name": "vllm"}, "releases": fake_index.releases, "urls": []}
-    fake_index.server.route(
-        FakeIndex.JSON_PATH, Reply(503), Reply(200, json.dumps(answer).encode())
-    )
+    body, kind = fake_index.page()
+    fake_index.server.route(FakeIndex.PAGE_PATH, Reply(503), Reply(200, body, content_type=kind))
     registry = Path(__file__).parent.parent / "patches"
     argv = ["check", "--registry", str(registry), "--index-url", fake_index.index_url]
     assert main([*argv, "--vllm", "0.1.0", "-v"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert any(re.match(r"patchset: .*: HTTP 503 .*; trying again in [\d.]+s$", e) for e in err)
-    assert any(e.startswith("patchset: downloading ") for e in err)
+    assert any(e.startswith("patchset: reading the central directory of ") for e in err)
 
 
 def test_since_from_tool_patchset_when_no_release_is_named(

@@ -74,13 +74,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def index(fake_index: FakeIndex) -> FakeIndex:
-    """The real 0.19.1 and 0.20.0 sdists (from the release cache, fetched once if need be)."""
-    cache = Cache(cache_root())
+    """The real 0.19.1 and 0.20.0 files the patches touch (read from the releases' wheels
+    through the release cache), published as small wheels and sdists."""
+    wanted = (
+        "vllm/model_executor/layers/fla/ops/utils.py",
+        "vllm/v1/attention/backends/turboquant_attn.py",
+    )
     for version in ("0.19.1", "0.20.0"):
-        path = cache.sdist_path(f"vllm-{version}.tar.gz")
-        if not path.is_file():
-            IndexSource().fetch(version)
-        fake_index.add_release(version, sdist=path.read_bytes())
+        with IndexSource(cache=Cache(cache_root())).open(version) as tree:
+            files = {p: data for p in wanted if (data := tree.read(p)) is not None}
+        fake_index.add_release(version, files)
     return fake_index
 
 

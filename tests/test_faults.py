@@ -9,6 +9,7 @@ tests/test_index_source.py (counted in docs/reliability.md through tests/reliabi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from patchset._fs import file_sha256
 from patchset.engine import transaction
 from patchset.engine.apply import apply, revert
-from patchset.errors import ExitCode
+from patchset.errors import ExitCode, SourceError
 from patchset.registry import load_registry
-from patchset.sources.package_index.cache import Cache, TreeZip
-from tests.fake_index import FakeIndex, Reply
+from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index.cache import Cache
+from tests.fake_index import FakeIndex, Reply, wheel_name
 from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import FAULT, REUSED, record
 from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
@@ -350,11 +350,10 @@ def _real_files(cache: Cache) -> dict[str, dict[str, bytes]]:
     }
     files: dict[str, dict[str, bytes]] = {}
     for version, rel in wanted.items():
-        tree = TreeZip.open(cache.tree_path(version))
         data = None
-        if tree is not None:
-            with tree:
-                data = tree.read(rel)
+        offline = IndexSource(cache=cache, offline=True)
+        with contextlib.suppress(SourceError), offline.open(version) as tree:  # else a stand-in
+            data = tree.read(rel)
         files[version] = {rel: data or b"is_tma_supported = True\n"}
     return files
 
@@ -393,42 +392,43 @@ def _results(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str, str
 def test_two_checks_share_one_cache(
     fake_index: FakeIndex, tmp_path: Path, release_cache: Cache
 ) -> None:
-    """Three `patchset check` processes start together on an empty cache; each sdist is
+    """Three `patchset check` processes start together on an empty cache; each wheel is
     served slowly, so they meet at the cache's locks."""
     for version, files in _real_files(release_cache).items():
-        data = fake_index.add_release(version, files)
-        fake_index.server.route(fake_index.sdist_path(version), Reply(200, data, delay=0.5))
+        fake_index.add_release(version, files)
+        wheel = fake_index.wheels[version]
+        fake_index.server.route(fake_index.wheel_path(version), Reply(200, wheel, delay=0.5))
     cache_dir = tmp_path / "cache"
     env = {"PATCHSET_CACHE_DIR": str(cache_dir)}
     with ThreadPoolExecutor(max_workers=3) as pool:
         runs = list(pool.map(lambda _: _check_json(env, fake_index.index_url), range(3)))
     cache = Cache(cache_dir)
-    sound = all(_sound_tree(cache, v, fake_index) for v in ("0.19.1", "0.20.0"))
+    sound = all(_sound_release(cache, v, fake_index) for v in ("0.19.1", "0.20.0"))
     leftovers = [p.name for p in cache_dir.rglob("*") if p.name.endswith((".tmp", ".part"))]
-    once = all(fake_index.server.hits[fake_index.sdist_path(v)] == 1 for v in ("0.19.1", "0.20.0"))
+    # The central directory is read by one process (the tail: a suffix range); the others
+    # wait for its lock and take the manifest it wrote.
+    once = all(
+        sum(r.startswith("bytes=-") for r in fake_index.server.ranges(fake_index.wheel_path(v)))
+        == 1
+        for v in ("0.19.1", "0.20.0")
+    )
     agree = len({(r.returncode, json.dumps(_results(r))) for r in runs}) == 1
     ok = sound and not leftovers and agree and all(r.returncode in (0, 1) for r in runs)
     record(FAULT, "three checks, one cache", "started together", intact=ok)
     assert all(r.returncode in (0, 1) for r in runs), [r.stderr for r in runs]
     assert agree, [r.stdout for r in runs]
     assert sound and not leftovers, leftovers
-    assert once, "each sdist is downloaded by one process; the others wait for its lock"
+    assert once, "each wheel's directory is read by one process; the others wait for its lock"
 
 
-def _sound_tree(cache: Cache, version: str, index: FakeIndex) -> bool:
-    sdist = cache.sdist_path(f"vllm-{version}.tar.gz")
-    if file_sha256(sdist) != _sha(index.sdists[version]):
+def _sound_release(cache: Cache, version: str, index: FakeIndex) -> bool:
+    """The cached manifest is the served wheel's, and every member it names that is cached
+    holds the bytes RECORD gives."""
+    manifest = cache.load_manifest(wheel_name(version))
+    if manifest is None or manifest.sha256 != hashlib.sha256(index.wheels[version]).hexdigest():
         return False
-    tree = TreeZip.open(cache.tree_path(version))
-    if tree is None or tree.stamp.sha256 != _sha(index.sdists[version]):
-        return False
-    tree.close()
-    with zipfile.ZipFile(cache.tree_path(version)) as zf:
-        return zf.testzip() is None
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    cached = [e[0] for e in manifest.members.values() if cache.has_blob(e[0])]
+    return bool(cached) and all(cache.read_blob(sha) is not None for sha in cached)
 
 
 def test_reused_fault_tests_still_exist() -> None:

@@ -4,6 +4,7 @@ too, `validate` uses them, `init` points editors at them, and apply's JSON has i
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -160,3 +161,79 @@ def test_apply_json_has_a_schema_tag_and_matches_its_schema(tmp_path: Path) -> N
     report = json.loads(proc.stdout)
     assert report["schema"] == "patchset.apply/1"
     jsonschema.validate(report, schemas.load("apply"), cls=jsonschema.Draft202012Validator)
+
+
+GETTERS = {
+    "opt_str", "req_str", "integer", "flag", "choice", "specifier", "version",
+    "str_list", "str_map", "free_table", "table", "tables",
+}  # fmt: skip
+
+
+def loader_keys(*modules: str) -> set[str]:
+    """Every key a loader reads through `Table` (`table.req_str("title")`, ...) or through a
+    helper given the table (`_ids(top, "requires")`)."""
+    keys: set[str] = set()
+    for module in modules:
+        tree = ast.parse((REPO / module).read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in GETTERS
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                keys.add(node.args[0].value)
+            elif (  # a helper of the loader's, `_ids(top, "requires")`
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id.startswith("_")
+                and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id in ("top", "table")
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
+                keys.add(node.args[1].value)
+    return keys
+
+
+def schema_keys(*names: str) -> set[str]:
+    """Every property name anywhere in the schemas `names`."""
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                found.update(props)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for name in names:
+        walk(schemas.load(name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("modules", "names"),
+    [
+        (("patchset/registry/model.py",), ("patch", "sites")),
+        (("patchset/image/definition.py",), ("build-definition",)),
+        (("patchset/project.py",), ("tool-patchset",)),
+    ],
+)
+def test_the_schemas_name_every_key_the_loaders_read(
+    modules: tuple[str, ...], names: tuple[str, ...]
+) -> None:
+    """A key added to a loader and not to its schema (or the other way) fails here, so the
+    shipped schemas follow the format as it grows."""
+    read = loader_keys(*modules)
+    assert read, modules
+    declared = schema_keys(*names)
+    assert read - declared == set(), f"keys the loader reads that {names} lack"
+    assert declared - read == set(), f"keys in {names} no loader reads"

@@ -94,6 +94,6 @@ def test_real_end_of_file_append(
     # Later, code follows the appended lines: git finds neither direction; patchset says
     # upstream and reports the disagreement (docs/check.md, decision table row 8).
     assert git[later] == (False, False)
+    why = verdict[later].disagreement
     assert verdict[later].verdict == "upstream"
-    assert verdict[later].disagreement is not None
-    assert "git apply -R --check fails" in verdict[later].disagreement
+    assert why is not None and "git apply -R --check fails" in why

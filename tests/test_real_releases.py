@@ -58,11 +58,18 @@ def test_tma_patch_on_its_releases(tmp_path: Path, version: str) -> None:
 def test_tma_patch_does_not_fit_020_and_changes_nothing(tmp_path: Path) -> None:
     tree = materialize("0.20.0", tmp_path, [UTILS])
     before = tree_digest(tree)
+    # 0.20.0 holds the upstream fix (FLA_USE_TMA): the probe wins and nothing is written
     report = apply(REGISTRY, tree, patches=["fla-tma-sm12x"], ignore_range=True)
     (result,) = report.results
+    assert result.outcome == "upstream"
+    assert report.exit_code == ExitCode.UPSTREAM
+    assert tree_digest(tree) == before
+    # forced past the probe, the diff itself does not fit: a conflict, still nothing written
+    forced = apply(REGISTRY, tree, patches=["fla-tma-sm12x"], ignore_range=True, force=True)
+    (result,) = forced.results
     assert result.outcome == "conflict"
     assert any("FLA_USE_TMA" in line for line in result.details)  # the nearest lines shown
-    assert report.exit_code == ExitCode.ATTENTION
+    assert forced.exit_code == ExitCode.ATTENTION
     assert tree_digest(tree) == before
     in_range = apply(REGISTRY, tree, patches=["fla-tma-sm12x"])
     assert [r.outcome for r in in_range.results] == ["out-of-range"]
@@ -111,7 +118,13 @@ def test_tolist_target_missing_on_0191(tmp_path: Path) -> None:
 def test_tolist_partial_on_021_writes_nothing(tmp_path: Path) -> None:
     tree = materialize("0.21.0", tmp_path, [TQ])
     before = tree_digest(tree)
+    # 0.21.0 removed both syncs upstream: the probe says so and nothing is written
     report = apply(REGISTRY, tree, patches=["tolist-cudagraph"], ignore_range=True)
+    assert [r.outcome for r in report.results] == ["upstream"]
+    assert report.exit_code == ExitCode.UPSTREAM
+    assert tree_digest(tree) == before
+    # forced past the probe: one site fits, one does not, so the whole patch is refused
+    report = apply(REGISTRY, tree, patches=["tolist-cudagraph"], ignore_range=True, force=True)
     (result,) = report.results
     assert result.outcome == "conflict"
     assert any("a-forward-prefill-max-seq: anchor-not-found" in d for d in result.details)

@@ -19,6 +19,7 @@ from patchset.kernel.sites import (
     served_from_args,
 )
 from patchset.registry import load_registry, load_sites
+from tests.hardening import cli
 from tests.synthetic import add_patch, make_tree
 
 MODULE = """\
@@ -290,3 +291,27 @@ def test_optional_sites_only_missing_still_apply(tmp_path: Path) -> None:
     assert any("1 optional site(s) skipped" in d for d in report.results[0].details)
     back = revert(load_registry(registry), tree)
     assert back.written and (tree / "vllm" / "m.py").read_text() == MODULE
+
+
+def test_cli_served_force_and_upstream(tmp_path: Path) -> None:
+    registry = tmp_path / "patches"
+    sites = SITES_TOML.format(name="gptq-only", extra="when = { quantization = ['gptq'] }").replace(
+        'text = "return out"', 'text = "return out or None"'
+    )
+    folder = add_patch(registry, "gptq-fix", sites=sites, targets=["vllm/m.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/m.py": MODULE})
+    base = ("--registry", str(registry), "apply", "--target", str(tree))
+    bad = cli(*base, "--served", "quantisation=gptq")
+    assert bad.returncode == ExitCode.BAD_INPUT and "quantisation" in bad.stderr
+    skipped = cli(*base, "--dry-run", "--format", "json")
+    assert "when quantization in ['gptq']; served: nothing" in skipped.stdout
+    assert skipped.returncode == ExitCode.ATTENTION  # its only site is skipped: nothing applies
+    toml = folder / "patch.toml"
+    toml.write_text(toml.read_text() + '[upstream.probe]\nfile = "vllm/m.py"\nany = ["Engine"]\n')
+    upstream = cli(*base, "--served", "quantization=GPTQ")
+    assert upstream.returncode == ExitCode.UPSTREAM, upstream.stdout + upstream.stderr
+    assert (tree / "vllm" / "m.py").read_text() == MODULE
+    forced = cli(*base, "--served", "quantization=gptq", "--force")
+    assert forced.returncode == ExitCode.OK, forced.stdout + forced.stderr  # not --strict
+    assert "warning: --force: applied although the upstream fix" in forced.stdout
+    assert "return out or None" in (tree / "vllm" / "m.py").read_text()

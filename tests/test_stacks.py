@@ -93,6 +93,12 @@ def test_asking_for_the_top_brings_what_it_requires(tmp_path: Path, series: Path
     report = apply(load_registry(series), tree, patches=["a-second"])
     assert [r.patch for r in report.results] == ["z-first", "a-second"]
     assert report.written
+    # reverting the bottom takes what is stacked on it out first; the top alone, only it
+    back = revert(load_registry(series), tree, patches=["z-first"], dry_run=True)
+    assert [r.patch for r in back.results] == ["a-second", "z-first"]
+    top = revert(load_registry(series), tree, patches=["a-second"])
+    assert [(r.patch, r.outcome) for r in top.results] == [("a-second", "reverted")]
+    assert "line 11 patched\nline 12\n" in (tree / "vllm/mod.py").read_text()
 
 
 def test_a_patch_requiring_a_skipped_one_is_skipped(tmp_path: Path) -> None:

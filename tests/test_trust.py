@@ -15,7 +15,7 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.sources.package_index import IndexSource
-from patchset.sources.package_index.cache import Cache, TreeZip
+from patchset.sources.package_index.cache import Cache
 from tests.hardening import LOCK, REPO, changed, cli, snapshot
 from tests.reliability import HOSTILE, record
 from tests.synthetic import BODY, make_tree
@@ -117,13 +117,10 @@ def test_payloads_and_trees_are_never_run(tmp_path: Path) -> None:
 
 
 def _real_tree(cache: Cache, version: str, dest: Path) -> Path:
-    """Every file of a real release's vllm/, from the cached tree zip (fetched if need be)."""
-    IndexSource(cache=cache).fetch(version)
-    tree = TreeZip.open(cache.tree_path(version))
-    assert tree is not None, f"vllm {version}: no tree zip after fetching it"
-    with tree:
-        for name in tree.names():
-            data = tree.read(name)
+    """Every Python file of a real release's vllm/, from its wheel (through the cache)."""
+    with IndexSource(cache=cache).open(version) as tree:
+        names = [p for p in tree.paths() if p.endswith(".py")]
+        for name, data in tree.read_many(names).items():
             assert data is not None
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_bytes(data)

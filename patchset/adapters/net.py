@@ -1,4 +1,9 @@
-"""The one module that talks HTTP: JSON and small fetches, verified downloads, over urllib.
+"""The one module that talks HTTP: JSON and small fetches, byte ranges, verified downloads.
+
+Everything goes through urllib with one `Transport`: the TLS trust (the system's trust store
+through `truststore`, or a CA bundle named in pip's configuration), hosts trusted without
+TLS verification, and credentials from the URL or ``~/.netrc``. ``file:`` URLs are read from
+disk, ranges included, so a local mirror works like a remote one.
 
 Transient failures (no connection, a timeout, a cut-off body, a 5xx or a 429) are tried
 again with exponential backoff; any other 4xx fails at once. A download is streamed into
@@ -10,11 +15,17 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import http.client
 import json
 import logging
+import netrc
+import os
+import re
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -31,9 +42,12 @@ LOG = logging.getLogger(__name__)
 BACKOFF_BASE = 0.5
 """Seconds before the first retry; doubled for each further one. Tests set it small."""
 
+DEFAULT_TIMEOUT = 30.0
+"""Seconds any one request may wait on the server (to connect, or between two reads)."""
+
 CHUNK = 1 << 16
 USER_AGENT = "patchset (+urllib)"
-SCHEMES = ("https", "http", "file")  # file: for a local mirror laid out like the JSON API
+SCHEMES = ("https", "http", "file")  # file: for a local mirror laid out like an index
 
 T = TypeVar("T")
 
@@ -54,24 +68,127 @@ class UnreachableError(SourceError):
     """Every attempt to reach the server failed with a transient error."""
 
 
+class RangeError(SourceError):
+    """The server does not serve the byte range asked for (it sent the whole file, or
+    another range); the caller falls back to reading the whole artifact."""
+
+
 class _TransientError(Exception):
     """Internal: an attempt failed in a way that may go away when tried again."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    """How to reach servers: whose certificates to trust, and where credentials come from.
+
+    `cafile` replaces the system trust store (pip's ``cert``); `trusted_hosts` are reached
+    without certificate checks (pip's ``trusted-host``, ``host`` or ``host:port``);
+    credentials in a URL win over those of the index URL (`credentials`, used for every
+    URL on its host), which win over ``~/.netrc`` (or ``$NETRC``).
+    """
+
+    cafile: str | None = None
+    trusted_hosts: tuple[str, ...] = ()
+    use_netrc: bool = True
+    credentials: tuple[tuple[str, str, str], ...] = ()  # (host, user, password): the index's
+
+    def context(self, url: str) -> ssl.SSLContext:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        hostport = f"{host}:{parts.port}" if parts.port else host
+        if host in self.trusted_hosts or hostport in self.trusted_hosts:
+            return _unverified_context()
+        return _verified_context(self.cafile)
+
+    def authorization(self, url: str) -> str | None:
+        parts = urllib.parse.urlsplit(url)
+        if "@" in parts.netloc:
+            userinfo = parts.netloc.rpartition("@")[0]
+            user, _, password = userinfo.partition(":")
+            pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+        elif found_pair := next(
+            (f"{u}:{p}" for h, u, p in self.credentials if h == parts.hostname), None
+        ):
+            pair = found_pair
+        elif self.use_netrc and parts.hostname and (found := _netrc_entry(parts.hostname)):
+            pair = f"{found[0]}:{found[1]}"
+        else:
+            return None
+        return "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+DEFAULT_TRANSPORT = Transport()
+
+
+@functools.cache
+def _verified_context(cafile: str | None) -> ssl.SSLContext:
+    if cafile:
+        try:
+            return ssl.create_default_context(cafile=cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise SourceError(f"{cafile}: not a usable CA bundle ({_reason(exc)})") from None
+    import truststore  # noqa: PLC0415 -- only when TLS is used
+
+    return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
+@functools.cache
+def _unverified_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@functools.cache
+def _netrc_entry(host: str) -> tuple[str, str] | None:
+    path = os.environ.get("NETRC") or str(Path.home() / ".netrc")
+    try:
+        found = netrc.netrc(path).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    if found is None or not found[0]:
+        return None
+    return found[0], found[2] or ""
+
+
 def redact(url: str) -> str:
     """The URL without any user:password part, for messages and logs."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url.rpartition("@")[2] if "@" in url else url
     if "@" not in parts.netloc:
         return url
     host = parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit(parts._replace(netloc=host))
 
 
-def fetch_json(url: str, *, timeout: float = 30.0, retries: int = 3) -> Any:
+def check_url(url: str, what: str = "URL") -> str:
+    """`url` if urllib can use it (scheme, host, port); SourceError naming it otherwise."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise SourceError(f"{what} {redact(url)!r} is malformed ({exc})") from None
+    if parts.scheme not in SCHEMES:
+        raise SourceError(f"{what} {redact(url)!r}: only {', '.join(SCHEMES)} URLs are used")
+    if parts.scheme != "file" and not parts.hostname:
+        raise SourceError(f"{what} {redact(url)!r} names no host")
+    return url
+
+
+def fetch_json(
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    retries: int = 3,
+    transport: Transport = DEFAULT_TRANSPORT,
+) -> Any:
     """GET `url` and decode its JSON body; `retries` further attempts after the first."""
 
     def attempt() -> bytes:
-        with _open(url, timeout) as response:
+        with _open(url, timeout, transport=transport) as response:
             body = _read(response, -1)
             _check_length(response, len(body))
             return body
@@ -83,19 +200,58 @@ def fetch_json(url: str, *, timeout: float = 30.0, retries: int = 3) -> Any:
         raise SourceError(f"{redact(url)}: the answer is not JSON ({exc})") from None
 
 
+def fetch_page(
+    url: str,
+    *,
+    accept: str,
+    timeout: float = DEFAULT_TIMEOUT,
+    retries: int = 3,
+    transport: Transport = DEFAULT_TRANSPORT,
+    max_bytes: int = 64 << 20,
+) -> tuple[str, str, bytes]:
+    """GET `url` with an Accept header: (final URL, content type, body).
+
+    A ``file:`` URL naming a folder reads its ``index.html``, as pip does.
+    """
+    if urllib.parse.urlsplit(url).scheme == "file":
+        path = _file_path(url)
+        if path.is_dir():
+            path = path / "index.html"
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise HTTPStatusError(url, 404, "Not Found") from None
+            raise SourceError(f"{redact(url)}: {_reason(exc)}") from None
+        kind = "application/json" if path.suffix == ".json" else "text/html"
+        return path.as_uri(), kind, data
+
+    def attempt() -> tuple[str, str, bytes]:
+        with _open(url, timeout, transport=transport, headers={"Accept": accept}) as response:
+            body = _read(response, max_bytes + 1)
+            if len(body) > max_bytes:
+                raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
+            _check_length(response, len(body))
+            kind = response.headers.get("Content-Type") or ""
+            return response.geturl(), kind, body
+
+    return _with_retries(url, attempt, retries=retries)
+
+
 def fetch_bytes(
     url: str,
     *,
-    timeout: float = 30.0,
+    timeout: float = DEFAULT_TIMEOUT,
     retries: int = 3,
     max_bytes: int = 32 << 20,
     what: str = "the server",
+    transport: Transport = DEFAULT_TRANSPORT,
 ) -> bytes:
     """GET `url` and return its body (at most `max_bytes`); `what` names the server in
     messages (e.g. "the forge"), since this is not only for the package index."""
 
     def attempt() -> bytes:
-        with _open(url, timeout) as response:
+        with _open(url, timeout, transport=transport) as response:
             body = _read(response, max_bytes + 1)
             if len(body) > max_bytes:
                 raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
@@ -105,14 +261,79 @@ def fetch_bytes(
     return _with_retries(url, attempt, retries=retries, what=what, hint="")
 
 
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+def fetch_range(
+    url: str,
+    start: int,
+    end: int | None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    retries: int = 3,
+    transport: Transport = DEFAULT_TRANSPORT,
+) -> tuple[bytes, int]:
+    """Bytes ``start..end`` (inclusive) of the file at `url`, and the file's whole size.
+
+    With ``end=None``, `start` counts from the end: the last `start` bytes (a suffix range).
+    A server that sends the whole file (200) or another range raises RangeError at once:
+    the body of a 400 MB file is never read by mistake.
+    """
+    if urllib.parse.urlsplit(url).scheme == "file":
+        return _file_range(url, start, end)
+    spec = f"bytes=-{start}" if end is None else f"bytes={start}-{end}"
+
+    def attempt() -> tuple[bytes, int]:
+        with _open(url, timeout, transport=transport, headers={"Range": spec}) as response:
+            if response.status != 206:
+                raise RangeError(
+                    f"{redact(url)}: the server ignores byte ranges (HTTP {response.status})"
+                )
+            found = _CONTENT_RANGE.match(response.headers.get("Content-Range") or "")
+            if found is None or found[3] == "*":
+                raise RangeError(f"{redact(url)}: a 206 answer without a usable Content-Range")
+            first, last, total = int(found[1]), int(found[2]), int(found[3])
+            want_first = max(total - start, 0) if end is None else start
+            want_last = total - 1 if end is None else min(end, total - 1)
+            if (first, last) != (want_first, want_last):
+                raise RangeError(
+                    f"{redact(url)}: asked for bytes {want_first}-{want_last},"
+                    f" the server sent {first}-{last}"
+                )
+            body = _read(response, last - first + 2)
+            if len(body) != last - first + 1:
+                raise _TransientError(f"got {len(body)} of {last - first + 1} bytes of a range")
+            return body, total
+
+    return _with_retries(url, attempt, retries=retries)
+
+
+def _file_range(url: str, start: int, end: int | None) -> tuple[bytes, int]:
+    path = _file_path(url)
+    try:
+        with path.open("rb") as f:
+            total = os.fstat(f.fileno()).st_size
+            first = max(total - start, 0) if end is None else start
+            last = total - 1 if end is None else min(end, total - 1)
+            f.seek(first)
+            return f.read(max(last - first + 1, 0)), total
+    except OSError as exc:
+        raise SourceError(f"{redact(url)}: {_reason(exc)}") from None
+
+
+def _file_path(url: str) -> Path:
+    return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+
+
 def download(
     url: str,
     dest: Path,
     *,
     sha256: str,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_TIMEOUT,
     retries: int = 3,
     progress: Progress | None = None,
+    transport: Transport = DEFAULT_TRANSPORT,
 ) -> None:
     """Download `url` to `dest`, which appears only once its sha256 is verified.
 
@@ -123,7 +344,10 @@ def download(
 
     def attempt() -> str:
         # 0o644 as any cache file: readable by the other users of a shared cache
-        with atomic_file(dest, mode=0o644, suffix=".part") as tmp, _open(url, timeout) as response:
+        with (
+            atomic_file(dest, mode=0o644, suffix=".part") as tmp,
+            _open(url, timeout, transport=transport) as response,
+        ):
             digest = _stream(response, tmp, progress)
             if digest != expected:
                 raise IntegrityError(
@@ -160,19 +384,34 @@ def _with_retries(
 
 
 @contextlib.contextmanager
-def _open(url: str, timeout: float) -> Iterator[http.client.HTTPResponse]:
+def _open(
+    url: str,
+    timeout: float,
+    *,
+    transport: Transport = DEFAULT_TRANSPORT,
+    headers: dict[str, str] | None = None,
+) -> Iterator[http.client.HTTPResponse]:
     """Open `url`, sorting failures into transient (retry) and final (raise)."""
+    request = _request(url, transport, headers or {})
+    context = transport.context(url) if request.type == "https" else None
     try:
-        response = urllib.request.urlopen(_request(url), timeout=timeout)  # noqa: S310 -- a Request whose scheme _request checked
+        response = urllib.request.urlopen(request, timeout=timeout, context=context)  # noqa: S310 -- a Request whose scheme _request checked
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code >= 500 or exc.code == 429:  # 429: the server asks us to come back later
             raise _TransientError(f"HTTP {exc.code} {exc.reason}") from None
         raise HTTPStatusError(url, exc.code, str(exc.reason)) from None
     except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ssl.SSLCertVerificationError):
+            raise SourceError(
+                f"{redact(url)}: the server's certificate is not trusted"
+                f" ({exc.reason.verify_message}); set pip's cert or trusted-host"
+            ) from None
         raise _TransientError(_reason(exc.reason)) from None
     except (OSError, http.client.HTTPException) as exc:
         raise _TransientError(_reason(exc)) from None
+    except ValueError as exc:  # a URL urllib cannot use (e.g. a malformed IPv6 host)
+        raise SourceError(f"{redact(url)}: malformed URL ({exc})") from None
     with response:
         yield response
 
@@ -185,17 +424,12 @@ def _read(response: http.client.HTTPResponse, size: int) -> bytes:
         raise _TransientError(_reason(exc)) from None
 
 
-def _request(url: str) -> urllib.request.Request:
-    """A request with credentials from `user:password@` moved into a Basic auth header."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in SCHEMES:
-        raise SourceError(f"{redact(url)}: only {', '.join(SCHEMES)} URLs are fetched")
-    headers = {"User-Agent": USER_AGENT}
-    if "@" in parts.netloc:
-        userinfo = parts.netloc.rpartition("@")[0]
-        user, _, password = userinfo.partition(":")
-        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+def _request(url: str, transport: Transport, extra: dict[str, str]) -> urllib.request.Request:
+    """A request with credentials (from `user:password@`, else netrc) in a Basic auth header."""
+    check_url(url)
+    headers = {"User-Agent": USER_AGENT, **extra}
+    if (auth := transport.authorization(url)) is not None:
+        headers["Authorization"] = auth
     return urllib.request.Request(redact(url), headers=headers)  # noqa: S310 -- scheme checked above
 
 

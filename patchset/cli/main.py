@@ -17,6 +17,7 @@ from patchset.cli import options
 from patchset.cli.commands import add as add_cmd
 from patchset.cli.commands import apply as apply_cmd
 from patchset.cli.commands import bake as bake_cmd
+from patchset.cli.commands import cache as cache_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import completion as completion_cmd
 from patchset.cli.commands import image as image_cmd
@@ -39,6 +40,7 @@ COMMANDS = (
     bake_cmd,
     runtime_cmd,
     completion_cmd,
+    cache_cmd,
 )
 
 EPILOG = """\

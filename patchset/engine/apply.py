@@ -220,8 +220,11 @@ def _select(
     """The patches to run and the `skipped` results of those that do not fit this tree
     (a revert looks at ranges only: taking out what is there is safe on any GPU)."""
     by_id = {p.id: p for p in registry.patches}
-    if ids:  # exactly those, and the patches they require
-        return _ordered(operation, registry.select(order.closure(ids, by_id))), []
+    if ids:
+        # Apply: those and the patches they require; revert: those and the patches stacked on
+        # them (taken out first, so each one's context is there when it goes).
+        wanted = order.closure(ids, by_id) if operation == "apply" else order.dependents(ids, by_id)
+        return _ordered(operation, registry.select(wanted)), []
     scoped = operation == "apply" and not ignore_range
     chosen: list[Patch] = []
     skipped: list[PatchResult] = []

@@ -30,6 +30,13 @@ def closure(ids: Iterable[str], by_id: Mapping[str, Patch]) -> list[str]:
     return seen
 
 
+def dependents(ids: Iterable[str], by_id: Mapping[str, Patch]) -> list[str]:
+    """`ids` and every patch that requires one of them, transitively."""
+    wanted = list(dict.fromkeys(ids))
+    wanted += [p for p in by_id if p not in wanted and set(closure([p], by_id)[1:]) & set(wanted)]
+    return wanted
+
+
 def in_order(patches: Sequence[Patch]) -> tuple[Patch, ...]:
     """`patches` with every patch after those it requires (among them); otherwise as given.
     The registry has refused cycles when it loaded."""

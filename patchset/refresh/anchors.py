@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 from patchset.engine.evaluate import evaluate
 from patchset.errors import UsageError
 from patchset.kernel.hunks import rank_windows, split_text
-from patchset.kernel.sites import Site, check_site, find_block
+from patchset.kernel.sites import Site, check_site, find_block, shift
 from patchset.refresh.job import AnchorCandidate, Job, RefreshResult, SiteRefresh, read_release
 from patchset.refresh.record import payload_name, record
 from patchset.registry import Variant, load_sites
@@ -116,7 +116,10 @@ def _site_refresh(
         chosen, reason = _clear_best(candidates)
     if chosen is None:
         return SiteRefresh(site.name, site.file, found.status, candidates=candidates, reason=reason)
+    # Written where the old anchor's first line was written, so the text (shifted together
+    # with the anchor) keeps its place relative to it: column 0 stays column 0.
     anchor = _dedent(chosen.lines)
+    anchor = shift(anchor, _indent(anchor[0]), _indent(site.anchor_lines[0])) if anchor else []
     matches = len(find_block(lines, anchor))
     if matches != 1:
         reason = f"candidate {candidates.index(chosen) + 1} occurs {matches} times in the file"
@@ -166,6 +169,10 @@ def _kept_lines(base_lines: list[str], site: Site, lines: list[str]) -> set[int]
     return kept
 
 
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
 def _dedent(lines: tuple[str, ...]) -> list[str]:
     block = textwrap.dedent("\n".join(lines)).splitlines()
     while block and not block[-1].strip():
@@ -184,9 +191,7 @@ def _new_text(site: Site, anchor: list[str]) -> str:
     """A replace site's text with its copy of the old anchor swapped for the new one."""
     text = _text_lines(site)
     at = find_block(text, site.anchor_lines)[0]
-    first = text[at]
-    indent = first[: len(first) - len(first.lstrip())]
-    new = [f"{indent}{line}" if line.strip() else "" for line in anchor]
+    new = shift(anchor, _indent(anchor[0]), _indent(text[at]))
     return "\n".join([*text[:at], *new, *text[at + len(site.anchor_lines) :]])
 
 

@@ -40,7 +40,8 @@ class SiteRefresh:
 
     @property
     def resolved(self) -> bool:
-        return self.status == "applies" or self.anchor is not None
+        # An optional site with no anchor, or one its own probe finds upstream, stays as it is.
+        return self.status in ("applies", "skipped", "upstream") or self.anchor is not None
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from patchset.registry import Variant
-from patchset.sources.base import ReleaseTree
+from patchset.sources.base import ReadsMany, ReleaseTree
 
 # A file "carries most of" a vanished one when it holds at least this share of the distinctive
 # lines (stripped, longer than 8 characters) the patch expects in the vanished file.
@@ -67,8 +67,9 @@ def moved_files(
 def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
     best: tuple[float, str] | None = None
     needles = [line.encode() for line in expected]
+    many = tree.read_many(candidates) if isinstance(tree, ReadsMany) else None
     for path in candidates:
-        data = tree.read(path)
+        data = many[path] if many is not None else tree.read(path)
         if data is None:
             continue
         score = sum(needle in data for needle in needles) / len(needles)

@@ -143,7 +143,13 @@ class CheckReport:
             "schema": SCHEMA,
             "registry": self.registry,
             "releases": [
-                {"vllm": r.version, "origin": r.origin, "sha256": r.digest} for r in self.releases
+                {
+                    "vllm": r.version,
+                    "origin": r.origin,
+                    "sha256": r.digest,
+                    "artifact": dict(r.details) if r.details is not None else None,
+                }
+                for r in self.releases
             ],
             "results": [r.to_dict() for r in self.results],
             "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
@@ -182,7 +188,6 @@ def check(
     try:
         for version in ordered:
             with source.open(version) as tree:
-                infos.append(tree.info)
                 release = tree.info.version if tree.info.version != "unknown" else version
                 results.extend(
                     check_tree(
@@ -196,6 +201,7 @@ def check(
                         registry=registry,
                     )
                 )
+                infos.append(tree.info)  # after the reads: an index tree lists what it checked
             if on_release is not None:
                 on_release(version)
     finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +19,9 @@ class ReleaseInfo:
     version: str  # PEP 440 version of the vLLM release, e.g. "0.19.1"
     origin: str  # e.g. "index sdist vllm-0.19.1.tar.gz sha256:1a2b..", "git tag v0.19.1 @ab12cd"
     digest: str | None = None  # sha256 of the artifact when there is one
+    # What was read and how it was checked (index: the artifact, the members checked, a
+    # fallback taken); shown as `artifact` in the check's JSON. Not part of equality.
+    details: Mapping[str, object] | None = field(default=None, compare=False)
 
 
 @runtime_checkable
@@ -86,3 +89,13 @@ class MemoryTree(ReleaseTree):
 
     def paths(self) -> Iterator[str]:
         return iter(sorted(self.files))
+
+
+@runtime_checkable
+class ReadsMany(Protocol):
+    """A tree that reads several files faster together than one by one (the index's wheels:
+    one round of range requests instead of one request per file)."""
+
+    def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes | None]:
+        """Each file's bytes, or None when the release has no such file."""
+        ...

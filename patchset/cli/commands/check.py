@@ -6,15 +6,9 @@ import argparse
 import sys
 import threading
 
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TransferSpeedColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from patchset.adapters import net
 from patchset.adapters.actions import workflow_command
 from patchset.cli import github
 from patchset.cli.loading import load
@@ -24,7 +18,7 @@ from patchset.registry import Registry
 from patchset.registry.write import write_ranges
 from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
 from patchset.sources import parse_source, select
-from patchset.sources.base import ReleaseSource
+from patchset.sources.base import DownloadProgress, ReleaseSource
 
 DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
@@ -68,6 +62,26 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
+    p.add_argument(
+        "--artifact",
+        choices=("wheel", "sdist"),
+        default=None,
+        help="read releases from their wheels (default, the sdist as fallback) or their sdists",
+    )
+    p.add_argument(
+        "--verify-full",
+        action="store_true",
+        help="download each release's whole artifact and check the index's sha256 first"
+        " (default: each file read is checked against the wheel's RECORD and CRC)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=net.DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"how long any one request to the index may wait (default {net.DEFAULT_TIMEOUT:g});"
+        " a request that times out is tried 3 more times",
+    )
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")
     p.add_argument(
@@ -101,13 +115,11 @@ def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
-    source = parse_source(
-        args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
-    )
+    source = _source(args)
     versions = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
     if not versions:
         return _nothing_to_check(args, registry, source)
-    _prefetch(source, versions)
+    _prefetch(source, versions, registry, args.patches)
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     report = check(
         registry,
@@ -149,27 +161,76 @@ def _nothing_to_check(args: argparse.Namespace, registry: Registry, source: Rele
     return ExitCode.OK
 
 
-def _prefetch(source: ReleaseSource, versions: list[str]) -> None:
-    """Download missing releases in parallel, with a progress bar each on stderr."""
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: give between 0 and 3600 seconds")
+    return value
+
+
+def _source(args: argparse.Namespace) -> ReleaseSource:
+    index_only = {
+        "--artifact": args.artifact is not None,
+        "--verify-full": args.verify_full,
+        "--timeout": args.timeout != net.DEFAULT_TIMEOUT,
+    }
+    named = args.source is not None and args.source.strip() not in {"", "index"}
+    if named and (flags := [flag for flag, given in index_only.items() if given]):
+        raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
+    if named:
+        return parse_source(
+            args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
+        )
+    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
+
+    return IndexSource(
+        args.index_url,
+        offline=args.offline,
+        artifact=args.artifact or "auto",
+        verify_full=args.verify_full,
+        timeout=args.timeout,
+        prereleases=args.pre,
+    )
+
+
+def _prefetch(
+    source: ReleaseSource, versions: list[str], registry: Registry, patches: list[str] | None
+) -> None:
+    """Fetch the releases (and, from the index, the patches' files) in parallel, with one
+    progress bar on stderr when it is a terminal."""
     if source.offline:
         return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-    )
-    tasks: dict[str, TaskID] = {}
+    selected = registry.select(patches)
+    paths = {t for p in selected for t in p.targets} | {"vllm/_version.py"}
+    paths |= {p.upstream.probe.file for p in selected if p.upstream.probe}
+
+    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
+
+    def fetch(progress: DownloadProgress | None) -> None:
+        if isinstance(source, IndexSource):
+            source.prefetch(versions, paths=sorted(paths), progress=progress)
+        else:
+            source.prefetch(versions, progress=progress)
+
+    if not err_console().is_terminal:
+        fetch(None)
+        return
+    finished: set[str] = set()
     lock = threading.Lock()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, console=err_console(), transient=True) as progress:
+        task = progress.add_task("vllm releases", total=len(versions))
 
         def report(version: str, done: int, total: int) -> None:
             with lock:
-                if version not in tasks:
-                    tasks[version] = progress.add_task(f"vllm {version}", total=None)
-            progress.update(tasks[version], completed=done, total=total or None)
+                if total and done >= total:
+                    finished.add(version)
+                progress.update(task, completed=len(finished))
 
-        source.prefetch(versions, progress=report)
+        fetch(report)
 
 
 SYMBOLS = {"needed": "N", "upstream": "U", "conflict": "C", "partial": "P", "missing-target": "M"}

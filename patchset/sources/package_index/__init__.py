@@ -1,42 +1,181 @@
-"""Releases from the package index: verified sdists, read through the cache's tree zips."""
+"""Releases from the package index, read from their wheels and only as far as needed.
+
+A release is its wheel (one for this machine's architecture when there is one) read
+lazily: the central directory once, then each member asked for, through HTTP range
+requests, each checked against the wheel's RECORD and its zip CRC before it is used or
+cached (see `wheel`). The sdist is the fallback: when the release has no wheel, when the
+server does not serve ranges, and per file for paths outside ``vllm/`` that a wheel cannot
+hold. ``artifact="sdist"`` or ``"wheel"`` forces one; ``verify_full=True`` downloads the
+whole artifact and checks the index's sha256 first. Whole artifacts are deleted once read.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from pathlib import Path
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, TypeVar
 
 from packaging.version import InvalidVersion, Version
 
-from patchset._fs import file_sha256
 from patchset.adapters import net
-from patchset.errors import IntegrityError, SourceError
-from patchset.registry.ranges import is_version
+from patchset.errors import SourceError
 from patchset.sources.base import DownloadProgress, ReleaseInfo, ReleaseSource, ReleaseTree
-from patchset.sources.package_index.cache import Cache, TreeStamp, TreeZip
-from patchset.sources.package_index.client import MAX_AGE, PackageIndex, SdistFile
+from patchset.sources.package_index import wheel
+from patchset.sources.package_index.cache import Cache, Manifest
+from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
+from patchset.sources.package_index.sdist import sdist_manifest
+from patchset.sources.package_index.settings import IndexSettings
 
 LOG = logging.getLogger(__name__)
 
+Artifact = Literal["auto", "wheel", "sdist"]
+ARTIFACTS: tuple[Artifact, ...] = ("auto", "wheel", "sdist")
 
-class ZipTree(ReleaseTree):
-    """A release tree read from a cached tree zip; holds the zip open while in use."""
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
-    def __init__(self, info: ReleaseInfo, zf: TreeZip) -> None:
-        self.info = info
-        self._zf = zf
+READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
+FULL_KEEP = 1 << 20  # with verify_full, wheel members up to this size are kept
 
-    def read(self, relpath: str) -> bytes | None:
-        return self._zf.read(relpath)
+
+class IndexTree(ReleaseTree):
+    """One release's files from its manifest; members fetched (and cached) when read.
+
+    `info` is renewed after every read: it lists what was checked so far."""
+
+    def __init__(self, source: IndexSource, manifest: Manifest, fallback: str | None) -> None:
+        self._source = source
+        self.manifest = manifest
+        self.fallback = fallback
+        self._near: dict[str, bytes] = {}  # read ahead, checked, not yet asked for
+        self._checked: dict[str, str] = {}  # path -> sha256 of what was read
+        self._sdist: IndexTree | None = None
+        self._lock = threading.Lock()
+        self.info = self._info()
+
+    def _info(self) -> ReleaseInfo:
+        m = self.manifest
+        origin = f"index {m.kind} {m.artifact} sha256:{m.sha256[:12]}"
+        if self.fallback:
+            origin += f" (fallback: {self.fallback})"
+        checked = dict(self._checked)
+        if self._sdist is not None:
+            checked.update(self._sdist._checked)
+        how = "sha256 of the whole artifact" if m.verified == "full" else "RECORD sha256 + CRC"
+        details = {
+            "kind": m.kind,
+            "filename": m.artifact,
+            "sha256": m.sha256,
+            "verified": m.verified,
+            "members_checked_by": how,
+            "checked": [{"path": p, "sha256": s} for p, s in sorted(checked.items())],
+            "fallback": self.fallback,
+        }
+        return ReleaseInfo(version=m.version, origin=origin, digest=m.sha256, details=details)
 
     def paths(self) -> Iterator[str]:
-        return iter(self._zf.names())
+        return iter(sorted(p for p in self.manifest.members if p.startswith("vllm/")))
+
+    def read(self, relpath: str) -> bytes | None:
+        entry = self.manifest.members.get(relpath)
+        if entry is None:
+            return self._outside_wheel(relpath)
+        with self._lock:
+            data = self._near.pop(relpath, None)
+        if data is not None:
+            self._source.cache.store_blob(entry[0], _deflate(data))
+        else:
+            data = self._source.cache.read_blob(entry[0])
+        if data is None:
+            data = self.fetch([relpath], readahead=True)[relpath]
+        self._checked[relpath] = entry[0]
+        self.info = self._info()
+        return data
+
+    def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes | None]:
+        """Several files at once: what is not cached comes in one round of range requests."""
+        wanted = list(dict.fromkeys(relpaths))
+        inside = [p for p in wanted if p in self.manifest.members]
+        with self._lock:
+            cold = [p for p in inside if p not in self._near]
+        self.fetch(cold)
+        return {p: self.read(p) for p in wanted}
+
+    def fetch(self, paths: Iterable[str], *, readahead: bool = False) -> dict[str, bytes]:
+        """Make sure `paths` (those in the release) are cached; their bytes, checked."""
+        m = self.manifest
+        wanted = [p for p in dict.fromkeys(paths) if p in m.members]
+        missing = [p for p in wanted if not self._source.cache.has_blob(m.members[p][0])]
+        out: dict[str, bytes] = {}
+        if missing and m.kind == "sdist":
+            self.manifest = self._source.rebuild(self.manifest)  # a blob was pruned or damaged
+            return {p: d for p in wanted if (d := self.read(p)) is not None}
+        if missing:
+            extra = self._neighbours(missing) if readahead else []
+            try:
+                got = self._source.fetch_wheel_members(m, [*missing, *extra])
+            except wheel.DamagedWheel:
+                self._source.cache.drop_manifest(m.artifact)  # read it all again next time
+                raise
+            for path in missing:
+                self._source.cache.store_blob(got[path].sha256, got[path].deflated)
+                out[path] = got[path].data
+            with self._lock:
+                self._near.update({p: got[p].data for p in extra if p in got})
+        for path in wanted:
+            if path not in out and (data := self._source.cache.read_blob(m.members[path][0])):
+                out[path] = data
+        return out
+
+    def stand_ins(self, missing: list[str]) -> list[str]:
+        """For paths the release lacks, the Python files a moved-file search reads next: those
+        of the same name, and those in folders of the same name (fetched ahead, in parallel)."""
+        names = {PurePosixPath(p).name for p in missing if p.endswith(".py")}
+        folders = {PurePosixPath(p).parent.name for p in missing if p.endswith(".py")}
+        found = []
+        for path in self.manifest.members:
+            pure = PurePosixPath(path)
+            if path.endswith(".py") and (pure.name in names or pure.parent.name in folders):
+                found.append(path)
+        return found
+
+    def _neighbours(self, paths: list[str]) -> list[str]:
+        """Small members in the same folders (a moved-file search reads them next)."""
+        folders = {str(PurePosixPath(p).parent) for p in paths}
+        budget = READAHEAD
+        found = []
+        for name, entry in sorted(self.manifest.members.items()):
+            if str(PurePosixPath(name).parent) in folders and name not in paths:
+                if name in self._near or self._source.cache.has_blob(entry[0]):
+                    continue
+                budget -= entry[1]
+                if budget < 0:
+                    break
+                found.append(name)
+        return found
+
+    def _outside_wheel(self, relpath: str) -> bytes | None:
+        """A path a wheel cannot hold (csrc/, setup.py...) is read from the sdist."""
+        if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
+            return None
+        if self._sdist is None:
+            manifest = self._source.sdist_for(self.manifest.version)
+            if manifest is None:
+                return None
+            self._sdist = IndexTree(self._source, manifest, None)
+            note = f"sdist {manifest.artifact} for files outside vllm/"
+            self.fallback = f"{self.fallback}; {note}" if self.fallback else note
+        data = self._sdist.read(relpath)
+        self.info = self._info()
+        return data
 
 
 class IndexSource(ReleaseSource):
-    """vLLM sdists from the package index, cached and verified; the default source."""
+    """vLLM releases from the package index, cached and verified; the default source."""
 
     name = "index"
 
@@ -49,164 +188,366 @@ class IndexSource(ReleaseSource):
         cache: Cache | None = None,
         prereleases: bool = False,
         max_age: float = MAX_AGE,
-        timeout: float = 60.0,
+        timeout: float = net.DEFAULT_TIMEOUT,
         retries: int = 3,
+        artifact: Artifact = "auto",
+        verify_full: bool = False,
+        settings: IndexSettings | None = None,
     ) -> None:
+        if artifact not in ARTIFACTS:
+            raise SourceError(f"artifact {artifact!r} is not one of {', '.join(ARTIFACTS)}")
         self.cache = cache or Cache.default()
         self.index = PackageIndex(
-            index_url, offline=offline, cache=self.cache, max_age=max_age, retries=retries
+            index_url,
+            offline=offline,
+            cache=self.cache,
+            max_age=max_age,
+            timeout=timeout,
+            retries=retries,
+            settings=settings,
         )
         self.offline = offline
-        self.progress = progress
+        self.progress = progress  # (version, bytes, total) while a whole artifact downloads
         self.prereleases = prereleases
         self.timeout = timeout
         self.retries = retries
+        self.artifact = artifact
+        self.verify_full = verify_full
 
     def versions(self) -> list[str]:
-        """The index's releases; offline without a cached answer, the releases in the cache."""
-        try:
-            return self.index.list_versions(prereleases=self.prereleases)
-        except SourceError:
-            if not self.offline or self.index.cached_project_json() is not None:
-                raise
+        """The index's releases; offline, the releases in the cache."""
+        if self.offline:
             return sorted(set(self.cache.cached_tree_versions()), key=_sort_key)
+        return self.index.list_versions(prereleases=self.prereleases)
 
     @contextlib.contextmanager
-    def open(self, version: str) -> Iterator[ZipTree]:
-        zf = self._tree_zip(version, self.progress)
-        stamp = zf.stamp
-        with zf:
-            info = ReleaseInfo(
-                version=stamp.version,
-                origin=f"index sdist {stamp.sdist} sha256:{stamp.sha256[:12]}",
-                digest=stamp.sha256,
-            )
-            yield ZipTree(info, zf)
+    def open(self, version: str) -> Iterator[IndexTree]:
+        manifest, fallback = self._manifest(version)
+        yield IndexTree(self, manifest, fallback)
 
-    def fetch(self, version: str, progress: DownloadProgress | None = None) -> Path:
-        """Make sure the release's tree zip is in the cache (downloading if need be)."""
-        with self._tree_zip(version, progress) as zf:
-            return zf.path
+    def fetch(self, version: str, paths: Iterable[str] = ()) -> IndexTree:
+        """The release's manifest cached, and `paths` (those it has) with it."""
+        manifest, fallback = self._manifest(version)
+        tree = IndexTree(self, manifest, fallback)
+        wanted = list(paths)
+        tree.fetch([*wanted, *tree.stand_ins([p for p in wanted if p not in manifest.members])])
+        return tree
 
     def cached_versions(self) -> list[str]:
-        """The releases whose trees are in the cache, oldest first."""
-        cached = [v for v in self.cache.cached_tree_versions() if is_version(v)]
-        return sorted(cached, key=Version)
+        """The releases with a manifest in the cache, oldest first."""
+        return sorted(set(self.cache.cached_tree_versions()), key=_sort_key)
 
     def prefetch(
         self,
         versions: Iterable[str],
         *,
         progress: DownloadProgress | None = None,
-        workers: int = 4,
+        paths: Iterable[str] = (),
+        workers: int = 12,
     ) -> dict[str, Path]:
-        """Fetch several releases in parallel, reporting each download to `progress` (called
-        from the worker threads). Every release is tried; then a SourceError names all that
-        failed."""
-        wanted = list(dict.fromkeys(versions))
-        if not self.offline and wanted:
-            self.index.project_json()  # once, before the threads want it
+        """Fetch several releases (their manifests, and `paths` of each) in parallel;
+        `progress(version, 1, 1)` as each is ready. Returns each release's manifest file.
 
-        done: dict[str, Path] = {}
-        failed: list[str] = []
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = {pool.submit(self.fetch, v, progress): v for v in wanted}
-            for future in as_completed(futures):
+        Every release is tried; then a SourceError names all that failed. The workers are
+        daemon threads: Ctrl-C ends the run at once, without waiting for them.
+        """
+        wanted = list(dict.fromkeys(versions))
+        files = list(paths)
+        if not wanted:
+            return {}
+        if not self.offline:
+            self.index.files()  # once, before the threads want it
+        jobs: queue.Queue[str] = queue.Queue()
+        for v in wanted:
+            jobs.put(v)
+        results: queue.Queue[tuple[str, Exception | None]] = queue.Queue()
+        kept: dict[str, Path] = {}
+
+        def work() -> None:
+            while True:
                 try:
-                    done[futures[future]] = future.result()
-                except SourceError as exc:
-                    failed.append(f"{futures[future]}: {exc}")
+                    version = jobs.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    artifact = self.fetch(version, files).manifest.artifact
+                    kept[version] = self.cache.manifest_path(artifact)
+                    results.put((version, None))
+                except Exception as exc:  # handed to the main thread as is
+                    results.put((version, exc))
+
+        for _ in range(max(1, min(workers, len(wanted)))):
+            threading.Thread(target=work, daemon=True).start()
+        failed: list[str] = []
+        for _ in wanted:
+            version, exc = results.get()
+            if progress is not None:
+                progress(version, 1, 1)
+            if isinstance(exc, SourceError):
+                failed.append(f"{version}: {exc}")
+            elif exc is not None:
+                raise exc
         if failed:
             raise SourceError(
-                f"{len(failed)} of {len(wanted)} releases failed: " + "; ".join(failed)
+                f"{len(failed)} of {len(wanted)} releases failed: " + "; ".join(sorted(failed))
             )
-        return {v: done[v] for v in wanted}
+        return {v: kept[v] for v in wanted}
 
-    # -- the cache ---------------------------------------------------------------------
+    # -- choosing and building manifests --------------------------------------------------
 
-    def _tree_zip(self, version: str, progress: DownloadProgress | None) -> TreeZip:
+    def _manifest(self, version: str) -> tuple[Manifest, str | None]:
         if self.offline:
-            return self._cached_tree_zip(version)
-        sdist = self.index.release_files(version)
-        stamp = TreeStamp(sdist.version, sdist.filename, sdist.sha256)
-        zf = self._open_zip(sdist.version, stamp)
-        if zf is None:
-            with self.cache.lock(f"release-{sdist.version}"):
-                zf = self._open_zip(sdist.version, stamp)  # another process may have built it
-                if zf is None:
-                    self._build(sdist, stamp, progress)
-                    zf = self._open_zip(sdist.version, stamp)
-        if zf is None:  # pragma: no cover -- only if the cache is changed under our feet
-            raise SourceError(f"vllm {version}: the cached tree vanished after it was built")
-        return zf
+            return self._cached_manifest(version)
+        release = self.index.release(version)
+        fallback = None
+        if self.artifact == "sdist" or release.wheel is None:
+            if release.sdist is None:
+                lacking = "sdist" if release.wheel else "wheel and no sdist"
+                raise SourceError(
+                    f"vllm {release.version} has no {lacking} on the index at {self.index.where()}"
+                )
+            if self.artifact != "sdist":
+                fallback = "the index has no wheel"
+            return self._build(release.sdist), fallback
+        if self.artifact == "wheel" and release.wheel is None:
+            raise SourceError(f"vllm {release.version} has no wheel on the index")
+        try:
+            return self._build(release.wheel), None
+        except net.RangeError as exc:
+            if self.artifact == "wheel" or release.sdist is None:
+                LOG.info("%s; downloading the whole wheel", exc)
+                return self._build(release.wheel, full=True), f"whole wheel: {exc}"
+            LOG.info("%s; reading the sdist instead", exc)
+            return self._build(release.sdist), f"sdist: {exc}"
 
-    def _cached_tree_zip(self, version: str) -> TreeZip:
-        """Offline: the cached tree, checked against the cached index answer when there is one."""
-        expected: SdistFile | None = None
-        with contextlib.suppress(SourceError):  # no cached answer, or no such release in it
-            expected = self.index.release_files(version)
-        name = expected.version if expected else _canonical(version)
-        zf = self.cache.open_tree(name)
-        if zf is not None:
-            if expected is None or zf.stamp.sha256 == expected.sha256:
-                return zf
-            zf.close()
-        if expected is not None and self.cache.sdist_path(expected.filename).is_file():
-            stamp = TreeStamp(expected.version, expected.filename, expected.sha256)
-            with self.cache.lock(f"release-{expected.version}"):
-                if self._verified_sdist(expected) is not None:
-                    self.cache.build_tree(self.cache.sdist_path(expected.filename), stamp)
-                    zf = self._open_zip(expected.version, stamp)
-                    if zf is not None:
-                        return zf
+    def _cached_manifest(self, version: str) -> tuple[Manifest, str | None]:
+        """Offline: the release's manifest in the cache (the wheel unless sdist is asked for)."""
+        name = _canonical(version)
+        wheels = [] if self.artifact == "sdist" else self._cached_wheels(name)
+        sdist = [] if self.artifact == "wheel" else [f"vllm-{name}.tar.gz"]
+        for artifact in [*wheels, *sdist]:
+            manifest = self.cache.load_manifest(artifact)
+            if manifest is not None and (not self.verify_full or manifest.verified == "full"):
+                return manifest, None
         raise SourceError(
             f"offline, and vllm {version} is not in the cache at {self.cache.root};"
-            " run without --offline to download it"
+            " run without --offline to fetch it"
         )
 
-    def _open_zip(self, version: str, stamp: TreeStamp) -> TreeZip | None:
-        """The cached tree zip if it is sound and made from the sdist `stamp`."""
-        zf = self.cache.open_tree(version)
-        if zf is not None and zf.stamp != stamp:
-            zf.close()
+    def _cached_wheels(self, name: str) -> list[str]:
+        folder = self.cache.root / "manifests"
+        names = [p.name[: -len(".json")] for p in folder.glob(f"vllm-{name}-*.whl.json")]
+        files = [IndexFile(name, n, "", "", 0, "wheel") for n in names]
+        best = pick_wheel(files)
+        return sorted(names, key=lambda n: best is None or n != best.filename)
+
+    def sdist_for(self, version: str) -> Manifest | None:
+        """The release's sdist manifest (built if need be), or None when it has none."""
+        if self.offline:
+            return self.cache.load_manifest(f"vllm-{_canonical(version)}.tar.gz")
+        sdist = self.index.release(version).sdist
+        return None if sdist is None else self._build(sdist)
+
+    def rebuild(self, manifest: Manifest) -> Manifest:
+        """Build the manifest again from its artifact (a member it names went missing)."""
+        if self.offline:
+            raise SourceError(
+                f"offline, and files of {manifest.artifact} are missing from the cache at"
+                f" {self.cache.root}; run without --offline to fetch them again"
+            )
+        release = self.index.release(manifest.version)
+        for file in (release.wheel, release.sdist):
+            if file is not None and file.filename == manifest.artifact:
+                self.cache.drop_manifest(file.filename)
+                return self._build(file, full=manifest.verified == "full")
+        raise SourceError(f"{manifest.artifact} is no longer on the index at {self.index.where()}")
+
+    def _build(self, file: IndexFile, *, full: bool = False) -> Manifest:
+        full = full or self.verify_full or file.kind == "sdist"
+        cached = self._usable(file, full)
+        if cached is not None:
+            return cached
+        with self.cache.lock(f"artifact-{file.filename}"):
+            cached = self._usable(file, full)  # another process may have built it
+            if cached is not None:
+                return cached
+            manifest = self._from_download(file) if full else self._wheel_manifest(file)
+            self.cache.store_manifest(manifest)
+            return manifest
+
+    def _usable(self, file: IndexFile, full: bool) -> Manifest | None:
+        manifest = self.cache.load_manifest(file.filename)
+        if manifest is None:
             return None
-        return zf
+        if manifest.sha256 != file.sha256:
+            LOG.info("%s: the index now gives another sha256; reading it again", file.filename)
+            return None
+        if full and manifest.verified != "full":
+            return None
+        return manifest
 
-    def _build(self, sdist: SdistFile, stamp: TreeStamp, progress: DownloadProgress | None) -> None:
-        """Download the sdist unless a verified copy is cached, then write its tree zip."""
-        path = self._verified_sdist(sdist)
-        if path is None:
-            path = self.cache.sdist_path(sdist.filename)
+    def _wheel_manifest(self, file: IndexFile) -> Manifest:
+        url = file.url
 
-            def report(done: int, total: int) -> None:
-                if progress is not None:
-                    progress(sdist.version, done, total or sdist.size)
+        def tail(n: int) -> tuple[bytes, int]:
+            return net.fetch_range(url, n, None, **self._net())
 
-            LOG.info("downloading %s", net.redact(sdist.url))
-            try:
-                net.download(
-                    sdist.url,
-                    path,
-                    sha256=sdist.sha256,
-                    timeout=self.timeout,
-                    retries=self.retries,
-                    progress=report,
-                )
-            except IntegrityError:
+        def fetch(start: int, end: int) -> bytes:
+            return net.fetch_range(url, start, end, **self._net())[0]
+
+        LOG.info("reading the central directory of %s", file.filename)
+        directory = wheel.read_directory(tail, fetch, file.filename)
+        return _wheel_to_manifest(file, directory, "members")
+
+    def fetch_wheel_members(self, manifest: Manifest, paths: list[str]) -> dict[str, wheel.Member]:
+        """Members of a wheel through range requests, each checked against RECORD and CRC."""
+        if self.offline:
+            raise SourceError(
+                f"offline, and {paths[0]} of {manifest.artifact} is not in the cache at"
+                f" {self.cache.root}; run without --offline to fetch it"
+            )
+        entries = {}
+        record = {}
+        for p in paths:
+            sha, size, offset, compressed, crc, method = manifest.members[p]
+            entries[p] = wheel.Entry(p, offset, compressed, size, crc, method)
+            record[p] = sha
+        directory = wheel.Directory(manifest.size, manifest.end, entries, record)
+        url = manifest.url
+
+        def fetch(start: int, end: int) -> bytes:
+            return net.fetch_range(url, start, end, **self._net())[0]
+
+        def fetch_all(ranges: list[tuple[int, int]]) -> list[bytes]:
+            return in_parallel(lambda r: fetch(r[0], r[1]), ranges, workers=8)
+
+        LOG.info("reading %d member(s) of %s", len(paths), manifest.artifact)
+        got = wheel.fetch_members(directory, paths, fetch, manifest.artifact, fetch_all=fetch_all)
+        missing = [p for p in paths if p not in got]
+        if missing:  # pragma: no cover -- fetch_members returns every entry or raises
+            raise SourceError(f"{manifest.artifact}: {missing[0]} could not be read")
+        return got
+
+    def _from_download(self, file: IndexFile) -> Manifest:
+        """Download the whole artifact, check the index's sha256, read it, delete it."""
+        dest = self.cache.downloads / f"{threading.get_ident()}-{file.filename}"
+
+        def report(done: int, total: int) -> None:
+            if self.progress is not None:
+                self.progress(file.version, done, total or file.size)
+
+        LOG.info("downloading %s", net.redact(file.url))
+        try:
+            net.download(file.url, dest, sha256=file.sha256, progress=report, **self._net())
+        except SourceError:
+            if isinstance(self.index, PackageIndex):
                 self.index.forget()  # the answer may be stale: ask again next time
-                raise
-        self.cache.build_tree(path, stamp)
+            raise
+        try:
+            if file.kind == "sdist":
+                members = sdist_manifest(dest, self.cache)
+                return _manifest(file, "full", members)
+            url = dest.resolve().as_uri()
 
-    def _verified_sdist(self, sdist: SdistFile) -> Path | None:
-        """The cached sdist if its sha256 is the index's; a mismatching copy is deleted."""
-        path = self.cache.sdist_path(sdist.filename)
-        if not path.is_file():
-            return None
-        if file_sha256(path) == sdist.sha256:
-            return path
-        LOG.warning("%s: sha256 does not match the index; deleting it", path)
-        path.unlink(missing_ok=True)
-        return None
+            def tail(n: int) -> tuple[bytes, int]:
+                return net.fetch_range(url, n, None)
+
+            def fetch(start: int, end: int) -> bytes:
+                return net.fetch_range(url, start, end)[0]
+
+            directory = wheel.read_directory(tail, fetch, file.filename)
+            keep = [
+                n
+                for n, e in directory.entries.items()
+                if n.startswith("vllm/") and e.size <= FULL_KEEP
+            ]
+            for member in wheel.fetch_members(directory, keep, fetch, file.filename).values():
+                self.cache.store_blob(member.sha256, member.deflated)
+            return _wheel_to_manifest(file, directory, "full")
+        finally:
+            dest.unlink(missing_ok=True)
+
+    def _net(self) -> dict[str, Any]:
+        return {
+            "timeout": self.timeout,
+            "retries": self.retries,
+            "transport": self.index.transport,
+        }
+
+
+def in_parallel(fn: Callable[[_T], _R], items: list[_T], *, workers: int) -> list[_R]:
+    """`fn` over `items` in daemon threads (Ctrl-C does not wait for them), results in order;
+    the first failure is raised once all are done."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    jobs: queue.Queue[int] = queue.Queue()
+    for i in range(len(items)):
+        jobs.put(i)
+    results: queue.Queue[tuple[int, _R | None, BaseException | None]] = queue.Queue()
+
+    def work() -> None:
+        while True:
+            try:
+                i = jobs.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results.put((i, fn(items[i]), None))
+            except BaseException as exc:  # handed to the caller's thread
+                results.put((i, None, exc))
+
+    for _ in range(min(workers, len(items))):
+        threading.Thread(target=work, daemon=True).start()
+    out: dict[int, _R] = {}
+    failure: BaseException | None = None
+    for _ in items:
+        i, value, exc = results.get()
+        if exc is not None:
+            failure = failure or exc
+        else:
+            out[i] = value  # type: ignore[assignment]
+    if failure is not None:
+        raise failure
+    return [out[i] for i in range(len(items))]
+
+
+def _wheel_to_manifest(file: IndexFile, directory: wheel.Directory, verified: str) -> Manifest:
+    members = {
+        name: [directory.record.get(name, ""), e.size, e.offset, e.compressed, e.crc, e.method]
+        for name, e in directory.entries.items()
+        if name in directory.record  # RECORD (and signatures) have no hash: never read
+    }
+    return Manifest(
+        version=file.version,
+        artifact=file.filename,
+        kind="wheel",
+        sha256=file.sha256,
+        verified=verified,  # type: ignore[arg-type]
+        url=net.redact(file.url),
+        members=members,
+        size=directory.size,
+        end=directory.end,
+    )
+
+
+def _manifest(file: IndexFile, verified: str, members: dict[str, list[Any]]) -> Manifest:
+    return Manifest(
+        version=file.version,
+        artifact=file.filename,
+        kind=file.kind,
+        sha256=file.sha256,
+        verified=verified,  # type: ignore[arg-type]
+        url=net.redact(file.url),
+        members=members,
+        size=file.size,
+    )
+
+
+def _deflate(data: bytes) -> bytes:
+    import zlib  # noqa: PLC0415
+
+    compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush()
 
 
 def _canonical(version: str) -> str:
@@ -221,3 +562,6 @@ def _sort_key(version: str) -> tuple[int, Version | str]:
         return (0, Version(version))
     except InvalidVersion:
         return (1, version)
+
+
+__all__ = ["ARTIFACTS", "Artifact", "IndexSource", "IndexTree", "Path"]

@@ -1,88 +1,90 @@
-"""The user cache: verified sdists, a zip of each release's vllm/ tree, the index's answers.
+"""The user cache: each release's file list, the members read from it, the index's answers.
 
-Layout under the root (``$PATCHSET_CACHE_DIR``, else ``$XDG_CACHE_HOME/patchset``, else
-``~/.cache/patchset``)::
+Where it is: ``$PATCHSET_CACHE_DIR`` when set, else the user cache folder `platformdirs`
+names for patchset (``$XDG_CACHE_HOME/patchset`` or ``~/.cache/patchset`` on Linux).
+Layout under that root::
 
-    sdists/vllm-0.19.1.tar.gz   the sdist, sha256-checked against the index on download
-    trees/0.19.1.zip            every regular file under vllm/ of that sdist; the zip comment
-                                records the sdist's name and sha256
-    trees/0.19.1.json           the same record plus each member's offset, for fast reads
-    index/<key>.json            the project JSON of one index, with the time it was fetched
-    locks/<name>.lock           file locks taken around every write
+    manifests/<artifact>.json   one artifact's file list: for a wheel, its central directory
+                                with RECORD's sha256 per member; for an sdist, every file's
+                                sha256. A header line names the artifact, the index's sha256
+                                of it, what was verified, and the sha256 of the list below it
+    blobs/ab/<sha256>           a member's bytes (raw deflate), named by their sha256
+    index/<key>.json            an index's answer for vllm, with a digest of its content
+    downloads/                  whole artifacts while they are read (--verify-full, the
+                                sdist fallback); deleted once read
+    locks/<name>.lock           file locks taken around building one artifact's entry
 
-Reading a release is then opening one zip and inflating the few members asked for,
-instead of gunzipping 30-45 MB. Every write goes to a temporary file that is renamed
-into place while holding a file lock, so several ``patchset`` processes can share a
-cache; a reader never sees a half-written file.
+Everything is checked by content when read: a manifest against the digest in its header, a
+blob against its name, an index answer against its digest. What does not check out is
+deleted and built again, never believed. Every write goes to a temporary file renamed into
+place, so several processes can share a cache and a reader never sees a half-written file.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
+import logging
 import os
-import struct
-import tarfile
-import threading
+import shutil
+import tempfile
 import time
-import zipfile
 import zlib
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, Any, Literal
 
 import filelock
 
-from patchset._fs import atomic_file
 from patchset.errors import LockedError, SourceError
 
+LOG = logging.getLogger(__name__)
+
 LOCK_TIMEOUT = 900.0  # seconds; another process may be downloading a 45 MB sdist
-TREE_FORMAT = "patchset-tree/1"
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-# A zip member's local file header (APPNOTE.TXT 4.3.7): the name and extra-field lengths
-# are its last two fields; the member's data follows them.
-_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
-_LOCAL_SIGNATURE = b"PK\x03\x04"
+FORMAT = "patchset-manifest/2"
+ANSWER_FORMAT = "patchset-answer/2"
+_STALE_TEMP = 3600.0  # seconds after which a temporary file is an orphan
 
 
 def cache_root() -> Path:
-    """Where the cache lives, from the environment."""
+    """Where the cache lives: ``$PATCHSET_CACHE_DIR``, else the platform's user cache."""
+    return cache_location()[0]
+
+
+def cache_location() -> tuple[Path, str]:
+    """The cache root and the setting that chose it."""
     if explicit := os.environ.get("PATCHSET_CACHE_DIR"):
-        return Path(explicit).expanduser()
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "patchset"
-    return Path.home() / ".cache" / "patchset"
+        return Path(explicit).expanduser(), "$PATCHSET_CACHE_DIR"
+    import platformdirs  # noqa: PLC0415 -- only when no override is set
+
+    return platformdirs.user_cache_path("patchset", appauthor=False), "platformdirs (user cache)"
 
 
 @dataclasses.dataclass(frozen=True)
-class TreeStamp:
-    """What the zip comment of a tree records: which sdist the tree was made from."""
+class Manifest:
+    """One artifact's files: path -> [sha256, size, *where in the wheel]."""
 
     version: str
-    sdist: str
-    sha256: str
+    artifact: str  # the wheel's or sdist's file name
+    kind: Literal["wheel", "sdist"]
+    sha256: str  # the index's sha256 of the artifact
+    verified: Literal["members", "full"]  # members: RECORD + CRC per member; full: whole file
+    url: str  # where the artifact was read (credential-free)
+    members: dict[str, list[Any]]
+    size: int = 0  # of the artifact
+    end: int = 0  # wheels: where the central directory starts
 
-    def fields(self) -> dict[str, str]:
-        return {"format": TREE_FORMAT, **dataclasses.asdict(self)}
-
-    def encode(self) -> bytes:
-        return json.dumps(self.fields(), sort_keys=True).encode()
-
-    @classmethod
-    def decode(cls, comment: bytes) -> TreeStamp | None:
-        try:
-            fields = json.loads(comment)
-            if fields.pop("format") != TREE_FORMAT:
-                return None
-            return cls(**fields)
-        except (ValueError, TypeError, KeyError, AttributeError):
-            return None
+    def header(self) -> dict[str, Any]:
+        fields = dataclasses.asdict(self)
+        del fields["members"]
+        return {"format": FORMAT, **fields}
 
 
 @dataclasses.dataclass(frozen=True)
 class Cache:
-    """Paths and locked writes in one cache root."""
+    """Paths, checked reads and atomic writes in one cache root."""
 
     root: Path
 
@@ -90,19 +92,19 @@ class Cache:
     def default(cls) -> Cache:
         return cls(cache_root())
 
-    def sdist_path(self, filename: str) -> Path:
-        return self.root / "sdists" / _plain_name(filename)
+    def manifest_path(self, artifact: str) -> Path:
+        return self.root / "manifests" / f"{_plain_name(artifact)}.json"
 
-    def tree_path(self, version: str) -> Path:
-        return self.root / "trees" / f"{_plain_name(version)}.zip"
+    def blob_path(self, sha256: str) -> Path:
+        name = _plain_name(sha256)
+        return self.root / "blobs" / name[:2] / name
 
     def index_path(self, key: str) -> Path:
         return self.root / "index" / f"{_plain_name(key)}.json"
 
-    def cached_tree_versions(self) -> list[str]:
-        """Versions that have a tree zip (unsorted; the caller knows how to order them)."""
-        folder = self.root / "trees"
-        return [p.stem for p in folder.glob("*.zip")] if folder.is_dir() else []
+    @property
+    def downloads(self) -> Path:
+        return self.root / "downloads"
 
     @contextlib.contextmanager
     def lock(self, name: str, *, wait: bool = True) -> Iterator[bool]:
@@ -111,7 +113,7 @@ class Cache:
         With ``wait=False`` a busy lock is not waited for: the context then yields False.
         """
         path = self.root / "locks" / f"{_plain_name(name)}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _mkdir(path.parent)
         try:
             with filelock.FileLock(path, timeout=LOCK_TIMEOUT if wait else 0):
                 yield True
@@ -126,222 +128,249 @@ class Cache:
     # -- the index's answers -------------------------------------------------------------
 
     def load_json(self, key: str) -> tuple[float, Any] | None:
-        """The cached JSON stored under `key` and when it was fetched, if present and sound."""
+        """The answer stored under `key` and when it was fetched, if present and intact.
+
+        One whose content does not match its digest is deleted (and logged).
+        """
+        path = self.index_path(key)
         try:
-            record = json.loads(self.index_path(key).read_bytes())
-            return float(record["fetched_at"]), record["data"]
-        except (OSError, ValueError, KeyError, TypeError):
+            record = json.loads(path.read_bytes())
+            data = record["data"]
+            intact = record["format"] == ANSWER_FORMAT and record["sha256"] == _digest(data)
+            fetched = float(record["fetched_at"])
+        except OSError:  # absent, or the cache folder is unusable (said when writing)
             return None
+        except (ValueError, KeyError, TypeError):
+            intact, data, fetched = False, None, 0.0
+        if not intact:
+            LOG.info("%s: the cached index answer is damaged; it is asked for again", path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        return fetched, data
 
     def store_json(self, key: str, data: Any, *, source: str) -> None:
-        record = {"fetched_at": time.time(), "source": source, "data": data}
-        path = self.index_path(key)
-        with self.lock(f"index-{key}"), atomic_write(path) as out:
+        record = {
+            "format": ANSWER_FORMAT,
+            "fetched_at": time.time(),
+            "source": source,
+            "sha256": _digest(data),
+            "data": data,
+        }
+        with atomic_write(self.index_path(key)) as out:
             out.write(json.dumps(record).encode())
 
     def drop_json(self, key: str) -> None:
-        with self.lock(f"index-{key}"):
+        with contextlib.suppress(OSError):
             self.index_path(key).unlink(missing_ok=True)
 
-    # -- release trees -------------------------------------------------------------------
+    # -- manifests -----------------------------------------------------------------------
 
-    def open_tree(self, version: str) -> TreeZip | None:
-        """The cached tree of `version` if it is there and sound; the caller checks its stamp.
-
-        A tree whose member index is missing or stale gets a new one, when nobody is
-        writing that release just now.
-        """
-        tree = TreeZip.open(self.tree_path(version))
-        if tree is not None and not tree.indexed:
-            with self.lock(f"release-{version}", wait=False) as locked:
-                if locked:
-                    _write_member_index(tree.path, tree.stamp, tree.members)
-        return tree
-
-    def build_tree(self, sdist: Path, stamp: TreeStamp) -> Path:
-        """Write ``trees/<version>.zip`` and its member index from a verified sdist.
-
-        Call with the release's lock held. The zip is renamed into place first; the index
-        names the zip's size and mtime, so a reader never trusts an index of another zip.
-        """
-        dest = self.tree_path(stamp.version)
-        with atomic_write(dest) as out:
-            members = sdist_to_zip(sdist, out, comment=stamp.encode())
-        _write_member_index(dest, stamp, members)
-        return dest
-
-
-def _write_member_index(zip_path: Path, stamp: TreeStamp, members: dict[str, list[int]]) -> None:
-    stat = zip_path.stat()
-    record = {**stamp.fields(), "zip": [stat.st_size, stat.st_mtime_ns], "members": members}
-    with atomic_write(_index_path(zip_path)) as out:
-        out.write(json.dumps(record, separators=(",", ":")).encode())
-
-
-class TreeZip:
-    """Reads members of a tree zip.
-
-    Opening a zip with `zipfile` parses its whole central directory (some 8 ms for the
-    2,000 files of a vLLM release). The index written beside it at build time holds each
-    member's offset, so a warm read costs a JSON load and one seek per file instead. When
-    the index is missing or names another zip, `zipfile` is used.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        file: IO[bytes],
-        stamp: TreeStamp,
-        members: dict[str, list[int]],
-        *,
-        indexed: bool,
-    ) -> None:
-        self.path = path
-        self.stamp = stamp
-        self.members = members
-        self.indexed = indexed  # False when read through zipfile
-        self._file = file
-        self._lock = threading.Lock()
-
-    @classmethod
-    def open(cls, path: Path) -> TreeZip | None:
-        """The tree zip at `path`, or None when it is missing, unreadable or unstamped."""
+    def load_manifest(self, artifact: str) -> Manifest | None:
+        """The artifact's manifest if cached and intact; a damaged one is deleted."""
+        path = self.manifest_path(artifact)
         try:
-            file = path.open("rb")
+            raw = path.read_bytes()
+        except OSError:
+            return None
+        manifest = _decode_manifest(raw)
+        if manifest is None or manifest.artifact != artifact:
+            LOG.info("%s: damaged (its content does not match its digest); rebuilding", path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # last use, for `cache prune --older-than`
+        return manifest
+
+    def store_manifest(self, manifest: Manifest) -> None:
+        body = json.dumps(manifest.members, separators=(",", ":"), sort_keys=True).encode()
+        header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
+        with atomic_write(self.manifest_path(manifest.artifact)) as out:
+            out.write(json.dumps(header, sort_keys=True).encode() + b"\n" + body)
+
+    def drop_manifest(self, artifact: str) -> None:
+        with contextlib.suppress(OSError):
+            self.manifest_path(artifact).unlink(missing_ok=True)
+
+    def manifests(self) -> list[Manifest]:
+        """Every intact manifest in the cache (unordered)."""
+        folder = self.root / "manifests"
+        found = []
+        for path in folder.glob("*.json") if folder.is_dir() else []:
+            with contextlib.suppress(OSError):
+                manifest = _decode_manifest(path.read_bytes())
+                if manifest is not None:
+                    found.append(manifest)
+        return found
+
+    def cached_tree_versions(self) -> list[str]:
+        """Versions with a manifest (unsorted; the caller knows how to order them)."""
+        return sorted({m.version for m in self.manifests()})
+
+    # -- blobs ---------------------------------------------------------------------------
+
+    def read_blob(self, sha256: str) -> bytes | None:
+        """The bytes named `sha256`, checked; None when absent or damaged (then deleted)."""
+        path = self.blob_path(sha256)
+        try:
+            raw = path.read_bytes()
         except OSError:
             return None
         try:
-            tree = cls._from_index(path, file) or cls._from_zipfile(path, file)
-        except (OSError, zipfile.BadZipFile):
-            tree = None
-        if tree is None:
-            file.close()
-        return tree
-
-    @classmethod
-    def _from_index(cls, path: Path, file: IO[bytes]) -> TreeZip | None:
-        """Trust the index only if it was written for this very file (size and mtime)."""
-        try:
-            record = json.loads(_index_path(path).read_bytes())
-            stat = os.fstat(file.fileno())
-            if record.pop("zip") != [stat.st_size, stat.st_mtime_ns]:
-                return None
-            members = record.pop("members")
-            stamp = TreeStamp.decode(json.dumps(record).encode())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-        if stamp is None or not isinstance(members, dict):
-            return None
-        return cls(path, file, stamp, members, indexed=True)
-
-    @classmethod
-    def _from_zipfile(cls, path: Path, file: IO[bytes]) -> TreeZip | None:
-        with zipfile.ZipFile(file) as zf:
-            stamp = TreeStamp.decode(zf.comment)
-            members = _member_table(zf.infolist())
-        return cls(path, file, stamp, members, indexed=False) if stamp else None
-
-    def __enter__(self) -> TreeZip:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._file.close()
-
-    def names(self) -> list[str]:
-        return sorted(self.members)
-
-    def read(self, name: str) -> bytes | None:
-        """The member's bytes, or None when the release has no such file."""
-        entry = self.members.get(name)
-        if entry is None:
-            return None
-        offset, compressed, size, crc, method = entry
-        with self._lock:
-            self._file.seek(offset)
-            header = self._file.read(_LOCAL_HEADER.size)
-            if len(header) != _LOCAL_HEADER.size:
-                raise self._damaged(name)
-            fields = _LOCAL_HEADER.unpack(header)
-            if fields[0] != _LOCAL_SIGNATURE:
-                raise self._damaged(name)
-            self._file.seek(offset + len(header) + fields[-2] + fields[-1])
-            raw = self._file.read(compressed)
-        try:
-            data = zlib.decompress(raw, -zlib.MAX_WBITS) if method == zipfile.ZIP_DEFLATED else raw
+            data = zlib.decompress(raw, -zlib.MAX_WBITS)
         except zlib.error:
-            raise self._damaged(name) from None
-        if len(data) != size or zlib.crc32(data) != crc:
-            raise self._damaged(name)
+            data = None
+        if data is None or hashlib.sha256(data).hexdigest() != sha256:
+            LOG.info("%s: damaged in the cache; it is fetched again", path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            return None
         return data
 
-    def _damaged(self, name: str) -> SourceError:
-        return SourceError(f"{name} is damaged in the cache; delete the file", path=self.path)
+    def has_blob(self, sha256: str) -> bool:
+        return self.blob_path(sha256).is_file()
+
+    def store_blob(self, sha256: str, deflated: bytes) -> None:
+        """Store a member's raw deflate stream under the sha256 of its inflated bytes."""
+        path = self.blob_path(sha256)
+        if path.is_file():
+            return
+        with atomic_write(path) as out:
+            out.write(deflated)
+
+    # -- maintenance ---------------------------------------------------------------------
+
+    def usage(self) -> tuple[int, int]:
+        """(bytes, files) under the root."""
+        total = count = 0
+        for path in _files(self.root):
+            with contextlib.suppress(OSError):
+                total += path.stat().st_size
+                count += 1
+        return total, count
+
+    def prune(self, older_than: float) -> tuple[int, int]:
+        """Drop manifests unused for `older_than` seconds, then the blobs no manifest names,
+        index answers as old, leftovers of interrupted writes and of older cache formats.
+        Returns (files removed, bytes freed)."""
+        now = time.time()
+        removed = freed = 0
+
+        def drop(path: Path) -> None:
+            nonlocal removed, freed
+            with contextlib.suppress(OSError):
+                size = path.stat().st_size
+                path.unlink()
+                removed += 1
+                freed += size
+
+        for folder in ("manifests", "index", "settings"):
+            for path in _files(self.root / folder):
+                with contextlib.suppress(OSError):
+                    if now - path.stat().st_mtime > older_than:
+                        drop(path)
+        named: set[str] = set()
+        for manifest in self.manifests():
+            named.update(entry[0] for entry in manifest.members.values())
+        for path in _files(self.root / "blobs"):
+            with contextlib.suppress(OSError):  # a blob written just now may await its manifest
+                if path.name not in named and now - path.stat().st_mtime > 60:
+                    drop(path)
+        for path in _files(self.root):
+            with contextlib.suppress(OSError):
+                orphan = path.name.endswith((".tmp", ".part")) or path.parent == self.downloads
+                if orphan and now - path.stat().st_mtime > _STALE_TEMP:
+                    drop(path)
+        for old in ("sdists", "trees"):  # the format before manifests
+            for path in _files(self.root / old):
+                drop(path)
+        return removed, freed
+
+    def clear(self) -> tuple[int, int]:
+        """Remove everything but the locks folder. Returns (files removed, bytes freed)."""
+        freed, removed = self.usage()
+        for child in self.root.iterdir() if self.root.is_dir() else []:
+            if child.name == "locks":
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    child.unlink()
+        return removed, freed
 
 
-def _index_path(zip_path: Path) -> Path:
-    return zip_path.with_suffix(".json")
-
-
-def _member_table(infos: list[zipfile.ZipInfo]) -> dict[str, list[int]]:
-    return {
-        i.filename: [i.header_offset, i.compress_size, i.file_size, i.CRC, i.compress_type]
-        for i in infos
-        if not i.is_dir()
-    }
-
-
-def sdist_to_zip(sdist: Path, out: IO[bytes], *, comment: bytes = b"") -> dict[str, list[int]]:
-    """Stream the tar.gz once, copying each regular file under ``<top>/vllm/`` as ``vllm/...``.
-
-    Nothing is extracted to disk. Links and special files are skipped; a member with an
-    absolute path or a ``..`` component makes the whole sdist unusable (SourceError).
-    Returns the member table (name: offset, compressed size, size, crc, method).
-    """
-    members: dict[str, list[int]] = {}
-    try:
-        with (
-            tarfile.open(sdist, mode="r|gz") as tar,
-            zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf,
-        ):
-            for member in tar:
-                relpath = _member_relpath(member.name, sdist)
-                if relpath is None or not member.isfile():
-                    continue
-                handle = tar.extractfile(member)
-                if handle is None:  # pragma: no cover -- isfile() members always have data
-                    continue
-                info = zipfile.ZipInfo(relpath, date_time=_ZIP_DATE)
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.external_attr = 0o644 << 16
-                zf.writestr(info, handle.read())
-            zf.comment = comment
-            members = _member_table(zf.infolist())
-    except (tarfile.TarError, EOFError, zipfile.BadZipFile) as exc:
-        raise SourceError(f"unreadable sdist ({exc})", path=sdist) from None
-    if not members:
-        raise SourceError("the sdist holds no vllm/ package", path=sdist)
-    return members
-
-
-def _member_relpath(name: str, sdist: Path) -> str | None:
-    """``vllm-X/vllm/a/b.py`` -> ``vllm/a/b.py``; None for members outside vllm/."""
-    pure = PurePosixPath(name)
-    if pure.is_absolute() or ".." in pure.parts or "\\" in name:
-        raise SourceError(f"unsafe member {name!r} in the sdist; refusing it", path=sdist)
-    parts = pure.parts
-    if len(parts) < 3 or parts[1] != "vllm":
+def _decode_manifest(raw: bytes) -> Manifest | None:
+    head, sep, body = raw.partition(b"\n")
+    if not sep:
         return None
-    return "/".join(parts[1:])
+    try:
+        header = json.loads(head)
+        if header.pop("format") != FORMAT:
+            return None
+        if header.pop("digest") != hashlib.sha256(body).hexdigest():
+            return None
+        members = json.loads(body)
+        manifest = Manifest(members=members, **header)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not isinstance(manifest.members, dict):
+        return None
+    return manifest
 
 
-def atomic_write(dest: Path) -> contextlib.AbstractContextManager[IO[bytes]]:
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _files(folder: Path) -> Iterator[Path]:
+    if not folder.is_dir():
+        return
+    for base, _, names in os.walk(folder):
+        for name in names:
+            yield Path(base) / name
+
+
+def _mkdir(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (folder, *folder.parents) if p.is_file()), folder)
+        raise SourceError(
+            f"the cache path {blocker} is a file, not a folder; set $PATCHSET_CACHE_DIR to a folder"
+        ) from None
+    except OSError as exc:
+        raise SourceError(
+            f"cannot create the cache folder {folder} ({exc.strerror});"
+            " set $PATCHSET_CACHE_DIR to a writable folder"
+        ) from None
+
+
+@contextlib.contextmanager
+def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
     """A file to write that replaces `dest` in one rename on success and vanishes on failure
-    (0o644 as any cache file)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_file(dest, mode=0o644)
+    (0o644 as any cache file); an unusable cache folder is one clear error.
+
+    Unlike `patchset._fs.atomic_file` it does not fsync: everything here is checked by content
+    when read, so a file torn by a power loss is fetched again, and a cold check writes
+    thousands of small files (an fsync each cost seconds).
+    """
+    _mkdir(dest.parent)
+    try:
+        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise SourceError(
+            f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
+            " set $PATCHSET_CACHE_DIR to a writable folder"
+        ) from None
+    os.fchmod(fd, 0o644)  # readable by the other users of a shared cache
+    try:
+        with os.fdopen(fd, "w+b") as out:
+            yield out
+        os.replace(name, dest)
+    finally:
+        Path(name).unlink(missing_ok=True)
 
 
 def _plain_name(name: str) -> str:
@@ -349,3 +378,35 @@ def _plain_name(name: str) -> str:
     if not name or name in {".", ".."} or "/" in name or "\\" in name or "\x00" in name:
         raise SourceError(f"{name!r} cannot name a cache file")
     return name
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSummary:
+    """What `patchset cache info` shows."""
+
+    root: Path
+    chosen_by: str
+    bytes: int
+    files: int
+    releases: tuple[str, ...]  # artifacts with a manifest, e.g. "0.19.1 (wheel)"
+
+
+def summary() -> CacheSummary:
+    """The default cache: where it is, which setting chose it, its size and releases."""
+    root, chosen_by = cache_location()
+    cache = Cache(root)
+    size, files = cache.usage()
+    releases = tuple(
+        f"{m.version} ({m.kind}, {m.artifact})"
+        for m in sorted(cache.manifests(), key=lambda m: (_version_key(m.version), m.artifact))
+    )
+    return CacheSummary(root, chosen_by, size, files, releases)
+
+
+def _version_key(text: str) -> tuple[int, Any]:
+    from packaging.version import InvalidVersion, Version  # noqa: PLC0415
+
+    try:
+        return (0, Version(text))
+    except InvalidVersion:
+        return (1, text)

@@ -1,91 +1,66 @@
-"""The package-index client: where the index is, which vLLM releases it has, their sdists.
+"""The package-index client: vLLM's files on any index that speaks the simple API.
 
-The index is pip's: ``--index-url`` from the caller, else ``PIP_INDEX_URL``, else pip's
-configuration, else pip's default. Only its JSON API is used (``<base>/vllm/json``), whose
-base is derived from a simple-API URL (``https://host/simple`` -> ``https://host/pypi``).
-Extra indexes are ignored on purpose: one release must come from one place.
-
-The project JSON is cached with the time it was fetched, so ``offline=True`` can answer
-from the cache, and several look-ups within ``max_age`` cost no request.
+The project page ``<index>/vllm/`` is asked for as PEP 691 JSON, then PEP 503 HTML (what
+the server prefers decides), and parsed by `pypi_simple`. Per release it names a wheel
+(one for this machine's architecture when there is one) and the sdist, each with the
+index's sha256. The answer is cached with the time it was fetched and a digest of its
+content, so ``offline=True`` can answer from the cache, look-ups within ``max_age`` cost no
+request, and a damaged answer is never believed (it is asked for again, or refused offline).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
-import os
+import platform
 import time
 import urllib.parse
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from patchset.adapters import net
 from patchset.errors import SourceError
 from patchset.sources.package_index.cache import Cache
+from patchset.sources.package_index.settings import IndexSettings, resolve
 
 LOG = logging.getLogger(__name__)
 
 PROJECT = "vllm"
-MAX_AGE = 600.0  # seconds an online look-up reuses the cached project JSON
+MAX_AGE = 600.0  # seconds an online look-up reuses the cached project page
+ACCEPT = (
+    "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2,"
+    " text/html;q=0.01"
+)
 
 
 @dataclass(frozen=True)
-class SdistFile:
-    """One release's sdist as the index describes it."""
+class IndexFile:
+    """One file of a release as the index describes it."""
 
     version: str
     filename: str
     url: str  # absolute
     sha256: str
-    size: int
+    size: int  # 0 when the index does not say
+    kind: Literal["wheel", "sdist"]
     yanked: bool = False
 
 
-def index_json_base(index_url: str | None = None) -> str:
-    """The JSON API base URL (``<...>/pypi``) of the index pip would use."""
-    url = index_url or os.environ.get("PIP_INDEX_URL") or _pip_config_index_url()
-    if url:
-        return json_base_from_index_url(url)
-    try:
-        from pip._internal.models.index import PyPI  # noqa: PLC0415 -- pip is slow to import
-    except ImportError:
-        raise SourceError(
-            "pip is not installed here, so its default index is unknown; pass --index-url"
-        ) from None
-    return PyPI.pypi_url.rstrip("/")
+@dataclass(frozen=True)
+class Release:
+    """A release's artifacts: the wheel to read (if any) and the sdist (if any)."""
 
-
-def json_base_from_index_url(index_url: str) -> str:
-    """``https://host/simple/`` -> ``https://host/pypi``; other URLs are taken as the base."""
-    parts = urllib.parse.urlsplit(index_url.strip())
-    path = parts.path.rstrip("/")
-    head, _, last = path.rpartition("/")
-    if last in {"simple", "+simple"}:
-        path = f"{head}/pypi"
-    return urllib.parse.urlunsplit(parts._replace(path=path, query="", fragment=""))
-
-
-def _pip_config_index_url() -> str | None:
-    """``global.index-url`` from pip's configuration files (the environment is read first)."""
-    try:
-        from pip._internal.configuration import Configuration  # noqa: PLC0415 -- slow import
-        from pip._internal.exceptions import ConfigurationError  # noqa: PLC0415
-    except ImportError:
-        return None
-
-    config = Configuration(isolated=False)
-    try:
-        config.load()
-        value = config.get_value("global.index-url")
-    except ConfigurationError:
-        return None
-    return str(value) if value else None
+    version: str
+    wheel: IndexFile | None
+    sdist: IndexFile | None
 
 
 class PackageIndex:
-    """vLLM's entries on one package index, with the project JSON cached on disk."""
+    """vLLM's entries on one package index, with the project page cached on disk."""
 
     def __init__(
         self,
@@ -94,131 +69,179 @@ class PackageIndex:
         offline: bool = False,
         cache: Cache | None = None,
         max_age: float = MAX_AGE,
-        timeout: float = 30.0,
+        timeout: float = net.DEFAULT_TIMEOUT,
         retries: int = 3,
+        settings: IndexSettings | None = None,
     ) -> None:
-        self.json_base = index_json_base(index_url)
+        self._given = index_url
+        self._settings = settings
         self.offline = offline
         self.cache = cache or Cache.default()
         self.max_age = max_age
         self.timeout = timeout
         self.retries = retries
-        self._project: dict[str, Any] | None = None
+        self._files: list[IndexFile] | None = None
+
+    @property
+    def settings(self) -> IndexSettings:
+        """pip's settings, read once when first needed (it runs pip)."""
+        if self._settings is None:
+            self._settings = resolve(self._given, memo=self.cache.root / "settings")
+        return self._settings
+
+    @property
+    def transport(self) -> net.Transport:
+        return self.settings.transport
 
     @property
     def project_url(self) -> str:
-        return f"{self.json_base}/{PROJECT}/json"
+        return urllib.parse.urljoin(self.settings.index_url.rstrip("/") + "/", f"{PROJECT}/")
 
     @property
     def cache_key(self) -> str:
-        """One cached answer per index, named by a hash of its (credential-free) base URL."""
-        base = net.redact(self.json_base)
+        """One cached answer per index, named by a hash of its (credential-free) URL."""
+        base = net.redact(self.settings.index_url.rstrip("/"))
         return f"{PROJECT}-{hashlib.sha256(base.encode()).hexdigest()[:16]}"
 
-    def project_json(self) -> dict[str, Any]:
-        """The index's JSON for vLLM: fetched, or from the cache when fresh or offline."""
-        if self._project is None:
-            self._project = self._load_project()
-        return self._project
+    def files(self) -> list[IndexFile]:
+        """Every vLLM file the index lists: fetched, or from the cache when fresh or offline."""
+        if self._files is None:
+            self._files = self._load()
+        return self._files
 
-    def cached_project_json(self) -> dict[str, Any] | None:
+    def cached_files(self) -> list[IndexFile] | None:
         """The cached answer whatever its age, without touching the network."""
         cached = self.cache.load_json(self.cache_key)
-        return _checked_project(cached[1], self.project_url) if cached else None
+        return _files_from_record(cached[1]) if cached else None
 
     def forget(self) -> None:
         """Drop the cached answer, so the next look-up asks the index again."""
-        self._project = None
+        self._files = None
         self.cache.drop_json(self.cache_key)
 
     def list_versions(self, *, prereleases: bool = False) -> list[str]:
-        """Every release with an sdist that is not yanked, oldest first."""
-        found: list[tuple[Version, str]] = []
-        for name, files in self.project_json()["releases"].items():
-            version = _parse_version(name)
-            if version is None or (version.is_prerelease and not prereleases):
+        """Every release with a wheel or an sdist that is not yanked, oldest first."""
+        found: dict[str, Version] = {}
+        for f in self.files():
+            version = _parse_version(f.version)
+            if version is None or f.yanked or (version.is_prerelease and not prereleases):
                 continue
-            if any(_is_sdist(f) and not f.get("yanked") for f in files):
-                found.append((version, name))
-        return [name for _, name in sorted(found)]
+            found[f.version] = version
+        return sorted(found, key=found.__getitem__)
 
-    def release_files(self, version: str) -> SdistFile:
-        """The sdist of `version` (a yanked one too: the caller asked for it by name)."""
-        releases: dict[str, list[dict[str, Any]]] = self.project_json()["releases"]
-        name = _find_release(releases, version)
-        if name is None:
-            raise SourceError(f"vllm {version} is not on the index at {self._where()}")
+    def release(self, version: str) -> Release:
+        """The wheel and sdist of `version` (yanked ones too: the caller asked by name)."""
+        target = _parse_version(version)
+        mine = [f for f in self.files() if f.version == version or (
+            target is not None and _parse_version(f.version) == target)]  # fmt: skip
+        if not mine:
+            raise SourceError(f"vllm {version} is not on the index at {self.where()}")
+        wheels = [f for f in mine if f.kind == "wheel"]
         sdists = sorted(
-            (f for f in releases[name] if _is_sdist(f)),
-            key=lambda f: not str(f.get("filename", "")).endswith(".tar.gz"),
+            (f for f in mine if f.kind == "sdist"), key=lambda f: not f.filename.endswith(".gz")
         )
-        if not sdists:
-            raise SourceError(f"vllm {name} has no sdist on the index at {self._where()}")
-        entry = sdists[0]
-        try:
-            return SdistFile(
-                version=name,
-                filename=str(entry["filename"]),
-                url=urllib.parse.urljoin(self.project_url, str(entry["url"])),
-                sha256=str(entry["digests"]["sha256"]).lower(),
-                size=int(entry.get("size") or 0),
-                yanked=bool(entry.get("yanked")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SourceError(
-                f"the index's entry for {entry.get('filename', name)} lacks {exc}"
-            ) from None
+        return Release(mine[0].version, pick_wheel(wheels), sdists[0] if sdists else None)
 
-    def _load_project(self) -> dict[str, Any]:
+    def where(self) -> str:
+        return net.redact(self.settings.index_url)
+
+    def _load(self) -> list[IndexFile]:
         cached = self.cache.load_json(self.cache_key)
         if self.offline:
             if cached is None:
                 raise SourceError(
-                    f"offline, and the index's list of vllm releases is not cached in "
-                    f"{self.cache.root}; run once without --offline"
+                    f"offline, and the index's list of vllm releases is not cached (or is"
+                    f" damaged) in {self.cache.root}; run once without --offline"
                 )
-            return _checked_project(cached[1], self.project_url)
+            return _files_from_record(cached[1])
         if cached is not None and time.time() - cached[0] < self.max_age:
-            return _checked_project(cached[1], self.project_url)
+            return _files_from_record(cached[1])
+        files = self._fetch()
+        self.cache.store_json(
+            self.cache_key, {"files": [asdict(f) for f in files]}, source=self.where()
+        )
+        return files
+
+    def _fetch(self) -> list[IndexFile]:
+        from pypi_simple import ProjectPage  # noqa: PLC0415 -- pydantic is slow to import
+
+        url = self.project_url
+        LOG.info("asking %s for vllm's files", net.redact(url))
         try:
-            data = net.fetch_json(self.project_url, timeout=self.timeout, retries=self.retries)
+            final, kind, body = net.fetch_page(
+                url,
+                accept=ACCEPT,
+                timeout=self.timeout,
+                retries=self.retries,
+                transport=self.transport,
+            )
         except net.HTTPStatusError as exc:
             if exc.status == 404:
-                raise SourceError(f"vllm is not on the index at {self._where()}") from None
+                raise SourceError(f"vllm is not on the index at {self.where()}") from None
             raise
-        project = _trimmed(_checked_project(data, self.project_url))
-        self.cache.store_json(self.cache_key, project, source=net.redact(self.project_url))
-        return project
+        mime = kind.split(";")[0].strip().lower()
+        try:
+            if mime in {"application/vnd.pypi.simple.v1+json", "application/json"}:
+                page = ProjectPage.from_json_data(json.loads(body), final)
+            elif mime in {"text/html", "application/vnd.pypi.simple.v1+html", ""}:
+                page = ProjectPage.from_html(PROJECT, body, final)
+            else:
+                raise SourceError(f"{net.redact(url)}: an answer of type {mime!r}, not a page")
+        except SourceError:
+            raise
+        except Exception as exc:  # any parse failure of a foreign page is one error
+            raise SourceError(
+                f"{net.redact(url)}: not a simple-API project page ({type(exc).__name__})"
+            ) from None
+        files = []
+        for package in page.packages:
+            sha = (package.digests or {}).get("sha256")
+            if package.package_type not in {"wheel", "sdist"} or not package.version or not sha:
+                continue
+            kind_: Literal["wheel", "sdist"] = (
+                "wheel" if package.package_type == "wheel" else "sdist"
+            )
+            files.append(
+                IndexFile(
+                    version=package.version,
+                    filename=package.filename,
+                    url=package.url,
+                    sha256=sha.lower(),
+                    size=int(package.size or 0),
+                    kind=kind_,
+                    yanked=bool(package.is_yanked),
+                )
+            )
+        if not files:
+            raise SourceError(
+                f"{net.redact(url)}: the page lists no vllm wheel or sdist with a sha256"
+                " (is it an error page?)"
+            )
+        return files
 
-    def _where(self) -> str:
-        return net.redact(self.json_base)
+
+def pick_wheel(wheels: list[IndexFile]) -> IndexFile | None:
+    """A wheel for this machine's architecture when there is one, else a pure one, else any."""
+    machine = platform.machine().lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+    def rank(f: IndexFile) -> tuple[int, str]:
+        try:
+            platforms = {t.platform for t in parse_wheel_filename(f.filename)[3]}
+        except InvalidWheelFilename:
+            return (3, f.filename)
+        if any(p == machine or p.endswith(f"_{machine}") for p in platforms):
+            return (0, f.filename)
+        return (1 if "any" in platforms else 2, f.filename)
+
+    return min(wheels, key=rank) if wheels else None
 
 
-def _checked_project(data: Any, url: str) -> dict[str, Any]:
-    if not isinstance(data, dict) or not isinstance(data.get("releases"), dict):
-        raise SourceError(f"{net.redact(url)}: not a project answer of the JSON API")
-    return data
-
-
-def _trimmed(project: dict[str, Any]) -> dict[str, Any]:
-    """Only what is used: the sdist entries (a tenth of the answer, quick to load again)."""
-    keep = ("filename", "url", "digests", "size", "yanked", "packagetype")
-    releases = {
-        name: [{k: f[k] for k in keep if k in f} for f in files if _is_sdist(f)]
-        for name, files in project["releases"].items()
-        if isinstance(files, list)
-    }
-    return {"releases": releases}
-
-
-def _find_release(releases: dict[str, Any], wanted: str) -> str | None:
-    """The release key equal to `wanted` as a version (so ``v0.19.1`` finds ``0.19.1``)."""
-    if wanted in releases:
-        return wanted
-    target = _parse_version(wanted)
-    if target is None:
-        return None
-    return next((name for name in releases if _parse_version(name) == target), None)
+def _files_from_record(data: Any) -> list[IndexFile]:
+    try:
+        return [IndexFile(**entry) for entry in data["files"]]
+    except (KeyError, TypeError) as exc:
+        raise SourceError(f"the cached index answer is not readable ({exc})") from None
 
 
 def _parse_version(text: str) -> Version | None:
@@ -226,7 +249,3 @@ def _parse_version(text: str) -> Version | None:
         return Version(text)
     except InvalidVersion:
         return None
-
-
-def _is_sdist(entry: dict[str, Any]) -> bool:
-    return entry.get("packagetype") == "sdist"

@@ -1,0 +1,312 @@
+"""Reading a wheel lazily: its central directory once, then only the members asked for.
+
+A wheel is a zip whose central directory, at the end, names every member with its offset
+(APPNOTE.TXT 4.3.12). `read_directory` takes the tail of the file (one range request, a
+second one when the directory is larger), checks the directory against itself and the
+file's size, and reads ``*.dist-info/RECORD``. `read_members` fetches members in as few
+ranges as their offsets allow, inflates each, and checks its size, its zip CRC and the
+sha256 that RECORD gives for it: a member that does not match is never returned.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import struct
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from patchset.errors import IntegrityError
+
+Fetch = Callable[[int, int], bytes]
+"""Bytes ``start..end`` (inclusive) of the wheel."""
+
+TAIL = 1 << 20  # the first request: the last MiB holds a vLLM wheel's whole directory
+GAP = 1 << 20  # members closer than this are fetched in one range (latency costs more)
+SLACK = 512  # room for a local header's extra field, which the directory does not state
+
+_EOCD = struct.Struct("<4s4H2LH")
+_EOCD64_LOCATOR = struct.Struct("<4sLQL")
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s6H3L5H2L")
+_LOCAL = struct.Struct("<4s5H3L2H")
+_MAX16, _MAX32 = 0xFFFF, 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One member as the central directory states it."""
+
+    name: str
+    offset: int  # of its local header
+    compressed: int
+    size: int
+    crc: int
+    method: int
+
+    def span(self) -> tuple[int, int]:
+        """The bytes that surely hold the local header and the data (extra field guessed)."""
+        start = self.offset
+        return start, start + _LOCAL.size + len(self.name.encode()) + SLACK + self.compressed
+
+
+@dataclass(frozen=True)
+class Directory:
+    """A wheel's central directory and its RECORD: name -> entry, name -> sha256 (hex)."""
+
+    size: int  # of the whole wheel
+    end: int  # where the central directory starts; members end before it
+    entries: dict[str, Entry]
+    record: dict[str, str]
+
+
+class DamagedWheel(IntegrityError):  # noqa: N818 -- named for what it is, as IntegrityError
+    """The wheel's bytes contradict themselves (a lying directory, a bad member)."""
+
+
+def read_directory(
+    fetch_tail: Callable[[int], tuple[bytes, int]], fetch: Fetch, name: str
+) -> Directory:
+    """The directory of the wheel `name`; `fetch_tail(n)` gives its last n bytes and size."""
+    tail, size = fetch_tail(TAIL)
+    tail_start = size - len(tail)
+    at = _find_eocd(tail)
+    if at is None:
+        raise DamagedWheel(f"{name}: no zip end record (truncated, or not a zip)")
+    (_, disk, cd_disk, _, count, cd_size, cd_offset, _) = _EOCD.unpack_from(tail, at)
+    eocd_pos = tail_start + at
+    if _MAX16 in (count,) or _MAX32 in (cd_size, cd_offset):
+        loc = at - _EOCD64_LOCATOR.size
+        if loc < 0:
+            raise DamagedWheel(f"{name}: a zip64 end record out of reach")
+        sig, _, eocd64, _ = _EOCD64_LOCATOR.unpack_from(tail, loc)
+        if sig != b"PK\x06\x07" or not tail_start <= eocd64 <= eocd_pos - _EOCD64.size:
+            raise DamagedWheel(f"{name}: a damaged zip64 end record")
+        fields = _EOCD64.unpack_from(tail, eocd64 - tail_start)
+        if fields[0] != b"PK\x06\x06":
+            raise DamagedWheel(f"{name}: a damaged zip64 end record")
+        count, cd_size, cd_offset = fields[7], fields[8], fields[9]
+        eocd_pos = eocd64
+    if disk or cd_disk or cd_offset + cd_size > eocd_pos:
+        raise DamagedWheel(f"{name}: the central directory lies about where it is")
+    if cd_offset < tail_start:  # a directory larger than the tail: read the rest with it
+        tail = fetch(cd_offset, tail_start - 1) + tail
+        tail_start = cd_offset
+    raw = tail[cd_offset - tail_start : cd_offset - tail_start + cd_size]
+
+    def fetch_near(start: int, end: int) -> bytes:  # RECORD is often in the tail already
+        if start >= tail_start:
+            return tail[start - tail_start : end - tail_start + 1]
+        return fetch(start, end)
+
+    if len(raw) != cd_size:
+        raise DamagedWheel(f"{name}: the central directory is truncated")
+    entries = _parse_central(raw, count, cd_offset, name)
+    directory = Directory(size=size, end=cd_offset, entries=entries, record={})
+    record_name = _record_name(entries, name)
+    data = read_members(directory, [record_name], fetch_near, name, check_record=False)
+    record = data[record_name]
+    return Directory(size, cd_offset, entries, parse_record(record, name))
+
+
+def _find_eocd(tail: bytes) -> int | None:
+    at = len(tail)
+    while (at := tail.rfind(b"PK\x05\x06", max(0, len(tail) - _EOCD.size - _MAX16), at)) >= 0:
+        if at + _EOCD.size <= len(tail):
+            comment = _EOCD.unpack_from(tail, at)[-1]
+            if at + _EOCD.size + comment == len(tail):
+                return at
+    return None
+
+
+def _parse_central(raw: bytes, count: int, end: int, name: str) -> dict[str, Entry]:
+    entries: dict[str, Entry] = {}
+    pos = 0
+    for _ in range(count):
+        if pos + _CENTRAL.size > len(raw):
+            raise DamagedWheel(f"{name}: the central directory is truncated")
+        f = _CENTRAL.unpack_from(raw, pos)
+        if f[0] != b"PK\x01\x02":
+            raise DamagedWheel(f"{name}: a damaged central directory entry at {end + pos}")
+        flags, method, crc, compressed, size = f[3], f[4], f[7], f[8], f[9]
+        n, e, c, offset = f[10], f[11], f[12], f[16]
+        start = pos + _CENTRAL.size
+        raw_name = raw[start : start + n]
+        extra = raw[start + n : start + n + e]
+        pos = start + n + e + c
+        if pos > len(raw):
+            raise DamagedWheel(f"{name}: the central directory is truncated")
+        member = raw_name.decode("utf-8" if flags & 0x800 else "cp437", errors="strict")
+        if _MAX32 in (compressed, size, offset):
+            size, compressed, offset = _zip64_extra(extra, size, compressed, offset, name)
+        _check_member_name(member, name)
+        if member in entries:
+            raise DamagedWheel(f"{name}: {member} appears twice in the central directory")
+        if offset + _LOCAL.size + n + compressed > end:
+            raise DamagedWheel(f"{name}: the central directory lies about {member}'s offset")
+        if not member.endswith("/"):
+            entries[member] = Entry(member, offset, compressed, size, crc, method)
+    if pos != len(raw):
+        raise DamagedWheel(f"{name}: the central directory holds more than its entries")
+    return entries
+
+
+def _zip64_extra(
+    extra: bytes, size: int, compressed: int, offset: int, name: str
+) -> tuple[int, int, int]:
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<2H", extra, pos)
+        if tag == 1:
+            values = list(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
+            out = [
+                values.pop(0) if v == _MAX32 and values else v for v in (size, compressed, offset)
+            ]
+            return out[0], out[1], out[2]
+        pos += 4 + length
+    raise DamagedWheel(f"{name}: a zip64 member without its sizes")
+
+
+def _check_member_name(member: str, name: str) -> None:
+    pure = PurePosixPath(member)
+    if not member or pure.is_absolute() or ".." in pure.parts or "\\" in member or "\x00" in member:
+        raise DamagedWheel(f"{name}: unsafe member name {member!r}")
+
+
+def _record_name(entries: dict[str, Entry], name: str) -> str:
+    found = [m for m in entries if m.count("/") == 1 and m.endswith(".dist-info/RECORD")]
+    if len(found) != 1:
+        raise DamagedWheel(f"{name}: the wheel has {len(found)} RECORD files, not one")
+    return found[0]
+
+
+def parse_record(data: bytes, name: str) -> dict[str, str]:
+    """RECORD's ``path,sha256=<urlsafe b64>,size`` rows as path -> sha256 hex."""
+    out: dict[str, str] = {}
+    try:
+        rows = list(csv.reader(io.StringIO(data.decode("utf-8"))))
+    except (UnicodeDecodeError, csv.Error):
+        raise DamagedWheel(f"{name}: RECORD is not readable") from None
+    for row in rows:
+        if len(row) < 2 or not row[1]:
+            continue
+        algorithm, _, value = row[1].partition("=")
+        if algorithm != "sha256":
+            continue
+        try:
+            out[row[0]] = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+        except ValueError:
+            raise DamagedWheel(f"{name}: RECORD's hash of {row[0]} is not base64") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member read and checked: its bytes, their sha256, and the raw deflate stream."""
+
+    data: bytes
+    sha256: str
+    deflated: bytes  # raw deflate (no zlib header) of data, as the cache stores it
+
+
+def plan(entries: Iterable[Entry], end: int) -> list[tuple[int, int]]:
+    """Byte ranges (inclusive) covering the entries, neighbours within GAP merged."""
+    spans = sorted(e.span() for e in entries)
+    ranges: list[list[int]] = []
+    for start, span_end in spans:
+        stop = min(span_end, end)
+        if ranges and start - ranges[-1][1] <= GAP:
+            ranges[-1][1] = max(ranges[-1][1], stop)
+        else:
+            ranges.append([start, stop])
+    return [(a, b - 1) for a, b in ranges]
+
+
+def read_members(
+    directory: Directory,
+    names: Iterable[str],
+    fetch: Fetch,
+    name: str,
+    *,
+    check_record: bool = True,
+) -> dict[str, bytes]:
+    """The members' bytes, each checked; names not in the wheel are left out."""
+    return {
+        member: m.data
+        for member, m in fetch_members(
+            directory, names, fetch, name, check_record=check_record
+        ).items()
+    }
+
+
+def fetch_members(
+    directory: Directory,
+    names: Iterable[str],
+    fetch: Fetch,
+    name: str,
+    *,
+    check_record: bool = True,
+    fetch_all: Callable[[list[tuple[int, int]]], list[bytes]] | None = None,
+) -> dict[str, Member]:
+    """The members named (those in the wheel), checked; `fetch_all` fetches several ranges
+    at once (in parallel) when given."""
+    wanted = [directory.entries[n] for n in dict.fromkeys(names) if n in directory.entries]
+    ranges = plan(wanted, directory.end)
+    chunks = fetch_all(ranges) if fetch_all is not None else [fetch(a, b) for a, b in ranges]
+    out: dict[str, Member] = {}
+    for (start, stop), chunk in zip(ranges, chunks, strict=True):
+        for entry in wanted:
+            if start <= entry.offset <= stop:
+                raw = _member_bytes(entry, chunk, start, fetch, name)
+                out[entry.name] = _checked(entry, raw, directory, name, check_record)
+    return out
+
+
+def _member_bytes(entry: Entry, chunk: bytes, base: int, fetch: Fetch, name: str) -> bytes:
+    at = entry.offset - base
+    if at + _LOCAL.size > len(chunk):
+        raise DamagedWheel(f"{name}: {entry.name}'s local header is cut off")
+    f = _LOCAL.unpack_from(chunk, at)
+    n, e = f[9], f[10]
+    local_name = chunk[at + _LOCAL.size : at + _LOCAL.size + n]
+    encoding = "utf-8" if f[3] & 0x800 else "cp437"
+    if f[0] != b"PK\x03\x04" or local_name.decode(encoding, errors="replace") != entry.name:
+        raise DamagedWheel(f"{name}: the central directory lies about {entry.name}'s offset")
+    data_start = entry.offset + _LOCAL.size + n + e
+    data_end = data_start + entry.compressed
+    if data_end > base + len(chunk):  # a long extra field: fetch the rest
+        return fetch(data_start, data_end - 1) if entry.compressed else b""
+    return chunk[data_start - base : data_end - base]
+
+
+def _checked(
+    entry: Entry, raw: bytes, directory: Directory, name: str, check_record: bool
+) -> Member:
+    if len(raw) != entry.compressed:
+        raise DamagedWheel(f"{name}: {entry.name} is truncated")
+    try:
+        if entry.method == 8:
+            data = zlib.decompress(raw, -zlib.MAX_WBITS)
+            deflated = raw
+        elif entry.method == 0:
+            data = raw
+            compressor = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+            deflated = compressor.compress(raw) + compressor.flush()
+        else:
+            raise DamagedWheel(f"{name}: {entry.name} uses zip method {entry.method}")
+    except zlib.error:
+        raise DamagedWheel(f"{name}: {entry.name} does not inflate") from None
+    if len(data) != entry.size or zlib.crc32(data) != entry.crc:
+        raise DamagedWheel(f"{name}: {entry.name} does not match its zip CRC")
+    digest = hashlib.sha256(data).hexdigest()
+    if check_record:
+        expected = directory.record.get(entry.name)
+        if expected is None:
+            raise DamagedWheel(f"{name}: {entry.name} is not in the wheel's RECORD")
+        if expected != digest:
+            raise DamagedWheel(f"{name}: {entry.name} does not match its sha256 in RECORD")
+    return Member(data, digest, deflated)
