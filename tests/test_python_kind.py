@@ -58,6 +58,7 @@ def test_check_by_name(tmp_path: Path) -> None:
     good = tree("import os\n\ndef is_set(name):\n    return name in os.environ\n", ENGINE)
     (result,) = check_tree(registry.patches, good, "0.20.0")
     assert result.verdict == "needed"
+    assert result.detail.startswith("every name it touches is there: vllm.envs:is_set")
     renamed = tree("def is_set_now(name):\n    return False\n", ENGINE)
     (result,) = check_tree(registry.patches, renamed, "0.20.0")
     assert result.verdict == "missing-target"

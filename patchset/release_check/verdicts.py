@@ -358,6 +358,13 @@ def _pick_variant(
     return tried[0]
 
 
+def _python_detail(patch: Patch) -> str | None:
+    """A python patch is not applied to files: what `needed` rests on is its names."""
+    if patch.kind != "python":
+        return None
+    return "every name it touches is there: " + ", ".join(patch.touches)
+
+
 @dataclass(frozen=True)
 class _Decision:
     verdict: Verdict
@@ -422,6 +429,8 @@ def _decide(
         detail = "the release already holds this change (the reverse applies)"
         if patch.kind == "runtime":
             detail = "every site is already in place (its markers are present)"
+            if any(site.status == "upstream" for site in ev.sites):
+                detail = "every site is in place or its own probe finds the upstream fix"
         if probe_hit is False:
             return _Decision("upstream", detail, "the upstream probe does not match")
         if ancestry is False:
@@ -448,7 +457,7 @@ def _decide(
     if ev.state == "applies":
         shifted = bool(ev.warnings)
         detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
-        return _Decision("needed", detail + _skipped(ev), shifted=shifted)
+        return _Decision("needed", _python_detail(patch) or detail + _skipped(ev), shifted=shifted)
     if ev.state == "partial":
         return _Decision("partial", "; ".join(ev.failures))
     kinds = {state for _, _, state in states}
