@@ -11,6 +11,7 @@ reverted. The shapes are the ones that broke before the one indentation rule:
 - `blank-lines`: an anchor holding the blank lines between two methods, a text adding a
   method between them;
 - `column-zero`: a hand-written site (anchor and text at column 0) on an indented line;
+- `folded`: a hand-written anchor whose spaces differ from the file's (a folded match);
 - `into-block`: a hand-written `insert-after` on a one-line `def ...:`, text at column 0;
 - the same shapes on a copy of each file indented with tabs (`tabs:` prefix).
 
@@ -187,6 +188,28 @@ def _column_zero(file: str, lines: list[str], tree: ast.Module, k: int) -> Itera
         k += 1
 
 
+def _folded(file: str, lines: list[str], tree: ast.Module, k: int) -> Iterator[Case]:
+    """A hand-written anchor whose spaces differ from the file's (matched with whitespace
+    folded): the revert must give back the file's own line, kept in the marker."""
+    del tree
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not line.startswith((" ", "\t")) or not _SIMPLE.match(stripped):
+            continue
+        if not _unique(lines, [stripped]):
+            continue
+        anchor = stripped.replace(" = ", "  =  ", 1)
+        text = [f"_patchset_corpus_{k} = {k}", stripped]
+        yield Case(
+            "folded",
+            file,
+            _site("folded", file, k, [anchor], text),
+            lines,
+            [*lines[:i], *(_indent(line) + t for t in text), *lines[i + 1 :]],
+        )
+        k += 1
+
+
 def _into_block(file: str, lines: list[str], tree: ast.Module, k: int) -> Iterator[Case]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef) or not node.body:
@@ -209,7 +232,7 @@ def _into_block(file: str, lines: list[str], tree: ast.Module, k: int) -> Iterat
         k += 1
 
 
-SHAPES = (_end_of_function, _call_args_to_def, _blank_lines, _column_zero, _into_block)
+SHAPES = (_end_of_function, _call_args_to_def, _blank_lines, _column_zero, _folded, _into_block)
 
 
 def _tabbed(lines: list[str]) -> list[str]:

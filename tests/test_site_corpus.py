@@ -22,7 +22,7 @@ def test_real_shaped_sites_apply_as_written_and_revert_exactly(
     with capsys.disabled():
         print(f"\nsites={n} identical={identical} compile_broken={broken} revert_exact={exact}/{n}")
     assert n >= 200
-    assert len({o.case.shape for o in outcomes}) == 10  # every shape, with and without tabs
+    assert len({o.case.shape for o in outcomes}) == 12  # every shape, with and without tabs
     failing = [o.case.site.name for o in outcomes if not o.identical or o.broken]
     assert not failing, failing[:5]
     assert exact == n

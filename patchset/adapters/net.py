@@ -26,6 +26,7 @@ import os
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -150,6 +151,75 @@ def _netrc_entry(host: str) -> tuple[str, str] | None:
     if found is None or not found[0]:
         return None
     return found[0], found[2] or ""
+
+
+_RESOLVED: dict[tuple[str, int], list[Any]] = {}
+_RESOLVING = threading.Lock()
+
+
+def _create_connection(
+    address: tuple[str, int],
+    timeout: float | None = None,
+    source_address: tuple[str, int] | None = None,
+    **_: Any,
+) -> socket.socket:
+    """socket.create_connection with each host looked up once per process.
+
+    Many parallel look-ups of one name lose queries on some resolvers (each lost one costs a
+    5 s retry): a check fetching 25 releases at once would stall on them.
+    """
+    host, port = address
+    with _RESOLVING:
+        infos = _RESOLVED.get((host, port))
+        if infos is None:
+            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+            _RESOLVED[(host, port)] = infos
+    error: OSError | None = None
+    for family, kind, proto, _name, sockaddr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+        except OSError as exc:
+            error = exc
+            sock.close()
+            continue
+        return sock
+    raise error or OSError(f"no address for {host}")
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _create_connection
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _create_connection
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPConnection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__(context=context)
+        self._ctx = context
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req, context=self._ctx)
+
+
+@functools.cache
+def _opener(context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
+    """urllib's opener with the look-up cache, one per TLS context."""
+    return urllib.request.build_opener(_HTTPHandler(), _HTTPSHandler(context))
 
 
 def redact(url: str) -> str:
@@ -395,7 +465,7 @@ def _open(
     request = _request(url, transport, headers or {})
     context = transport.context(url) if request.type == "https" else None
     try:
-        response = urllib.request.urlopen(request, timeout=timeout, context=context)  # noqa: S310 -- a Request whose scheme _request checked
+        response = _opener(context).open(request, timeout=timeout)
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code >= 500 or exc.code == 429:  # 429: the server asks us to come back later

@@ -132,15 +132,18 @@ class IndexTree(ReleaseTree):
         return out
 
     def stand_ins(self, missing: list[str]) -> list[str]:
-        """For paths the release lacks, the Python files a moved-file search reads next: those
-        of the same name, and those in folders of the same name (fetched ahead, in parallel)."""
-        names = {PurePosixPath(p).name for p in missing if p.endswith(".py")}
-        folders = {PurePosixPath(p).parent.name for p in missing if p.endswith(".py")}
-        found = []
-        for path in self.manifest.members:
+        """For paths the release lacks, the Python files a moved-file search reads next (fetched
+        ahead, in parallel): those of the same name, else those in a folder of the same name."""
+        found: list[str] = []
+        members = [p for p in self.manifest.members if p.endswith(".py")]
+        for path in missing:
             pure = PurePosixPath(path)
-            if path.endswith(".py") and (pure.name in names or pure.parent.name in folders):
-                found.append(path)
+            if pure.suffix != ".py":
+                continue
+            same = [p for p in members if PurePosixPath(p).name == pure.name]
+            if not same:
+                same = [p for p in members if PurePosixPath(p).parent.name == pure.parent.name]
+            found += same
         return found
 
     def _neighbours(self, paths: list[str]) -> list[str]:
@@ -419,7 +422,7 @@ class IndexSource(ReleaseSource):
             return net.fetch_range(url, start, end, **self._net())[0]
 
         def fetch_all(ranges: list[tuple[int, int]]) -> list[bytes]:
-            return in_parallel(lambda r: fetch(r[0], r[1]), ranges, workers=8)
+            return in_parallel(lambda r: fetch(r[0], r[1]), ranges, workers=4)
 
         LOG.info("reading %d member(s) of %s", len(paths), manifest.artifact)
         got = wheel.fetch_members(directory, paths, fetch, manifest.artifact, fetch_all=fetch_all)
