@@ -9,8 +9,8 @@ plugin distribution under ``plugins/``, a ``compose.yaml`` service and the equiv
 ones too) to the container's vLLM, checks and compiles the result, then execs ``vllm serve``.
 
 The files are checked against the release's own files, read from a release source (the
-package index's sdist by default): the sha256 of each file before and after goes into the
-manifest, so the container refuses a file that is not the release's.
+package index by default, as `check` reads it): the sha256 of each file before and after goes
+into the manifest, so the container refuses a file that is not the release's.
 """
 
 from __future__ import annotations
