@@ -1,89 +1,435 @@
-"""Benchmark: every patch against every vLLM release from 0.17.0 to the newest, warm cache.
+"""Benchmark: a registry of 100+ real patches against every vLLM release from 0.17.0 to the newest.
 
-patchset's check (the cache's manifests and members, as the default source leaves them) is
-timed beside a naive baseline in the same run: unpack each whole sdist, then `git apply
---check` and `git apply --reverse --check` per diff patch (and a plain anchor search per
-runtime site). The releases and the sdists are fetched first so both sides start warm.
+The corpus is cut from vLLM's own history: for each pair of consecutive releases on the index,
+a few of the files that changed between them become a patch (git's own `diff --no-index`):
+one-hunk, multi-hunk, multi-file, new files, deletions and end-of-file appends. Each is added
+with `patchset add --diff` to a fresh project (`patchset init`), declared for the release it was
+cut from. The whole matrix is then checked:
 
-Last line: warm_s=<patchset, whole matrix> naive_s=<baseline> ratio=<naive/patchset>
+- nomemo: the memo cleared, the release files cached (the first check after an upgrade);
+- warm: again, the memo filled (best of --repeat);
+- one edit: one patch's description edited (its digest changes), the matrix checked again;
+- naive: each sdist unpacked, then `git apply --check` and `git apply --reverse --check` per patch.
+
+Every verdict is compared with git's (forward fits / reverse fits / neither / both); each
+difference is printed with patchset's reason. The moved-file hint's precision is measured
+against a rename test on the releases themselves (the named file holds at least half of the
+vanished file's lines, as git's -M50%).
+
+Last line: patches=<n> releases=<n> warm_s=<s> nomemo_s=<s> one_edit_s=<s> naive_s=<s>
+ratio=<naive/nomemo> agree=<same>/<total>
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
+import itertools
+import json
+import os
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import Version
 
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check
+from patchset.release_check import memo
+from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index.cache import cache_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_cold import download_sdists  # the sibling script, found by path
 
-REPO = Path(__file__).resolve().parent.parent
+KINDS = ("onehunk", "multihunk", "multifile", "newfile", "deletion", "eofappend")
 
 
-def naive(registry_dir: Path, sdists: dict[str, Path]) -> float:
+@dataclass(frozen=True)
+class Cut:
+    kind: str
+    base: str  # the release the diff applies to
+    after: str  # the next release, which holds the change
+    files: tuple[str, ...]
+    diff: str
+
+
+@functools.lru_cache(maxsize=3)
+def _sources(sdist: Path) -> dict[str, bytes]:
+    """Every .py file under vllm/ of an sdist (the release as published), by path."""
+    out: dict[str, bytes] = {}
+    with tarfile.open(sdist) as tar:
+        for member in tar:
+            _top, _, rel = member.name.partition("/")
+            if member.isfile() and rel.startswith("vllm/") and rel.endswith(".py"):
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    out[rel] = handle.read()
+    return out
+
+
+def sdists(versions: list[str], work: Path) -> dict[str, Path]:
+    """The releases' sdists: kept in --work (or an older cache's copy), else downloaded."""
+    folder = work / "sdists"
+    folder.mkdir(parents=True, exist_ok=True)
+    found: dict[str, Path] = {}
+    for v in versions:
+        for place in (folder, cache_root() / "sdists"):
+            if (place / f"vllm-{v}.tar.gz").is_file():
+                found[v] = place / f"vllm-{v}.tar.gz"
+                break
+    missing = [v for v in versions if v not in found]
+    if missing:
+        found.update(download_sdists(missing, folder))
+    return {v: found[v] for v in versions}
+
+
+def _git_diff(old: bytes | None, new: bytes | None, rel: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp, "a", rel), Path(tmp, "b", rel)
+        for path, data in ((a, old), (b, new)):
+            if data is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+        left = f"a/{rel}" if old is not None else "/dev/null"
+        right = f"b/{rel}" if new is not None else "/dev/null"
+        out = subprocess.run(
+            ["git", "diff", "--no-index", "--no-color", left, right],
+            cwd=tmp,
+            capture_output=True,
+            check=False,
+        ).stdout.decode("utf-8", "replace")
+    return out.replace(f"a/a/{rel}", f"a/{rel}").replace(f"b/b/{rel}", f"b/{rel}")
+
+
+def _hunks(diff: str) -> list[list[str]]:
+    hunks: list[list[str]] = []
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            hunks.append([])
+        elif hunks and line[:1] in " +-\\":
+            hunks[-1].append(line)
+    return hunks
+
+
+def _eof_append(diff: str, new: bytes) -> bool:
+    hunks = _hunks(diff)
+    if len(hunks) != 1:
+        return False
+    body = [line for line in hunks[0] if not line.startswith("\\")]
+    return bool(body) and all(not t.startswith("-") for t in body) and body[-1].startswith("+")
+
+
+def _rank(base: str, rel: str) -> str:
+    return hashlib.sha256(f"{base}\0{rel}".encode()).hexdigest()
+
+
+def cut_corpus(archives: dict[str, Path], versions: list[str], per_pair: int) -> list[Cut]:
+    """A spread of real changes between consecutive releases, the same on every run."""
+    cuts: list[Cut] = []
+    for base, after in itertools.pairwise(versions):
+        old, new = _sources(archives[base]), _sources(archives[after])
+        changed = sorted(
+            (p for p in old.keys() & new.keys() if old[p] != new[p]),
+            key=lambda p: _rank(base, p),
+        )
+        added = sorted(new.keys() - old.keys(), key=lambda p: _rank(base, p))
+        gone = sorted(old.keys() - new.keys(), key=lambda p: _rank(base, p))
+        picked: dict[str, Cut] = {}
+        singles: list[tuple[str, str, int]] = []
+        for rel in changed[:400]:
+            a, b = old[rel], new[rel]
+            diff = _git_diff(a, b, rel)
+            size, count = diff.count("\n"), len(_hunks(diff))
+            if size > 400 or not count:
+                continue
+            if "eofappend" not in picked and _eof_append(diff, b):
+                picked["eofappend"] = Cut("eofappend", base, after, (rel,), diff)
+                continue
+            kind = "onehunk" if count == 1 else "multihunk" if count <= 8 else ""
+            if kind and kind not in picked:
+                picked[kind] = Cut(kind, base, after, (rel,), diff)
+            elif count <= 3:
+                singles.append((rel, diff, count))
+            if {"eofappend", "onehunk", "multihunk"} <= picked.keys() and len(singles) >= 6:
+                break
+        if len(singles) >= 2:
+            (r1, d1, _), (r2, d2, _) = singles[0], singles[1]
+            picked["multifile"] = Cut("multifile", base, after, (r1, r2), d1 + d2)
+        for rel in added:
+            data = new[rel]
+            if 0 < data.count(b"\n") <= 200:
+                picked["newfile"] = Cut("newfile", base, after, (rel,), _git_diff(None, data, rel))
+                break
+        for rel in gone:
+            data = old[rel]
+            if 0 < data.count(b"\n") <= 200:
+                picked["deletion"] = Cut(
+                    "deletion", base, after, (rel,), _git_diff(data, None, rel)
+                )
+                break
+        extra = iter(singles[2:])
+        while len(picked) < per_pair:
+            nxt = next(extra, None)
+            if nxt is None:
+                break
+            picked[f"onehunk{len(picked)}"] = Cut("onehunk", base, after, (nxt[0],), nxt[1])
+        deletion = picked.pop("deletion", None)
+        for kind in ("multifile", "newfile")[len(cuts) % 2 :]:
+            if len(picked) > per_pair:
+                picked.pop(kind, None)
+        cuts += list(picked.values())[:per_pair]
+        if deletion is not None:  # tried beside the quota: `add` refuses file deletions
+            cuts.append(deletion)
+    return cuts
+
+
+def build_project(root: Path, cuts: list[Cut]) -> tuple[Path, dict[str, Cut], list[str]]:
+    """`patchset init` + one `patchset add --diff` per cut; the ids added and the refusals."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    patchset = [sys.executable, "-m", "patchset"]
+    subprocess.run([*patchset, "init", str(root)], check=True, capture_output=True, env=env)
+    registry = root / "patches"
+    added: dict[str, Cut] = {}
+    refused: list[str] = []
+    diffs = root / "diffs"
+    diffs.mkdir()
+    for n, cut in enumerate(cuts):
+        patch_id = f"{cut.kind}-{cut.base.replace('.', '-')}-{n}"
+        path = diffs / f"{patch_id}.diff"
+        path.write_text(cut.diff)
+        done = subprocess.run(
+            [
+                *patchset,
+                "--registry",
+                str(registry),
+                "add",
+                patch_id,
+                "--diff",
+                str(path),
+                "--no-check",
+                "--range",
+                f">={cut.base},<{cut.after}",
+                "--title",
+                f"vLLM {cut.base} -> {cut.after}: {', '.join(cut.files)}"[:200],
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if done.returncode == 0:
+            added[patch_id] = cut
+        else:
+            refused.append(f"{patch_id}: {(done.stderr or done.stdout).strip()[:160]}")
+    return registry, added, refused
+
+
+def timed_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckReport]:
     registry = load_registry(registry_dir)
     start = time.perf_counter()
-    for version, sdist in sdists.items():
+    report = check(registry, versions, source=IndexSource(offline=True))
+    return time.perf_counter() - start, report
+
+
+def naive(
+    registry_dir: Path, archives: dict[str, Path]
+) -> tuple[float, dict[tuple[str, str], tuple[bool, bool]]]:
+    """Unpack every release, then git apply --check / --reverse --check per patch."""
+    registry = load_registry(registry_dir)
+    verdicts: dict[tuple[str, str], tuple[bool, bool]] = {}
+    start = time.perf_counter()
+    for version, archive in archives.items():
         with tempfile.TemporaryDirectory() as tmp:
-            with tarfile.open(sdist) as tar:
+            with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
             root = Path(tmp) / f"vllm-{version}"
             for patch in registry.patches:
-                for variant in patch.variants:
-                    if patch.kind == "diff":
-                        diff = str(patch.folder / variant.name)
-                        for extra in ([], ["--reverse"]):
-                            subprocess.run(
-                                ["git", "apply", "--check", *extra, diff],
-                                cwd=root,
-                                capture_output=True,
-                                check=False,
-                            )
-                    else:
-                        for site in variant.sites:
-                            path = root / site.file
-                            if path.is_file():
-                                _ = site.anchor_lines[0].strip() in path.read_text()
-    return time.perf_counter() - start
+                diff = str(patch.folder / patch.variants[0].name)
+                fits = []
+                for extra in ([], ["--reverse"]):
+                    done = subprocess.run(
+                        ["git", "apply", "--check", *extra, diff],
+                        cwd=root,
+                        capture_output=True,
+                        check=False,
+                    )
+                    fits.append(done.returncode == 0)
+                verdicts[(version, patch.id)] = (fits[0], fits[1])
+    return time.perf_counter() - start, verdicts
+
+
+def git_class(forward: bool, reverse: bool) -> str:
+    return {(True, False): "needed", (False, True): "upstream", (True, True): "both"}.get(
+        (forward, reverse), "conflict"
+    )
+
+
+def our_class(r: CheckResult) -> str:
+    if r.signals.forward == "applies" and r.signals.reverse:
+        return "both"
+    return {"partial": "conflict", "missing-target": "conflict"}.get(r.verdict, r.verdict)
+
+
+def reason(r: CheckResult, git: str) -> str:
+    lines = [f for f in r.locations if "ambiguous" in f or "not at the" in f]
+    if lines:
+        return lines[0]
+    return f"{r.verdict}: {r.detail[:200]}"
+
+
+def moved_precision(
+    report: CheckReport, archives: dict[str, Path], versions: list[str]
+) -> tuple[int, int, list[str]]:
+    """Hints that name a file holding at least half the vanished file's lines / all hints."""
+    hinted = sorted(
+        (r for r in report.results if r.verdict == "missing-target" and r.moved_to),
+        key=lambda r: Version(r.vllm),
+    )
+    names = {v: set(_sources(archives[v])) for v in versions} if hinted else {}
+    good = total = 0
+    wrong: list[str] = []
+    for r in hinted:
+        total += 1
+        patch_files = [line.split(":", 1)[0] for line in r.detail.split(", ")]
+        gone = r.detail.split(" not in this release")[0].split(", ")[0]
+        earlier = [v for v in versions if Version(v) < Version(r.vllm) and gone in names[v]]
+        target = r.moved_to[0]
+        ok = False
+        if earlier:
+            was = _sources(archives[earlier[-1]])[gone]
+            now = _sources(archives[r.vllm]).get(target, b"")
+            old = set(was.decode("utf-8", "replace").splitlines())
+            new = set(now.decode("utf-8", "replace").splitlines())
+            old = {line.strip() for line in old if len(line.strip()) > 8}
+            new = {line.strip() for line in new if len(line.strip()) > 8}
+            ok = bool(old) and len(old & new) / len(old) >= 0.5
+        good += ok
+        if not ok:
+            wrong.append(f"{r.vllm} {r.patch}: {gone} -> {target}")
+        del patch_files
+    return good, total, wrong
+
+
+def corpus(
+    args: argparse.Namespace, archives: dict[str, Path], versions: list[str]
+) -> tuple[Path, dict[str, Cut]]:
+    """The project of real patches: cut and added, or the one kept in --work with --reuse."""
+    work = args.work or Path(tempfile.mkdtemp(prefix="check-matrix-"))
+    work.mkdir(parents=True, exist_ok=True)
+    project = work / "project"
+    start = time.perf_counter()
+    saved = work / "cuts.json"
+    if args.reuse and saved.is_file():
+        cuts = [Cut(**{**c, "files": tuple(c["files"])}) for c in json.loads(saved.read_text())]
+    else:
+        cuts = cut_corpus(archives, versions, args.per_pair)
+        saved.write_text(json.dumps([c.__dict__ for c in cuts]))
+    refused: list[str] = []
+    if args.reuse and project.exists():
+        registry_dir = project / "patches"
+        ids = {p.id for p in load_registry(registry_dir).patches}
+        added = {f"{c.kind}-{c.base.replace('.', '-')}-{n}": c for n, c in enumerate(cuts)}
+        added = {k: c for k, c in added.items() if k in ids}
+    else:
+        if project.exists():
+            shutil.rmtree(project)
+        registry_dir, added, refused = build_project(project, cuts)
+    kinds = Counter(c.kind for c in added.values())
+    print(
+        f"corpus: {len(added)} patches added ({dict(sorted(kinds.items()))}),"
+        f" {len(refused)} refused, in {time.perf_counter() - start:.1f} s",
+        flush=True,
+    )
+    for line in refused:
+        print(f"  refused: {line}")
+    return registry_dir, added
+
+
+def agreement(report: CheckReport, git: dict[tuple[str, str], tuple[bool, bool]]) -> int:
+    """How many verdicts are git's; each other one is printed with patchset's reason."""
+    same = 0
+    differ: Counter[str] = Counter()
+    for r in report.results:
+        theirs = git_class(*git[(r.vllm, r.patch)]) if git else our_class(r)
+        if theirs == our_class(r):
+            same += 1
+        else:
+            differ[f"git {theirs}, patchset {r.verdict}"] += 1
+            print(
+                f"  differs: {r.vllm} {r.patch}: git {theirs}, patchset {our_class(r)}:"
+                f" {reason(r, theirs)}"
+            )
+    for what, n in differ.most_common():
+        print(f"  {n} x {what}")
+    return same
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--since", default="0.17.0", help="first release of the matrix")
-    parser.add_argument("--registry", type=Path, default=REPO / "patches")
-    parser.add_argument("--repeat", type=int, default=5, help="warm runs; the best is kept")
+    parser.add_argument("--per-pair", type=int, default=5, help="patches cut per release pair")
+    parser.add_argument("--repeat", type=int, default=3, help="warm runs; the best is kept")
+    parser.add_argument("--work", type=Path, help="keep the project here (default: a temp dir)")
+    parser.add_argument("--skip-naive", action="store_true")
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the project already in --work (no rebuild)"
+    )
     args = parser.parse_args()
     source = IndexSource()
     versions = [v for v in source.versions() if Version(v) >= Version(args.since)]
-    registry = load_registry(args.registry)
-    cold_start = time.perf_counter()
-    check(registry, versions, source=source)  # fills the cache as a first check does
-    cold = time.perf_counter() - cold_start
-    print(f"releases={len(versions)} ({versions[0]}..{versions[-1]}) fetch_s={cold:.2f}")
-    offline = IndexSource(offline=True)
-    runs = []
-    for _ in range(args.repeat):
-        start = time.perf_counter()
-        report = check(registry, versions, source=offline)
-        runs.append(time.perf_counter() - start)
-    warm = min(runs)
-    cells = len(report.results)
-    print(f"patchset: {cells} (release, patch) verdicts, best of {args.repeat}: {warm:.3f} s")
-    with tempfile.TemporaryDirectory(prefix="patchset-sdists-") as tmp:
-        sdist_paths = download_sdists(versions, Path(tmp))
-        slow = naive(args.registry, sdist_paths)
-    print(f"naive: unpack + git apply --check/--reverse per patch: {slow:.2f} s")
-    print(f"warm_s={warm:.3f} naive_s={slow:.2f} ratio={slow / warm:.1f}")
+    work = args.work or Path(tempfile.mkdtemp(prefix="check-matrix-"))
+    args.work = work
+    start = time.perf_counter()
+    archives = sdists(versions, work)
+    print(
+        f"releases={len(versions)} ({versions[0]}..{versions[-1]})"
+        f" sdists_s={time.perf_counter() - start:.1f}",
+        flush=True,
+    )
+    registry_dir, added = corpus(args, archives, versions)
+    start = time.perf_counter()
+    check(load_registry(registry_dir), versions, source=source)  # the cache filled, online
+    print(f"first check (fills the release cache): {time.perf_counter() - start:.1f} s")
+
+    memo.clear()
+    nomemo, report = timed_check(registry_dir, versions)
+    print(f"nomemo: {len(report.results)} verdicts in {nomemo:.2f} s", flush=True)
+    warm = min(timed_check(registry_dir, versions)[0] for _ in range(args.repeat))
+    print(f"warm (memo): best of {args.repeat}: {warm:.3f} s", flush=True)
+    first = sorted(added)[0]
+    toml = registry_dir / first / "patch.toml"
+    toml.write_text(toml.read_text().replace('title = "', 'title = "edited ', 1))
+    one_edit, _ = timed_check(registry_dir, versions)
+    print(f"one edit ({first}): {one_edit:.3f} s", flush=True)
+
+    counts = Counter(r.verdict for r in report.results)
+    print("verdicts:", dict(sorted(counts.items())))
+    good, hints, wrong = moved_precision(report, archives, versions)
+    print(
+        f"moved-file hints: {good}/{hints} name a file holding at least half of the vanished"
+        f" file's lines (precision {good / hints if hints else 1:.2f})"
+    )
+    for line in wrong:
+        print(f"  wrong hint: {line}")
+
+    naive_s, git = (0.0, {}) if args.skip_naive else naive(registry_dir, archives)
+    print(f"naive: unpack + git apply --check / --reverse --check: {naive_s:.1f} s", flush=True)
+    same = agreement(report, git)
+    total = len(report.results)
+    ratio = naive_s / nomemo if nomemo else 0.0
+    print(
+        f"patches={len(added)} releases={len(versions)} warm_s={warm:.3f} nomemo_s={nomemo:.3f}"
+        f" one_edit_s={one_edit:.3f} naive_s={naive_s:.1f} ratio={ratio:.0f}"
+        f" agree={same}/{total}"
+    )
 
 
 if __name__ == "__main__":

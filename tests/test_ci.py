@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
+import patchset
 from patchset import escape_data, escape_property, schemas, workflow_command
 from tests.releases import materialize
 from tests.workflow_commands import parse, read_annotations
@@ -71,6 +72,34 @@ def test_hostile_details_round_trip_through_the_runners_syntax(detail: str) -> N
     assert cmd.properties == {"file": f"patches/{detail}/x.diff", "line": "3", "title": title}
 
 
+def test_a_hostile_detail_stays_one_annotation_and_one_summary_line(tmp_path: Path) -> None:
+    from patchset.cli import github
+    from patchset.release_check.verdicts import CheckReport, CheckResult, Signals
+    from patchset.sources.base import ReleaseInfo
+
+    registry = patchset.load_registry(open_ended_registry(tmp_path))
+    detail = "100% off\n::error::forged\r\nand, more: text"
+    result = CheckResult(
+        vllm="0.20.0",
+        patch="fla-tma-sm12x",
+        revision=1,
+        variant="patch.diff",
+        verdict="conflict",
+        in_range=True,
+        detail=detail,
+        signals=Signals("conflict", False, None),
+        failing_hunks=(("vllm/model_executor/layers/fla/ops/utils.py", 1),),
+    )
+    report = CheckReport(registry.digest, (ReleaseInfo("0.20.0", "test"),), (result,))
+    (line,) = github.workflow_commands(report, registry, root=tmp_path)
+    (cmd,) = read_annotations(line)
+    assert cmd.data == f"vLLM 0.20.0: {detail}"  # exactly, once unescaped
+    assert cmd.properties["line"] == "3"
+    summary = github.summary(report, registry, "| table |")
+    (bullet,) = [x for x in summary.splitlines() if x.startswith("- ")]
+    assert bullet.endswith("100% off\\n::error::forged\\r\\nand, more: text")
+
+
 def open_ended_registry(tmp_path: Path) -> Path:
     """fla-tma-sm12x as a project that carries it forward: an open-ended range, no probe."""
     registry = tmp_path / "patches"
@@ -81,7 +110,7 @@ def open_ended_registry(tmp_path: Path) -> Path:
     return registry
 
 
-@pytest.mark.network  # real releases, from the cache
+@pytest.mark.network  # real releases from the index (only the members the check reads)
 def test_github_annotations_fail_on_an_in_range_conflict(tmp_path: Path) -> None:
     open_ended_registry(tmp_path)
     summary = tmp_path / "summary.md"
@@ -157,14 +186,14 @@ def api_example() -> str:
     return text.split('```python\n"""ci/check_patches.py', 1)[1].split("```", 1)[0]
 
 
-@pytest.mark.network  # real releases, from the cache
+@pytest.mark.network  # real releases from the index (only the members the check reads)
 def test_the_documented_ci_script_runs(tmp_path: Path) -> None:
     script = tmp_path / "check_patches.py"
     script.write_text('"""ci/check_patches.py' + api_example())
     shutil.copytree(REPO / "patches", tmp_path / "patches")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, str(script), "--offline"],
+        [sys.executable, str(script)],  # online: the wheels' members it needs, then cached
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -179,7 +208,7 @@ def test_the_documented_ci_script_runs(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "patches")
     open_ended_registry(tmp_path)  # a patch carried forward: newer releases conflict
     proc = subprocess.run(
-        [sys.executable, str(script), "--offline"],
+        [sys.executable, str(script)],  # online: the wheels' members it needs, then cached
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
 from patchset.cli.output import err_console
+from patchset.errors import one_line
 from patchset.registry import Registry
 from patchset.release_check.verdicts import CheckReport, CheckResult
 
@@ -202,10 +203,11 @@ def summary(report: CheckReport, registry: Registry, table: str) -> str:
         these = [f for f in found if f.level == level]
         if these:
             out += [f"### {heading}", ""]
-            out += [
-                f"- **`{f.patch}`: {f.what}** on vLLM {', '.join(f.releases)}: {f.detail()}"
-                for f in these
-            ]
+            for f in these:  # one line each: a detail's own newlines would end the list item
+                releases = ", ".join(f.releases)
+                out.append(
+                    f"- **`{f.patch}`: {f.what}** on vLLM {releases}: {one_line(f.detail())}"
+                )
             out.append("")
     outside = [r for r in report.results if not r.in_range]
     out += [

@@ -7,6 +7,7 @@ never disagree about whether a patch fits.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -15,11 +16,12 @@ from patchset.kernel.hunks import (
     FileResult,
     HunkResult,
     HunkStatus,
+    Ratio,
     apply_hunks,
     join_text,
     split_text,
 )
-from patchset.kernel.pycompile import CompileError, broken_by
+from patchset.kernel.pycompile import CompileError, broken_by, compile_error
 from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
@@ -36,7 +38,7 @@ class Evaluation:
     state: State
     hunks: tuple[tuple[str, HunkResult], ...] = ()  # (file, result) for diff patches
     reverse_applies: bool = False  # diff: the reverse fits, i.e. the change is already there
-    reverse: tuple[tuple[str, HunkResult], ...] = ()  # where the reversed hunks fit
+    reverse: tuple[tuple[str, HunkResult], ...] = ()  # where the reversed hunks fit (diffs)
     sites: tuple[SiteResult, ...] = ()
     missing: tuple[str, ...] = ()
     changes: dict[str, bytes] = field(default_factory=dict)  # new contents, when it applies
@@ -65,10 +67,19 @@ def _compile_break(
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
-        error = broken_by(read(rel), data)
+        before = read(rel)
+        if before is not None and _compile_error(before) is not None:
+            continue  # already broken: not the edit's doing (as broken_by says)
+        error = _compile_error(data)
         if error is not None:
             return _broken_message(rel, error, blame(rel) if blame else "")
     return ""
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_error(data: bytes) -> CompileError | None:
+    """compile_error, once per content: a check meets the same file in many releases."""
+    return compile_error(data)
 
 
 def _broken_message(rel: str, error: CompileError, culprit: str) -> str:
@@ -139,8 +150,16 @@ def _exists_already(diff: FileDiff, data: bytes) -> FileResult:
 
 
 def evaluate_diff(
-    variant: Variant, read: Reader, *, max_fuzz: int = 0, compile_check: bool = True
+    variant: Variant,
+    read: Reader,
+    *,
+    max_fuzz: int = 0,
+    compile_check: bool = True,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
 ) -> Evaluation:
+    """Forward and reverse, every hunk placed with git's rules; `nearest` adds, for each
+    failing hunk, where the file looks most like it (costly: only when it will be shown)."""
     missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
     if missing:
         return Evaluation("missing-target", missing=missing)
@@ -154,7 +173,9 @@ def evaluate_diff(
         if diff.added and data is not None:
             result = _exists_already(diff, data)
         else:
-            result = apply_hunks(lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof)
+            result = apply_hunks(
+                lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof, nearest=nearest, ratio=ratio
+            )
         forward.extend((diff.path, h) for h in result.hunks)
         if result.lines is None:
             ok = False
@@ -173,10 +194,12 @@ def evaluate_diff(
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
         if reverse_ok:
             warnings += ("the reverse of this diff fits too: check the file by hand",)
-        return Evaluation("applies", tuple(forward), reverse_ok, changes=changes, warnings=warnings)
+        return Evaluation(
+            "applies", tuple(forward), reverse_ok, reverse, changes=changes, warnings=warnings
+        )
     if reverse_ok:
         return Evaluation("already-applied", tuple(forward), True, reverse=reverse)
-    return Evaluation("conflict", tuple(forward), False)
+    return Evaluation("conflict", tuple(forward), False, reverse)
 
 
 def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ...]:
@@ -297,13 +320,23 @@ def evaluate(
     max_fuzz: int = 0,
     served: Mapping[str, str] | None = None,
     compile_check: bool = True,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
 ) -> Evaluation:
     """`compile_check`: a changed .py file that compiled before must compile after (else the
-    patch is a conflict); off only where another Python compiles it (an image's entrypoint)."""
+    patch is a conflict); off only where another Python compiles it (an image's entrypoint).
+    `nearest`: the nearest-lines text of failing hunks (only when it will be shown)."""
     if patch.kind == "python":
         return evaluate_python(patch, read)
     if patch.kind == "diff":
-        return evaluate_diff(variant, read, max_fuzz=max_fuzz, compile_check=compile_check)
+        return evaluate_diff(
+            variant,
+            read,
+            max_fuzz=max_fuzz,
+            compile_check=compile_check,
+            nearest=nearest,
+            ratio=ratio,
+        )
     return evaluate_runtime(variant, read, served, compile_check=compile_check)
 
 

@@ -1,16 +1,29 @@
 """Locating and applying unified-diff hunks on a file's lines (standard library only).
 
-A hunk is found exactly where its header says, else at the nearest offset, else (when allowed)
-with up to `max_fuzz` context lines dropped at either end, as GNU patch does. An offset or fuzz
-is reported with the result, never hidden: callers turn it into a warning.
+Placement follows git's rules (apply.c), forward and in reverse alike:
+
+- anchoring first: a hunk whose header starts at line 0 or 1 must match at the top of the file,
+  and a hunk with no trailing context must match at its end (an end-of-file append fits only
+  there, never in the middle of a file that already holds the appended lines);
+- then the position the header says, else the nearest offset; two places at the same distance
+  are ambiguous and the hunk fails, saying where (git would pick one silently);
+- then, only when asked (`max_fuzz`), up to that many context lines dropped at either end, the
+  anchoring dropped with them, as git's ``-C`` and GNU patch's fuzz do.
+
+An offset or fuzz is reported with the result, never hidden: callers turn it into a warning.
+The nearest-lines text of a failed hunk is only computed when asked (`nearest=True`), with the
+similarity function given (difflib's ratio by default).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+Ratio = Callable[[str, str], float]  # similarity of two texts, 0.0 to 1.0
 
 HunkStatus = Literal["exact", "offset", "fuzz", "failed"]
 
@@ -60,6 +73,24 @@ class Hunk:
         return [text for tag, text in self.lines if tag in " +"]
 
     @property
+    def context(self) -> tuple[int, int]:
+        """How many context lines lead and trail the changed lines."""
+        changed = [i for i, (tag, _) in enumerate(self.lines) if tag != " "]
+        if not changed:
+            return 0, 0
+        return changed[0], len(self.lines) - 1 - changed[-1]
+
+    @property
+    def pins(self) -> tuple[bool, bool]:
+        """git's anchoring: (must match at the top, must match at the end of the file).
+
+        A start at line 0 or 1 pins the hunk to the top; no trailing context pins it to the
+        end (so a hunk with no context at all, from a ``-U0`` diff, fits only a whole file or
+        the end of one, as with git without ``--unidiff-zero``).
+        """
+        return self.old_start <= 1, self.context[1] == 0
+
+    @property
     def header(self) -> str:
         old, new = self.old, self.new
         return f"@@ -{self.old_start},{len(old)} +{self.new_start},{len(new)} @@"
@@ -88,6 +119,7 @@ class HunkResult:
     nearest: tuple[str, ...] = ()
     similarity: float = 0.0
     detail: str = ""  # for failed hunks: why, when it is not a plain mismatch
+    elsewhere: int | None = None  # an anchored hunk that failed: where its lines do fit
 
     def describe(self) -> str:
         if self.status == "exact":
@@ -137,6 +169,8 @@ def split_text(text: str) -> tuple[list[str], str, bool]:
     ends = lines[-1] == ""
     if ends:
         lines.pop()
+    if "\r" not in text:  # the common case: nothing to strip
+        return lines, "\n", ends
     eol = "\r\n" if "\n" in text and lines[0].endswith("\r") else "\n"
     last = len(lines) - 1
     stripped = [
@@ -174,17 +208,34 @@ def _trim(hunk: Hunk, fuzz: int) -> tuple[list[str], list[str], int]:
     return old, new, top
 
 
-def _search(lines: list[str], want: list[str], expected: int, floor: int) -> int | None:
-    """The match position nearest `expected` at or after `floor`, or None."""
+def _search(
+    lines: list[str], want: list[str], expected: int, floor: int
+) -> tuple[int | None, int | None]:
+    """The match position nearest `expected` at or after `floor`, or None; and a second match
+    at the same distance on the other side, when there is one (the placement is ambiguous).
+
+    Candidates are the places holding the hunk's first line (found by list.index, in C), so a
+    hunk that fits nowhere costs one scan of the file, not one comparison per offset."""
     last = len(lines) - len(want)
     expected = min(max(expected, floor), max(last, floor))
-    for distance in range(max(last - floor, 0) + 2):
-        for at in (expected - distance, expected + distance) if distance else (expected,):
-            if floor <= at <= last and _matches(lines, at, want):
-                return at
-        if expected - distance < floor and expected + distance > last:
+    if not want:
+        return (expected, None) if floor <= expected <= last else (None, None)
+    fits: list[int] = []
+    at = floor
+    while at <= last:
+        try:
+            at = lines.index(want[0], at, last + 1)
+        except ValueError:
             break
-    return None
+        if lines[at : at + len(want)] == want:
+            fits.append(at)
+        at += 1
+    if not fits:
+        return None, None
+    fits.sort(key=lambda i: (abs(i - expected), i))
+    best = fits[0]
+    tie = next((i for i in fits[1:2] if abs(i - expected) == abs(best - expected)), None)
+    return best, tie
 
 
 def _votes(hits: list[tuple[int, int]], size: int, last: int) -> dict[int, int]:
@@ -212,7 +263,7 @@ def _votes(hits: list[tuple[int, int]], size: int, last: int) -> dict[int, int]:
 
 
 def rank_windows(
-    lines: list[str], want: list[str], limit: int = 3
+    lines: list[str], want: list[str], limit: int = 3, *, ratio: Ratio | None = None
 ) -> list[tuple[int, tuple[str, ...], float]]:
     """The windows of `lines` most like `want`, best first: (0-based start, window, similarity).
 
@@ -243,23 +294,28 @@ def rank_windows(
     scored = []
     for start in best_votes:
         window = "\n".join(folded[start : start + size])
-        matcher = difflib.SequenceMatcher(None, joined, window, autojunk=False)
-        # ratio() is quadratic in the worst case: past a few pages, its cheap upper bound.
-        ratio = matcher.ratio() if len(joined) + len(window) <= 40_000 else matcher.quick_ratio()
-        scored.append((ratio, start))
+        scored.append(((ratio or _difflib_ratio)(joined, window), start))
     scored.sort(key=lambda item: (-item[0], item[1]))
     picked: list[tuple[int, tuple[str, ...], float]] = []
-    for ratio, start in scored:
+    for similarity, start in scored:
         if all(abs(start - other) >= size for other, _, _ in picked):
-            picked.append((start, tuple(lines[start : start + size]), ratio))
+            picked.append((start, tuple(lines[start : start + size]), similarity))
         if len(picked) == limit:
             break
     return picked
 
 
-def nearest_window(lines: list[str], want: list[str]) -> tuple[int, tuple[str, ...], float]:
+def _difflib_ratio(a: str, b: str) -> float:
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    # ratio() is quadratic in the worst case: past a few pages, its cheap upper bound.
+    return matcher.ratio() if len(a) + len(b) <= 40_000 else matcher.quick_ratio()
+
+
+def nearest_window(
+    lines: list[str], want: list[str], *, ratio: Ratio | None = None
+) -> tuple[int, tuple[str, ...], float]:
     """Where `lines` looks most like `want`: 0-based start, the window, its similarity."""
-    ranked = rank_windows(lines, want, limit=1)
+    ranked = rank_windows(lines, want, limit=1, ratio=ratio)
     return ranked[0] if ranked else (0, (), 0.0)
 
 
@@ -267,27 +323,72 @@ def _places(work: list[str], old: list[str], floor: int) -> list[int]:
     return [i for i in range(floor, len(work) - len(old) + 1) if _matches(work, i, old)]
 
 
-def _pinned(hunk: Hunk, fuzz: int) -> bool:
-    """Whether the hunk (with `fuzz` context lines dropped) must end at the end of the file."""
+def _eof_pinned(hunk: Hunk, fuzz: int) -> bool:
+    """Whether the hunk (with `fuzz` context lines dropped) ends at a missing final newline."""
     old, _, top = _trim(hunk, fuzz)
     untrimmed_end = len(old) + top == len(hunk.old)
     return untrimmed_end and not (hunk.old_eof_newline and hunk.new_eof_newline)
 
 
+@dataclass(frozen=True)
+class _Placement:
+    at: int | None
+    tie: int | None = None  # a second place as good as `at`: ambiguous
+    pinned: str = ""  # "top" / "end" when anchoring decided, for the failure's reason
+
+
 def _find(
     work: list[str], hunk: Hunk, fuzz: int, *, expected: int, floor: int, file_eof: bool
-) -> int | None:
-    """Where the hunk's (trimmed) old side fits, nearest to `expected`.
-
-    A side marked "\\ No newline at end of file" fits only at the end of the file, and its
-    old side only a file that lacks the newline too.
-    """
+) -> _Placement:
+    """Where the hunk's (trimmed) old side fits: anchored as git anchors it, else nearest to
+    `expected`. A side marked "\\ No newline at end of file" fits only at the end of the file,
+    and its old side only a file that lacks the newline too."""
     old, _, _ = _trim(hunk, fuzz)
-    if _pinned(hunk, fuzz):
-        at = len(work) - len(old)
-        fits = at >= floor and _matches(work, at, old)
-        return at if fits and (hunk.old_eof_newline or not file_eof) else None
-    return _search(work, old, expected, floor)
+    top, end = hunk.pins if fuzz == 0 else (False, False)  # fuzz drops the anchoring (git -C)
+    if _eof_pinned(hunk, fuzz):
+        end = True
+        if not (hunk.old_eof_newline or not file_eof):
+            return _Placement(None, pinned="end")
+    if top and end:
+        fits = floor == 0 and len(work) == len(old) and _matches(work, 0, old)
+        return _Placement(0 if fits else None, pinned="whole")
+    if top:
+        return _Placement(0 if floor == 0 and _matches(work, 0, old) else None, pinned="top")
+    if end:
+        last = len(work) - len(old)
+        fits = last >= floor and _matches(work, last, old)
+        return _Placement(last if fits else None, pinned="end")
+    at, tie = _search(work, old, expected, floor)
+    return _Placement(at, tie)
+
+
+def _unpinned(work: list[str], hunk: Hunk, floor: int, pinned: str) -> tuple[int | None, str]:
+    """Why an anchored hunk failed when its lines do fit elsewhere: (0-based line, reason)."""
+    at, _ = _search(work, hunk.old, hunk.old_start - 1, floor)
+    if at is None or not hunk.old:
+        return None, ""
+    where = {
+        "top": "at the top of the file, as a hunk starting at line 1 must",
+        "end": "at the end of the file, as a hunk with no trailing context must",
+        "whole": "as the whole file",
+    }[pinned]
+    return at, f"its lines fit at line {at + 1}, not {where}"
+
+
+def _failure(
+    work: list[str], hunk: Hunk, floor: int, pinned: str, *, nearest: bool, ratio: Ratio | None
+) -> HunkResult:
+    at, hint = _unpinned(work, hunk, floor, pinned) if pinned else (None, "")
+    if hint or not nearest:
+        # Only lines the hunk changes make a match elsewhere evidence of the change itself;
+        # a side of context alone (a reversed deletion) proves nothing.
+        changes = any(tag == "-" for tag, _ in hunk.lines)
+        where = at + 1 if at is not None and changes else None
+        return HunkResult(hunk.index, "failed", detail=hint, elsewhere=where)
+    near_at, near, similarity = nearest_window(work, hunk.old, ratio=ratio)
+    return HunkResult(
+        hunk.index, "failed", nearest_line=near_at + 1, nearest=near, similarity=similarity
+    )
 
 
 def apply_hunks(
@@ -298,11 +399,14 @@ def apply_hunks(
     eof_newline: bool = True,
     nearest: bool = True,
     unique: bool = False,
+    ratio: Ratio | None = None,
 ) -> FileResult:
     """Apply hunks in order to a copy of `lines`; never raises for a mismatch.
 
-    With `unique`, a hunk that fits in more than one place fails: a revert must not guess
-    which of two equal places it once changed.
+    A hunk fitting equally well in two places fails, saying where. With `unique`, a hunk that
+    fits in more than one place at all fails: a revert must not guess which of two equal places
+    it once changed. `nearest` computes, for failed hunks, where the file looks most like
+    them (the costly part of a failure), with `ratio` as the similarity.
     """
     work = list(lines)
     results: list[HunkResult] = []
@@ -312,17 +416,28 @@ def apply_hunks(
     new_eof = eof_newline
     for hunk in hunks:
         placed = None
+        tie: int | None = None
+        pinned = ""
+        anchored = False  # the placement was decided by anchoring: there is no other place
         for fuzz in range(max_fuzz + 1):
             old, new, top = _trim(hunk, fuzz)
             if fuzz and len(old) == len(hunk.old):
                 continue  # nothing left to drop: fuzz would only repeat the search
             start = hunk.old_start - 1 if hunk.old else hunk.old_start
             expected = start + shift + top
-            at = _find(work, hunk, fuzz, expected=expected, floor=floor, file_eof=new_eof)
-            if at is not None:
-                placed = (at, old, new, fuzz, at - expected)
+            found = _find(work, hunk, fuzz, expected=expected, floor=floor, file_eof=new_eof)
+            pinned = pinned or found.pinned
+            if found.at is not None:
+                placed = (found.at, old, new, fuzz, found.at - expected)
+                tie, anchored = found.tie, bool(found.pinned)
                 break
-        ambiguous = placed is not None and unique and not _pinned(hunk, placed[3])
+        if placed is not None and tie is not None:
+            where = f"{placed[0] + 1} and {tie + 1}"
+            detail = f"it fits equally well at lines {where}: ambiguous, none picked"
+            results.append(HunkResult(hunk.index, "failed", detail=detail))
+            failed = True
+            continue
+        ambiguous = placed is not None and unique and not anchored
         if placed is not None and ambiguous and len(_places(work, placed[1], floor)) > 1:
             where = " and ".join(str(i + 1) for i in _places(work, placed[1], floor)[:3])
             results.append(HunkResult(hunk.index, "failed", detail=f"it fits at lines {where}"))
@@ -330,15 +445,7 @@ def apply_hunks(
             continue
         if placed is None:
             failed = True
-            if not nearest:
-                results.append(HunkResult(hunk.index, "failed"))
-                continue
-            near_at, near, ratio = nearest_window(work, hunk.old)
-            results.append(
-                HunkResult(
-                    hunk.index, "failed", nearest_line=near_at + 1, nearest=near, similarity=ratio
-                )
-            )
+            results.append(_failure(work, hunk, floor, pinned, nearest=nearest, ratio=ratio))
             continue
         at, old, new, fuzz, offset = placed
         status: HunkStatus = "fuzz" if fuzz else ("offset" if offset else "exact")

@@ -10,15 +10,29 @@ from pathlib import PurePosixPath
 from patchset.registry import Variant
 from patchset.sources.base import ReadsMany, ReleaseTree
 
+# A file "carries most of" a vanished one when it holds at least this share of the distinctive
+# lines (stripped, longer than 8 characters) the patch expects in the vanished file.
+MOVED_SHARE = 0.5
 
-def moved_files(tree: ReleaseTree, variant: Variant, missing: tuple[str, ...]) -> dict[str, str]:
+
+def moved_files(
+    tree: ReleaseTree,
+    variant: Variant,
+    missing: tuple[str, ...],
+    *,
+    existed: set[str] | None = None,
+) -> dict[str, str]:
     """Where each missing file went: the release file (of the same name, else in a folder of
-    the same name) holding most of the lines the variant expects, at least half of them.
+    the same name) holding most of the lines the variant expects (`MOVED_SHARE` of them).
 
-    Missing files with no such home are left out. `check` reports these as `moved_to`;
-    `refresh` carries a patch onto them.
+    With `existed`, only those missing files are looked for: a file never seen in an earlier
+    release has not moved, it has not been written yet. Missing files with no such home are
+    left out. `check` reports these as `moved_to`; `refresh` carries a patch onto them.
     """
     found: dict[str, str] = {}
+    missing = tuple(m for m in missing if existed is None or m in existed)
+    if not missing:
+        return found
     paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
     for rel in missing:
         expected = {
@@ -59,6 +73,6 @@ def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> 
         if data is None:
             continue
         score = sum(needle in data for needle in needles) / len(needles)
-        if score >= 0.5 and (best is None or score > best[0]):
+        if score >= MOVED_SHARE and (best is None or score > best[0]):
             best = (score, path)
     return None if best is None else best[1]

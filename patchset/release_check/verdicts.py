@@ -11,19 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
+
+from packaging.version import Version
 
 from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode, UsageError
+from patchset.kernel.hunks import HunkResult
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
+from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import moved_files
+from patchset.release_check.similarity import ratio
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 SCHEMA = "patchset.check/1"
 ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
+Explain = Literal["none", "in-range", "all"]  # which failures get the nearest-lines text
+HunkState = Literal["applies", "present", "moved", "conflicts", "both"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,37 @@ class CheckResult:
     @property
     def needs_attention(self) -> bool:
         return self.in_range and self.verdict in ATTENTION
+
+    def to_memo(self) -> dict[str, object]:
+        """What the memo keeps: everything but the release and the range (given on reading)."""
+        data = self.to_dict()
+        del data["vllm"], data["in_range"]
+        data["shifted"] = self.shifted
+        data["failing_hunks"] = [list(pair) for pair in self.failing_hunks]
+        data["failing_sites"] = list(self.failing_sites)
+        data["missing"] = list(self.missing)
+        return data
+
+    @classmethod
+    def from_memo(cls, data: dict[str, Any], *, vllm: str, in_range: bool) -> CheckResult:
+        """A result read back from the memo, for this release and range."""
+        return cls(
+            vllm=vllm,
+            patch=data["patch"],
+            revision=data["revision"],
+            variant=data["variant"],
+            verdict=data["verdict"],
+            in_range=in_range,
+            detail=data["detail"],
+            signals=Signals(**data["signals"]),
+            disagreement=data["disagreement"],
+            locations=tuple(data["locations"]),
+            moved_to=tuple(data["moved_to"]),
+            shifted=data["shifted"],
+            failing_hunks=tuple((f, int(i)) for f, i in data["failing_hunks"]),
+            failing_sites=tuple(data["failing_sites"]),
+            missing=tuple(data["missing"]),
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -127,8 +165,16 @@ def check(
     patches: list[str] | tuple[str, ...] | None = None,
     max_fuzz: int = 0,
     on_release: Callable[[str], None] | None = None,
+    explain: Explain = "in-range",
+    memo: Memo | None = None,
+    use_memo: bool = True,
 ) -> CheckReport:
-    """Check the selected patches against each release; the package index by default."""
+    """Check the selected patches against each release; the package index by default.
+
+    `explain` says which failing hunks get the "nearest lines" text, the costly part of a
+    failure: none, those of releases in the patch's range (what a table shows), or all.
+    Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
+    """
     if max_fuzz < 0:
         raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
     if source is None:
@@ -139,15 +185,30 @@ def check(
     ordered = sorted(dict.fromkeys(versions), key=ranges.version_key)
     infos: list[ReleaseInfo] = []
     results: list[CheckResult] = []
-    for version in ordered:
-        with source.open(version) as tree:
-            release = tree.info.version if tree.info.version != "unknown" else version
-            results.extend(
-                check_tree(selected, tree, release, max_fuzz=max_fuzz, registry=registry)
-            )
-            infos.append(tree.info)  # after the reads: an index tree lists what it checked
-        if on_release is not None:
-            on_release(version)
+    memo = memo if memo is not None or not use_memo else Memo()
+    seen: set[str] = set()  # target files present in an earlier release of this run
+    try:
+        for version in ordered:
+            with source.open(version) as tree:
+                release = tree.info.version if tree.info.version != "unknown" else version
+                results.extend(
+                    check_tree(
+                        selected,
+                        tree,
+                        release,
+                        max_fuzz=max_fuzz,
+                        explain=explain,
+                        memo=memo,
+                        seen=seen,
+                        registry=registry,
+                    )
+                )
+                infos.append(tree.info)  # after the reads: an index tree lists what it checked
+            if on_release is not None:
+                on_release(version)
+    finally:
+        if memo is not None:
+            memo.close()
     return CheckReport(
         registry=registry.digest,
         releases=tuple(infos),
@@ -162,10 +223,16 @@ def check_tree(
     version: str,
     *,
     max_fuzz: int = 0,
+    explain: Explain = "in-range",
+    memo: Memo | None = None,
+    seen: set[str] | None = None,
     registry: Registry | None = None,
 ) -> list[CheckResult]:
-    """Each patch on `tree`; one that `requires` others (in `registry`) on top of them."""
+    """Every patch against one release; one that `requires` others (in `registry`) on top of
+    them. `seen` holds the target files found in earlier releases (a vanished file is only
+    said to have moved when it existed before); it is updated with this release's."""
     cache: dict[str, bytes | None] = {}
+    seen = set() if seen is None else seen
     by_id = {p.id: p for p in registry.patches} if registry else {}
 
     def read(rel: str) -> bytes | None:
@@ -179,17 +246,114 @@ def check_tree(
         version_known = version if ranges.is_version(version) else None
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
 
-    return [_one(patch, tree, version, read_for(patch), max_fuzz) for patch in patches]
+    # A release whose digest pins its content (the index's) keeps its files' digests in the
+    # memo: a warm check then reads no file.
+    pinned = tree.info.digest
+    known = memo.digests(pinned) if memo is not None and pinned else {}
+    fresh: dict[str, str] = {}
+
+    def digest(rel: str) -> str:
+        if rel not in known:
+            known[rel] = fresh[rel] = file_digest(read(rel))
+        return known[rel]
+
+    plans: list[tuple[Patch, bool, list[str], str | None]] = []
+    for patch in patches:
+        in_range = patch.in_range(version) if ranges.is_version(version) else False
+        files = _declared(patch)
+        key = None
+        # A stacked patch reads its files as the patches it requires leave them: not memoised.
+        if memo is not None and patch.kind in ("diff", "runtime") and not patch.requires:
+            digests = {f: digest(f) for f in files}
+            gone = sorted(f for f, d in digests.items() if d == "-")
+            existed = _existed(patch, version, gone, seen) if gone else set()
+            if not gone or pinned:
+                meant = patch.variant_for(version) if ranges.is_version(version) else None
+                nearest = explain == "all" or (explain == "in-range" and in_range)
+                key = memo.key(
+                    patch.id,
+                    patch.digest,
+                    meant.name if meant else None,
+                    max_fuzz,
+                    nearest,
+                    sorted(digests.items()),
+                    [pinned, sorted(existed)] if gone else None,
+                    _ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
+                )
+        plans.append((patch, in_range, files, key))
+    found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
+    results: list[CheckResult] = []
+    store: dict[str, dict[str, object]] = {}
+    for patch, in_range, files, key in plans:
+        if key is not None and key in found and memo is not None:
+            results.append(CheckResult.from_memo(found[key], vllm=version, in_range=in_range))
+            memo.hits += 1
+            continue
+        existed = _existed(patch, version, files, seen)
+        r = _one(
+            patch,
+            tree,
+            version,
+            read_for(patch),
+            max_fuzz=max_fuzz,
+            explain=explain,
+            existed=existed,
+        )
+        results.append(r)
+        if key is not None:
+            store[key] = r.to_memo()
+    for patch in patches:
+        seen.update(
+            f for f in _declared(patch) if (digest(f) if memo else file_digest(read(f))) != "-"
+        )
+    if memo is not None:
+        memo.put_many(store)
+        if pinned:
+            memo.put_digests(pinned, fresh)
+    return results
+
+
+def _declared(patch: Patch) -> list[str]:
+    """Every file the patch's evaluation reads: each variant's targets and the probe's file."""
+    files = {f for variant in patch.variants for f in variant.files}
+    if patch.upstream.probe is not None:
+        files.add(patch.upstream.probe.file)
+    return sorted(files)
+
+
+def _existed(patch: Patch, version: str, files: list[str], seen: set[str]) -> set[str]:
+    """Which of `files` are known to have existed before this release."""
+    before = _written_before(patch, version)
+    return {f for f in files if before or f in seen}
+
+
+def _written_before(patch: Patch, version: str) -> bool:
+    """Whether the patch's own record says its targets existed before this release: the
+    release is newer than the base of a variant or than the lowest release its range allows."""
+    if not ranges.is_version(version):
+        return False
+    current = Version(version)
+    floors = [Version(v.base) for v in patch.variants if v.base and ranges.is_version(v.base)]
+    floors += [
+        Version(spec.version)
+        for spec in patch.vllm
+        if spec.operator in (">=", ">", "==", "~=", "===") and ranges.is_version(spec.version)
+    ]
+    return any(current > floor for floor in floors)
 
 
 def _pick_variant(
-    patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int
+    patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int, nearest: bool
 ) -> tuple[Variant, Evaluation]:
     """The variant meant for the release; failing that, the first that fits it."""
+
+    def run(variant: Variant) -> Evaluation:
+        return evaluate(patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
+
     meant = patch.variant_for(version) if ranges.is_version(version) else None
     if meant is not None:
-        return meant, evaluate(patch, meant, read, max_fuzz=max_fuzz)
-    tried = [(v, evaluate(patch, v, read, max_fuzz=max_fuzz)) for v in reversed(patch.variants)]
+        return meant, run(meant)
+    tried = [(v, run(v)) for v in reversed(patch.variants)]
     for variant, ev in tried:
         if ev.state in ("applies", "already-applied"):
             return variant, ev
@@ -203,84 +367,173 @@ def _python_detail(patch: Patch) -> str | None:
     return "every name it touches is there: " + ", ".join(patch.touches)
 
 
+@dataclass(frozen=True)
+class _Decision:
+    verdict: Verdict
+    detail: str
+    disagreement: str | None = None
+    moved: tuple[str, ...] = ()
+    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
+
+
 def _one(
     patch: Patch,
     tree: ReleaseTree,
     version: str,
     read: Callable[[str], bytes | None],
+    *,
     max_fuzz: int,
+    explain: Explain,
+    existed: set[str] | None = None,
 ) -> CheckResult:
-    variant, ev = _pick_variant(patch, version, read, max_fuzz)
+    in_range = patch.in_range(version) if ranges.is_version(version) else False
+    nearest = explain == "all" or (explain == "in-range" and in_range)
+    variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest)
     probe = patch.upstream.probe
     probe_hit = probe.matches(_text(read(probe.file))) if probe else None
     reverse = ev.reverse_applies if patch.kind == "diff" else None
-    ancestry = _ancestry(tree, patch.upstream.commit)
-    signals = Signals(ev.state, reverse, probe_hit, ancestry)
-    in_range = patch.in_range(version) if ranges.is_version(version) else False
-    locations = _locations(ev)
-    verdict: Verdict
-    disagreement = None
-    moved: tuple[str, ...] = ()
-    shifted = False
+    signals = Signals(ev.state, reverse, probe_hit, _ancestry(tree, patch.upstream.commit))
+    states = hunk_states(ev)
     if ev.state == "missing-target":
-        verdict = "missing-target"
         detail, moved, signals, disagreement = _missing(
-            tree, variant, ev, probe=probe, read=read, signals=signals
+            tree, variant, ev, probe=probe, read=read, signals=signals, existed=existed
         )
-    elif ev.state == "already-applied":
-        verdict = "upstream"
-        detail = "the release already holds this change (the reverse applies)"
-        if patch.kind == "runtime":
-            detail = "every site is already in place (its markers are present)"
-            if any(site.status == "upstream" for site in ev.sites):
-                detail = "every site is in place or its own probe finds the upstream fix"
-        if probe_hit is False:
-            disagreement = "the upstream probe does not match"
-        elif ancestry is False:
-            disagreement = "the release's git history lacks upstream.commit"
-    elif ancestry:
-        verdict = "upstream"
-        detail = f"the release's git history holds the upstream fix {patch.upstream.commit}"
-        if ev.state == "applies":
-            disagreement = "the patch still applies, yet git history holds the upstream fix"
-    elif probe_hit:
-        verdict = "upstream"
-        assert probe is not None
-        detail = f"the declared upstream fix is present: {probe.describe()}"
-        if ev.state == "applies":
-            disagreement = "the patch still applies, yet the probe says upstream fixed it"
-        elif ev.state == "partial":
-            disagreement = "some of the patch's sites still match"
-    elif ev.state == "applies":
-        verdict = "needed"
-        shifted = bool(ev.warnings)
-        detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
-        detail = _python_detail(patch) or detail + _skipped(ev)
-    elif ev.state == "partial":
-        verdict = "partial"
-        detail = "; ".join(ev.failures)
+        decision = _Decision("missing-target", detail, disagreement, moved)
     else:
-        verdict = "conflict"
-        detail = "; ".join(ev.failures)
+        decision = _decide(patch, ev, signals, states)
     return CheckResult(
         vllm=version,
         patch=patch.id,
         revision=patch.revision,
         variant=variant.name,
-        verdict=verdict,
+        verdict=decision.verdict,
         in_range=in_range,
-        detail=detail,
+        detail=decision.detail,
         signals=signals,
-        disagreement=disagreement,
-        locations=locations,
-        moved_to=moved,
-        shifted=shifted,
+        disagreement=decision.disagreement,
+        locations=_locations(ev, states),
+        moved_to=decision.moved,
+        shifted=decision.shifted,
         failing_hunks=tuple((f, h.index) for f, h in ev.hunks if h.status == "failed"),
         failing_sites=tuple(
             s.site for s in ev.sites if s.status not in ("applies", "already-applied")
         ),
         missing=ev.missing,
     )
+
+
+def _decide(
+    patch: Patch, ev: Evaluation, signals: Signals, states: list[tuple[str, HunkResult, HunkState]]
+) -> _Decision:
+    """The decision table of docs/check.md, first matching row wins."""
+    probe_hit, ancestry = signals.probe, signals.ancestry
+    if ev.state == "already-applied":
+        detail = "the release already holds this change (the reverse applies)"
+        if patch.kind == "runtime":
+            detail = "every site is already in place (its markers are present)"
+            if any(site.status == "upstream" for site in ev.sites):
+                detail = "every site is in place or its own probe finds the upstream fix"
+        if probe_hit is False:
+            return _Decision("upstream", detail, "the upstream probe does not match")
+        if ancestry is False:
+            return _Decision("upstream", detail, "the release's git history lacks upstream.commit")
+        return _Decision("upstream", detail)
+    if ancestry:
+        detail = f"the release's git history holds the upstream fix {patch.upstream.commit}"
+        if ev.state == "applies":
+            why = "the patch still applies, yet git history holds the upstream fix"
+            return _Decision("upstream", detail, why)
+        return _Decision("upstream", detail)
+    if probe_hit:
+        probe = patch.upstream.probe
+        assert probe is not None
+        detail = f"the declared upstream fix is present: {probe.describe()}"
+        if ev.state == "applies":
+            why = "the patch still applies, yet the probe says upstream fixed it"
+            return _Decision("upstream", detail, why)
+        if ev.state == "partial":
+            return _Decision("upstream", detail, "some of the patch's sites still match")
+        return _Decision("upstream", detail)
+    if ev.state == "applies" and ev.reverse_applies:
+        return _both_ways(ev, probe_hit)
+    if ev.state == "applies":
+        shifted = bool(ev.warnings)
+        detail = "applies with " + "; ".join(ev.warnings) if shifted else "applies cleanly"
+        return _Decision("needed", _python_detail(patch) or detail + _skipped(ev), shifted=shifted)
+    if ev.state == "partial":
+        return _Decision("partial", "; ".join(ev.failures))
+    kinds = {state for _, _, state in states}
+    if "moved" in kinds and kinds <= {"present", "moved"}:
+        moved = [f"{f}#{h.index}" for f, h, state in states if state == "moved"]
+        return _Decision(
+            "upstream",
+            "the release already holds this change; "
+            + ", ".join(moved)
+            + " no longer where git looks for it (code was added around it)",
+            "git apply -R --check fails: an anchored hunk's change is present, but no longer at"
+            " the end (or top) of the file",
+        )
+    if kinds & {"present", "moved"}:
+        return _Decision("partial", _partial_detail(states))
+    return _Decision("conflict", "; ".join(ev.failures))
+
+
+def _both_ways(ev: Evaluation, probe_hit: bool | None) -> _Decision:
+    """Forward and reverse both fit (the probe and git history, if any, said nothing): the
+    direction whose hunks sit nearer the diff's own line numbers wins; a tie is `needed`."""
+    forward = sum(abs(h.offset) for _, h in ev.hunks)
+    backward = sum(abs(h.offset) for _, h in ev.reverse)
+    where = (
+        f"forward and reverse both fit (forward {forward} lines from the diff's line numbers,"
+        f" reverse {backward})"
+    )
+    no_probe = "" if probe_hit is None else "; the upstream probe does not match"
+    if backward < forward:
+        return _Decision(
+            "upstream",
+            "the release already holds this change: the reverse fits nearer the diff's lines",
+            f"{where}: chose upstream, the nearer{no_probe}",
+        )
+    why = "the nearer" if forward < backward else "a tie, and applying is the safe side"
+    return _Decision(
+        "needed",
+        "applies; " + "; ".join(ev.warnings),
+        f"{where}: chose needed, {why}{no_probe}",
+        shifted=any(h.status != "exact" for _, h in ev.hunks),
+    )
+
+
+def hunk_states(ev: Evaluation) -> list[tuple[str, HunkResult, HunkState]]:
+    """Each hunk of a diff patch: applies, already present, conflicts, or fits both ways."""
+    back = {(f, h.index): h for f, h in ev.reverse}
+    out: list[tuple[str, HunkResult, HunkState]] = []
+    for f, h in ev.hunks:
+        r = back.get((f, h.index))
+        fwd, rev = h.status != "failed", r is not None and r.status != "failed"
+        state: HunkState = (
+            "both" if fwd and rev else "applies" if fwd else "present" if rev else "conflicts"
+        )
+        if state == "conflicts" and r is not None and r.elsewhere is not None:
+            state = "moved"  # the change is there whole, only no longer at the file's end/top
+        out.append((f, h, state))
+    return out
+
+
+def _reverse_hit(ev: Evaluation, file: str, index: int) -> HunkResult | None:
+    return next((h for f, h in ev.reverse if f == file and h.index == index), None)
+
+
+def _partial_detail(states: list[tuple[str, HunkResult, HunkState]]) -> str:
+    words = {
+        "present": "already present",
+        "moved": "already present",
+        "applies": "still applies",
+        "conflicts": "conflicts",
+    }
+    parts: dict[str, list[str]] = {}
+    for f, h, state in states:
+        parts.setdefault(words.get(state, "fits both ways"), []).append(f"{f}#{h.index}")
+    return "; ".join(f"{what}: {', '.join(hunks)}" for what, hunks in parts.items())
 
 
 def _skipped(ev: Evaluation) -> str:
@@ -297,9 +550,10 @@ def _missing(
     probe: Probe | None,
     read: Callable[[str], bytes | None],
     signals: Signals,
+    existed: set[str] | None,
 ) -> tuple[str, tuple[str, ...], Signals, str | None]:
     """A missing target: where it went, and whether the upstream fix is in the moved file."""
-    moves = moved_files(tree, variant, ev.missing)
+    moves = moved_files(tree, variant, ev.missing, existed=existed)
     moved = tuple(moves.values())
     where = f"; moved to {', '.join(moved)}?" if moved else ""
     detail = f"{', '.join(ev.missing)} not in this release{where}"
@@ -323,9 +577,31 @@ def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
     return None if commit is None else tree.contains_commit(commit)
 
 
-def _locations(ev: Evaluation) -> tuple[str, ...]:
-    hunks = ev.reverse if ev.state == "already-applied" and ev.reverse else ev.hunks
-    out = [f"{f}: {h.describe()}" for f, h in hunks]
+def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) -> tuple[str, ...]:
+    """Per hunk (its state and line) or per site: where it fits or why it does not."""
+    out: list[str] = []
+    for f, h, state in states:
+        r = _reverse_hit(ev, f, h.index)
+        back = r.line if r is not None else None
+        if state == "applies":
+            shift = f" (offset {h.offset:+d} lines)" if h.offset else ""
+            fuzz = f" with fuzz {h.fuzz}" if h.fuzz else ""
+            out.append(f"{f}: hunk #{h.index} applies at line {h.line}{fuzz}{shift}")
+        elif state == "present":
+            out.append(f"{f}: hunk #{h.index} already present at line {back}")
+        elif state == "moved":
+            where = r.elsewhere if r is not None else None
+            out.append(
+                f"{f}: hunk #{h.index} already present at line {where}, no longer at the end"
+                " (or top) of the file where git looks for it"
+            )
+        elif state == "both":
+            out.append(
+                f"{f}: hunk #{h.index} fits both ways: applies at line {h.line},"
+                f" already present at line {back}"
+            )
+        else:
+            out.append(f"{f}: {h.describe().replace(' does not match', ' conflicts, no match')}")
     out += [s.describe() for s in ev.sites]
     return tuple(out)
 

@@ -14,6 +14,7 @@ from patchset.adapters.actions import workflow_command
 from patchset.cli import github
 from patchset.cli.loading import load
 from patchset.cli.output import (
+    OUTCOME_STYLE,
     DescriptionColumn,
     console,
     err_console,
@@ -26,7 +27,7 @@ from patchset.cli.output import (
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import Registry
 from patchset.registry.write import write_ranges
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
+from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
 from patchset.sources import parse_source, select
 from patchset.sources.base import DownloadProgress, ReleaseSource
 
@@ -95,6 +96,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")
     p.add_argument(
+        "--explain",
+        action="store_true",
+        help="give every failing hunk its nearest lines, out-of-range releases and JSON"
+        " included (by default only failures in the patch's range, and none in JSON)",
+    )
+    p.add_argument(
         "--suggest-ranges",
         action="store_true",
         help="print, per patch, the releases where it is needed beside its declared range",
@@ -126,7 +133,15 @@ def run(args: argparse.Namespace) -> int:
     if not versions:
         return _nothing_to_check(args, registry, source)
     _prefetch(source, versions, registry, args.patches)
-    report = check(registry, versions, source=source, patches=args.patches, max_fuzz=args.fuzz)
+    explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
+    report = check(
+        registry,
+        versions,
+        source=source,
+        patches=args.patches,
+        max_fuzz=args.fuzz,
+        explain=explain,
+    )
     if args.format == "json":
         print_json(report.to_dict())
     elif args.format == "markdown":
@@ -134,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "github":
         sys.stdout.write(shown(github.render(report, registry, render_markdown(report, registry))))
     else:
-        show_table(report, registry, suggest=args.suggest_ranges)
+        show_table(report, registry, suggest=args.suggest_ranges, all_notes=args.explain)
     if args.write:
         written, _ = write_ranges(registry, report.suggested)
         out = console() if args.format == "table" else err_console()
@@ -231,41 +246,71 @@ def _prefetch(
         fetch(report)
 
 
-def _cell(r: CheckResult, *, variant: bool = False) -> Text:
+SYMBOLS = {"needed": "N", "upstream": "U", "conflict": "C", "partial": "P", "missing-target": "M"}
+LEGEND = (
+    "N needed  U upstream  C conflict  P partial  M missing-target;"
+    "  lower case: out of the patch's range;  !: signals disagree"
+)
+WIDE = 6  # more releases than this: one short symbol per cell, and a legend
+MAX_NOTES = 40  # note lines a table shows; --explain shows them all
+
+
+def _cell(r: CheckResult, *, variant: bool = False, short: bool = False) -> Text:
+    if short:
+        mark = SYMBOLS.get(r.verdict, "?")
+        style = OUTCOME_STYLE.get(r.verdict, "") if r.in_range else "dim"
+        cell = text(mark if r.in_range else mark.lower(), style)
+        if r.disagreement:
+            cell.append_text(text("!", "yellow"))
+        return cell
     cell = styled(r.verdict)
     if r.disagreement:
-        cell.append(" ").append(text("!", "yellow"))
+        cell.append(" ").append_text(text("!", "yellow"))
     if not r.in_range:
-        cell.append(" ").append(text("(out of range)", "dim"))
+        cell.append(" ").append_text(text("(out of range)", "dim"))
     if variant:  # for patches with several variants
-        cell.append(" ").append(text(r.variant, "dim"))
+        cell.append(" ").append_text(text(r.variant, "dim"))
     return cell
 
 
-def show_table(report: CheckReport, registry: Registry, *, suggest: bool) -> None:
-    """One row per patch and a column per release; transposed when releases outnumber the
-    width of a terminal (more than six), so the matrix stays readable."""
+def _heads(versions: list[str]) -> list[str]:
+    """Column heads; with many releases a shared leading "0." is dropped to save width."""
+    if len(versions) > WIDE and all(v.startswith("0.") for v in versions):
+        return [v[2:] for v in versions]
+    return versions
+
+
+def show_table(
+    report: CheckReport, registry: Registry, *, suggest: bool, all_notes: bool = False
+) -> None:
+    """One row per patch and a column per release; past six releases each cell is one symbol
+    under a legend. Notes are folded per patch and cut at `MAX_NOTES` lines, with a count."""
     con = console()
     versions = [i.version for i in report.releases]
     patches = [p for p in registry.patches if any(r.patch == p.id for r in report.results)]
     title = f"patchset check  (registry {registry.short_digest})"
     several = {p.id for p in patches if len(p.variants) > 1}
-    if len(versions) <= 6:
-        out = table(title, ["patch", *versions])
-        for patch in patches:
-            out.add_row(
-                f"{patch.id} r{patch.revision}",
-                *(_cell(report.result(v, patch.id), variant=patch.id in several) for v in versions),
-            )
-    else:
-        out = table(title, ["vLLM", *(p.id for p in patches)])
-        for v in versions:
-            out.add_row(
-                v, *(_cell(report.result(v, p.id), variant=p.id in several) for p in patches)
-            )
+    short = len(versions) > WIDE
+    found = {(r.vllm, r.patch): r for r in report.results}
+    out = table(title, ["patch", *_heads(versions)])
+    for patch in patches:
+        cells = [
+            _cell(found[(v, patch.id)], variant=patch.id in several, short=short) for v in versions
+        ]
+        out.add_row(f"{patch.id} r{patch.revision}", *cells)
     con.print(out)
-    for line in _notes(report):
+    if short:
+        con.print(LEGEND, style="dim", markup=False)
+    notes = _notes(report)
+    shown = notes if all_notes else notes[:MAX_NOTES]
+    for line in shown:
         con.print(line, markup=False)
+    if len(shown) < len(notes):
+        con.print(
+            f"... {len(notes) - len(shown)} more note lines (--explain shows them all;"
+            " --format json has every detail)",
+            markup=False,
+        )
     if suggest:
         con.print()
         rows = table("suggested ranges (where needed)", ["patch", "declared", "needed in"])
@@ -276,19 +321,36 @@ def show_table(report: CheckReport, registry: Registry, *, suggest: bool) -> Non
         con.print(rows)
 
 
+def _span(versions: list[str]) -> str:
+    return versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]} ({len(versions)})"
+
+
 def _notes(report: CheckReport) -> list[str]:
-    """Details of every verdict that is not a clean 'needed', runs of releases folded."""
-    groups: dict[tuple[str, str, str, str | None], list[str]] = {}
+    """Per patch with anything to say: its verdicts folded into runs of releases on one line,
+    then each distinct detail of what needs a look (in its range, or a disagreement) once."""
+    by_patch: dict[str, list[CheckResult]] = {}
     for r in report.results:
-        if r.verdict == "needed" and not r.shifted and not r.disagreement:
+        by_patch.setdefault(r.patch, []).append(r)
+    lines: list[str] = []
+    for patch, results in by_patch.items():
+        if all(r.verdict == "needed" and not r.shifted and not r.disagreement for r in results):
             continue
-        groups.setdefault((r.patch, r.verdict, r.detail, r.disagreement), []).append(r.vllm)
-    lines = []
-    for (patch, verdict, detail, disagreement), vs in groups.items():
-        span = vs[0] if len(vs) == 1 else f"{vs[0]}..{vs[-1]} ({len(vs)} releases)"
-        lines.append(f"{patch} @ {span}: {verdict}: {detail}")
-        if disagreement:
-            lines.append(f"    signals disagree: {disagreement}")
+        runs: list[tuple[str, list[str]]] = []
+        for r in results:
+            if runs and runs[-1][0] == r.verdict:
+                runs[-1][1].append(r.vllm)
+            else:
+                runs.append((r.verdict, [r.vllm]))
+        lines.append(f"{patch}: " + "; ".join(f"{v} {_span(vs)}" for v, vs in runs))
+        details: dict[tuple[str, str, str | None], list[str]] = {}
+        for r in results:
+            clean = r.verdict == "needed" and not r.shifted
+            if (r.in_range and not clean) or r.disagreement:
+                details.setdefault((r.verdict, r.detail, r.disagreement), []).append(r.vllm)
+        for (verdict, detail, disagreement), vs in details.items():
+            lines.append(f"    {_span(vs)}: {verdict}: {detail}")
+            if disagreement:
+                lines.append(f"    signals disagree: {disagreement}")
     return lines
 
 

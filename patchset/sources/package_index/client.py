@@ -11,9 +11,11 @@ request, and a damaged answer is never believed (it is asked for again, or refus
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import logging
 import platform
+import threading
 import time
 import urllib.parse
 from dataclasses import asdict, dataclass
@@ -146,6 +148,10 @@ class PackageIndex:
         return net.redact(self.settings.index_url)
 
     def _load(self) -> list[IndexFile]:
+        if not self.offline:  # pypi_simple (pydantic) imports in 0.3 s: while pip is asked
+            threading.Thread(
+                target=importlib.import_module, args=("pypi_simple",), daemon=True
+            ).start()
         cached = self.cache.load_json(self.cache_key)
         if self.offline:
             if cached is None:

@@ -1,0 +1,157 @@
+"""A memo of check results, keyed by content: re-checking an unchanged registry against known
+releases is a lookup, and editing one patch re-evaluates that patch only.
+
+One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-1.sqlite``
+(the ``1`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
+Two tables:
+
+- ``results``: key -> one result (JSON). The key is a sha256 over the memo format, a digest of
+  the code that decides verdicts, the patch's digest (patch.toml and every payload), the
+  variant meant for the release, the fuzz allowed, whether nearest lines were computed, and
+  the sha256 of every file the patch reads (each variant's targets and the probe's file, absent
+  files marked). A result with a missing target also depends on the rest of the tree (where the
+  file went), so its key adds the release's own digest.
+- ``files``: (release digest, path) -> sha256 of that file, for releases whose digest pins their
+  content (the package index's, checked against the index): a warm check then reads no file.
+
+Results from git clones (whose history is a signal) are never memoised. Writes are best-effort:
+a cache that cannot be written (read-only, locked for too long) only costs the speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+FORMAT = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    release TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, PRIMARY KEY (release, path)
+);
+"""
+# The modules whose code decides a verdict: a change to any of them starts a fresh memo.
+_DECIDERS = (
+    "kernel/hunks.py",
+    "kernel/sites.py",
+    "engine/evaluate.py",
+    "release_check/verdicts.py",
+)
+
+
+def memo_dir() -> Path:
+    from patchset.sources.package_index.cache import cache_root  # noqa: PLC0415 - light import
+
+    return cache_root() / "memo"
+
+
+def _code_digest() -> str:
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for rel in _DECIDERS:
+        path = root / rel
+        h.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
+    return h.hexdigest()
+
+
+def file_digest(data: bytes | None) -> str:
+    return "-" if data is None else hashlib.sha256(data).hexdigest()
+
+
+class Memo:
+    """The memo's file, opened on first use; every method is safe to call when it cannot be."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.path = (folder or memo_dir()) / f"check-{FORMAT}.sqlite"
+        self._db: sqlite3.Connection | None = None
+        self._broken = False
+        self.code = _code_digest()
+        self.hits = 0
+        self.misses = 0
+
+    def _conn(self) -> sqlite3.Connection | None:
+        if self._db is None and not self._broken:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.executescript(_SCHEMA)
+                self._db = db
+            except (OSError, sqlite3.Error):
+                self._broken = True
+        return self._db
+
+    def key(self, *parts: object) -> str:
+        """A sha256 over the parts' reprs (strings, numbers, None, and lists of them)."""
+        text = "\0".join([str(FORMAT), self.code, *(repr(part) for part in parts)])
+        return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, object]]:
+        db = self._conn()
+        wanted = list(dict.fromkeys(keys))
+        if db is None or not wanted:
+            return {}
+        found: dict[str, dict[str, object]] = {}
+        try:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                query = f"SELECT key, value FROM results WHERE key IN ({marks})"  # noqa: S608 - only ?s
+                rows = db.execute(query, chunk)
+                for key, value in rows:
+                    found[key] = json.loads(value)
+        except (sqlite3.Error, ValueError):
+            return {}
+        return found
+
+    def put_many(self, items: dict[str, dict[str, object]]) -> None:
+        db = self._conn()
+        if db is None or not items:
+            return
+        rows = [(k, json.dumps(v, sort_keys=True)) for k, v in items.items()]
+        self._write(db, "INSERT OR REPLACE INTO results (key, value) VALUES (?, ?)", rows)
+
+    def digests(self, release: str) -> dict[str, str]:
+        """The file digests already known for a release (by its own digest)."""
+        db = self._conn()
+        if db is None:
+            return {}
+        try:
+            rows = db.execute("SELECT path, digest FROM files WHERE release = ?", (release,))
+            return {str(path): str(digest) for path, digest in rows}
+        except sqlite3.Error:
+            return {}
+
+    def put_digests(self, release: str, digests: dict[str, str]) -> None:
+        db = self._conn()
+        if db is None or not digests:
+            return
+        rows = [(release, path, digest) for path, digest in digests.items()]
+        self._write(db, "INSERT OR REPLACE INTO files VALUES (?, ?, ?)", rows)
+
+    def _write(self, db: sqlite3.Connection, sql: str, rows: Sequence[Sequence[str]]) -> None:
+        try:
+            with db:
+                db.execute("BEGIN")
+                db.executemany(sql, rows)
+        except sqlite3.Error:
+            self._broken = True  # read-only or locked: carry on without the memo
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def clear(folder: Path | None = None) -> None:
+    """Forget every memoised result (the benchmark's "no memo" run)."""
+    base = folder or memo_dir()
+    for path in base.glob(f"check-{FORMAT}.sqlite*"):
+        path.unlink(missing_ok=True)
+
+
+Reader = Callable[[str], bytes | None]

@@ -1,0 +1,169 @@
+"""The decision table of docs/check.md on small synthetic trees (edge cases the real releases
+do not show on demand): partial diffs with a per-hunk state, both directions fitting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from patchset.registry import load_registry
+from patchset.release_check.memo import Memo
+from patchset.release_check.verdicts import CheckResult, Explain, check
+from patchset.sources.folder import FolderSource
+from tests.synthetic import add_patch, make_tree
+
+BODY = "".join(f"line {i}\n" for i in range(1, 41))
+TWO_HUNKS = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -4,7 +4,7 @@
+ line 4
+ line 5
+ line 6
+-line 7
++line 7 patched
+ line 8
+ line 9
+ line 10
+@@ -30,7 +30,7 @@
+ line 30
+ line 31
+ line 32
+-line 33
++line 33 patched
+ line 34
+ line 35
+ line 36
+"""
+
+
+def _check(tmp_path: Path, text: str, diff: str, *, explain: Explain = "in-range") -> CheckResult:
+    registry = tmp_path / "patches"
+    add_patch(registry, "pat", diff=diff, targets=["vllm/mod.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/mod.py": text})
+    source = FolderSource(tree)
+    report = check(load_registry(registry), ["0.19.1"], source=source, explain=explain)
+    return report.result("0.19.1", "pat")
+
+
+def test_half_upstream_diff_is_partial_with_hunk_states(tmp_path: Path) -> None:
+    text = BODY.replace("line 7\n", "line 7 patched\n").replace("line 33\n", "line 33 other\n")
+    r = _check(tmp_path, text, TWO_HUNKS)
+    assert r.verdict == "partial"
+    assert r.locations[0] == "vllm/mod.py: hunk #1 already present at line 4"
+    assert r.locations[1].startswith("vllm/mod.py: hunk #2 conflicts, no match; nearest lines")
+    assert "already present: vllm/mod.py#1" in r.detail
+
+
+def test_present_and_applicable_hunks(tmp_path: Path) -> None:
+    text = BODY.replace("line 7\n", "line 7 patched\n")
+    r = _check(tmp_path, text, TWO_HUNKS)
+    assert r.verdict == "partial"
+    assert r.locations == (
+        "vllm/mod.py: hunk #1 already present at line 4",
+        "vllm/mod.py: hunk #2 applies at line 30",
+    )
+
+
+def test_no_nearest_lines_unless_explained(tmp_path: Path) -> None:
+    text = BODY.replace("line 7\n", "line seven\n")
+    r = _check(tmp_path, text, TWO_HUNKS, explain="none")
+    assert r.verdict == "conflict" and "nearest" not in r.detail
+
+
+def test_both_directions_fit_is_a_reported_disagreement(tmp_path: Path) -> None:
+    # The diff adds a line equal to its neighbour.
+    diff = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -9,4 +9,5 @@
+ line 9
+ line 10
++line 10
+ line 11
+ line 12
+"""
+    # The file holds the original lines and, further down, a copy of them with the change.
+    text = BODY + "line 9\nline 10\nline 10\nline 11\nline 12\n" + "end\n" * 3
+    r = _check(tmp_path, text, diff)
+    assert (r.verdict, r.signals.reverse) == ("needed", True)
+    assert r.disagreement is not None and "both fit" in r.disagreement
+    assert r.disagreement.endswith("chose needed, the nearer")
+
+
+def test_memo_is_a_lookup_and_follows_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATCHSET_CACHE_DIR", str(tmp_path / "cache"))
+    registry = tmp_path / "patches"
+    add_patch(registry, "pat", diff=TWO_HUNKS, targets=["vllm/mod.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/mod.py": BODY})
+    loaded = load_registry(registry)
+    first = check(loaded, ["0.19.1"], source=FolderSource(tree))
+    assert first.result("0.19.1", "pat").verdict == "needed"
+    again = Memo()
+    second = check(loaded, ["0.19.1"], source=FolderSource(tree), memo=again)
+    assert again.hits == 1 and second.results == first.results
+    # The file changes: the key changes, the patch is evaluated again.
+    (tree / "vllm" / "mod.py").write_text(BODY.replace("line 7\n", "line 7 patched\n"))
+    third = Memo()
+    r = check(loaded, ["0.19.1"], source=FolderSource(tree), memo=third).result("0.19.1", "pat")
+    assert third.hits == 0 and r.verdict == "partial"
+
+
+def test_moved_hint_only_for_a_file_that_existed(tmp_path: Path) -> None:
+    registry = tmp_path / "patches"
+    long_lines = TWO_HUNKS.replace("line ", "the line number ")
+    add_patch(registry, "pat", diff=long_lines, targets=["vllm/mod.py"], vllm=">=0.19.1")
+    # The file's content now lives elsewhere under the same name.
+    moved = {"vllm/sub/mod.py": BODY.replace("line ", "the line number ")}
+    loaded = load_registry(registry)
+    for version, expected in (("0.18.0", ()), ("0.20.0", ("vllm/sub/mod.py",))):
+        tree = make_tree(tmp_path / version, moved, version=version)
+        r = check(loaded, [version], source=FolderSource(tree), use_memo=False).result(
+            version, "pat"
+        )
+        assert (r.verdict, r.moved_to) == ("missing-target", expected)
+
+
+def test_end_of_file_append_already_upstream_with_code_after_it(tmp_path: Path) -> None:
+    diff = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -38,3 +38,5 @@
+ line 38
+ line 39
+ line 40
++def tail():
++    return 1
+"""
+    appended = BODY + "def tail():\n    return 1\n"
+    # The release as the diff left it: upstream, as git -R --check says too.
+    assert _check(tmp_path / "a", appended, diff).verdict == "upstream"
+    # Upstream added more after it: git finds neither direction (the hunk must end the file);
+    # the change is there whole, so: upstream, and the disagreement with git is said.
+    r = _check(tmp_path / "b", appended + "def more():\n    pass\n", diff)
+    assert (r.verdict, r.signals.forward, r.signals.reverse) == ("upstream", "conflict", False)
+    assert r.disagreement is not None and r.disagreement.startswith("git apply -R --check fails")
+    assert r.locations[0].startswith("vllm/mod.py: hunk #1 already present at line 38")
+    # A release that never had the function and has code after line 40: a conflict, never
+    # `needed` somewhere in the middle of the file.
+    r = _check(tmp_path / "c", BODY + "other = 2\n", diff)
+    assert r.verdict == "conflict" and "not at the end of the file" in r.detail
+
+
+def test_deleting_the_end_of_a_file_is_not_upstream_by_its_context_alone(tmp_path: Path) -> None:
+    diff = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -36,5 +36,3 @@
+ line 36
+ line 37
+ line 38
+-line 39
+-line 40
+"""
+    # The context is there, followed by other code: nothing says the deletion happened.
+    r = _check(tmp_path, BODY + "other = 1\n", diff)
+    assert r.verdict == "conflict"
