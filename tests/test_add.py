@@ -258,6 +258,15 @@ def test_cached_releases_by_default(tmp_path: Path, capsys: pytest.CaptureFixtur
 
     IndexSource().fetch("0.19.1")  # at least one release in the cache
     cached = Cache(cache_root()).cached_tree_versions()
+    # a cached release is its file list; the files this add reads are fetched once, online
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    releases = [f"--vllm={v}" for v in cached]
+    assert (
+        main(["--registry", str(warm), "add", "tma", "--diff", str(TMA / "patch.diff"), *releases])
+        == 0
+    )
+    capsys.readouterr()
     root = registry_dir(tmp_path)
     code = main(
         [
