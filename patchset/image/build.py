@@ -183,15 +183,9 @@ def prepare_context(
     wanted = wanted_files(registry, variants)
     copied = engine.copy_out(base.id, [f"{root}/{rel}" for rel in wanted])
     originals = {rel: copied[f"{root}/{rel}"] for rel in wanted}
-    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
-        patched, entries = patch_files(
-            definition,
-            registry,
-            Path(tmp) / "tree",
-            variants=variants,
-            originals=originals,
-            log=sink,
-        )
+    patched, entries = patch_files(
+        definition, registry, variants=variants, originals=originals, log=sink
+    )
     build_ids = [e["id"] for e in entries if e["apply"] == "build"]
     short = registry.short_digest
     revision, source = gitrepo.provenance(registry.root)
@@ -319,13 +313,33 @@ def python_patches(registry: Registry, variants: dict[str, Variant]) -> list[tup
 def patch_files(
     definition: BuildDefinition,
     registry: Registry,
+    *,
+    variants: dict[str, Variant],
+    originals: dict[str, bytes | None],
+    log: LogSink,
+) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+    """Apply the build patches to copies of the base's files (in a scratch tree of their own)
+    and check the startup ones."""
+    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
+        return _patch_tree(
+            definition,
+            registry,
+            Path(tmp) / "tree",
+            variants=variants,
+            originals=originals,
+            log=log,
+        )
+
+
+def _patch_tree(
+    definition: BuildDefinition,
+    registry: Registry,
     tree: Path,
     *,
     variants: dict[str, Variant],
     originals: dict[str, bytes | None],
     log: LogSink,
 ) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
-    """Apply the build patches to copies of the base's files and check the startup ones."""
     patches = registry.select(definition.patches)
     (tree / "vllm").mkdir(parents=True)
     (tree / "vllm" / "__init__.py").write_bytes(b"")

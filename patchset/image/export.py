@@ -167,15 +167,7 @@ def export_runtime(
         originals = {rel: tree.read(rel) for rel in wanted}
         origin = tree.info.origin
     sink(f"release files: {origin}")
-    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
-        _, entries = patch_files(
-            definition,
-            registry,
-            Path(tmp) / "tree",
-            variants=variants,
-            originals=originals,
-            log=sink,
-        )
+    _, entries = patch_files(definition, registry, variants=variants, originals=originals, log=sink)
     manifest = {
         "schema": "patchset.manifest/1",
         "delivery": "stock",
