@@ -133,6 +133,27 @@ def test_default_index_is_pips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert resolve(memo=tmp_path / "memo") == found
 
 
+def test_remembered_pip_config_follows_a_changed_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's answer is remembered per config file stamp and PIP_* variables: an edited file or
+    a new variable is asked for again, never answered from the memo."""
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = https://first.invalid/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    for name in ("PIP_INDEX_URL", "PIP_CERT", "PIP_TRUSTED_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    memo = tmp_path / "memo"
+    assert resolve(memo=memo).index_url == "https://first.invalid/simple"
+    assert resolve(memo=memo).index_url == "https://first.invalid/simple"  # from the memo
+    config.write_text("[global]\nindex-url = https://second.invalid/simple\ncert = /x.pem\n")
+    again = resolve(memo=memo)
+    assert (again.index_url, again.transport.cafile) == ("https://second.invalid/simple", "/x.pem")
+    monkeypatch.setenv("PIP_TRUSTED_HOST", "t.invalid")
+    assert resolve(memo=memo).transport.trusted_hosts == ("t.invalid",)
+    assert len(list(memo.iterdir())) == 3  # one answer per state of the settings
+
+
 @pytest.mark.parametrize(
     "url", ["http://[::1/simple", "http://[::1]:99999/simple", "ftp://x/simple"]
 )

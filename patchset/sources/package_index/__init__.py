@@ -119,7 +119,7 @@ class IndexTree(ReleaseTree):
             try:
                 got = self._source.fetch_wheel_members(m, [*missing, *extra])
             except wheel.DamagedWheel:
-                self._source.cache.drop_manifest(m.artifact)  # read it all again next time
+                self._source.drop_manifest(m.artifact)  # read it all again next time
                 raise
             for path in missing:
                 self._source.cache.store_blob(got[path].sha256, got[path].deflated)
@@ -135,14 +135,20 @@ class IndexTree(ReleaseTree):
         """For paths the release lacks, the Python files a moved-file search reads next (fetched
         ahead, in parallel): those of the same name, else those in a folder of the same name."""
         found: list[str] = []
-        members = [p for p in self.manifest.members if p.endswith(".py")]
+        # (folder name, file name) of each Python member; string splits, not pathlib: a
+        # wheel has thousands of members
+        members = [
+            (p, p.rpartition("/")[0].rpartition("/")[2], p.rpartition("/")[2])
+            for p in self.manifest.members
+            if p.endswith(".py")
+        ]
         for path in missing:
             pure = PurePosixPath(path)
             if pure.suffix != ".py":
                 continue
-            same = [p for p in members if PurePosixPath(p).name == pure.name]
+            same = [p for p, _, name in members if name == pure.name]
             if not same:
-                same = [p for p in members if PurePosixPath(p).parent.name == pure.parent.name]
+                same = [p for p, folder, _ in members if folder == pure.parent.name]
             found += same
         return found
 
@@ -216,6 +222,7 @@ class IndexSource(ReleaseSource):
         self.retries = retries
         self.artifact = artifact
         self.verify_full = verify_full
+        self._known: dict[str, Manifest] = {}  # artifact -> manifest built or read this run
 
     def versions(self) -> list[str]:
         """The index's releases; offline, the releases in the cache."""
@@ -246,7 +253,7 @@ class IndexSource(ReleaseSource):
         *,
         progress: DownloadProgress | None = None,
         paths: Iterable[str] = (),
-        workers: int = 12,
+        workers: int = 32,
     ) -> dict[str, Path]:
         """Fetch several releases (their manifests, and `paths` of each) in parallel;
         `progress(version, 1, 1)` as each is ready. Returns each release's manifest file.
@@ -361,7 +368,7 @@ class IndexSource(ReleaseSource):
         release = self.index.release(manifest.version)
         for file in (release.wheel, release.sdist):
             if file is not None and file.filename == manifest.artifact:
-                self.cache.drop_manifest(file.filename)
+                self.drop_manifest(file.filename)
                 return self._build(file, full=manifest.verified == "full")
         raise SourceError(f"{manifest.artifact} is no longer on the index at {self.index.where()}")
 
@@ -376,12 +383,19 @@ class IndexSource(ReleaseSource):
                 return cached
             manifest = self._from_download(file) if full else self._wheel_manifest(file)
             self.cache.store_manifest(manifest)
+            self._known[file.filename] = manifest
             return manifest
 
+    def drop_manifest(self, artifact: str) -> None:
+        """Forget the artifact's manifest, here and in the cache: it is built again."""
+        self._known.pop(artifact, None)
+        self.cache.drop_manifest(artifact)
+
     def _usable(self, file: IndexFile, full: bool) -> Manifest | None:
-        manifest = self.cache.load_manifest(file.filename)
+        manifest = self._known.get(file.filename) or self.cache.load_manifest(file.filename)
         if manifest is None:
             return None
+        self._known[file.filename] = manifest  # read once a run, not once per look
         if manifest.sha256 != file.sha256:
             LOG.info("%s: the index now gives another sha256; reading it again", file.filename)
             return None
