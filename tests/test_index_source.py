@@ -6,6 +6,7 @@ configured index.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -462,6 +463,30 @@ def test_a_damaged_central_directory_is_one_clear_error(
     with pytest.raises(IntegrityError, match=message):
         read(source(fake_index, tmp_cache), "0.1.0")
     assert not [f for f in cache_files(tmp_cache) if not f.startswith("index/")]
+
+
+def test_record_rows_plain_and_quoted() -> None:
+    """RECORD's plain rows are split by hand, the rest read as CSV: same answers either way;
+    rows without a sha256 are left out, a hash that is not base64 is a damaged wheel."""
+    from patchset.sources.package_index.wheel import DamagedWheel, parse_record
+
+    digest = hashlib.sha256(b"x").digest()
+    b64 = base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    text = (
+        f"vllm/a.py,sha256={b64},1\n"
+        f'"vllm/odd,name.py",sha256={b64},1\n'
+        f"vllm/b.py,md5=abc,1\n"
+        "vllm-0.1.0.dist-info/RECORD,,\n"
+        "\n"
+    )
+    assert parse_record(text.encode(), "w.whl") == {
+        "vllm/a.py": digest.hex(),
+        "vllm/odd,name.py": digest.hex(),
+    }
+    with pytest.raises(DamagedWheel, match=r"RECORD's hash of vllm/c\.py is not base64"):
+        parse_record(b"vllm/c.py,sha256=not!base64,1\n", "w.whl")
+    with pytest.raises(DamagedWheel, match="RECORD is not readable"):
+        parse_record(b"\xff\xfe,sha256=x,1\n", "w.whl")
 
 
 def test_a_member_that_lies_is_never_used_and_fetched_again(

@@ -40,6 +40,7 @@ _R = TypeVar("_R")
 
 READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
 FULL_KEEP = 1 << 20  # with verify_full, wheel members up to this size are kept
+MEMORY = 256 << 20  # bytes of members checked this run kept in memory for the check
 
 
 class IndexTree(ReleaseTree):
@@ -88,8 +89,9 @@ class IndexTree(ReleaseTree):
             data = self._near.pop(relpath, None)
         if data is not None:
             self._source.cache.store_blob(entry[0], _deflate(data))
+            self._source.remember(entry[0], data)
         else:
-            data = self._source.cache.read_blob(entry[0])
+            data = self._source.recall(entry[0]) or self._source.cache.read_blob(entry[0])
         if data is None:
             data = self.fetch([relpath], readahead=True)[relpath]
         self._checked[relpath] = entry[0]
@@ -105,11 +107,19 @@ class IndexTree(ReleaseTree):
         self.fetch(cold)
         return {p: self.read(p) for p in wanted}
 
-    def fetch(self, paths: Iterable[str], *, readahead: bool = False) -> dict[str, bytes]:
-        """Make sure `paths` (those in the release) are cached; their bytes, checked."""
+    def fetch(
+        self, paths: Iterable[str], *, readahead: bool = False, keep: bool = True
+    ) -> dict[str, bytes]:
+        """Make sure `paths` (those in the release) are cached; their bytes, checked (with
+        ``keep=False`` only those fetched now: the others are not read back)."""
         m = self.manifest
         wanted = [p for p in dict.fromkeys(paths) if p in m.members]
-        missing = [p for p in wanted if not self._source.cache.has_blob(m.members[p][0])]
+        missing = [
+            p
+            for p in wanted
+            if self._source.recall(m.members[p][0]) is None
+            and not self._source.cache.has_blob(m.members[p][0])
+        ]
         out: dict[str, bytes] = {}
         if missing and m.kind == "sdist":
             self.manifest = self._source.rebuild(self.manifest)  # a blob was pruned or damaged
@@ -123,11 +133,15 @@ class IndexTree(ReleaseTree):
                 raise
             for path in missing:
                 self._source.cache.store_blob(got[path].sha256, got[path].deflated)
+                self._source.remember(got[path].sha256, got[path].data)
                 out[path] = got[path].data
             with self._lock:
                 self._near.update({p: got[p].data for p in extra if p in got})
-        for path in wanted:
-            if path not in out and (data := self._source.cache.read_blob(m.members[path][0])):
+        for path in wanted if keep else ():
+            sha = m.members[path][0]
+            if path not in out and (
+                data := self._source.recall(sha) or self._source.cache.read_blob(sha)
+            ):
                 out[path] = data
         return out
 
@@ -223,6 +237,9 @@ class IndexSource(ReleaseSource):
         self.artifact = artifact
         self.verify_full = verify_full
         self._known: dict[str, Manifest] = {}  # artifact -> manifest built or read this run
+        self._members: dict[str, bytes] = {}  # sha256 -> member bytes checked this run
+        self._members_size = 0
+        self._members_lock = threading.Lock()
 
     def versions(self) -> list[str]:
         """The index's releases; offline, the releases in the cache."""
@@ -240,7 +257,8 @@ class IndexSource(ReleaseSource):
         manifest, fallback = self._manifest(version)
         tree = IndexTree(self, manifest, fallback)
         wanted = list(paths)
-        tree.fetch([*wanted, *tree.stand_ins([p for p in wanted if p not in manifest.members])])
+        more = tree.stand_ins([p for p in wanted if p not in manifest.members])
+        tree.fetch([*wanted, *more], keep=False)
         return tree
 
     def cached_versions(self) -> list[str]:
@@ -385,6 +403,18 @@ class IndexSource(ReleaseSource):
             self.cache.store_manifest(manifest)
             self._known[file.filename] = manifest
             return manifest
+
+    def remember(self, sha256: str, data: bytes) -> None:
+        """Keep a member read and checked this run in memory (up to MEMORY bytes in all): the
+        check reads it next, without reading, inflating and hashing its cache file again."""
+        with self._members_lock:
+            if sha256 not in self._members and self._members_size + len(data) <= MEMORY:
+                self._members[sha256] = data
+                self._members_size += len(data)
+
+    def recall(self, sha256: str) -> bytes | None:
+        """A member checked this run (see `remember`), or None."""
+        return self._members.get(sha256)
 
     def drop_manifest(self, artifact: str) -> None:
         """Forget the artifact's manifest, here and in the cache: it is built again."""
