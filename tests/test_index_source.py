@@ -683,8 +683,9 @@ def test_a_hung_index_ends_after_the_timeout(http_server: FakeServer, tmp_cache:
         "check", "--vllm", "0.1.0", "--index-url", f"{http_server.url}/simple/", "--timeout", "0.3"
     )
     assert done.returncode == 3, done.stderr
-    assert "timed out" in done.stderr and done.stderr.count("\n") == 1
+    assert "timed out (tried once)" in done.stderr and done.stderr.count("\n") == 1
     assert time.monotonic() - start < 30
+    assert http_server.hits["/simple/vllm/"] == 1  # the timeout bounds the retries' wait too
 
 
 def test_ctrl_c_stops_at_once(http_server: FakeServer, index: FakeIndex, tmp_cache: Cache) -> None:

@@ -49,7 +49,8 @@ BACKOFF_BASE = 0.5
 """Seconds before the first retry; doubled for each further one. Tests set it small."""
 
 DEFAULT_TIMEOUT = 30.0
-"""Seconds any one request may wait on the server (to connect, or between two reads)."""
+"""Seconds one request may wait on its server without hearing anything (to connect, for the
+answer, between two reads), its retries included: a hung server is given up on after that."""
 
 CHUNK = 1 << 16
 USER_AGENT = "patchset (+urllib)"
@@ -292,13 +293,13 @@ def fetch_json(
 ) -> Any:
     """GET `url` and decode its JSON body; `retries` further attempts after the first."""
 
-    def attempt() -> bytes:
-        with _open(url, timeout, transport=transport) as response:
+    def attempt(wait: _Patience) -> bytes:
+        with _open(url, wait, transport=transport) as response:
             body = response.read(-1)
             _check_length(response, len(body))
             return body
 
-    body = _with_retries(url, attempt, retries=retries)
+    body = _with_retries(url, attempt, retries=retries, timeout=timeout)
     try:
         return json.loads(body)
     except ValueError as exc:
@@ -331,8 +332,8 @@ def fetch_page(
         kind = "application/json" if path.suffix == ".json" else "text/html"
         return path.as_uri(), kind, data
 
-    def attempt() -> tuple[str, str, bytes]:
-        with _open(url, timeout, transport=transport, headers={"Accept": accept}) as response:
+    def attempt(wait: _Patience) -> tuple[str, str, bytes]:
+        with _open(url, wait, transport=transport, headers={"Accept": accept}) as response:
             body = response.read(max_bytes + 1)
             if len(body) > max_bytes:
                 raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
@@ -340,7 +341,7 @@ def fetch_page(
             kind = response.headers.get("Content-Type") or ""
             return response.url, kind, body
 
-    return _with_retries(url, attempt, retries=retries)
+    return _with_retries(url, attempt, retries=retries, timeout=timeout)
 
 
 def fetch_bytes(
@@ -355,15 +356,15 @@ def fetch_bytes(
     """GET `url` and return its body (at most `max_bytes`); `what` names the server in
     messages (e.g. "the forge"), since this is not only for the package index."""
 
-    def attempt() -> bytes:
-        with _open(url, timeout, transport=transport) as response:
+    def attempt(wait: _Patience) -> bytes:
+        with _open(url, wait, transport=transport) as response:
             body = response.read(max_bytes + 1)
             if len(body) > max_bytes:
                 raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
             _check_length(response, len(body))
             return body
 
-    return _with_retries(url, attempt, retries=retries, what=what, hint="")
+    return _with_retries(url, attempt, retries=retries, timeout=timeout, what=what, hint="")
 
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -388,8 +389,8 @@ def fetch_range(
         return _file_range(url, start, end)
     spec = f"bytes=-{start}" if end is None else f"bytes={start}-{end}"
 
-    def attempt() -> tuple[bytes, int]:
-        with _open(url, timeout, transport=transport, headers={"Range": spec}) as response:
+    def attempt(wait: _Patience) -> tuple[bytes, int]:
+        with _open(url, wait, transport=transport, headers={"Range": spec}) as response:
             if response.status != 206:
                 raise RangeError(
                     f"{redact(url)}: the server ignores byte ranges (HTTP {response.status})"
@@ -410,7 +411,7 @@ def fetch_range(
                 raise _TransientError(f"got {len(body)} of {last - first + 1} bytes of a range")
             return body, total
 
-    return _with_retries(url, attempt, retries=retries)
+    return _with_retries(url, attempt, retries=retries, timeout=timeout)
 
 
 def _file_range(url: str, start: int, end: int | None) -> tuple[bytes, int]:
@@ -447,11 +448,11 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     expected = sha256.lower()
 
-    def attempt() -> str:
+    def attempt(wait: _Patience) -> str:
         # 0o644 as any cache file: readable by the other users of a shared cache
         with (
             atomic_file(dest, mode=0o644, suffix=".part") as tmp,
-            _open(url, timeout, transport=transport) as response,
+            _open(url, wait, transport=transport) as response,
         ):
             digest = _stream(response, tmp, progress)
             if digest != expected:
@@ -461,38 +462,61 @@ def download(
                 )
         return digest
 
-    _with_retries(url, attempt, retries=retries)
+    _with_retries(url, attempt, retries=retries, timeout=timeout)
+
+
+class _Patience:
+    """How much longer one request may wait on its server: `timeout` seconds without hearing
+    anything (a connection, an answer, the next bytes), its retries included. A hung server
+    is given up on after `timeout`, not after every retry's own; a slow one that keeps
+    sending is never cut off."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._last = time.monotonic()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def left(self) -> float:
+        return self.timeout - (time.monotonic() - self._last)
 
 
 def _with_retries(
     url: str,
-    attempt: Callable[[], T],
+    attempt: Callable[[_Patience], T],
     *,
     retries: int,
+    timeout: float,
     what: str = "the package index",
     hint: str = "; use --offline to work from the cache",
 ) -> T:
     tries = retries + 1
     reason = ""
+    wait = _Patience(timeout)
+    number = 0
     for number in range(1, tries + 1):
         try:
-            return attempt()
+            return attempt(wait)
         except _TransientError as exc:
             reason = str(exc)
-        if number < tries:
-            delay = BACKOFF_BASE * 2 ** (number - 1)
-            LOG.info("%s: %s; trying again in %.1fs", redact(url), reason, delay)
-            time.sleep(delay)
-    raise UnreachableError(
-        f"cannot reach {what} at {redact(url)}: {reason} (tried {tries} times){hint}"
-    )
+        if number == tries:
+            break
+        delay = BACKOFF_BASE * 2 ** (number - 1)
+        if wait.left() <= delay:  # nothing heard for the whole timeout: the server hangs
+            break
+        LOG.info("%s: %s; trying again in %.1fs", redact(url), reason, delay)
+        time.sleep(delay)
+    times = "once" if number == 1 else f"{number} times"
+    raise UnreachableError(f"cannot reach {what} at {redact(url)}: {reason} (tried {times}){hint}")
 
 
 class _Response:
     """One answer being read: its status, headers and final URL, and its body in pieces."""
 
-    def __init__(self, raw: Any, url: str) -> None:
+    def __init__(self, raw: Any, url: str, wait: _Patience | None = None) -> None:
         self._raw = raw  # a urllib3 response, or urllib's for a file: URL
+        self._wait = wait
         self.status: int = getattr(raw, "status", None) or 200  # urllib's file: answers have none
         self.headers: Any = raw.headers
         self.url = url
@@ -507,6 +531,8 @@ class _Response:
                 data = self._raw.read(size)
         except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as exc:
             raise _TransientError(_reason(exc)) from None
+        if data and self._wait is not None:
+            self._wait.heard()
         return data
 
     def close(self) -> None:
@@ -524,7 +550,7 @@ class _Response:
 @contextlib.contextmanager
 def _open(
     url: str,
-    timeout: float,
+    wait: _Patience,
     *,
     transport: Transport = DEFAULT_TRANSPORT,
     headers: dict[str, str] | None = None,
@@ -533,9 +559,9 @@ def _open(
     check_url(url)
     extra = {"User-Agent": USER_AGENT, **(headers or {})}
     if urllib.parse.urlsplit(url).scheme == "file":
-        response = _open_file(url, extra, timeout)
+        response = _open_file(url, extra, max(wait.left(), 0.001))
     else:
-        response = _open_web(url, extra, timeout, transport)
+        response = _open_web(url, extra, wait, transport)
     try:
         if response.status >= 400:
             try:
@@ -554,11 +580,14 @@ MAX_REDIRECTS = 10
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 
 
-def _open_web(url: str, headers: dict[str, str], timeout: float, transport: Transport) -> _Response:
+def _open_web(
+    url: str, headers: dict[str, str], wait: _Patience, transport: Transport
+) -> _Response:
     """GET `url` on a kept-alive connection, following redirects here (so the final URL is
     known, and each host gets only its own credentials)."""
     for _ in range(MAX_REDIRECTS + 1):
         sent = dict(headers)
+        timeout = max(wait.left(), 0.001)  # what is left of the time without an answer
         if (auth := transport.authorization(url)) is not None:
             sent["Authorization"] = auth
         try:
@@ -576,9 +605,10 @@ def _open_web(url: str, headers: dict[str, str], timeout: float, transport: Tran
             raise _failure(url, exc) from None
         except ValueError as exc:  # a URL urllib3 cannot use (e.g. a malformed IPv6 host)
             raise SourceError(f"{redact(url)}: malformed URL ({exc})") from None
+        wait.heard()
         location = raw.headers.get("Location") if raw.status in _REDIRECT_STATUS else None
         if not location:
-            return _Response(raw, url)
+            return _Response(raw, url, wait)
         raw.drain_conn()  # a redirect's body is small: read, so the connection is kept
         raw.release_conn()
         url = check_url(urllib.parse.urljoin(url, location), "a redirect")
