@@ -9,6 +9,7 @@ and execs `vllm serve`. Nothing is tagged unless the build and its verification 
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -378,9 +379,8 @@ def _patch_tree(
                 )
             log(f"patch {patch.id} r{patch.revision} ({variant.name}): plugin, touches found")
         elif patch.apply == "build":
-            for rel in variant.files:
-                before = originals[rel]
-                files[rel] = (sha256_hex(before) if before else "", sha256_hex(patched[rel]))
+            for rel in variant.files:  # "" for no file: one the patch creates or deletes
+                files[rel] = (_digest(originals[rel]), _digest(patched.get(rel)))
         else:
             # The entrypoint compiles each file with the image's own Python before writing.
             ev = evaluate(patch, variant, patched.get, served=served, compile_check=False)
@@ -391,10 +391,16 @@ def _patch_tree(
                     path=definition.file,
                 )
             for rel in variant.files:
-                files[rel] = (sha256_hex(patched[rel]), sha256_hex(ev.changes[rel]))
+                after = None if rel in ev.removed else ev.changes[rel]
+                files[rel] = (_digest(patched.get(rel)), _digest(after))
             log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup")
         entries.append(patch_entry(patch, variant, "needed", files))
     return patched, entries
+
+
+def _digest(data: bytes | None) -> str:
+    """A file's sha256 as the manifest records it: "" for no file."""
+    return "" if data is None else sha256_hex(data)
 
 
 def _write_context(
@@ -416,10 +422,13 @@ def _write_context(
     built = {f for e in manifest["patches"] if e["apply"] == "build" for f in e["files"]}
     lines = [f"FROM {from_ref}"]
     if build_ids:
-        for rel in sorted(built):
+        for rel in sorted(built & patched.keys()):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
-        lines.append(f"COPY files/ {root}/")
+        if built & patched.keys():
+            lines.append(f"COPY files/ {root}/")
+        if deleted := sorted(built - patched.keys()):  # a diff deleted them
+            lines.append("RUN rm -f -- " + " ".join(shlex.quote(f"{root}/{r}") for r in deleted))
     if plugins:  # an installed distribution in vLLM's site folder: its entry points load
         for rel, data in plugins.items():
             (context / "plugins" / rel).parent.mkdir(parents=True, exist_ok=True)
