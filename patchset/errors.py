@@ -58,6 +58,8 @@ class UsageError(PatchsetError):
 class RegistryError(PatchsetError):
     """A patch.toml, a payload or a build definition is malformed."""
 
+    key: str | None = None  # the dotted key it is about (``upstream.state``), when one
+
 
 class PayloadError(RegistryError):
     """A diff or runtime site file does not parse or breaks a rule."""

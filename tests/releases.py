@@ -4,10 +4,12 @@ out as a small folder holding a vllm/ package."""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from pathlib import Path
 
 from patchset.sources.package_index import IndexSource
+from tests.synthetic import add_patch
 
 ALWAYS = ("vllm/__init__.py", "vllm/_version.py")
 
@@ -32,3 +34,39 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+FLA = "vllm/model_executor/layers/fla/ops/utils.py"
+
+
+def stacked_series(registry: Path, version: str, *, bottom: str, top: str) -> tuple[str, str]:
+    """Two diff patches on the release's FLA utils, 'a-stack-top' stacked on 'z-stack-bottom'
+    (its context holds the bottom's line; the alphabet would put them the wrong way round),
+    added to `registry`; applied at `bottom` and `top`. Returns the file after each."""
+    with IndexSource().open(version) as tree:
+        data = tree.read(FLA)
+    assert data is not None
+    original = data.decode()
+    anchor = "FLA_CHUNK_SIZE = 64\n"
+    assert original.count(anchor) == 1
+    once = original.replace(anchor, anchor + "FLA_STACK_BOTTOM = True\n")
+    twice = once.replace(
+        "FLA_STACK_BOTTOM = True\n", "FLA_STACK_BOTTOM = True\nFLA_STACK_TOP = FLA_STACK_BOTTOM\n"
+    )
+    for patch_id, when, old, new in (
+        ("z-stack-bottom", bottom, original, once),
+        ("a-stack-top", top, once, twice),
+    ):
+        folder = add_patch(registry, patch_id, diff="", targets=[FLA], when=when)
+        diff = difflib.unified_diff(
+            old.splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a/{FLA}",
+            f"b/{FLA}",
+        )
+        (folder / "patch.diff").write_text("".join(diff))
+    toml = registry / "a-stack-top" / "patch.toml"
+    toml.write_text(
+        toml.read_text().replace("[upstream]", 'requires = ["z-stack-bottom"]\n\n[upstream]')
+    )
+    return once, twice

@@ -3,6 +3,7 @@ the real vLLM sources at the official layout (no image can be pulled on these ma
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import shutil
@@ -427,3 +428,45 @@ def test_build_installs_python_patch_as_plugin_distribution(
     ran = json.loads(out.strip().splitlines()[-1])
     assert len(set(ran["pids"])) == 3 and ran["wrapped"] is True, out
     assert "patchset: tolist-cudagraph r1 (startup): applied" in out
+
+
+@pytest.mark.parametrize("bottom", ["build", "startup"])
+def test_a_stacked_series_builds_and_starts(  # noqa: PLR0917 - pytest fixtures
+    tmp_path: Path,
+    engine: dockerengine.Engine,
+    docker_client: Any,
+    standin_020: str,
+    repo_name: str,
+    bottom: str,
+) -> None:
+    """'a-stack-top' (startup) requires 'z-stack-bottom' (built in, or at startup too): the
+    build checks the top on the bottom's file, and the image starts with both in."""
+    from tests.releases import FLA, stacked_series
+
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    _, twice = stacked_series(patches, "0.20.0", bottom=bottom, top="startup")
+    d = definition(
+        tmp_path,
+        "0.20.0.toml",
+        repo_name,
+        **{'patches = ["tolist-cudagraph"]': 'patches = ["a-stack-top", "z-stack-bottom"]'},
+    )
+    logged: list[str] = []
+    report = build(d, load_registry(patches), engine=engine, on_log=logged.append)
+    assert [p["id"] for p in report.patches] == ["z-stack-bottom", "a-stack-top"]
+    assert any("a-stack-top r1 (patch.diff): checked for startup on top of z" in x for x in logged)
+    check = (
+        "import hashlib,importlib.util,pathlib,subprocess,sys;"
+        "subprocess.run([sys.executable,'/opt/patchset/entrypoint.py'],"
+        "env={'PATCHSET_EXEC':'true','PATH':'/usr/bin:/bin'});"
+        "p=pathlib.Path(importlib.util.find_spec('vllm').submodule_search_locations[0])"
+        f"/'{FLA.removeprefix('vllm/')}';"
+        "print('SHA', hashlib.sha256(p.read_bytes()).hexdigest())"
+    )
+    status, out = run_image(docker_client, report.image_id, "-c", check, entrypoint=["python3"])
+    assert status == 0, out
+    bottom_state = "present" if bottom == "build" else "applied"
+    assert f"patchset: z-stack-bottom r1 ({bottom}): {bottom_state}" in out
+    assert "patchset: a-stack-top r1 (startup): applied" in out
+    assert f"SHA {hashlib.sha256(twice.encode()).hexdigest()}" in out

@@ -652,3 +652,57 @@ def test_export_from_the_image_itself(tmp_path: Path, docker_client: Any, standi
     assert from_image["patches"][0]["files"] == from_index["patches"][0]["files"]
     status, out, _ = run_stock(docker_client, standin_020, tmp_path / "rt")
     assert status == 0 and "tolist-cudagraph r1 (startup): applied" in out, out
+
+
+def test_a_stacked_series_applies_in_its_order(
+    tmp_path: Path, docker_client: Any, standin_020: str
+) -> None:
+    """'a-stack-top' requires 'z-stack-bottom' (its context holds the bottom's line), and the
+    definition lists the top first: the bundle applies the bottom, then the top; without the
+    bottom, the top is skipped and the file left as the release has it."""
+    from tests.releases import FLA, stacked_series
+
+    patches = tmp_path / "patches"
+    shutil.copytree(REPO / "patches", patches)
+    once, twice = stacked_series(patches, "0.20.0", bottom="startup", top="startup")
+    builds = tmp_path / "builds"
+    builds.mkdir()
+    text = (REPO / "builds" / "0.20.0.toml").read_text()
+    text = text.replace(
+        'patches = ["tolist-cudagraph"]', 'patches = ["a-stack-top", "z-stack-bottom"]'
+    )
+    (builds / "0.20.0.toml").write_text(text)
+    bundle = tmp_path / "bundle"
+    export_runtime(load_definition(builds / "0.20.0.toml"), load_registry(patches), bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [(p["id"], p["requires"]) for p in manifest["patches"]] == [
+        ("z-stack-bottom", []),
+        ("a-stack-top", ["z-stack-bottom"]),
+    ]
+    site = standin_site_packages_of(docker_client, standin_020)
+    status, out, container = run_stock(docker_client, standin_020, bundle, keep=True)
+    try:
+        assert status == 0, out
+        lines = [line for line in out.splitlines() if "stack" in line]
+        assert lines == [
+            "patchset: z-stack-bottom r1 (startup): applied",
+            "patchset: a-stack-top r1 (startup): applied",
+        ]
+        wanted = hashlib.sha256(twice.encode()).hexdigest()
+        assert file_sha(docker_client, container, f"{site}/{FLA}") == wanted
+    finally:
+        container.remove(force=True)
+    status, out, container = run_stock(
+        docker_client, standin_020, bundle, env={"PATCHSET_DISABLE": "z-stack-bottom"}, keep=True
+    )
+    try:
+        assert status == 0, out
+        assert (
+            "patchset: a-stack-top r1 (startup): skipped (requires z-stack-bottom, which is"
+            " disabled (PATCHSET_DISABLE))" in out
+        )
+        pristine = manifest["patches"][0]["files"][FLA]["before"]
+        assert file_sha(docker_client, container, f"{site}/{FLA}") == pristine
+        assert pristine != hashlib.sha256(once.encode()).hexdigest()
+    finally:
+        container.remove(force=True)

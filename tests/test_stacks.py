@@ -272,3 +272,53 @@ def test_the_gpu_comes_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.Monke
     report = apply(load_registry(root), tree, dry_run=True)
     assert [r.outcome for r in report.results] == ["skipped"]
     assert "no GPU found" in report.results[0].details[0]
+
+
+def test_validate_reports_every_semantic_problem_of_a_patch_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three problems only the loader sees (the JSON Schema has no word on them): an id that is
+    not the folder's, a range that is not PEP 440, a compute capability no GPU has; and a key
+    nobody knows. Each is reported, with its key and line; other commands still read the
+    patch's first problem only, and the other patches load."""
+    root = tmp_path / "patches"
+    add_patch(root, "good-one", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    folder = add_patch(root, "three-bad", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    toml = folder / "patch.toml"
+    toml.write_text(
+        toml.read_text()
+        .replace('id = "three-bad"', 'id = "three-bda"')
+        .replace('vllm = ">=0.1"', 'vllm = "=>0.1"')
+        .replace("[upstream]", '[hardware]\ncompute_capability = "===12.0"\n\n[upstream]')
+        .replace("origin =", 'titel = "typo"\norigin =')
+    )
+    lines = toml.read_text().splitlines()
+
+    def line_of(start: str) -> int:
+        return next(i for i, text in enumerate(lines, start=1) if text.startswith(start))
+
+    assert main(["--registry", str(root), "validate", "--format", "json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    found = {p["key"]: (p["line"], p["problem"]) for p in report["problems"]}
+    assert set(found) == {"id", "vllm", "hardware.compute_capability", "titel"}, found
+    assert found["id"] == (
+        line_of("id ="),
+        f"{toml}: id: 'three-bda' differs from the folder name 'three-bad'",
+    )
+    assert found["vllm"][0] == line_of("vllm =")
+    assert "'=>0.1' is not a PEP 440 version specifier" in found["vllm"][1]
+    assert found["hardware.compute_capability"][0] == line_of("compute_capability =")
+    assert found["titel"] == (
+        line_of("titel ="),
+        f"{toml}: titel: unknown key (did you mean 'title'?)",
+    )
+    assert report["patches"] == 1 and not report["valid"]
+    assert main(["--registry", str(root), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert f"{toml}: id: 'three-bda' differs from the folder name 'three-bad' (line 1)" in err
+    assert err.count("patchset: error: ") == 4, err
+    # other commands: the first problem, as before
+    with pytest.raises(RegistryError, match="id: 'three-bda' differs") as caught:
+        load_registry(root)
+    assert "three-bad/patch.toml" in str(caught.value)
+    assert [p.id for p in load_registry(root, tolerant=True).patches] == ["good-one"]

@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from patchset.engine.evaluate import evaluate
+from patchset.kernel import order as kernel_order
 from patchset.registry import Patch
 
 
@@ -39,22 +40,9 @@ def dependents(ids: Iterable[str], by_id: Mapping[str, Patch]) -> list[str]:
 
 def in_order(patches: Sequence[Patch]) -> tuple[Patch, ...]:
     """`patches` with every patch after those it requires (among them); otherwise as given.
-    The registry has refused cycles when it loaded."""
-    ids = {p.id for p in patches}
-    done: list[Patch] = []
-    placed: set[str] = set()
-    pending = list(patches)
-    while pending:
-        for patch in pending:
-            if all(r in placed or r not in ids for r in patch.requires):
-                done.append(patch)
-                placed.add(patch.id)
-                pending.remove(patch)
-                break
-        else:  # pragma: no cover - a cycle, which load_registry refuses
-            done.extend(pending)
-            break
-    return tuple(done)
+    The registry has refused cycles when it loaded. The rule is the kernel's, which the image
+    entrypoint runs too."""
+    return tuple(kernel_order.in_order(patches, lambda p: p.id, lambda p: p.requires))
 
 
 def related(a: Patch, b: Patch, by_id: Mapping[str, Patch]) -> bool:

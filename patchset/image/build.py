@@ -22,6 +22,7 @@ from patchset._fs import sha256_hex
 from patchset.adapters import dockerengine, gitrepo
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
+from patchset.engine.order import in_order
 from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
@@ -332,6 +333,17 @@ def patch_files(
         )
 
 
+def series(registry: Registry, ids: tuple[str, ...] | list[str]) -> tuple[Patch, ...]:
+    """The patches `ids` in the order they go in: those applied at build first (the image
+    holds them before its entrypoint runs), each after the patches it requires (the engine's
+    order; a build patch never requires a startup one, `check_patches` says so)."""
+    ordered = in_order(registry.select(ids))
+    return (
+        *(p for p in ordered if p.apply == "build"),
+        *(p for p in ordered if p.apply != "build"),
+    )
+
+
 def _patch_tree(
     definition: BuildDefinition,
     registry: Registry,
@@ -341,7 +353,7 @@ def _patch_tree(
     originals: dict[str, bytes | None],
     log: LogSink,
 ) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
-    patches = registry.select(definition.patches)
+    patches = series(registry, definition.patches)
     (tree / "vllm").mkdir(parents=True)
     (tree / "vllm" / "__init__.py").write_bytes(b"")
     for rel, data in originals.items():
@@ -365,37 +377,63 @@ def _patch_tree(
             for warning in r.warnings:
                 log(f"warning: {r.patch}: {warning}")
     patched = {rel: (tree / rel).read_bytes() for rel in originals if (tree / rel).is_file()}
+    # Each patch's files before and after it, in the series' order: a stacked patch is
+    # evaluated on the files as the patches before it leave them, as the entrypoint meets them.
+    current: dict[str, bytes | None] = dict(originals)
     entries: list[dict[str, Any]] = []
+    first_startup = next((p.id for p in patches if p.apply != "build"), None)
     for patch in patches:
-        variant = variants[patch.id]
-        files: dict[str, tuple[str, str]] = {}
-        if patch.kind == "python":
-            ev = evaluate(patch, variant, patched.get)
-            if ev.state != "applies":
-                raise BuildError(
-                    f"{patch.id} (python) touches names {definition.base} lacks: "
-                    + "; ".join(ev.missing),
-                    path=definition.file,
-                )
-            log(f"patch {patch.id} r{patch.revision} ({variant.name}): plugin, touches found")
-        elif patch.apply == "build":
-            for rel in variant.files:  # "" for no file: one the patch creates or deletes
-                files[rel] = (_digest(originals[rel]), _digest(patched.get(rel)))
-        else:
-            # The entrypoint compiles each file with the image's own Python before writing.
-            ev = evaluate(patch, variant, patched.get, served=served, compile_check=False)
-            if ev.state != "applies":
-                raise BuildError(
-                    f"{patch.id} (startup) would not apply to {definition.base}: {ev.state}"
-                    + (f": {ev.failures[0]}" if ev.failures else ""),
-                    path=definition.file,
-                )
-            for rel in variant.files:
-                after = None if rel in ev.removed else ev.changes[rel]
-                files[rel] = (_digest(patched.get(rel)), _digest(after))
-            log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup")
-        entries.append(patch_entry(patch, variant, "needed", files))
+        if patch.id == first_startup and any(
+            current.get(rel) != data for rel, data in patched.items()
+        ):
+            raise BuildError(  # pragma: no cover - the engine and the evaluator disagree
+                f"the files patched at build differ from {', '.join(build_ids)} evaluated in turn",
+                path=definition.file,
+            )
+        entries.append(
+            _entry(definition, patch, variants[patch.id], current, served=served, log=log)
+        )
     return patched, entries
+
+
+def _entry(
+    definition: BuildDefinition,
+    patch: Patch,
+    variant: Variant,
+    current: dict[str, bytes | None],
+    *,
+    served: dict[str, str],
+    log: LogSink,
+) -> dict[str, Any]:
+    """`patch`'s manifest entry, evaluated on `current` (updated with its changes)."""
+    on_top = f" on top of {', '.join(patch.requires)}" if patch.requires else ""
+    files: dict[str, tuple[str, str]] = {}
+    if patch.kind == "python":
+        ev = evaluate(patch, variant, current.get)
+        if ev.state != "applies":
+            raise BuildError(
+                f"{patch.id} (python) touches names {definition.base} lacks: "
+                + "; ".join(ev.missing),
+                path=definition.file,
+            )
+        log(f"patch {patch.id} r{patch.revision} ({variant.name}): plugin, touches found")
+        return patch_entry(patch, variant, "needed", files)
+    # The entrypoint compiles each file with the image's own Python before writing.
+    ev = evaluate(patch, variant, current.get, served=served, compile_check=False)
+    if ev.state != "applies":
+        raise BuildError(
+            f"{patch.id} ({patch.apply}) would not apply to {definition.base}{on_top}:"
+            f" {ev.state}" + (f": {ev.failures[0]}" if ev.failures else ""),
+            path=definition.file,
+        )
+    for rel in variant.files:  # "" for no file: one the patch creates, or deletes
+        before = current.get(rel)
+        after = None if rel in ev.removed else ev.changes.get(rel, before)
+        files[rel] = (_digest(before), _digest(after))
+        current[rel] = after
+    if patch.apply != "build":
+        log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup{on_top}")
+    return patch_entry(patch, variant, "needed", files)
 
 
 def _digest(data: bytes | None) -> str:

@@ -38,7 +38,8 @@ class BuildDefinition:
         )
 
     def check_patches(self, registry: Registry) -> None:
-        """Every listed patch exists and its declared range admits this build's release."""
+        """Every listed patch exists, its declared range admits this build's release, and the
+        patches it requires are listed too (a build patch cannot stand on a startup one)."""
         for patch_id in self.patches:
             patch = registry.get(patch_id)
             if not patch.in_range(self.vllm):
@@ -46,6 +47,19 @@ class BuildDefinition:
                     f"patches: {patch_id} is meant for vLLM {patch.vllm}, not {self.vllm}",
                     path=self.file,
                 )
+            for required in patch.requires:
+                if required not in self.patches:
+                    raise RegistryError(
+                        f"patches: {patch_id} requires {required}, which this definition does"
+                        f" not list: add {required} to patches",
+                        path=self.file,
+                    )
+                if patch.apply == "build" and registry.get(required).apply != "build":
+                    raise RegistryError(
+                        f"patches: {patch_id} is applied at build but requires {required},"
+                        " applied at startup: make both build (or both startup) patches",
+                        path=self.file,
+                    )
 
 
 def load_definition(path: Path | str) -> BuildDefinition:

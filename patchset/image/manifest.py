@@ -35,6 +35,8 @@ def patch_entry(
             str(patch.hardware.compute_capability) if patch.hardware.compute_capability else None
         ),
         "files": {rel: {"before": b, "after": a} for rel, (b, a) in files.items()},
+        # applied before this one; the entrypoint skips it when one of them is not in
+        "requires": list(patch.requires),
     }
     if patch.kind == "python":
         entry["touches"] = list(patch.touches)

@@ -13,6 +13,7 @@ from patchset.registry.model import (
     WHENS,
     Hardware,
     Kind,
+    LoadProblem,
     Patch,
     Probe,
     Registry,
@@ -23,6 +24,7 @@ from patchset.registry.model import (
     load_patch,
     load_registry,
     load_sites,
+    patch_problems,
 )
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "WHENS",
     "Hardware",
     "Kind",
+    "LoadProblem",
     "Patch",
     "Probe",
     "Registry",
@@ -42,4 +45,5 @@ __all__ = [
     "load_patch",
     "load_registry",
     "load_sites",
+    "patch_problems",
 ]

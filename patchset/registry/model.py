@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast, get_args
+from typing import Literal, TypeVar, cast, get_args
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -20,7 +20,7 @@ from patchset.kernel.sites import ACTIONS, WHEN_KEYS, Action, Alternative, Site,
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry.diffs import FileDiff, parse_diff
 from patchset.registry.paths import check_relpath
-from patchset.registry.toml import Table, did_you_mean, load_toml
+from patchset.registry.toml import Table, did_you_mean, key_line, load_toml
 
 Kind = Literal["diff", "runtime", "python"]
 When = Literal["build", "startup"]
@@ -290,7 +290,77 @@ def _cycle(start: Patch, by_id: Mapping[str, Patch]) -> list[str] | None:
     return walk(start, [start.id])
 
 
+T = TypeVar("T")
+
+
+class _Problems:
+    """Where the patch loader keeps going: a failed step's problem kept (`collect`, for
+    `validate`) and a stand-in value returned, or raised at once (every other command)."""
+
+    def __init__(self, *, collect: bool) -> None:
+        self.collect = collect
+        self.errors: list[RegistryError] = []
+
+    def add(self, error: RegistryError) -> None:
+        if not self.collect:
+            raise error
+        self.errors.append(error)
+
+    def step(self, read: Callable[[], T], default: T) -> T:
+        try:
+            return read()
+        except RegistryError as exc:
+            self.add(exc)
+            return default
+
+
 def load_patch(folder: Path) -> Patch:
+    """The patch in `folder`; its first problem raises RegistryError (`patch_problems` lists
+    every one)."""
+    patch = _load_patch(folder, _Problems(collect=False))
+    assert patch is not None  # without collecting, a problem raised
+    return patch
+
+
+@dataclass(frozen=True)
+class LoadProblem:
+    """One problem of a patch that does not load, and the line of the TOML file holding its
+    key (None: the key is missing at the top level, or the problem has no key)."""
+
+    error: RegistryError
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.error} (line {self.line})" if self.line else str(self.error)
+
+
+def patch_problems(folder: Path, also: Sequence[RegistryError] = ()) -> list[LoadProblem]:
+    """Every problem of the patch in `folder` (each names its file and key, and the line),
+    then those of `also` (found elsewhere, e.g. its `requires`); [] when it loads. A key whose
+    value is wrong does not hide the others; only a patch.toml that cannot be read or parsed
+    (one problem, with the line TOML gives) stops the reading."""
+    problems = _Problems(collect=True)
+    try:
+        _load_patch(folder, problems)
+    except RegistryError as exc:
+        problems.errors.append(exc)
+    seen = {str(e) for e in problems.errors}
+    texts: dict[str, str] = {}
+    found = []
+    for error in [*problems.errors, *(e for e in also if str(e) not in seen)]:
+        line = None
+        if error.key and error.path and error.path.endswith(".toml"):
+            if error.path not in texts:
+                try:
+                    texts[error.path] = Path(error.path).read_text(errors="replace")
+                except OSError:
+                    texts[error.path] = ""
+            line = key_line(texts[error.path], error.key)
+        found.append(LoadProblem(error, line))
+    return found
+
+
+def _load_patch(folder: Path, problems: _Problems) -> Patch | None:
     file = folder / PATCH_FILE
     _inside(file, folder, "its patch folder")
     try:
@@ -298,49 +368,86 @@ def load_patch(folder: Path) -> Patch:
     except OSError as exc:
         raise RegistryError(f"cannot read: {exc.strerror}", path=file) from None
     top = Table(load_toml(file), file=file)
+    step = problems.step
+    patch_id = step(lambda: _patch_id(top, folder), None)
+    kind = step(lambda: cast(Kind, top.choice("kind", KINDS)), None)
+    when = step(lambda: cast(When, top.choice("apply", WHENS)), None)
+    vllm = step(lambda: top.specifier("vllm"), None)
+    targets = step(lambda: _targets(top), None)
+    digest = hashlib.sha256(raw)
+    variants: tuple[Variant, ...] | None = None
+    if kind is not None and vllm is not None:
+        variants = step(lambda: _variants(top, folder, kind, vllm, digest), None)
+    else:  # read with the kind and range only: not unknown keys
+        top.known("payload", "variants", "base")
+    if variants is not None and targets is not None:
+        step(lambda: _covered(top, variants, targets), None)
+    touches: tuple[str, ...] = ()
+    if kind is not None and when is not None and targets is not None:
+        touches = step(lambda: _touches(top, kind, when, targets), ())
+    else:
+        top.known("touches")
+    title = step(lambda: top.req_str("title"), "")
+    description = step(lambda: top.req_str("description"), "")
+    revision = step(lambda: top.integer("revision", minimum=1), 1)
+    upstream = step(lambda: _upstream(top), None)
+    hardware = step(lambda: _hardware(top), None)
+    origin = step(lambda: top.req_str("origin"), "")
+    credit: tuple[str, ...] = step(lambda: top.str_list("credit"), ())
+    requires: tuple[str, ...] = step(lambda: _ids(top, "requires"), ())
+    conflicts: tuple[str, ...] = step(lambda: _ids(top, "conflicts"), ())
+    x: Mapping[str, object] = step(lambda: top.free_table("x"), {})
+    for unknown in top.unknown():
+        problems.add(unknown)
+    if problems.errors:
+        return None
+    assert patch_id and kind and when and vllm and targets is not None and variants
+    assert upstream is not None and hardware is not None
+    return Patch(
+        id=patch_id,
+        title=title,
+        description=description,
+        kind=kind,
+        revision=revision,
+        vllm=vllm,
+        apply=when,
+        targets=targets,
+        upstream=upstream,
+        hardware=hardware,
+        origin=origin,
+        credit=credit,
+        variants=variants,
+        folder=folder,
+        digest=digest.hexdigest(),
+        touches=touches,
+        requires=requires,
+        conflicts=conflicts,
+        x=x,
+    )
+
+
+def _patch_id(top: Table, folder: Path) -> str:
     patch_id = top.req_str("id")
     if not _ID.match(patch_id):
         raise top.error(f"{patch_id!r}: use 3-64 lowercase letters, digits and '-'", "id")
     if patch_id != folder.name:
         raise top.error(f"{patch_id!r} differs from the folder name {folder.name!r}", "id")
-    kind = cast(Kind, top.choice("kind", KINDS))
-    when = cast(When, top.choice("apply", WHENS))
-    vllm = top.specifier("vllm")
-    assert vllm is not None
+    return patch_id
+
+
+def _targets(top: Table) -> tuple[str, ...]:
     targets = top.str_list("targets")
     for target in targets:
         _relpath(top, "targets", target)
-    digest = hashlib.sha256(raw)
-    variants = _variants(top, folder, kind, vllm, digest)
+    return targets
+
+
+def _covered(top: Table, variants: tuple[Variant, ...], targets: tuple[str, ...]) -> None:
     covered = {f for v in variants for f in v.files}
     if covered - set(targets):
         raise top.error(
             f"payload touches files not listed: {sorted(covered - set(targets))}", "targets"
         )
-    touches = _touches(top, kind, when, targets)
-    patch = Patch(
-        id=patch_id,
-        title=top.req_str("title"),
-        description=top.req_str("description"),
-        kind=kind,
-        revision=top.integer("revision", minimum=1),
-        vllm=vllm,
-        apply=when,
-        targets=targets,
-        upstream=_upstream(top),
-        hardware=_hardware(top),
-        origin=top.req_str("origin"),
-        credit=top.str_list("credit"),
-        variants=variants,
-        folder=folder,
-        digest=digest.hexdigest(),
-        touches=touches,
-        requires=_ids(top, "requires"),
-        conflicts=_ids(top, "conflicts"),
-        x=top.free_table("x"),
-    )
-    top.finish()
-    return patch
 
 
 def _ids(top: Table, key: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ unknown key or a bad value always reads the same way:
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
@@ -57,7 +58,9 @@ class Table:
 
     def error(self, message: str, key: str | None = None) -> RegistryError:
         name = ".".join(part for part in (self.where, key) if part)
-        return RegistryError(f"{name}: {message}" if name else message, path=self.file)
+        error = RegistryError(f"{name}: {message}" if name else message, path=self.file)
+        error.key = name or None
+        return error
 
     def _get(self, key: str, required: bool) -> Any:
         self._known.add(key)
@@ -178,10 +181,21 @@ class Table:
         """The keys the table holds (for tables whose keys are data, like a site's `when`)."""
         return list(self._data)
 
+    def known(self, *keys: str) -> None:
+        """Count `keys` as read (a loader that could not read them for another key's fault)."""
+        self._known.update(keys)
+
+    def unknown(self) -> list[RegistryError]:
+        """One error per key nobody asked for."""
+        return [
+            self.error(f"unknown key{did_you_mean(key, self._known)}", key)
+            for key in self._data
+            if key not in self._known
+        ]
+
     def finish(self) -> None:
-        for key in self._data:
-            if key not in self._known:
-                raise self.error(f"unknown key{did_you_mean(key, self._known)}", key)
+        for problem in self.unknown():
+            raise problem
 
     def _sub(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
@@ -196,3 +210,50 @@ def _kind(value: object) -> str:
         list: "an array",
         dict: "a table",
     }.get(type(value), type(value).__name__)
+
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?$")
+_BARE = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_KEY = re.compile(rf"^\s*({_BARE}(?:\s*\.\s*{_BARE})*)\s*=")
+
+
+def _dotted(text: str) -> str:
+    return ".".join(part.strip().strip("\"'") for part in text.split("."))
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The line (from 1) of TOML `text` that sets the dotted `key` (``upstream.state``,
+    ``variants[1].payload``), else that opens the nearest table holding it; None when neither
+    is found (a top-level key that is missing). A reader's hint for messages, not a parser:
+    lines inside multi-line strings are skipped."""
+    found: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    table, quote = "", ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if quote:
+            if line.count(quote) % 2:
+                quote = ""
+            continue
+        header = _HEADER.match(line)
+        if header:
+            name = _dotted(header.group(2))
+            if header.group(1) == "[[":
+                counts[name] = counts.get(name, 0) + 1
+                name = f"{name}[{counts[name] - 1}]"
+            table = name
+            found.setdefault(table, number)
+            continue
+        match = _KEY.match(line)
+        if match:
+            full = ".".join(p for p in (table, _dotted(match.group(1))) if p)
+            found.setdefault(full, number)
+            rest = line[match.end() :]
+            for mark in ('"""', "'''"):
+                if rest.count(mark) % 2:
+                    quote = mark
+    path = key
+    while path:
+        if path in found:
+            return found[path]
+        path = path.rpartition(".")[0] if "." in path else ""
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from rich.text import Text
@@ -11,7 +12,7 @@ from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
 from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
-from patchset.registry import PATCH_FILE, load_registry
+from patchset.registry import PATCH_FILE, LoadProblem, load_registry, patch_problems
 from patchset.registry.toml import load_toml
 from patchset.schemas import check_project, document_problems
 
@@ -83,26 +84,45 @@ def run_show(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _more_problems(folder: Path, first: Exception) -> list[str]:
-    """The other problems of a patch.toml that did not load, from its JSON Schema (the loader
-    stops at the first one); none when the file does not parse."""
+def _more_problems(folder: Path, found: list[LoadProblem]) -> list[str]:
+    """The problems of a patch.toml that did not load that only its JSON Schema sees (the
+    loader's own name their key); none when the file does not parse."""
     file = folder / PATCH_FILE
     try:
         data = load_toml(file)
     except RegistryError:
         return []
+    keys = {p.error.key for p in found if p.error.key}
     return [
         f"{file}: {line} (JSON Schema patch.json)"
         for line in document_problems("patch", data)
-        if line.split(":", 1)[0] not in str(first)
+        if _schema_key(line) not in keys
     ]
 
 
+_NAMED = re.compile(
+    r"^(?:(?P<at>[\w.\[\]-]+): )?(?:'(?P<a>[\w-]+)' is a required property"
+    r"|Additional properties are not allowed \('(?P<b>[\w-]+)' was unexpected\))"
+)
+
+
+def _schema_key(line: str) -> str:
+    """The key a JSON Schema problem line is about (a missing or unknown key's own name)."""
+    named = _NAMED.match(line)
+    if named:
+        return ".".join(k for k in (named["at"], named["a"] or named["b"]) if k)
+    return line.split(":", 1)[0]
+
+
 def run_validate(args: argparse.Namespace) -> int:
-    """Every patch's problem in one run (each names its file and key, and the TOML line when
-    there is one); exit 2 when there is any. The JSON Schemas are checked once all load."""
+    """Every problem of every patch in one run (each names its file and key, and the TOML
+    line when there is one); exit 2 when there is any. The JSON Schemas are checked once all
+    load."""
     registry = load_registry(args.registry, tolerant=True)
-    problems = registry.problems
+    problems = {
+        patch_id: patch_problems(registry.root / patch_id, also=[first])
+        for patch_id, first in registry.problems.items()
+    }
     definitions = load_definitions(args.builds) if args.builds.is_dir() else []
     checked = 0
     if not problems:
@@ -113,15 +133,19 @@ def run_validate(args: argparse.Namespace) -> int:
                 "registry": registry.digest,
                 "valid": not problems,
                 "patches": len(registry.patches),
-                "problems": [{"patch": k, "problem": str(v)} for k, v in problems.items()],
+                "problems": [
+                    {"patch": k, "problem": str(p.error), "key": p.error.key, "line": p.line}
+                    for k, found in problems.items()
+                    for p in found
+                ],
                 "builds": len(definitions),
                 "schema_checked": checked,
             }
         )
     else:
-        for patch_id, problem in problems.items():
-            err_console().print(f"patchset: error: {problem}", markup=False, soft_wrap=True)
-            for line in _more_problems(registry.root / patch_id, problem):
+        for patch_id, found in problems.items():
+            lines = [str(p) for p in found] + _more_problems(registry.root / patch_id, found)
+            for line in lines:
                 err_console().print(f"patchset: error: {line}", markup=False, soft_wrap=True)
         total = len(registry.patches) + len(problems)
         console().print(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import vllm
     from patchset.kernel.capability import Capability, in_scope, parse_capability
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset.kernel.order import in_order
     from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
@@ -52,6 +53,7 @@ else:
     from patchset_kernel import vllm
     from patchset_kernel.capability import Capability, in_scope, parse_capability
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset_kernel.order import in_order
     from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset_kernel.touches import defines, module_files
@@ -225,11 +227,19 @@ def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
 
 
 def check_build_patch(
-    patch: dict[str, Any], plan: Plan, *, compile_check: bool, served: dict[str, str] | None = None
+    patch: dict[str, Any],
+    plan: Plan,
+    later: dict[str, set[str]],
+    *,
+    compile_check: bool,
+    served: dict[str, str] | None = None,
 ) -> str:
+    """A patch applied at build: its files are as it left them, or as a later patch of the
+    series (stacked on it, or a startup patch of an earlier start) left them."""
     for rel, digests in patch["files"].items():
         found = plan.get(rel)
-        if digest(found) != digests["after"]:
+        current = digest(found)
+        if current != digests["after"] and current not in later.get(rel, set()):
             if found is not None and not digests["after"]:
                 raise PatchFailedError(f"{rel} is still there, though deleted at build time")
             raise PatchFailedError(f"{rel} is not the file patched at build time (sha256 differs)")
@@ -270,8 +280,8 @@ def apply_patch(
             already += 1
             continue
         if current != digests["before"]:
-            what = "is missing" if data is None else "differs from the file checked at build time"
-            raise PatchFailedError(f"{rel} {what} (sha256)")
+            what = "differs from the file checked at build time (sha256)"
+            raise PatchFailedError(f"{rel} {'is missing' if data is None else what}")
         if not digests["after"]:  # the diff deletes it: `before` pinned its very bytes
             new_files[rel] = None
             continue
@@ -334,6 +344,13 @@ def _later_digests(patches: list[dict[str, Any]]) -> list[dict[str, set[str]]]:
     return out
 
 
+def series(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's patches in the order they go in: each after those it `requires` (the
+    order the build wrote them in; the same rule as patchset's engine)."""
+    patches: list[dict[str, Any]] = manifest["patches"]
+    return in_order(patches, lambda p: str(p["id"]), lambda p: p.get("requires", ()))
+
+
 def _ids(name: str) -> list[str] | None:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
@@ -373,6 +390,28 @@ def release_check(manifest: dict[str, Any], root: Path) -> str:
     return found
 
 
+def held_back(
+    patch: dict[str, Any], left_out: dict[str, str], out: dict[str, str], root: Path
+) -> str | None:
+    """Why `patch` stays out at this start: the switches leave it out, or a patch it requires
+    is out (`out`: those so far, and why; updated). None: it goes in."""
+    if patch["id"] in left_out:
+        state = left_out[patch["id"]]
+        out[patch["id"]] = f"which is {state}"
+        files = patch.get("files", {})
+        if files and all(
+            digest((root / rel).read_bytes() if (root / rel).is_file() else None) == d["after"]
+            for rel, d in files.items()
+        ):  # a container started before with the patch keeps its files
+            state += ", yet its files are patched (an earlier start or the build)"
+        return state
+    missing = [r for r in patch.get("requires", []) if r in out]
+    if missing:
+        out[patch["id"]] = "which is skipped too"
+        return f"skipped (requires {missing[0]}, {out[missing[0]]})"
+    return None
+
+
 def run_patches(
     manifest: dict[str, Any], *, verify: bool
 ) -> tuple[list[dict[str, Any]], bool, Plan, list[str]]:
@@ -386,20 +425,15 @@ def run_patches(
     plugins: list[str] = []
     ok = True
     served = served_from_args(manifest.get("serve_args", []))
-    for patch, later in zip(manifest["patches"], _later_digests(manifest["patches"]), strict=True):
+    patches = series(manifest)
+    out: dict[str, str] = {}  # the patches not in at this start, and why
+    for patch, later in zip(patches, _later_digests(patches), strict=True):
         name = f"{patch['id']} r{patch['revision']}"
         scope = patch.get("compute_capability")
         fits = all(in_scope(scope, c) for c in gpus) if gpus else in_scope(scope, None)
         try:
-            if patch["id"] in left_out:
-                state = left_out[patch["id"]]
-                files = patch.get("files", {})
-                if files and all(
-                    digest((root / rel).read_bytes() if (root / rel).is_file() else None)
-                    == d["after"]
-                    for rel, d in files.items()
-                ):  # a container started before with the patch keeps its files
-                    state += ", yet its files are patched (an earlier start or the build)"
+            state = held_back(patch, left_out, out, root)
+            if state is not None:
                 results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": True})
                 continue
             if stock:
@@ -408,20 +442,23 @@ def run_patches(
                 state = check_plugin(patch, plan, registered=verify)
                 if not fits and not verify:
                     state = f"skipped (scope cc {scope}, this GPU: {gpu})"
+                    out[patch["id"]] = "which is skipped on this GPU"
                 else:
                     plugins.append(patch["id"])
             elif patch["apply"] == "build" and not stock:
-                state = check_build_patch(patch, plan, compile_check=verify, served=served)
+                state = check_build_patch(patch, plan, later, compile_check=verify, served=served)
                 if not fits:
                     state += f" (built in; scope cc {scope}, this GPU: {gpu})"
             elif not fits and not verify:
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
+                out[patch["id"]] = "which is skipped on this GPU"
             else:
                 state = apply_patch(patch, plan, later, dry_run=verify, served=served)
             failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
             ok, failed = False, True
             state = f"FAILED: {exc}"
+            out[patch["id"]] = "which failed"
         results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": not failed})
     results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu, "ok": True})
     return results, ok, plan, plugins
