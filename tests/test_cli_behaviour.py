@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pty
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ import pytest
 from patchset.cli import main as cli_main
 from patchset.cli.commands import registry as registry_cmd
 from patchset.errors import ExitCode
+from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
 REPO = Path(__file__).parent.parent
 PATCHES = str(REPO / "patches")
@@ -167,3 +170,42 @@ def test_completion_scripts_name_every_command(shell: str) -> None:
     if shell == "bash":
         check = subprocess.run(["bash", "-n"], input=proc.stdout, text=True, check=False)
         assert check.returncode == 0
+
+
+def _stderr_on_a_terminal(*args: str) -> tuple[int, bytes]:
+    """Run patchset with stderr on a pseudo-terminal (stdout piped); what the terminal got."""
+    master, slave = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "patchset", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm", "COLUMNS": "80"},
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    ) as done:
+        os.close(slave)
+        assert done.stdout is not None
+        done.stdout.read()
+        code = done.wait(timeout=120)
+    seen = b""
+    while select.select([master], [], [], 0.5)[0]:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the other side closed (Linux)
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return code, seen
+
+
+def test_quiet_hides_the_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/mod.py": BODY})
+    argv = ("--registry", str(tmp_path / "patches"), "check", "--source", str(tree))
+    code, shown = _stderr_on_a_terminal(*argv)
+    assert code == 0 and b"vllm releases" in shown  # the bar, drawn on the terminal
+    code, shown = _stderr_on_a_terminal("-q", *argv)
+    assert (code, shown) == (0, b"")
+    code, shown = _stderr_on_a_terminal(*argv[:3], "-q", *argv[3:])  # -q after the command
+    assert (code, shown) == (0, b"")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,25 @@ def test_parse_source_git(clone: Path) -> None:
     src = parse_source(f"git:{clone}")
     assert isinstance(src, GitSource)
     assert src.versions() == ["0.1.0", "0.2.0"]
+
+
+def test_add_since_picks_pre_releases_only_with_pre(clone: Path, tmp_path: Path) -> None:
+    """`add --since` (like `check`) leaves the v0.3.0rc1 tag out unless --pre."""
+    diff = tmp_path / "fix.diff"
+    diff.write_text(f"--- a/{UTILS}\n+++ b/{UTILS}\n@@ -1 +1 @@\n-two\n+two patched\n")
+    registry = tmp_path / "patches"
+    registry.mkdir()
+    said: dict[bool, str] = {}
+    for n, extra in enumerate(([], ["--pre"])):
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "patchset", "--registry", str(registry), "add",
+                f"fix-{n}", "--diff", str(diff), "--since", "0.2.0", "--source", f"git:{clone}",
+                *extra,
+            ],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        said[bool(extra)] = done.stderr
+    assert "checking 1 release(s)" in said[False] and "0.3.0rc1" not in said[False]
+    assert "checking 2 release(s)" in said[True] and "checked vLLM 0.3.0rc1" in said[True]

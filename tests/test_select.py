@@ -80,6 +80,9 @@ def test_one_release() -> None:
         select.one(source, "0.19.2")
     with pytest.raises(UsageError, match="the git source offers no release"):
         select.one(Listed("git", []), "latest")
+    with_pre = Listed("git", ["0.19.1", "0.20.0rc1"])
+    assert select.one(with_pre, "latest")[0] == "0.19.1"  # refresh --vllm latest: final only
+    assert select.one(with_pre, "latest", pre=True)[0] == "0.20.0rc1"  # ...unless --pre
 
 
 WITH_PRE = ["0.19.1", "0.20.0rc1", "0.20.0", "0.21.0rc2"]

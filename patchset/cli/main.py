@@ -25,7 +25,7 @@ from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
-from patchset.cli.output import err_console
+from patchset.cli.output import err_console, set_quiet
 from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import Project, resolve
 
@@ -187,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parse(parser, argv)
         configure_logging(args.verbose, args.quiet)
+        set_quiet(args.quiet > 0)
         project = resolve(registry=args.registry, builds=args.builds)
         args.registry, args.builds = project.registry, project.builds
         args.pyproject = project.pyproject
@@ -213,6 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERNAL
     finally:
         reset_logging()
+        set_quiet(False)
     return code
 
 

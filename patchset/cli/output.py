@@ -60,6 +60,20 @@ def err_console() -> Console:
     return SafeConsole(stderr=True, highlight=False, markup=False, emoji=False)
 
 
+_quiet = False  # -q: no progress on stderr (bars or lines), as logging shows errors only
+
+
+def set_quiet(quiet: bool) -> None:
+    """`main` says whether -q was given (and resets it when the command ends)."""
+    global _quiet  # noqa: PLW0603 - one process-wide CLI setting, like logging's level
+    _quiet = quiet
+
+
+def progress_console() -> Console | None:
+    """stderr for progress (bars, "checked ..." lines), or None under -q."""
+    return None if _quiet else err_console()
+
+
 class DescriptionColumn(ProgressColumn):
     """A progress task's description (a file name from the index), as text."""
 

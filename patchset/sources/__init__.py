@@ -60,7 +60,7 @@ def _git(
 ) -> ReleaseSource:
     from patchset.sources.git import GitSource  # noqa: PLC0415
 
-    return GitSource(Path(where).expanduser())
+    return GitSource(Path(where).expanduser(), prereleases=prereleases)
 
 
 def _image(
@@ -94,7 +94,9 @@ def parse_source(
         if sep and kind == known and known != "index":
             if not rest:
                 raise UsageError(f"{spec!r}: say which {'image' if kind == 'image' else 'folder'}")
-            return SOURCES[known](rest, index_url=index_url, offline=offline)
+            return SOURCES[known](
+                rest, index_url=index_url, offline=offline, prereleases=prereleases
+            )
     if sep and kind.isalpha() and len(kind) > 1 and not Path(spec).exists():
         hint = difflib.get_close_matches(kind, SOURCES, n=1)
         did_you_mean = f"; did you mean {hint[0]}:?" if hint else ""

@@ -99,14 +99,18 @@ def for_add(
     return source.cached_versions()
 
 
-def one(source: ReleaseSource, version: str) -> tuple[str, list[str]]:
+def one(source: ReleaseSource, version: str, *, pre: bool = False) -> tuple[str, list[str]]:
     """The one release `patchset refresh --vllm VERSION` carries a patch to (``latest``: the
-    newest), as the source spells it, and every release the source offers."""
+    newest final release, or pre-release with `pre`), as the source spells it, and every
+    release the source offers."""
     available = source.versions()
     if not available:
         raise UsageError(f"the {source.name} source offers no release")
     if version == LATEST:
-        return available[-1], available
+        choice = _final(available, pre)
+        if not choice:
+            raise UsageError("the source offers no final release (--pre: pre-releases too)")
+        return choice[-1], available
     wanted = _version(version, "--vllm ")
     for known in available:
         if ranges.is_version(known) and Version(known) == wanted:

@@ -14,7 +14,7 @@ from patchset.adapters import forge
 from patchset.authoring import tree as trees
 from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
-from patchset.cli.output import FORMATS, console, err_console, print_json
+from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import STATES, WHENS, load_registry
 from patchset.sources import parse_source, select
@@ -93,6 +93,9 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
     p.add_argument(
         "--since", metavar="VERSION", help="check every release from VERSION on (VERSION included)"
     )
+    p.add_argument(
+        "--pre", action="store_true", help="let --since pick pre-releases too (as pip --pre)"
+    )
     p.add_argument("--source", metavar="SPEC", help="where releases come from (see check)")
     p.add_argument("--index-url", metavar="URL")
     p.add_argument("--offline", action="store_true", help="use the release cache only")
@@ -144,10 +147,12 @@ def _progress(fmt: str) -> Callable[[int], Callable[[str], None]]:
         def tick(version: str) -> None:
             nonlocal done
             done += 1
-            err_console().print(f"checked vLLM {version} ({done}/{total})", markup=False)
+            if shown_on is not None:
+                shown_on.print(f"checked vLLM {version} ({done}/{total})", markup=False)
 
-        if total and fmt != "json":
-            err_console().print(f"checking {total} release(s)...", markup=False)
+        shown_on = progress_console()
+        if total and fmt != "json" and shown_on is not None:
+            shown_on.print(f"checking {total} release(s)...", markup=False)
         return tick
 
     return start
@@ -158,11 +163,14 @@ def _releases(args: argparse.Namespace) -> tuple[ReleaseSource | None, list[str]
         return None, []
     cached_only = not (args.vllm or args.since or args.source)
     source = parse_source(
-        args.source, index_url=args.index_url, offline=args.offline or cached_only
+        args.source,
+        index_url=args.index_url,
+        offline=args.offline or cached_only,
+        prereleases=args.pre,
     )
     if args.no_check:
         return source, []
-    return source, select.for_add(source, versions=args.vllm, since=args.since)
+    return source, select.for_add(source, versions=args.vllm, since=args.since, pre=args.pre)
 
 
 def _payload(

@@ -19,6 +19,7 @@ from patchset.cli.output import (
     console,
     err_console,
     print_json,
+    progress_console,
     shown,
     styled,
     table,
@@ -213,7 +214,7 @@ def _prefetch(
     source: ReleaseSource, versions: list[str], registry: Registry, patches: list[str] | None
 ) -> None:
     """Fetch the releases (and, from the index, the patches' files) in parallel, with one
-    progress bar on stderr when it is a terminal."""
+    progress bar on stderr when it is a terminal (none under -q)."""
     if source.offline:
         return
     selected = registry.select(patches)
@@ -228,13 +229,14 @@ def _prefetch(
         else:
             source.prefetch(versions, progress=progress)
 
-    if not err_console().is_terminal:
+    shown_on = progress_console()
+    if shown_on is None or not shown_on.is_terminal:
         fetch(None)
         return
     finished: set[str] = set()
     lock = threading.Lock()
     columns = (DescriptionColumn(), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=err_console(), transient=True) as progress:
+    with Progress(*columns, console=shown_on, transient=True) as progress:
         task = progress.add_task("vllm releases", total=len(versions))
 
         def report(version: str, done: int, total: int) -> None:

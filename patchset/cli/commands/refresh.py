@@ -10,7 +10,8 @@ from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode, UsageError
 from patchset.refresh import RefreshResult, SiteRefresh, abort, finish, refresh
-from patchset.sources import parse_source
+from patchset.sources import parse_source, select
+from patchset.sources.select import LATEST
 
 DESCRIPTION = """\
 Carry a patch that no longer fits onto release X, as a new payload variant for X (the old
@@ -48,6 +49,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--finish", action="store_true", help="turn the edited work folder into the new variant"
     )
     what.add_argument("--abort", action="store_true", help="drop an unfinished refresh")
+    p.add_argument(
+        "--pre", action="store_true", help="let --vllm latest pick a pre-release (as pip --pre)"
+    )
     p.add_argument(
         "--workdir",
         type=Path,
@@ -105,12 +109,15 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--write and --pick are for runtime patches; diff patches write")
         if patch.kind == "runtime" and args.dry_run:
             raise UsageError("--dry-run is for diff patches; runtime patches write with --write")
-        source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+        source = parse_source(
+            args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
+        )
+        target = select.one(source, args.vllm, pre=args.pre)[0] if args.vllm == LATEST else None
         write = args.write if patch.kind == "runtime" else not args.dry_run
         result = refresh(
             registry,
             args.id,
-            args.vllm,
+            target or args.vllm,
             source=source,
             write=write,
             workdir=args.workdir,
