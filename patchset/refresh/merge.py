@@ -26,7 +26,7 @@ def refresh_diff(
 ) -> RefreshResult:
     patch, variant, target = job.patch, job.variant, job.target
     files = variant.files
-    base_files = read_release(source, base, files)
+    base_files = read_release(source, base, files, job=job)  # on top of what it requires
     ev = evaluate(patch, variant, base_files.get)
     if ev.state != "applies":
         raise UsageError(
