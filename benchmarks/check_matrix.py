@@ -181,13 +181,10 @@ def cut_corpus(archives: dict[str, Path], versions: list[str], per_pair: int) ->
             if nxt is None:
                 break
             picked[f"onehunk{len(picked)}"] = Cut("onehunk", base, after, (nxt[0],), nxt[1])
-        deletion = picked.pop("deletion", None)
         for kind in ("multifile", "newfile")[len(cuts) % 2 :]:
             if len(picked) > per_pair:
                 picked.pop(kind, None)
         cuts += list(picked.values())[:per_pair]
-        if deletion is not None:  # tried beside the quota: `add` refuses file deletions
-            cuts.append(deletion)
     return cuts
 
 

@@ -20,12 +20,16 @@ MIN_LIKENESS = 0.6  # an overlay less alike than this to every candidate matches
 CLOSE = 0.02  # files of one name this close in likeness: which one is meant is not clear
 
 
-def unified(path: str, old: str | None, new: str) -> str:
+def unified(path: str, old: str | None, new: str | None) -> str:
     """The registry's form of one file's diff (`--- a/path`, `+++ b/path`, three lines of
-    context), with `\\ No newline at end of file` where a side ends without one."""
+    context), with `\\ No newline at end of file` where a side ends without one; `new` None
+    deletes the file (git's form: `deleted file mode`, `+++ /dev/null`)."""
     old_lines = [] if old is None else old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
+    new_lines = [] if new is None else new.splitlines(keepends=True)
     out = [f"--- {'/dev/null' if old is None else 'a/' + path}\n", f"+++ b/{path}\n"]
+    if new is None:
+        out = [f"diff --git a/{path} b/{path}\n", "deleted file mode 100644\n"]
+        out += [f"--- a/{path}\n", "+++ /dev/null\n"] if old_lines else []
     out += [
         line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
         for line in list(difflib.unified_diff(old_lines, new_lines, n=3))[2:]
@@ -51,39 +55,46 @@ def tree_root(folder: Path) -> Path:
 @dataclass(frozen=True)
 class TreeDiff:
     text: str  # the payload, in the registry's form
-    files: tuple[str, ...]  # changed or (with --file) created
+    files: tuple[str, ...]  # changed, deleted or (with --file) created
     unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
+    deleted: tuple[str, ...] = ()  # files of the release absent from the edited tree
 
 
 def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
     """The difference between the edited tree at `folder` and `pristine`: every file of the
-    release that differs (or only `files`; a file named there but not in the release is
-    created). Files only in the edited tree (compiled modules, caches) are not looked at."""
+    release that differs or is gone from the edited tree (deleted), or only `files` (a file
+    named there but not in the release is created). Files only in the edited tree (compiled
+    modules, caches) are not looked at."""
     root = tree_root(folder)
     wanted = [_relpath(f) for f in files]
     names = wanted or sorted(p for p in pristine.paths() if p.startswith("vllm/"))
     parts: list[str] = []
     changed: list[str] = []
     unreadable: list[str] = []
+    deleted: list[str] = []
     for rel in names:
         edited = root / rel
-        if not edited.is_file():
-            if wanted:
-                raise UsageError(f"--file {rel}: not in the edited tree", path=root)
-            continue  # removed in the edited tree: deletions are not patches here
-        new_bytes = edited.read_bytes()
         old_bytes = pristine.read(rel)
+        if os.path.lexists(edited) and not edited.is_file():  # a folder, a broken link
+            raise UsageError(f"{rel}: not a regular file in the edited tree", path=root)
+        new_bytes = edited.read_bytes() if edited.is_file() else None
+        if new_bytes is None and old_bytes is None:
+            raise UsageError(
+                f"--file {rel}: neither in the edited tree nor in the release", path=root
+            )
         if old_bytes == new_bytes:
             continue
         try:
-            new = new_bytes.decode("utf-8")
+            new = None if new_bytes is None else new_bytes.decode("utf-8")
             old = None if old_bytes is None else old_bytes.decode("utf-8")
         except UnicodeDecodeError:
             unreadable.append(rel)
             continue
         parts.append(unified(rel, old, new))
         changed.append(rel)
-    return TreeDiff("".join(parts), tuple(changed), tuple(unreadable))
+        if new is None:
+            deleted.append(rel)
+    return TreeDiff("".join(parts), tuple(changed), tuple(unreadable), tuple(deleted))
 
 
 def _relpath(name: str) -> str:

@@ -284,4 +284,5 @@ def _follow_moves(
 
 
 def _added(variant: Variant, rel: str) -> bool:
-    return any(d.path == rel and d.added for d in variant.diffs)
+    """Whether the variant creates `rel`, or deletes it: absent, neither is a moved file."""
+    return any(d.path == rel and (d.added or d.removed) for d in variant.diffs)

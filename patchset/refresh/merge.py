@@ -33,7 +33,9 @@ def refresh_diff(
             f"{patch.id}: {variant.name} does not apply to vllm {base} ({ev.state}), the release"
             " taken as the one it was written against; give its base in patch.toml"
         )
-    patched = {rel: ev.changes.get(rel, base_files[rel]) for rel in files}
+    patched = {
+        rel: None if rel in ev.removed else ev.changes.get(rel, base_files[rel]) for rel in files
+    }
     labels = MergeLabels(
         ours=f"vllm {target}", base=f"vllm {base} (base)", theirs=f"{patch.id} on vllm {base}"
     )

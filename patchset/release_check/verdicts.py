@@ -583,10 +583,14 @@ def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) 
     for f, h, state in states:
         r = _reverse_hit(ev, f, h.index)
         back = r.line if r is not None else None
-        if state == "applies":
+        if state == "applies" and h.detail:  # a whole-file hunk: a deletion
+            out.append(f"{f}: hunk #{h.index} applies: {h.detail}")
+        elif state == "applies":
             shift = f" (offset {h.offset:+d} lines)" if h.offset else ""
             fuzz = f" with fuzz {h.fuzz}" if h.fuzz else ""
             out.append(f"{f}: hunk #{h.index} applies at line {h.line}{fuzz}{shift}")
+        elif state == "present" and back is None and r is not None and r.detail:
+            out.append(f"{f}: hunk #{h.index} already present: {r.detail}")
         elif state == "present":
             out.append(f"{f}: hunk #{h.index} already present at line {back}")
         elif state == "moved":

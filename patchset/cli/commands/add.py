@@ -69,7 +69,8 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
         action="append",
         default=[],
         metavar="vllm/PATH",
-        help="with --from-tree: only this file (repeatable; one not in the release is created)",
+        help="with --from-tree: only this file (repeatable; one not in the release is created,"
+        " one not in the edited tree deleted)",
     )
     p.add_argument(
         "--pr",
@@ -201,6 +202,12 @@ def _payload(
             )
         if found.unreadable:
             notes.append(f"left out (not UTF-8 text): {', '.join(found.unreadable)}")
+        if found.deleted:
+            notes.append(
+                f"deletes (in vLLM {args.vllm[0]}, absent from the edited tree):"
+                f" {', '.join(found.deleted)}"
+                + ("" if args.file else "; --file vllm/PATH limits the patch to the files named")
+            )
         payload = add.normalize_diff(found.text, file=args.from_tree)
         return (
             payload,
