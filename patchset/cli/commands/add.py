@@ -229,10 +229,17 @@ def _payload(
             text = add.read_diff_file(path)
             match, old = trees.match_overlay(path, text, source, candidates, target or None)
             also = [v for v in match.same if v != match.version]
+            chosen = ""
+            if match.next_best is not None:
+                chosen = (
+                    f"; chosen by content among {match.compared} files named {path.name},"
+                    f" next {match.next_best[0]} at {match.next_best[1]:.0%}"
+                )
             notes.append(
                 f"{path}: a copy of {match.target} from vLLM {match.version}"
                 f" ({match.likeness:.0%} of lines alike"
                 + (f"; as alike in {', '.join(also)}" if also else "")
+                + chosen
                 + ")"
             )
             parts.append(trees.unified(match.target, old, text))
