@@ -353,6 +353,23 @@ def test_prefetch_reads_the_paths_asked_for(index: FakeIndex, tmp_cache: Cache) 
             )
 
 
+def test_prefetch_pauses_the_garbage_collector_and_restores_it(
+    index: FakeIndex, tmp_cache: Cache
+) -> None:
+    import gc
+
+    during: list[bool] = []
+    assert gc.isenabled()
+    source(index, tmp_cache).prefetch(["0.1.0"], progress=lambda *_: during.append(gc.isenabled()))
+    assert during and not any(during) and gc.isenabled()
+    gc.disable()  # a caller that runs without it keeps it off
+    try:
+        source(index, tmp_cache).prefetch(["0.2.0"])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_prefetch_names_what_failed(index: FakeIndex, tmp_cache: Cache) -> None:
     with pytest.raises(SourceError, match=r"1 of 2 releases failed: 9\.9\.9: vllm 9\.9\.9 is not"):
         source(index, tmp_cache).prefetch(["0.1.0", "9.9.9"])
