@@ -415,3 +415,23 @@ def test_refresh_carries_a_deletion(tmp_path: Path) -> None:
     assert carried[GONE].removed and carried[GONE].whole_text() == GONE_TEXT
     report = check(load_registry(registry), ["0.20.0"], source=source, use_memo=False)
     assert report.result("0.20.0", "pat").verdict == "needed"
+
+
+def test_add_from_tree_names_the_deletions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command: the deletion is named on stderr, the payload checked `needed` on the
+    release it was cut from; `--file` leaves it out."""
+    pristine = make_tree(tmp_path / "pristine", BASE)
+    edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
+    registry = tmp_path / "patches"
+    registry.mkdir()
+    source = ["--vllm", "0.19.1", "--source", str(pristine)]
+    args = ["--registry", str(registry), "add", "edits", "--from-tree", str(edited), *source]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"deletes (in vLLM 0.19.1, absent from the edited tree): {GONE}" in err
+    assert "0.19.1 needed" in (registry / "edits" / "patch.toml").read_text()
+    assert main([*args[:3], "only-mod", *args[4:], "--file", MOD]) == 0
+    assert "deletes" not in capsys.readouterr().err
+    assert "+++ /dev/null" not in (registry / "only-mod" / "patch.diff").read_text()

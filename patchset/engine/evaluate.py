@@ -69,12 +69,13 @@ def _compile_break(
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
+        error = _compile_error(data)
+        if error is None:
+            continue  # the common case: the file before is not even compiled
         before = read(rel)
         if before is not None and _compile_error(before) is not None:
             continue  # already broken: not the edit's doing (as broken_by says)
-        error = _compile_error(data)
-        if error is not None:
-            return _broken_message(rel, error, blame(rel) if blame else "")
+        return _broken_message(rel, error, blame(rel) if blame else "")
     return ""
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from patchset.registry import Variant
@@ -21,6 +22,7 @@ def moved_files(
     missing: tuple[str, ...],
     *,
     existed: set[str] | None = None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> dict[str, str]:
     """Where each missing file went: the release file (of the same name, else in a folder of
     the same name) holding most of the lines the variant expects (`MOVED_SHARE` of them).
@@ -28,12 +30,13 @@ def moved_files(
     With `existed`, only those missing files are looked for: a file never seen in an earlier
     release has not moved, it has not been written yet. Missing files with no such home are
     left out. `check` reports these as `moved_to`; `refresh` carries a patch onto them.
+    `python_files` gives the tree's .py files (a check lists them once per release).
     """
     found: dict[str, str] = {}
     missing = tuple(m for m in missing if existed is None or m in existed)
     if not missing:
         return found
-    paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
+    paths = python_files() if python_files else [p for p in tree.paths() if p.endswith(".py")]
     for rel in missing:
         expected = {
             line.strip()

@@ -240,6 +240,13 @@ def check_tree(
             cache[rel] = tree.read(rel)
         return cache[rel]
 
+    listed: list[str] = []
+
+    def python_files() -> list[str]:  # listed once per release, when a target is missing
+        if not listed:
+            listed.extend(p for p in tree.paths() if p.endswith(".py"))
+        return listed
+
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
         if not patch.requires or not by_id:
             return read
@@ -298,6 +305,7 @@ def check_tree(
             max_fuzz=max_fuzz,
             explain=explain,
             existed=existed,
+            python_files=python_files,
         )
         results.append(r)
         if key is not None:
@@ -385,6 +393,7 @@ def _one(
     max_fuzz: int,
     explain: Explain,
     existed: set[str] | None = None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> CheckResult:
     in_range = patch.in_range(version) if ranges.is_version(version) else False
     nearest = explain == "all" or (explain == "in-range" and in_range)
@@ -396,7 +405,14 @@ def _one(
     states = hunk_states(ev)
     if ev.state == "missing-target":
         detail, moved, signals, disagreement = _missing(
-            tree, variant, ev, probe=probe, read=read, signals=signals, existed=existed
+            tree,
+            variant,
+            ev,
+            probe=probe,
+            read=read,
+            signals=signals,
+            existed=existed,
+            python_files=python_files,
         )
         decision = _Decision("missing-target", detail, disagreement, moved)
     else:
@@ -551,9 +567,10 @@ def _missing(
     read: Callable[[str], bytes | None],
     signals: Signals,
     existed: set[str] | None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> tuple[str, tuple[str, ...], Signals, str | None]:
     """A missing target: where it went, and whether the upstream fix is in the moved file."""
-    moves = moved_files(tree, variant, ev.missing, existed=existed)
+    moves = moved_files(tree, variant, ev.missing, existed=existed, python_files=python_files)
     moved = tuple(moves.values())
     where = f"; moved to {', '.join(moved)}?" if moved else ""
     detail = f"{', '.join(ev.missing)} not in this release{where}"
