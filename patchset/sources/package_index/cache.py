@@ -77,7 +77,8 @@ class Manifest:
     end: int = 0  # wheels: where the central directory starts
 
     def header(self) -> dict[str, Any]:
-        fields = dataclasses.asdict(self)
+        """The fields but `members` (not `asdict`: it would deep-copy thousands of entries)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         del fields["members"]
         return {"format": FORMAT, **fields}
 
