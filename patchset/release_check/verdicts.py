@@ -23,7 +23,7 @@ from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import moved_files
 from patchset.release_check.similarity import ratio
-from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
+from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -231,38 +231,19 @@ def check_tree(
     """Every patch against one release; one that `requires` others (in `registry`) on top of
     them. `seen` holds the target files found in earlier releases (a vanished file is only
     said to have moved when it existed before); it is updated with this release's."""
-    cache: dict[str, bytes | None] = {}
     seen = set() if seen is None else seen
     by_id = {p.id: p for p in registry.patches} if registry else {}
-
-    def read(rel: str) -> bytes | None:
-        if rel not in cache:
-            cache[rel] = tree.read(rel)
-        return cache[rel]
-
-    listed: list[str] = []
-
-    def python_files() -> list[str]:  # listed once per release, when a target is missing
-        if not listed:
-            listed.extend(p for p in tree.paths() if p.endswith(".py"))
-        return listed
+    # A release whose digest pins its content (the index's) keeps its files' digests in the
+    # memo: a warm check then reads no file.
+    pinned = tree.info.digest
+    release = _Files(tree, memo.digests(pinned) if memo is not None and pinned else {})
+    read, digest = release.read, release.digest
 
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
         if not patch.requires or not by_id:
             return read
         version_known = version if ranges.is_version(version) else None
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
-
-    # A release whose digest pins its content (the index's) keeps its files' digests in the
-    # memo: a warm check then reads no file.
-    pinned = tree.info.digest
-    known = memo.digests(pinned) if memo is not None and pinned else {}
-    fresh: dict[str, str] = {}
-
-    def digest(rel: str) -> str:
-        if rel not in known:
-            known[rel] = fresh[rel] = file_digest(read(rel))
-        return known[rel]
 
     plans: list[tuple[Patch, bool, list[str], str | None]] = []
     for patch in patches:
@@ -305,7 +286,7 @@ def check_tree(
             max_fuzz=max_fuzz,
             explain=explain,
             existed=existed,
-            python_files=python_files,
+            python_files=release.python_files,
         )
         results.append(r)
         if key is not None:
@@ -317,8 +298,40 @@ def check_tree(
     if memo is not None:
         memo.put_many(store)
         if pinned:
-            memo.put_digests(pinned, fresh)
+            memo.put_digests(pinned, release.fresh)
     return results
+
+
+class _Files:
+    """One release's files as a check reads them: each file read once; a digest taken from
+    the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
+    the release's python files listed once (for moved-file hints)."""
+
+    def __init__(self, tree: ReleaseTree, known: dict[str, str]) -> None:
+        self.tree = tree
+        self.known = known
+        self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
+        self._cache: dict[str, bytes | None] = {}
+        self._listed = tree.listed_digest if isinstance(tree, KnowsDigests) else None
+        self._python: list[str] | None = None
+
+    def read(self, rel: str) -> bytes | None:
+        if rel not in self._cache:
+            self._cache[rel] = self.tree.read(rel)
+        return self._cache[rel]
+
+    def digest(self, rel: str) -> str:
+        if rel not in self.known:
+            said = self._listed(rel) if self._listed is not None else None
+            self.known[rel] = self.fresh[rel] = (
+                said if said is not None else file_digest(self.read(rel))
+            )
+        return self.known[rel]
+
+    def python_files(self) -> list[str]:
+        if self._python is None:
+            self._python = [p for p in self.tree.paths() if p.endswith(".py")]
+        return self._python
 
 
 def _declared(patch: Patch) -> list[str]:

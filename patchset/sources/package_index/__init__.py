@@ -182,6 +182,16 @@ class IndexTree(ReleaseTree):
                 found.append(name)
         return found
 
+    def listed_digest(self, relpath: str) -> str | None:
+        """The sha256 the manifest lists for `relpath` (the one its bytes are checked against
+        when read), "-" for a file the release lacks; None for one outside the wheel."""
+        entry = self.manifest.members.get(relpath)
+        if entry is not None:
+            return str(entry[0])
+        if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
+            return "-"
+        return None  # a wheel cannot hold it: the sdist's list would say
+
     def _outside_wheel(self, relpath: str) -> bytes | None:
         """A path a wheel cannot hold (csrc/, setup.py...) is read from the sdist."""
         if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
