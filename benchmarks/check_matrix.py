@@ -41,6 +41,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchset.engine import evaluate
 from patchset.registry import load_registry
 from patchset.release_check import memo
 from patchset.release_check.moves import content_lines
@@ -183,13 +184,10 @@ def cut_corpus(archives: dict[str, Path], versions: list[str], per_pair: int) ->
             if nxt is None:
                 break
             picked[f"onehunk{len(picked)}"] = Cut("onehunk", base, after, (nxt[0],), nxt[1])
-        deletion = picked.pop("deletion", None)
         for kind in ("multifile", "newfile")[len(cuts) % 2 :]:
             if len(picked) > per_pair:
                 picked.pop(kind, None)
         cuts += list(picked.values())[:per_pair]
-        if deletion is not None:  # tried beside the quota: `add` refuses file deletions
-            cuts.append(deletion)
     return cuts
 
 
@@ -287,6 +285,41 @@ def reason(r: CheckResult, git: str) -> str:
     return f"{r.verdict}: {r.detail[:200]}"
 
 
+def _git_fits(files: dict[str, bytes], diff: Path, *, reverse: bool) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel, data in files.items():
+            (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / rel).write_bytes(data)
+        extra = ["--reverse"] if reverse else []
+        command = ["git", "apply", "--check", *extra, str(diff)]
+        done = subprocess.run(command, cwd=tmp, capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def artifact_reason(
+    r: CheckResult, registry_dir: Path, archives: dict[str, Path]
+) -> tuple[str, str] | None:
+    """When git (on the sdist) and patchset (on the wheel) read different bytes: the files that
+    differ, and git's own verdict on the wheel's files (None when the bytes are the same)."""
+    patch = load_registry(registry_dir).get(r.patch)
+    variant = patch.variants[0]
+    sdist = _sources(archives[r.vllm])
+    wheel: dict[str, bytes] = {}
+    with IndexSource(offline=True).open(r.vllm) as tree:
+        for rel in variant.files:
+            data = tree.read(rel)
+            if data is not None:
+                wheel[rel] = data
+    differ = [rel for rel in variant.files if wheel.get(rel) != sdist.get(rel)]
+    if not differ:
+        return None
+    diff = patch.folder / variant.name
+    on_wheel = git_class(
+        _git_fits(wheel, diff, reverse=False), _git_fits(wheel, diff, reverse=True)
+    )
+    return ", ".join(differ), on_wheel
+
+
 def moved_precision(
     report: CheckReport, archives: dict[str, Path], versions: list[str]
 ) -> tuple[int, int, list[str]]:
@@ -354,22 +387,43 @@ def corpus(
     return registry_dir, added
 
 
-def agreement(report: CheckReport, git: dict[tuple[str, str], tuple[bool, bool]]) -> int:
-    """How many verdicts are git's; each other one is printed with patchset's reason."""
+def agreement(
+    report: CheckReport,
+    git: dict[tuple[str, str], tuple[bool, bool]],
+    registry_dir: Path,
+    archives: dict[str, Path],
+) -> int:
+    """How many verdicts are git's; each other one is printed with its reason: a documented
+    rule where git is wrong (docs/check.md, row 8), or git and patchset reading different bytes
+    (git the sdist, patchset the wheel, which a release may have rebuilt: then git is asked
+    again on the wheel's files)."""
     same = 0
     differ: Counter[str] = Counter()
+    why: Counter[str] = Counter()
     for r in report.results:
         theirs = git_class(*git[(r.vllm, r.patch)]) if git else our_class(r)
         if theirs == our_class(r):
             same += 1
-        else:
-            differ[f"git {theirs}, patchset {r.verdict}"] += 1
-            print(
-                f"  differs: {r.vllm} {r.patch}: git {theirs}, patchset {our_class(r)}:"
-                f" {reason(r, theirs)}"
+            continue
+        differ[f"git {theirs}, patchset {r.verdict}"] += 1
+        text = reason(r, theirs)
+        if "not at the" in text or "no longer where git looks" in r.detail:
+            why["row 8: an end-of-file append upstream, followed by more code"] += 1
+        elif (found := artifact_reason(r, registry_dir, archives)) is not None:
+            files, on_wheel = found
+            same_as_ours = "as patchset" if on_wheel == our_class(r) else "NOT as patchset"
+            text = (
+                f"the wheel patchset reads differs from the sdist git read in {files};"
+                f" git on the wheel's files: {on_wheel}, {same_as_ours}"
             )
+            why[f"wheel differs from sdist (git on the wheel: {same_as_ours})"] += 1
+        else:
+            why["unexplained"] += 1
+        print(f"  differs: {r.vllm} {r.patch}: git {theirs}, patchset {our_class(r)}: {text}")
     for what, n in differ.most_common():
         print(f"  {n} x {what}")
+    for what, n in why.most_common():
+        print(f"  reason: {n} x {what}")
     return same
 
 
@@ -401,6 +455,7 @@ def main() -> None:
     print(f"first check (fills the release cache): {time.perf_counter() - start:.1f} s")
 
     memo.clear()
+    evaluate._compile_error.cache_clear()  # as in a fresh process: nothing compiled yet
     nomemo, report = timed_check(registry_dir, versions)
     print(f"nomemo: {len(report.results)} verdicts in {nomemo:.2f} s", flush=True)
     warm = min(timed_check(registry_dir, versions)[0] for _ in range(args.repeat))
@@ -423,7 +478,7 @@ def main() -> None:
 
     naive_s, git = (0.0, {}) if args.skip_naive else naive(registry_dir, archives)
     print(f"naive: unpack + git apply --check / --reverse --check: {naive_s:.1f} s", flush=True)
-    same = agreement(report, git)
+    same = agreement(report, git, registry_dir, archives)
     total = len(report.results)
     ratio = naive_s / nomemo if nomemo else 0.0
     print(

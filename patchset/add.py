@@ -39,6 +39,7 @@ from patchset.sources.base import ReleaseSource
 ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it
 ANY_RELEASE = ">=0"  # the range written when no release was checked
 NO_PREAMBLE = preambles.Preamble(None)
+_MODE = re.compile(r"^deleted file mode ([0-7]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,17 @@ def _payload(patch: PatchSet, *, file: Path | str, layout: Layout) -> _Read:
         if not path.startswith("vllm/"):
             dropped.append(path)
             continue
-        if target == "/dev/null" or pf.is_removed_file:
-            raise PayloadError(f"{path}: diffs that delete files are not supported", path=file)
         if pf.is_binary_file:
             raise PayloadError(f"{path}: binary diffs are not supported", path=file)
+        if target == "/dev/null":  # a deletion: git's header keeps the mode to put back
+            mode = _MODE.search(str(pf.patch_info or ""))
+            parts.append(
+                f"diff --git a/{path} b/{path}\ndeleted file mode {mode[1] if mode else '100644'}\n"
+                + (f"--- a/{path}\n+++ /dev/null\n" if len(pf) else "")
+            )
+            parts += [_hunk_text(h) for h in pf]
+            targets.append(path)
+            continue
         if (git and pf.is_rename) or not _same_file(source, target):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
         parts.append(f"--- {'/dev/null' if added else 'a/' + path}\n+++ b/{path}\n")

@@ -31,7 +31,7 @@ REUSED: dict[str, str] = {
     "tests/test_net.py::test_fetch_json_retries_a_500": "index answers 5xx, then recovers",
     "tests/test_net.py::test_persistent_500_gives_one_clear_line": "index answers 5xx, always",
     "tests/test_net.py::test_unreachable_port": "index unreachable",
-    "tests/test_net.py::test_timeout_is_retried_then_reported": "index times out",
+    "tests/test_net.py::test_a_hung_server_is_given_up_on_after_the_timeout": "index times out",
     "tests/test_net.py::test_not_json": "index answers garbage",
     "tests/test_net.py::test_download_retries_a_truncated_body": "download cut short, then whole",
     "tests/test_net.py::test_download_always_truncated_leaves_nothing": "download cut short",

@@ -100,8 +100,8 @@ def test_plain_diffs_in_every_shape(old: str, new: str) -> None:
         (f"--- a/{TMA_FILE}\n+++ b/{TMA_FILE}\n@@ -x +1 @@\n-a\n+b\n", "malformed hunk header"),
         (
             f"diff --git a/{TMA_FILE} b/{TMA_FILE}\ndeleted file mode 100644\n"
-            f"--- a/{TMA_FILE}\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n",
-            "delete files",
+            f"--- a/{TMA_FILE}\n+++ /dev/null\n@@ -2 +0,0 @@\n-a\n",
+            "a deletion .* must be one hunk removing every line from line 1",
         ),
         (
             f"diff --git a/{TMA_FILE} b/vllm/other.py\n--- a/{TMA_FILE}\n+++ b/vllm/other.py\n"

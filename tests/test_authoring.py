@@ -5,6 +5,7 @@ overlays, and `patchset update`. Real git, real releases (network-marked, cached
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -276,6 +277,7 @@ def test_overlay_found_by_content(
     err = capsys.readouterr().err
     assert code == 0, err
     assert f"a copy of {TMA_FILE} from vLLM 0.19.1" in err
+    assert re.search(r"chosen by content among \d+ files named utils\.py, next vllm/\S+ at", err)
     assert (root / "tma-overlay" / "patch.diff").read_text() == TMA_DIFF
     bogus = tmp_path / "other" / "utils.py"
     bogus.parent.mkdir()
@@ -284,6 +286,50 @@ def test_overlay_found_by_content(
     line = one_line_error(capsys)
     assert "matches no release" in line and str(bogus) in line
     assert sorted(p.name for p in root.iterdir()) == ["tma-overlay"]
+
+
+FLA_INIT = "vllm/model_executor/layers/fla/ops/__init__.py"
+SPDX = (
+    "# SPDX-License-Identifier: Apache-2.0\n"
+    "# SPDX-FileCopyrightText: Copyright contributors to the vLLM project\n"
+)
+
+
+@pytest.mark.network
+def test_overlay_of_a_common_name_matched_by_path_or_refused(
+    tmp_path: Path, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vLLM 0.19.1 has 170 files named __init__.py: an overlay of one is matched by content
+    and says which it chose; one that several are as alike to is refused in one line that
+    lists them, and FILE=vllm/PATH says which is meant."""
+    pristine = materialize("0.19.1", tmp_path / "t", [FLA_INIT])
+    overlay = tmp_path / "overlays" / "__init__.py"
+    overlay.parent.mkdir()
+    fixed = (pristine / FLA_INIT).read_text() + "FLA_OVERLAY = True\n"
+    overlay.write_text(fixed)
+    assert run(root, "add", "fla-init", "--overlay", str(overlay), "--vllm", "0.19.1") == 0
+    err = capsys.readouterr().err
+    assert f"a copy of {FLA_INIT} from vLLM 0.19.1" in err
+    assert re.search(r"chosen by content among 1\d\d files named __init__\.py, next ", err), err
+    diff = (root / "fla-init" / "patch.diff").read_text()
+    assert diff.startswith(f"--- a/{FLA_INIT}\n+++ b/{FLA_INIT}\n")
+    assert diff.endswith("+FLA_OVERLAY = True\n")
+    # the bare licence header: a dozen __init__.py are exactly that
+    overlay.write_text(SPDX + "import os\n")
+    before = tree_digest(root)
+    assert run(root, "add", "spdx-init", "--overlay", str(overlay), "--vllm", "0.19.1") == 2
+    line = one_line_error(capsys)
+    found = re.search(
+        r"(\d+) files named __init__\.py are about as alike: (.*) and (\d+) more;", line
+    )
+    assert found, line
+    assert int(found[1]) >= 12 and found[2].count("__init__.py (80%)") == 6
+    assert f"say which it stands for: {overlay}=vllm/PATH" in line
+    assert tree_digest(root) == before
+    named = found[2].split(" (80%)")[0]
+    spec = f"{overlay}={named}"
+    assert run(root, "add", "spdx-init", "--overlay", spec, "--vllm", "0.19.1") == 0
+    assert f"--- a/{named}\n" in (root / "spdx-init" / "patch.diff").read_text()
 
 
 # -- update ------------------------------------------------------------------------------------

@@ -213,3 +213,19 @@ def test_a_patch_whose_required_one_failed_is_skipped_and_nothing_is_written(
     refused = start(tmp_path, bundle)
     assert refused.returncode == 9
     assert (tmp_path / "site" / "vllm" / "mod.py").read_text() == edited
+
+
+def test_a_patch_whose_required_one_is_out_of_scope_here_is_skipped(tmp_path: Path) -> None:
+    bundle, manifest = export(tmp_path, '"a-top", "z-bottom"')
+    manifest["patches"][0]["compute_capability"] = ">=12.0"  # as [hardware] would put it
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    done = start(tmp_path, bundle, PATCHSET_COMPUTE_CAPABILITY="8.6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "z-bottom r1 (startup): skipped (scope cc >=12.0, this GPU: 8.6" in done.stdout
+    assert (
+        "a-top r1 (startup): skipped (requires z-bottom, which is skipped on this GPU)"
+        in done.stdout
+    )
+    assert (tmp_path / "site" / "vllm" / "mod.py").read_text() == BODY
+    done = start(tmp_path, bundle, PATCHSET_COMPUTE_CAPABILITY="12.0")
+    assert "a-top r1 (startup): applied" in done.stdout

@@ -6,6 +6,7 @@ configured index.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -131,6 +132,27 @@ def test_default_index_is_pips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert found.index_url.startswith("https://") and found.index_url.endswith("/simple")
     assert list((tmp_path / "memo").iterdir())  # remembered: the next run does not ask pip
     assert resolve(memo=tmp_path / "memo") == found
+
+
+def test_remembered_pip_config_follows_a_changed_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's answer is remembered per config file stamp and PIP_* variables: an edited file or
+    a new variable is asked for again, never answered from the memo."""
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = https://first.invalid/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    for name in ("PIP_INDEX_URL", "PIP_CERT", "PIP_TRUSTED_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    memo = tmp_path / "memo"
+    assert resolve(memo=memo).index_url == "https://first.invalid/simple"
+    assert resolve(memo=memo).index_url == "https://first.invalid/simple"  # from the memo
+    config.write_text("[global]\nindex-url = https://second.invalid/simple\ncert = /x.pem\n")
+    again = resolve(memo=memo)
+    assert (again.index_url, again.transport.cafile) == ("https://second.invalid/simple", "/x.pem")
+    monkeypatch.setenv("PIP_TRUSTED_HOST", "t.invalid")
+    assert resolve(memo=memo).transport.trusted_hosts == ("t.invalid",)
+    assert len(list(memo.iterdir())) == 3  # one answer per state of the settings
 
 
 @pytest.mark.parametrize(
@@ -443,6 +465,30 @@ def test_a_damaged_central_directory_is_one_clear_error(
     assert not [f for f in cache_files(tmp_cache) if not f.startswith("index/")]
 
 
+def test_record_rows_plain_and_quoted() -> None:
+    """RECORD's plain rows are split by hand, the rest read as CSV: same answers either way;
+    rows without a sha256 are left out, a hash that is not base64 is a damaged wheel."""
+    from patchset.sources.package_index.wheel import DamagedWheel, parse_record
+
+    digest = hashlib.sha256(b"x").digest()
+    b64 = base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    text = (
+        f"vllm/a.py,sha256={b64},1\n"
+        f'"vllm/odd,name.py",sha256={b64},1\n'
+        f"vllm/b.py,md5=abc,1\n"
+        "vllm-0.1.0.dist-info/RECORD,,\n"
+        "\n"
+    )
+    assert parse_record(text.encode(), "w.whl") == {
+        "vllm/a.py": digest.hex(),
+        "vllm/odd,name.py": digest.hex(),
+    }
+    with pytest.raises(DamagedWheel, match=r"RECORD's hash of vllm/c\.py is not base64"):
+        parse_record(b"vllm/c.py,sha256=not!base64,1\n", "w.whl")
+    with pytest.raises(DamagedWheel, match="RECORD is not readable"):
+        parse_record(b"\xff\xfe,sha256=x,1\n", "w.whl")
+
+
 def test_a_member_that_lies_is_never_used_and_fetched_again(
     fake_index: FakeIndex, tmp_cache: Cache
 ) -> None:
@@ -637,8 +683,9 @@ def test_a_hung_index_ends_after_the_timeout(http_server: FakeServer, tmp_cache:
         "check", "--vllm", "0.1.0", "--index-url", f"{http_server.url}/simple/", "--timeout", "0.3"
     )
     assert done.returncode == 3, done.stderr
-    assert "timed out" in done.stderr and done.stderr.count("\n") == 1
+    assert "timed out (tried once)" in done.stderr and done.stderr.count("\n") == 1
     assert time.monotonic() - start < 30
+    assert http_server.hits["/simple/vllm/"] == 1  # the timeout bounds the retries' wait too
 
 
 def test_ctrl_c_stops_at_once(http_server: FakeServer, index: FakeIndex, tmp_cache: Cache) -> None:

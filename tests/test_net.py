@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -78,11 +79,23 @@ def test_unreachable_port() -> None:
     assert message.endswith("(tried 2 times); use --offline to work from the cache")
 
 
-def test_timeout_is_retried_then_reported(http_server: FakeServer) -> None:
-    http_server.route("/slow", Reply(200, b"{}", delay=0.6))
-    with pytest.raises(net.UnreachableError, match=r"timed out \(tried 2 times\)"):
-        net.fetch_json(f"{http_server.url}/slow", retries=1, timeout=0.2)
-    assert http_server.hits["/slow"] == 2
+def test_a_hung_server_is_given_up_on_after_the_timeout(http_server: FakeServer) -> None:
+    """The timeout bounds the whole wait without an answer, retries included: a server that
+    does not answer is not asked again (each retry would wait as long again)."""
+    http_server.route("/slow", Reply(200, b"{}", delay=1.5))
+    start = time.monotonic()
+    with pytest.raises(net.UnreachableError, match=r"timed out \(tried once\)"):
+        net.fetch_json(f"{http_server.url}/slow", retries=3, timeout=0.3)
+    assert time.monotonic() - start < 1.2
+    assert http_server.hits["/slow"] == 1
+
+
+def test_a_server_that_answers_is_retried_within_the_timeout(http_server: FakeServer) -> None:
+    """Quick failures (a 503, a body cut off after some bytes) are heard from: they are tried
+    again, however short the timeout."""
+    http_server.route("/flaky", Reply(503), Reply(200, PAYLOAD, truncate=1000), Reply(200, b"[1]"))
+    assert net.fetch_json(f"{http_server.url}/flaky", retries=3, timeout=0.3) == [1]
+    assert http_server.hits["/flaky"] == 3
 
 
 def test_not_json(http_server: FakeServer) -> None:

@@ -684,3 +684,60 @@ def test_write_ranges_leaves_what_one_range_cannot_say(registry_root: Path) -> N
     ]
     assert "needed in separate runs" in results[0].describe()
     assert tree_digest(registry_root) == before
+
+
+STACKED = "SUPPRESS_STACKED = SUPPRESS_LEVEL > 0"
+
+
+def add_stacked_on_suppress(root: Path, source: IndexSource, below: str) -> str:
+    """A diff written against 0.19.1 with `below` (the suppress patch) applied: its context
+    holds the clamped line, so alone on a release it never fits."""
+    with source.open("0.19.1") as tree:
+        base = (tree.read(UTILS) or b"").decode().replace(SUPPRESS, SUPPRESS_CLAMPED)
+    diff = "".join(
+        difflib.unified_diff(
+            base.splitlines(keepends=True),
+            base.replace(SUPPRESS_CLAMPED, f"{SUPPRESS_CLAMPED}\n{STACKED}").splitlines(
+                keepends=True
+            ),
+            fromfile=f"a/{UTILS}",
+            tofile=f"b/{UTILS}",
+        )
+    )
+    folder = root / "fla-suppress-stacked"
+    folder.mkdir()
+    (folder / "patch.diff").write_text(diff)
+    toml = (root / "fla-tma-sm12x" / "patch.toml").read_text()
+    toml = toml.replace('id = "fla-tma-sm12x"', 'id = "fla-suppress-stacked"')
+    (folder / "patch.toml").write_text(
+        toml.replace("[upstream]", f'requires = ["{below}"]\n\n[upstream]', 1)
+    )
+    return "fla-suppress-stacked"
+
+
+def test_a_stacked_diff_is_refreshed_on_top_of_what_it_requires(
+    registry_root: Path, source: IndexSource
+) -> None:
+    below = add_suppress_patch(registry_root, source)
+    top = add_stacked_on_suppress(registry_root, source, below)
+    registry = load_registry(registry_root)
+    assert check(registry, ["0.19.1"], source=source, patches=[top]).result(
+        "0.19.1", top
+    ).verdict == ("needed")  # on top of the suppress patch, as check reads it
+    # the patch it requires does not fit 0.20.0 yet: one line, nothing written
+    before = tree_digest(registry_root)
+    with pytest.raises(UsageError, match=f"{top} requires {below}, which does not fit vllm 0.20.0"):
+        refresh(registry, top, "0.20.0", source=source)
+    assert tree_digest(registry_root) == before
+    assert refresh(registry, below, "0.20.0", source=source).outcome == "written"
+    registry = load_registry(registry_root)
+    result = refresh(registry, top, "0.20.0", source=source)
+    assert (result.outcome, result.base, result.variant) == ("written", "0.19.1", "v0.20.0.diff")
+    new_diff = (registry_root / top / "v0.20.0.diff").read_text()
+    assert f" {SUPPRESS_CLAMPED}\n+{STACKED}\n" in new_diff  # the context holds the bottom's line
+    assert "FLA_GDN_FIX_BT" not in new_diff  # 0.20.0's context, not 0.19.1's
+    refreshed = load_registry(registry_root)
+    report = check(refreshed, ["0.19.1", "0.20.0"], source=source, patches=[top])
+    for version, variant in [("0.19.1", "patch.diff"), ("0.20.0", "v0.20.0.diff")]:
+        r = report.result(version, top)
+        assert (r.verdict, r.variant) == ("needed", variant), r.detail

@@ -1,9 +1,11 @@
 """The one module that talks HTTP: JSON and small fetches, byte ranges, verified downloads.
 
-Everything goes through urllib with one `Transport`: the TLS trust (the system's trust store
+Everything goes through urllib3 with one `Transport`: the TLS trust (the system's trust store
 through `truststore`, or a CA bundle named in pip's configuration), hosts trusted without
-TLS verification, and credentials from the URL or ``~/.netrc``. ``file:`` URLs are read from
-disk, ranges included, so a local mirror works like a remote one.
+TLS verification, and credentials from the URL or ``~/.netrc``. Connections are kept alive
+and reused (one pool per host; a proxy from ``https_proxy``/``http_proxy`` is honoured, as
+``no_proxy``), so the many small range requests of a check do not each pay a TLS handshake.
+``file:`` URLs are read from disk, ranges included, so a local mirror works like a remote one.
 
 Transient failures (no connection, a timeout, a cut-off body, a 5xx or a 429) are tried
 again with exponential backoff; any other 4xx fails at once. A download is streamed into
@@ -18,6 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import http
 import http.client
 import json
 import logging
@@ -31,9 +34,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+import urllib3
 
 from patchset._fs import atomic_file
 from patchset.errors import IntegrityError, SourceError
@@ -44,7 +49,8 @@ BACKOFF_BASE = 0.5
 """Seconds before the first retry; doubled for each further one. Tests set it small."""
 
 DEFAULT_TIMEOUT = 30.0
-"""Seconds any one request may wait on the server (to connect, or between two reads)."""
+"""Seconds one request may wait on its server without hearing anything (to connect, for the
+answer, between two reads), its retries included: a hung server is given up on after that."""
 
 CHUNK = 1 << 16
 USER_AGENT = "patchset (+urllib)"
@@ -160,8 +166,7 @@ _RESOLVING = threading.Lock()
 def _create_connection(
     address: tuple[str, int],
     timeout: float | None = None,
-    source_address: tuple[str, int] | None = None,
-    **_: Any,
+    options: Iterable[tuple[int, int, int | bytes]] = (),
 ) -> socket.socket:
     """socket.create_connection with each host looked up once per process.
 
@@ -178,9 +183,9 @@ def _create_connection(
     for family, kind, proto, _name, sockaddr in infos:
         sock = socket.socket(family, kind, proto)
         try:
+            for option in options:
+                sock.setsockopt(*option)
             sock.settimeout(timeout)
-            if source_address:
-                sock.bind(source_address)
             sock.connect(sockaddr)
         except OSError as exc:
             error = exc
@@ -190,36 +195,67 @@ def _create_connection(
     raise error or OSError(f"no address for {host}")
 
 
-class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._create_connection = _create_connection
+class _ResolvedHTTPConnection(urllib3.connection.HTTPConnection):
+    """urllib3's connection, with each host looked up once per process (see above)."""
+
+    def _new_conn(self) -> socket.socket:  # urllib3's hook for opening the socket
+        return _new_socket(self)
 
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._create_connection = _create_connection
+class _ResolvedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def _new_conn(self) -> socket.socket:
+        return _new_socket(self)
 
 
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_HTTPConnection, req)
+def _new_socket(conn: urllib3.connection.HTTPConnection) -> socket.socket:
+    timeout = conn.timeout if isinstance(conn.timeout, int | float) else None
+    try:
+        return _create_connection((conn.host, conn.port or 80), timeout, conn.socket_options or ())
+    except socket.gaierror as exc:
+        raise urllib3.exceptions.NameResolutionError(conn.host, conn, exc) from exc
+    except TimeoutError as exc:
+        raise urllib3.exceptions.ConnectTimeoutError(conn, "timed out") from exc
+    except OSError as exc:
+        raise urllib3.exceptions.NewConnectionError(conn, _reason(exc)) from exc
 
 
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, context: ssl.SSLContext | None) -> None:
-        super().__init__(context=context)
-        self._ctx = context
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_HTTPSConnection, req, context=self._ctx)
+class _HTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _ResolvedHTTPConnection
 
 
-@functools.cache
-def _opener(context: ssl.SSLContext | None) -> urllib.request.OpenerDirector:
-    """urllib's opener with the look-up cache, one per TLS context."""
-    return urllib.request.build_opener(_HTTPHandler(), _HTTPSHandler(context))
+class _HTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _ResolvedHTTPSConnection
+
+
+POOL_SIZE = 32  # kept-alive connections per host: a check has a few dozen requests in flight
+_MANAGERS: dict[tuple[int, bool, str | None], urllib3.PoolManager] = {}
+_MANAGERS_LOCK = threading.Lock()
+
+
+def _manager(url: str, transport: Transport) -> urllib3.PoolManager:
+    """The connection pools for `url`: one manager per TLS trust and proxy, kept for the
+    process (its connections stay open for the next request to the same host)."""
+    parts = urllib.parse.urlsplit(url)
+    context = transport.context(url) if parts.scheme == "https" else None
+    verify = context is None or context.verify_mode != ssl.CERT_NONE
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and urllib.request.proxy_bypass(parts.hostname or ""):
+        proxy = None
+    key = (id(context), verify, proxy)
+    with _MANAGERS_LOCK:
+        manager = _MANAGERS.get(key)
+        if manager is None:
+            options: dict[str, Any] = {"num_pools": 16, "maxsize": POOL_SIZE, "block": False}
+            options["ssl_context"] = context
+            if not verify:  # a trusted host: urllib3 would otherwise turn checks back on
+                options.update(cert_reqs="CERT_NONE", assert_hostname=False)
+            if proxy:
+                manager = urllib3.ProxyManager(proxy, **options)
+            else:
+                manager = urllib3.PoolManager(**options)
+            manager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+            _MANAGERS[key] = manager
+        return manager
 
 
 def redact(url: str) -> str:
@@ -257,13 +293,13 @@ def fetch_json(
 ) -> Any:
     """GET `url` and decode its JSON body; `retries` further attempts after the first."""
 
-    def attempt() -> bytes:
-        with _open(url, timeout, transport=transport) as response:
-            body = _read(response, -1)
+    def attempt(wait: _Patience) -> bytes:
+        with _open(url, wait, transport=transport) as response:
+            body = response.read(-1)
             _check_length(response, len(body))
             return body
 
-    body = _with_retries(url, attempt, retries=retries)
+    body = _with_retries(url, attempt, retries=retries, timeout=timeout)
     try:
         return json.loads(body)
     except ValueError as exc:
@@ -296,16 +332,16 @@ def fetch_page(
         kind = "application/json" if path.suffix == ".json" else "text/html"
         return path.as_uri(), kind, data
 
-    def attempt() -> tuple[str, str, bytes]:
-        with _open(url, timeout, transport=transport, headers={"Accept": accept}) as response:
-            body = _read(response, max_bytes + 1)
+    def attempt(wait: _Patience) -> tuple[str, str, bytes]:
+        with _open(url, wait, transport=transport, headers={"Accept": accept}) as response:
+            body = response.read(max_bytes + 1)
             if len(body) > max_bytes:
                 raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
             _check_length(response, len(body))
             kind = response.headers.get("Content-Type") or ""
-            return response.geturl(), kind, body
+            return response.url, kind, body
 
-    return _with_retries(url, attempt, retries=retries)
+    return _with_retries(url, attempt, retries=retries, timeout=timeout)
 
 
 def fetch_bytes(
@@ -320,15 +356,15 @@ def fetch_bytes(
     """GET `url` and return its body (at most `max_bytes`); `what` names the server in
     messages (e.g. "the forge"), since this is not only for the package index."""
 
-    def attempt() -> bytes:
-        with _open(url, timeout, transport=transport) as response:
-            body = _read(response, max_bytes + 1)
+    def attempt(wait: _Patience) -> bytes:
+        with _open(url, wait, transport=transport) as response:
+            body = response.read(max_bytes + 1)
             if len(body) > max_bytes:
                 raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
             _check_length(response, len(body))
             return body
 
-    return _with_retries(url, attempt, retries=retries, what=what, hint="")
+    return _with_retries(url, attempt, retries=retries, timeout=timeout, what=what, hint="")
 
 
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
@@ -353,8 +389,8 @@ def fetch_range(
         return _file_range(url, start, end)
     spec = f"bytes=-{start}" if end is None else f"bytes={start}-{end}"
 
-    def attempt() -> tuple[bytes, int]:
-        with _open(url, timeout, transport=transport, headers={"Range": spec}) as response:
+    def attempt(wait: _Patience) -> tuple[bytes, int]:
+        with _open(url, wait, transport=transport, headers={"Range": spec}) as response:
             if response.status != 206:
                 raise RangeError(
                     f"{redact(url)}: the server ignores byte ranges (HTTP {response.status})"
@@ -370,12 +406,12 @@ def fetch_range(
                     f"{redact(url)}: asked for bytes {want_first}-{want_last},"
                     f" the server sent {first}-{last}"
                 )
-            body = _read(response, last - first + 2)
+            body = response.read(last - first + 2)
             if len(body) != last - first + 1:
                 raise _TransientError(f"got {len(body)} of {last - first + 1} bytes of a range")
             return body, total
 
-    return _with_retries(url, attempt, retries=retries)
+    return _with_retries(url, attempt, retries=retries, timeout=timeout)
 
 
 def _file_range(url: str, start: int, end: int | None) -> tuple[bytes, int]:
@@ -412,11 +448,11 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     expected = sha256.lower()
 
-    def attempt() -> str:
+    def attempt(wait: _Patience) -> str:
         # 0o644 as any cache file: readable by the other users of a shared cache
         with (
             atomic_file(dest, mode=0o644, suffix=".part") as tmp,
-            _open(url, timeout, transport=transport) as response,
+            _open(url, wait, transport=transport) as response,
         ):
             digest = _stream(response, tmp, progress)
             if digest != expected:
@@ -426,90 +462,196 @@ def download(
                 )
         return digest
 
-    _with_retries(url, attempt, retries=retries)
+    _with_retries(url, attempt, retries=retries, timeout=timeout)
+
+
+class _Patience:
+    """How much longer one request may wait on its server: `timeout` seconds without hearing
+    anything (a connection, an answer, the next bytes), its retries included. A hung server
+    is given up on after `timeout`, not after every retry's own; a slow one that keeps
+    sending is never cut off."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._last = time.monotonic()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def left(self) -> float:
+        return self.timeout - (time.monotonic() - self._last)
 
 
 def _with_retries(
     url: str,
-    attempt: Callable[[], T],
+    attempt: Callable[[_Patience], T],
     *,
     retries: int,
+    timeout: float,
     what: str = "the package index",
     hint: str = "; use --offline to work from the cache",
 ) -> T:
     tries = retries + 1
     reason = ""
+    wait = _Patience(timeout)
+    number = 0
     for number in range(1, tries + 1):
         try:
-            return attempt()
+            return attempt(wait)
         except _TransientError as exc:
             reason = str(exc)
-        if number < tries:
-            delay = BACKOFF_BASE * 2 ** (number - 1)
-            LOG.info("%s: %s; trying again in %.1fs", redact(url), reason, delay)
-            time.sleep(delay)
-    raise UnreachableError(
-        f"cannot reach {what} at {redact(url)}: {reason} (tried {tries} times){hint}"
-    )
+        if number == tries:
+            break
+        delay = BACKOFF_BASE * 2 ** (number - 1)
+        if wait.left() <= delay:  # nothing heard for the whole timeout: the server hangs
+            break
+        LOG.info("%s: %s; trying again in %.1fs", redact(url), reason, delay)
+        time.sleep(delay)
+    times = "once" if number == 1 else f"{number} times"
+    raise UnreachableError(f"cannot reach {what} at {redact(url)}: {reason} (tried {times}){hint}")
+
+
+class _Response:
+    """One answer being read: its status, headers and final URL, and its body in pieces."""
+
+    def __init__(self, raw: Any, url: str, wait: _Patience | None = None) -> None:
+        self._raw = raw  # a urllib3 response, or urllib's for a file: URL
+        self._wait = wait
+        self.status: int = getattr(raw, "status", None) or 200  # urllib's file: answers have none
+        self.headers: Any = raw.headers
+        self.url = url
+
+    def read(self, size: int) -> bytes:
+        """Up to `size` bytes of the body (all of it with -1); a failure of the connection is
+        transient (tried again), unlike one writing to disk."""
+        try:
+            if isinstance(self._raw, urllib3.BaseHTTPResponse):
+                data: bytes = self._raw.read(None if size < 0 else size, decode_content=False)
+            else:
+                data = self._raw.read(size)
+        except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as exc:
+            raise _TransientError(_reason(exc)) from None
+        if data and self._wait is not None:
+            self._wait.heard()
+        return data
+
+    def close(self) -> None:
+        """Hand the connection back when the body was read to its end (kept alive for the next
+        request); close it otherwise (a body not read, e.g. a whole wheel sent for a range)."""
+        raw = self._raw
+        if not isinstance(raw, urllib3.BaseHTTPResponse):
+            raw.close()
+            return
+        if raw.length_remaining != 0:
+            raw.close()
+        raw.release_conn()
 
 
 @contextlib.contextmanager
 def _open(
     url: str,
-    timeout: float,
+    wait: _Patience,
     *,
     transport: Transport = DEFAULT_TRANSPORT,
     headers: dict[str, str] | None = None,
-) -> Iterator[http.client.HTTPResponse]:
-    """Open `url`, sorting failures into transient (retry) and final (raise)."""
-    request = _request(url, transport, headers or {})
-    context = transport.context(url) if request.type == "https" else None
-    try:
-        response = _opener(context).open(request, timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        exc.close()
-        if exc.code >= 500 or exc.code == 429:  # 429: the server asks us to come back later
-            raise _TransientError(f"HTTP {exc.code} {exc.reason}") from None
-        raise HTTPStatusError(url, exc.code, str(exc.reason)) from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ssl.SSLCertVerificationError):
-            raise SourceError(
-                f"{redact(url)}: the server's certificate is not trusted"
-                f" ({exc.reason.verify_message}); set pip's cert or trusted-host"
-            ) from None
-        raise _TransientError(_reason(exc.reason)) from None
-    except (OSError, http.client.HTTPException) as exc:
-        raise _TransientError(_reason(exc)) from None
-    except ValueError as exc:  # a URL urllib cannot use (e.g. a malformed IPv6 host)
-        raise SourceError(f"{redact(url)}: malformed URL ({exc})") from None
-    with response:
-        yield response
-
-
-def _read(response: http.client.HTTPResponse, size: int) -> bytes:
-    """Read from the connection; a failure there may pass, unlike one writing to disk."""
-    try:
-        return response.read(size)
-    except (OSError, http.client.HTTPException) as exc:
-        raise _TransientError(_reason(exc)) from None
-
-
-def _request(url: str, transport: Transport, extra: dict[str, str]) -> urllib.request.Request:
-    """A request with credentials (from `user:password@`, else netrc) in a Basic auth header."""
+) -> Iterator[_Response]:
+    """Open `url` (redirects followed), sorting failures into transient (retry) and final."""
     check_url(url)
-    headers = {"User-Agent": USER_AGENT, **extra}
-    if (auth := transport.authorization(url)) is not None:
-        headers["Authorization"] = auth
-    return urllib.request.Request(redact(url), headers=headers)  # noqa: S310 -- scheme checked above
+    extra = {"User-Agent": USER_AGENT, **(headers or {})}
+    if urllib.parse.urlsplit(url).scheme == "file":
+        response = _open_file(url, extra, max(wait.left(), 0.001))
+    else:
+        response = _open_web(url, extra, wait, transport)
+    try:
+        if response.status >= 400:
+            try:
+                reason = http.HTTPStatus(response.status).phrase
+            except ValueError:
+                reason = ""
+            if response.status >= 500 or response.status == 429:  # 429: come back later
+                raise _TransientError(f"HTTP {response.status} {reason}".rstrip())
+            raise HTTPStatusError(response.url, response.status, reason)
+        yield response
+    finally:
+        response.close()
 
 
-def _stream(response: http.client.HTTPResponse, out: IO[bytes], progress: Progress | None) -> str:
+MAX_REDIRECTS = 10
+_REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+
+
+def _open_web(
+    url: str, headers: dict[str, str], wait: _Patience, transport: Transport
+) -> _Response:
+    """GET `url` on a kept-alive connection, following redirects here (so the final URL is
+    known, and each host gets only its own credentials)."""
+    for _ in range(MAX_REDIRECTS + 1):
+        sent = dict(headers)
+        timeout = max(wait.left(), 0.001)  # what is left of the time without an answer
+        if (auth := transport.authorization(url)) is not None:
+            sent["Authorization"] = auth
+        try:
+            raw = _manager(url, transport).urlopen(
+                "GET",
+                redact(url),
+                headers=sent,
+                timeout=urllib3.Timeout(connect=timeout, read=timeout),
+                retries=False,
+                redirect=False,
+                preload_content=False,
+                decode_content=False,
+            )
+        except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as exc:
+            raise _failure(url, exc) from None
+        except ValueError as exc:  # a URL urllib3 cannot use (e.g. a malformed IPv6 host)
+            raise SourceError(f"{redact(url)}: malformed URL ({exc})") from None
+        wait.heard()
+        location = raw.headers.get("Location") if raw.status in _REDIRECT_STATUS else None
+        if not location:
+            return _Response(raw, url, wait)
+        raw.drain_conn()  # a redirect's body is small: read, so the connection is kept
+        raw.release_conn()
+        url = check_url(urllib.parse.urljoin(url, location), "a redirect")
+    raise SourceError(f"{redact(url)}: more than {MAX_REDIRECTS} redirects")
+
+
+def _failure(url: str, exc: BaseException) -> Exception:
+    """The error for a request that got no answer: an untrusted certificate or a malformed
+    URL is final; anything else (no connection, a timeout, a reset) may pass."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return SourceError(
+                f"{redact(url)}: the server's certificate is not trusted"
+                f" ({cause.verify_message}); set pip's cert or trusted-host"
+            )
+        if isinstance(cause, urllib3.exceptions.LocationParseError):
+            return SourceError(f"{redact(url)}: malformed URL ({cause})")
+        cause = cause.__cause__ or cause.__context__
+    return _TransientError(_reason(exc))
+
+
+def _open_file(url: str, headers: dict[str, str], timeout: float) -> _Response:
+    """A ``file:`` URL through urllib (a local mirror): the same answers as a server's."""
+    request = urllib.request.Request(redact(url), headers=headers)  # noqa: S310 -- file: only
+    try:
+        raw = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, FileNotFoundError):
+            raise HTTPStatusError(url, 404, "Not Found") from None
+        raise SourceError(f"{redact(url)}: {_reason(exc.reason)}") from None
+    except OSError as exc:
+        raise SourceError(f"{redact(url)}: {_reason(exc)}") from None
+    return _Response(raw, url)
+
+
+def _stream(response: _Response, out: IO[bytes], progress: Progress | None) -> str:
     total = int(response.headers.get("Content-Length") or 0)
     digest = hashlib.sha256()
     done = 0
     if progress:
         progress(0, total)
-    while chunk := _read(response, CHUNK):
+    while chunk := response.read(CHUNK):
         digest.update(chunk)
         out.write(chunk)
         done += len(chunk)
@@ -519,7 +661,7 @@ def _stream(response: http.client.HTTPResponse, out: IO[bytes], progress: Progre
     return digest.hexdigest()
 
 
-def _check_length(response: http.client.HTTPResponse, received: int) -> None:
+def _check_length(response: _Response, received: int) -> None:
     """urllib returns a short body without complaint when the connection drops early."""
     declared = response.headers.get("Content-Length")
     if declared is not None and declared.isdigit() and received < int(declared):
@@ -527,8 +669,20 @@ def _check_length(response: http.client.HTTPResponse, received: int) -> None:
 
 
 def _reason(exc: object) -> str:
-    if isinstance(exc, socket.timeout | TimeoutError):
+    """A short cause for a message: urllib3's own wrappers (naming its pool) left out."""
+    if isinstance(exc, urllib3.exceptions.NameResolutionError):  # before its base classes
+        return "the host name does not resolve"
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError too
+        return _reason(exc.__cause__) if exc.__cause__ is not None else "no connection"
+    if isinstance(exc, socket.timeout | TimeoutError | urllib3.exceptions.TimeoutError):
         return "timed out"
+    if isinstance(exc, urllib3.exceptions.IncompleteRead):
+        return f"connection closed after {exc.partial} of {exc.partial + exc.expected} bytes"
+    if isinstance(exc, urllib3.exceptions.ProtocolError | urllib3.exceptions.SSLError):
+        inner = next((a for a in exc.args if isinstance(a, BaseException)), None)
+        if isinstance(inner, urllib3.exceptions.IncompleteRead):
+            return _reason(inner)
+        return f"the connection broke ({_reason(inner)})" if inner else "the connection broke"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__

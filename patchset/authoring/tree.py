@@ -13,18 +13,23 @@ from pathlib import Path, PurePosixPath
 from packaging.version import Version
 
 from patchset.errors import UsageError
-from patchset.sources.base import ReleaseSource, ReleaseTree
+from patchset.sources.base import ReadsMany, ReleaseSource, ReleaseTree
 
 SKIP_DIRS = {"__pycache__"}
 MIN_LIKENESS = 0.6  # an overlay less alike than this to every candidate matches no release
+CLOSE = 0.02  # files of one name this close in likeness: which one is meant is not clear
 
 
-def unified(path: str, old: str | None, new: str) -> str:
+def unified(path: str, old: str | None, new: str | None) -> str:
     """The registry's form of one file's diff (`--- a/path`, `+++ b/path`, three lines of
-    context), with `\\ No newline at end of file` where a side ends without one."""
+    context), with `\\ No newline at end of file` where a side ends without one; `new` None
+    deletes the file (git's form: `deleted file mode`, `+++ /dev/null`)."""
     old_lines = [] if old is None else old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
+    new_lines = [] if new is None else new.splitlines(keepends=True)
     out = [f"--- {'/dev/null' if old is None else 'a/' + path}\n", f"+++ b/{path}\n"]
+    if new is None:
+        out = [f"diff --git a/{path} b/{path}\n", "deleted file mode 100644\n"]
+        out += [f"--- a/{path}\n", "+++ /dev/null\n"] if old_lines else []
     out += [
         line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
         for line in list(difflib.unified_diff(old_lines, new_lines, n=3))[2:]
@@ -50,39 +55,46 @@ def tree_root(folder: Path) -> Path:
 @dataclass(frozen=True)
 class TreeDiff:
     text: str  # the payload, in the registry's form
-    files: tuple[str, ...]  # changed or (with --file) created
+    files: tuple[str, ...]  # changed, deleted or (with --file) created
     unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
+    deleted: tuple[str, ...] = ()  # files of the release absent from the edited tree
 
 
 def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
     """The difference between the edited tree at `folder` and `pristine`: every file of the
-    release that differs (or only `files`; a file named there but not in the release is
-    created). Files only in the edited tree (compiled modules, caches) are not looked at."""
+    release that differs or is gone from the edited tree (deleted), or only `files` (a file
+    named there but not in the release is created). Files only in the edited tree (compiled
+    modules, caches) are not looked at."""
     root = tree_root(folder)
     wanted = [_relpath(f) for f in files]
     names = wanted or sorted(p for p in pristine.paths() if p.startswith("vllm/"))
     parts: list[str] = []
     changed: list[str] = []
     unreadable: list[str] = []
+    deleted: list[str] = []
     for rel in names:
         edited = root / rel
-        if not edited.is_file():
-            if wanted:
-                raise UsageError(f"--file {rel}: not in the edited tree", path=root)
-            continue  # removed in the edited tree: deletions are not patches here
-        new_bytes = edited.read_bytes()
         old_bytes = pristine.read(rel)
+        if os.path.lexists(edited) and not edited.is_file():  # a folder, a broken link
+            raise UsageError(f"{rel}: not a regular file in the edited tree", path=root)
+        new_bytes = edited.read_bytes() if edited.is_file() else None
+        if new_bytes is None and old_bytes is None:
+            raise UsageError(
+                f"--file {rel}: neither in the edited tree nor in the release", path=root
+            )
         if old_bytes == new_bytes:
             continue
         try:
-            new = new_bytes.decode("utf-8")
+            new = None if new_bytes is None else new_bytes.decode("utf-8")
             old = None if old_bytes is None else old_bytes.decode("utf-8")
         except UnicodeDecodeError:
             unreadable.append(rel)
             continue
         parts.append(unified(rel, old, new))
         changed.append(rel)
-    return TreeDiff("".join(parts), tuple(changed), tuple(unreadable))
+        if new is None:
+            deleted.append(rel)
+    return TreeDiff("".join(parts), tuple(changed), tuple(unreadable), tuple(deleted))
 
 
 def _relpath(name: str) -> str:
@@ -99,6 +111,8 @@ class OverlayMatch:
     version: str  # the release it was copied from (the newest of the best)
     likeness: float  # 1.0: identical lines apart from the fix
     same: tuple[str, ...]  # every release that matched as well
+    compared: int = 1  # the release's files of that name compared by content
+    next_best: tuple[str, float] | None = None  # the most alike other file of that name
 
 
 def match_overlay(
@@ -109,37 +123,52 @@ def match_overlay(
     target: str | None = None,
 ) -> tuple[OverlayMatch, str]:
     """The release file `overlay` is a copy of (with a fix): among `versions`, the file named
-    `target`, else any file with the overlay's name, most alike by lines. Returns the match and
-    the pristine text; UsageError when nothing is alike enough."""
+    `target`, else, by content, the file with the overlay's name most alike by lines (vLLM has
+    many `__init__.py` and `utils.py`). Returns the match and the pristine text; UsageError
+    when nothing is alike enough, or when other files of that name are about as alike (each
+    listed: name the one meant with `target`)."""
     name = overlay.name
-    best: tuple[float, str, str, str] | None = None  # likeness, version, path, text
-    ties: list[str] = []
+    by_path: dict[str, tuple[float, list[str], str]] = {}  # likeness, its releases, text
     looked = 0
     for version in versions:
         looked += 1
         with source.open(version) as tree:
-            for path in [target] if target else _same_name(tree, name):
-                data = tree.read(path)
+            paths = [target] if target else _same_name(tree, name)
+            many = tree.read_many(paths) if isinstance(tree, ReadsMany) and paths else None
+            for path in paths:
+                data = many.get(path) if many is not None else tree.read(path)
                 if data is None:
                     continue
                 old = data.decode("utf-8", errors="replace")
                 likeness = _likeness(old, text)
-                if best is None or likeness > best[0] + 1e-9:
-                    best, ties = (likeness, version, path, old), [version]
-                elif abs(likeness - best[0]) <= 1e-9 and path == best[2]:
-                    ties.append(version)
-    if best is None or best[0] < MIN_LIKENESS:
+                known = by_path.get(path)
+                if known is None or likeness > known[0] + 1e-9:
+                    by_path[path] = (likeness, [version], old)
+                elif abs(likeness - known[0]) <= 1e-9:
+                    known[1].append(version)
+    ranked = sorted(by_path.items(), key=lambda item: (-item[1][0], item[0]))
+    if not ranked or ranked[0][1][0] < MIN_LIKENESS:
         where = target or f"a file named {name}"
         seen = f"{looked} release{'s' if looked != 1 else ''}"
         raise UsageError(
             f"--overlay: matches no release ({where} in {seen}"
-            + (f"; at best {best[0]:.0%} alike" if best else "")
+            + (f"; at best {ranked[0][1][0]:.0%} alike" if ranked else "")
             + "); give --vllm X and OVERLAY=vllm/path/of/file.py",
             path=overlay,
         )
-    likeness, version, path, old = best
+    path, (likeness, ties, old) = ranked[0]
+    close = [(p, alike) for p, (alike, _, _) in ranked if likeness - alike <= CLOSE]
+    if len(close) > 1:
+        listed = ", ".join(f"{p} ({alike:.0%})" for p, alike in close[:6])
+        more = f" and {len(close) - 6} more" if len(close) > 6 else ""
+        raise UsageError(
+            f"--overlay: {len(close)} files named {name} are about as alike: {listed}{more};"
+            f" say which it stands for: {overlay}=vllm/PATH",
+            path=overlay,
+        )
     newest = max(ties, key=_version_key)
-    return OverlayMatch(overlay, path, newest, likeness, tuple(ties)), old
+    runner = (ranked[1][0], ranked[1][1][0]) if len(ranked) > 1 else None
+    return OverlayMatch(overlay, path, newest, likeness, tuple(ties), len(ranked), runner), old
 
 
 def _same_name(tree: ReleaseTree, name: str) -> list[str]:

@@ -118,7 +118,9 @@ class ApplyReport:
 def _details(ev: Evaluation) -> tuple[str, ...]:
     if ev.state == "already-applied" and ev.reverse:
         return tuple(
-            f"{f}: hunk #{h.index} already present at line {h.line}" for f, h in ev.reverse
+            f"{f}: hunk #{h.index} already present"
+            + (f" at line {h.line}" if h.line is not None else f" ({h.detail})")
+            for f, h in ev.reverse
         )
     lines = [f"{f}: {h.describe()}" for f, h in ev.hunks]
     lines += [s.describe() for s in ev.sites]
@@ -380,8 +382,9 @@ def _run(
     asked = operation == "apply" and bool(ids)
     by_id = {p.id: p for p in registry.patches}
 
-    def plan() -> tuple[list[PatchResult], dict[str, bytes | None]]:
+    def plan() -> tuple[list[PatchResult], dict[str, bytes | None], set[str]]:
         overlay: dict[str, bytes | None] = {}  # relpath: new bytes, or None to delete
+        executable: set[str] = set()  # new files to create executable (git mode 755)
 
         def read(rel: str) -> bytes | None:
             if rel in overlay:
@@ -402,6 +405,7 @@ def _run(
                 read=read,
                 read_tree=read_tree,
                 overlay=overlay,
+                executable=executable,
                 ignore_range=ignore_range,
                 max_fuzz=max_fuzz,
                 scope_note=_scope_note(patch, capability) if asked else None,
@@ -421,23 +425,24 @@ def _run(
             results = _refuse_pairs(
                 selected, results, base, release=release, max_fuzz=max_fuzz, by_id=by_id
             )
-        return results, overlay
+        return results, overlay, executable
 
     blocked = {"conflict", "missing-target", "out-of-range", "upstream"}
-    results, overlay = plan()
+    results, overlay, executable = plan()
     if not dry_run and any(r.outcome in blocked for r in results) and _lock_used(root):
         # Another run may be writing just now, and a half-written tree reads as a conflict:
         # wait for it and look again before saying so.
         with transaction.locked(root):
-            results, overlay = plan()
+            results, overlay, executable = plan()
     written = False
     if not dry_run and overlay and not any(r.outcome in blocked for r in results):
         transaction.check_writable(root, list(overlay))  # before the lock file appears
         with transaction.locked(root):
-            results, overlay = plan()  # again under the lock: another run may have written
+            # again under the lock: another run may have written
+            results, overlay, executable = plan()
             if overlay and not any(r.outcome in blocked for r in results):
                 transaction.check_writable(root, list(overlay))
-                transaction.commit(root, overlay)
+                transaction.commit(root, overlay, executable=executable)
                 written = True
     if not dry_run and not written:
         results = _not_written(results, blocked)
@@ -502,6 +507,7 @@ def _one(
     read: transaction.Reader,
     read_tree: transaction.Reader | None = None,
     overlay: dict[str, bytes | None],
+    executable: set[str] | None = None,
     ignore_range: bool,
     max_fuzz: int,
     scope_note: str | None,
@@ -559,6 +565,9 @@ def _one(
     outcome = mapping.get(ev.state, "conflict")
     overlay.update(ev.changes)
     overlay.update(dict.fromkeys(ev.removed))
+    if executable is not None:
+        executable.difference_update(ev.removed)
+        executable.update(ev.executable)
     return PatchResult(
         patch.id,
         patch.revision,

@@ -42,7 +42,9 @@ class Evaluation:
     sites: tuple[SiteResult, ...] = ()
     missing: tuple[str, ...] = ()
     changes: dict[str, bytes] = field(default_factory=dict)  # new contents, when it applies
-    removed: tuple[str, ...] = ()  # files to delete (a revert of a diff that created them)
+    # files to delete: a diff's deletions, or a revert of a diff that created them
+    removed: tuple[str, ...] = ()
+    executable: tuple[str, ...] = ()  # files in `changes` to create executable (git mode 755)
     warnings: tuple[str, ...] = ()
     broken: str = ""  # the edit would leave a file that compiled before not compiling
 
@@ -67,12 +69,13 @@ def _compile_break(
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
+        error = _compile_error(data)
+        if error is None:
+            continue  # the common case: the file before is not even compiled
         before = read(rel)
         if before is not None and _compile_error(before) is not None:
             continue  # already broken: not the edit's doing (as broken_by says)
-        error = _compile_error(data)
-        if error is not None:
-            return _broken_message(rel, error, blame(rel) if blame else "")
+        return _broken_message(rel, error, blame(rel) if blame else "")
     return ""
 
 
@@ -138,6 +141,29 @@ def _created(diff: FileDiff) -> bytes:
     return _encode(join_text(result.lines, "\n", result.eof_newline))
 
 
+def _deleting(diff: FileDiff, data: bytes | None) -> FileResult:
+    """A diff that deletes a file (`+++ /dev/null`), forward: it fits only the very file it
+    removes, byte for byte (so a revert gives those bytes back), as git's whole-file hunk."""
+    index = diff.hunks[0].index
+    if data is None:
+        detail = "the diff deletes this file and it is already gone"
+        return FileResult((HunkResult(index, "failed", detail=detail),), None)
+    want = _encode(diff.whole_text())
+    if data == want:
+        return FileResult((HunkResult(index, "exact", line=1, detail="deletes the file"),), ())
+    have, _, _ = split_text(_decode(data))
+    lines = diff.hunks[0].old
+    first = next((i for i, (a, b) in enumerate(zip(have, lines, strict=False)) if a != b), None)
+    if first is not None:
+        why = f"its line {first + 1} differs from the diff's"
+    elif len(have) != len(lines):
+        why = f"it has {len(have)} lines, the diff removes {len(lines)}"
+    else:
+        why = "its line ends (or final newline) differ from the diff's"
+    detail = f"the diff deletes this file, but it is not the file the diff removes: {why}"
+    return FileResult((HunkResult(index, "failed", detail=detail),), None)
+
+
 def _exists_already(diff: FileDiff, data: bytes) -> FileResult:
     """A diff that creates a file meets a file already there: a conflict unless it is the very
     file the diff creates (then the reverse view reports it as already applied)."""
@@ -160,16 +186,25 @@ def evaluate_diff(
 ) -> Evaluation:
     """Forward and reverse, every hunk placed with git's rules; `nearest` adds, for each
     failing hunk, where the file looks most like it (costly: only when it will be shown)."""
-    missing = tuple(d.path for d in variant.diffs if not d.added and read(d.path) is None)
+    missing = tuple(
+        d.path for d in variant.diffs if not (d.added or d.removed) and read(d.path) is None
+    )
     if missing:
         return Evaluation("missing-target", missing=missing)
     forward: list[tuple[str, HunkResult]] = []
     changes: dict[str, bytes] = {}
+    removed: list[str] = []
     ok = True
     for diff in variant.diffs:
         data = read(diff.path)
         text = _decode(data) if data is not None else None
         lines, eol, eof = split_text(text) if text is not None else ([], "\n", True)
+        if diff.removed:
+            result = _deleting(diff, data)
+            forward.extend((diff.path, h) for h in result.hunks)
+            ok = ok and result.ok
+            removed.append(diff.path)
+            continue
         if diff.added and data is not None:
             result = _exists_already(diff, data)
         else:
@@ -183,7 +218,7 @@ def evaluate_diff(
             changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
     reverse = _reverse(variant, read)
     reverse_ok = all(h.status != "failed" for _, h in reverse) and _changes_something(variant, read)
-    if ok and all(changes[d.path] == read(d.path) for d in variant.diffs):
+    if ok and all(changes.get(d.path) == read(d.path) for d in variant.diffs):
         # It "fits" but changes no byte (a diff that only adds a final newline, on a file
         # that has it): the change is there already.
         ok = False
@@ -195,7 +230,14 @@ def evaluate_diff(
         if reverse_ok:
             warnings += ("the reverse of this diff fits too: check the file by hand",)
         return Evaluation(
-            "applies", tuple(forward), reverse_ok, reverse, changes=changes, warnings=warnings
+            "applies",
+            tuple(forward),
+            reverse_ok,
+            reverse,
+            changes=changes,
+            removed=tuple(removed),
+            executable=tuple(d.path for d in variant.diffs if d.added and d.executable),
+            warnings=warnings,
         )
     if reverse_ok:
         return Evaluation("already-applied", tuple(forward), True, reverse=reverse)
@@ -207,6 +249,10 @@ def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ..
     found: list[tuple[str, HunkResult]] = []
     for diff in variant.diffs:
         data = read(diff.path)
+        if diff.removed:  # present means: the file is gone
+            gone = HunkResult(diff.hunks[0].index, "exact", detail="the file is gone")
+            found.append((diff.path, gone if data is None else HunkResult(gone.index, "failed")))
+            continue
         if diff.added:  # present means: this very file, byte for byte
             status: HunkStatus = "exact" if data == _created(diff) else "failed"
             line = 1 if status == "exact" else None
@@ -223,7 +269,7 @@ def _changes_something(variant: Variant, read: Reader) -> bool:
     newline fits backwards on a file without one too, and would "revert" it to itself."""
     for diff in variant.diffs:
         data = read(diff.path)
-        if diff.added or data is None:
+        if diff.added or diff.removed or data is None:
             return True
         text = _decode(data)
         lines, eol, eof = split_text(text)
@@ -358,6 +404,9 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
             if diff.added:  # the file is exactly what the diff created: take it away again
                 removed.append(diff.path)
                 continue
+            if diff.removed:  # the file is gone: put back the very bytes the diff removed
+                changes[diff.path] = _encode(diff.whole_text())
+                continue
             data = read(diff.path)
             assert data is not None
             text = _decode(data)
@@ -374,6 +423,7 @@ def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:
             True,
             changes=changes,
             removed=tuple(removed),
+            executable=tuple(d.path for d in variant.diffs if d.removed and d.executable),
             warnings=warnings,
         )
     texts: dict[str, tuple[list[str], str, bool]] = {}

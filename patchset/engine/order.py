@@ -13,6 +13,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from patchset.engine.evaluate import evaluate
+from patchset.errors import UsageError
 from patchset.kernel import order as kernel_order
 from patchset.registry import Patch
 
@@ -99,10 +100,13 @@ def on_top_of_required(
     version: str | None,
     *,
     max_fuzz: int = 0,
+    refuse: bool = False,
 ) -> Callable[[str], bytes | None]:
     """A reader of the tree with the patches `patch` requires applied first, in order (each
     one that applies; one already there, or that does not fit, is left as the tree has it).
-    This is how a stacked patch is checked: B's context holds A's lines."""
+    This is how a stacked patch is checked: B's context holds A's lines. With `refuse`, a
+    required patch none of whose payloads applies or is already there raises UsageError (a
+    refresh cannot carry B onto a release A does not fit)."""
     chain = in_order([by_id[i] for i in closure([patch.id], by_id)[1:] if i in by_id])
     if not chain:
         return read
@@ -112,9 +116,24 @@ def on_top_of_required(
         return overlay[rel] if rel in overlay else read(rel)
 
     for required in chain:
-        variant = required.variant_for(version) or required.variants[0]
-        ev = evaluate(required, variant, stacked, max_fuzz=max_fuzz)
-        if ev.state == "applies":
-            overlay.update(ev.changes)
-            overlay.update(dict.fromkeys(ev.removed))
+        meant = required.variant_for(version) if version else None
+        tried = [meant] if meant is not None else list(required.variants)
+        if not refuse:
+            tried = tried[:1]
+        states = []
+        for variant in tried:
+            ev = evaluate(required, variant, stacked, max_fuzz=max_fuzz)
+            states.append(ev.state)
+            if ev.state == "applies":
+                overlay.update(ev.changes)
+                overlay.update(dict.fromkeys(ev.removed))
+                break
+            if ev.state == "already-applied":
+                break
+        else:
+            if refuse:
+                raise UsageError(
+                    f"{patch.id} requires {required.id}, which does not fit vllm {version}"
+                    f" ({', '.join(dict.fromkeys(states))}): carry {required.id} onto it first"
+                )
     return stacked

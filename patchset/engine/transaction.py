@@ -19,7 +19,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+import stat
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -262,8 +263,12 @@ def _remove(journal: Path) -> None:
     shutil.rmtree(journal)
 
 
-def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
-    """Write `changes` (relpath -> new bytes, None to delete) so that all land or none do."""
+def commit(
+    root: Path, changes: Mapping[str, bytes | None], *, executable: Collection[str] = ()
+) -> None:
+    """Write `changes` (relpath -> new bytes, None to delete) so that all land or none do.
+    A new file named in `executable` gets execute bits where its mode has read bits (git's
+    mode 755, as a diff that deleted or created it records); an existing file keeps its mode."""
     if not changes:
         return
     journal = root / JOURNAL
@@ -304,6 +309,9 @@ def commit(root: Path, changes: Mapping[str, bytes | None]) -> None:
             path, temp = paths[rel]
             if temp is not None and data is not None:
                 create_exclusive(temp, data, like=path)
+                if rel in executable and not path.exists():
+                    mode = stat.S_IMODE(temp.stat().st_mode)
+                    temp.chmod(mode | (mode & 0o444) >> 2)
         for path, temp in paths.values():
             if temp is None:
                 path.unlink()

@@ -9,6 +9,7 @@ and execs `vllm serve`. Nothing is tagged unless the build and its verification 
 from __future__ import annotations
 
 import json
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -425,14 +426,19 @@ def _entry(
             f" {ev.state}" + (f": {ev.failures[0]}" if ev.failures else ""),
             path=definition.file,
         )
-    for rel in variant.files:
+    for rel in variant.files:  # "" for no file: one the patch creates, or deletes
         before = current.get(rel)
-        after = ev.changes.get(rel, before)
-        files[rel] = (sha256_hex(before) if before else "", sha256_hex(after) if after else "")
+        after = None if rel in ev.removed else ev.changes.get(rel, before)
+        files[rel] = (_digest(before), _digest(after))
         current[rel] = after
     if patch.apply != "build":
         log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup{on_top}")
     return patch_entry(patch, variant, "needed", files)
+
+
+def _digest(data: bytes | None) -> str:
+    """A file's sha256 as the manifest records it: "" for no file."""
+    return "" if data is None else sha256_hex(data)
 
 
 def _write_context(
@@ -454,10 +460,13 @@ def _write_context(
     built = {f for e in manifest["patches"] if e["apply"] == "build" for f in e["files"]}
     lines = [f"FROM {from_ref}"]
     if build_ids:
-        for rel in sorted(built):
+        for rel in sorted(built & patched.keys()):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
-        lines.append(f"COPY files/ {root}/")
+        if built & patched.keys():
+            lines.append(f"COPY files/ {root}/")
+        if deleted := sorted(built - patched.keys()):  # a diff deleted them
+            lines.append("RUN rm -f -- " + " ".join(shlex.quote(f"{root}/{r}") for r in deleted))
     if plugins:  # an installed distribution in vLLM's site folder: its entry points load
         for rel, data in plugins.items():
             (context / "plugins" / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -118,10 +118,14 @@ class HunkResult:
     nearest_line: int | None = None  # for failed hunks: where the file looks most like it
     nearest: tuple[str, ...] = ()
     similarity: float = 0.0
-    detail: str = ""  # for failed hunks: why, when it is not a plain mismatch
+    # for failed hunks: why, when it is not a plain mismatch; for a whole-file hunk (a file
+    # deleted) what fitting means ("deletes the file", "the file is gone")
+    detail: str = ""
     elsewhere: int | None = None  # an anchored hunk that failed: where its lines do fit
 
     def describe(self) -> str:
+        if self.status == "exact" and self.detail:  # a whole-file hunk: a deletion
+            return f"hunk #{self.index} {self.detail}"
         if self.status == "exact":
             return f"hunk #{self.index} exact at line {self.line}"
         if self.status == "offset":

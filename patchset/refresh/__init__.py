@@ -41,6 +41,7 @@ from patchset.refresh.job import (
     RefreshOutcome,
     RefreshResult,
     SiteRefresh,
+    stacked_reader,
 )
 from patchset.refresh.merge import diff_of, refresh_diff, write_diff_variant
 from patchset.refresh.workdir import (
@@ -102,7 +103,9 @@ def refresh(
     probe = patch.upstream.probe
     wanted = tuple(dict.fromkeys([*variant.files, *([probe.file] if probe else [])]))
     with source.open(target) as tree:
-        release = {rel: tree.read(rel) for rel in wanted}
+        # A stacked patch is carried on top of the patches it requires, as `check` reads it.
+        read = stacked_reader(registry, patch, tree.read, target)
+        release = {rel: read(rel) for rel in wanted}
         _refuse_if_fits(patch, variant, target, release)
         last = _last(source, variant, target, versions)
         moves = _follow_moves(tree, patch, variant, target, release, before=last)
@@ -303,4 +306,5 @@ def _follow_moves(
 
 
 def _added(variant: Variant, rel: str) -> bool:
-    return any(d.path == rel and d.added for d in variant.diffs)
+    """Whether the variant creates `rel`, or deletes it: absent, neither is a moved file."""
+    return any(d.path == rel and (d.added or d.removed) for d in variant.diffs)

@@ -44,7 +44,7 @@ def refresh_runtime(
     if job.base is not None:
         base_texts = {
             rel: split_text(_decode(data))[0]
-            for rel, data in read_release(source, job.base, variant.files).items()
+            for rel, data in read_release(source, job.base, variant.files, job=job).items()
             if data is not None
         }
     sites = tuple(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode
 from patchset.kernel.sites import SiteStatus
 from patchset.registry import Kind, Patch, Registry, Variant
@@ -144,6 +145,13 @@ class Job:
         """`files` (keyed by the variant's paths) keyed by where the target release has them."""
         return {self.moves.get(rel, rel): data for rel, data in files.items()}
 
+    def stacked(
+        self, read: Callable[[str], bytes | None], version: str
+    ) -> Callable[[str], bytes | None]:
+        """`read` of release `version` with the patches this patch requires applied first:
+        a stacked patch is carried on top of them, as `check` evaluates it."""
+        return stacked_reader(self.registry, self.patch, read, version)
+
     def result(self, outcome: RefreshOutcome, **fields: Any) -> RefreshResult:
         moved = tuple(MovedFile(old, new) for old, new in self.moves.items())
         return RefreshResult(
@@ -158,8 +166,19 @@ class Job:
         )
 
 
+def stacked_reader(
+    registry: Registry, patch: Patch, read: Callable[[str], bytes | None], version: str
+) -> Callable[[str], bytes | None]:
+    """`read` with the patches `patch` requires applied first; one that does not fit
+    `version` is refused (carry it onto the release first)."""
+    by_id = {p.id: p for p in registry.patches}
+    return on_top_of_required(patch, by_id, read, version, refuse=True)
+
+
 def read_release(
-    source: ReleaseSource, version: str, files: tuple[str, ...]
+    source: ReleaseSource, version: str, files: tuple[str, ...], *, job: Job | None = None
 ) -> dict[str, bytes | None]:
+    """The release's `files`; with `job`, as the patches its patch requires leave them."""
     with source.open(version) as tree:
-        return {rel: tree.read(rel) for rel in files}
+        read = tree.read if job is None else job.stacked(tree.read, version)
+        return {rel: read(rel) for rel in files}

@@ -26,14 +26,16 @@ def refresh_diff(
 ) -> RefreshResult:
     patch, variant, target = job.patch, job.variant, job.target
     files = variant.files
-    base_files = read_release(source, base, files)
+    base_files = read_release(source, base, files, job=job)  # on top of what it requires
     ev = evaluate(patch, variant, base_files.get)
     if ev.state != "applies":
         raise UsageError(
             f"{patch.id}: {variant.name} does not apply to vllm {base} ({ev.state}), the release"
             " taken as the one it was written against; give its base in patch.toml"
         )
-    patched = {rel: ev.changes.get(rel, base_files[rel]) for rel in files}
+    patched = {
+        rel: None if rel in ev.removed else ev.changes.get(rel, base_files[rel]) for rel in files
+    }
     labels = MergeLabels(
         ours=f"vllm {target}", base=f"vllm {base} (base)", theirs=f"{patch.id} on vllm {base}"
     )

@@ -14,6 +14,8 @@ from patchset.kernel.hunks import Hunk
 from patchset.registry.paths import check_relpath
 
 _HUNK_HEADER = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_MODE = re.compile(r"^(?:new|deleted) file mode ([0-7]{6})$", re.MULTILINE)
+REGULAR, EXECUTABLE = 0o100644, 0o100755  # the file modes git records
 
 
 @dataclass(frozen=True)
@@ -21,9 +23,24 @@ class FileDiff:
     path: str  # relative to the folder that holds vllm/, e.g. "vllm/x/y.py"
     hunks: tuple[Hunk, ...]
     added: bool = False  # the diff creates the file
+    removed: bool = False  # the diff deletes the file (`+++ /dev/null`): its one hunk is it all
+    mode: int = REGULAR  # a created or deleted file's git mode (`new/deleted file mode`)
 
     def reversed(self) -> FileDiff:
         return FileDiff(self.path, tuple(h.reversed() for h in self.hunks), added=False)
+
+    @property
+    def executable(self) -> bool:
+        return self.mode == EXECUTABLE
+
+    def whole_text(self) -> str:
+        """The whole file a deletion removes (or a creation creates), with LF line ends."""
+        hunk = next(iter(self.hunks), None)
+        if hunk is None:
+            return ""
+        side = hunk.old if self.removed else hunk.new
+        last_newline = hunk.old_eof_newline if self.removed else hunk.new_eof_newline
+        return "\n".join(side) + ("\n" if side and last_newline else "")
 
 
 def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
@@ -32,6 +49,8 @@ def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
         return source[2:], target[2:]
     if source == "/dev/null" and target.startswith("b/"):
         return source, target[2:]
+    if target == "/dev/null" and source.startswith("a/"):
+        return source[2:], target
     return source, target
 
 
@@ -43,28 +62,57 @@ def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
     seen: set[str] = set()
     for pf in patch:
         source, target = _strip_prefixes(pf.source_file, pf.target_file)
-        if target == "/dev/null":
-            raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
-        check_relpath(target, file=file)
-        if source != "/dev/null":
+        removed = target == "/dev/null"
+        if removed and source == "/dev/null":
+            raise PayloadError("a file header with /dev/null on both sides", path=file)
+        path = source if removed else target
+        check_relpath(path, file=file)
+        if source not in ("/dev/null", path):
             check_relpath(source, file=file)
         if pf.is_binary_file:
-            raise PayloadError(f"{target}: binary diffs are not supported", path=file)
-        if pf.is_rename or (not pf.is_added_file and source != target):
+            raise PayloadError(f"{path}: binary diffs are not supported", path=file)
+        if not removed and (pf.is_rename or (not pf.is_added_file and source != target)):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
-        hunks = _hunks(pf, file)  # first: an empty hunk must not read as a deletion
+        hunks = _hunks(pf, file, removed=removed)  # first: an empty hunk is no deletion
+        if removed:
+            hunks = _deletion(path, hunks, file, empty=_mode(pf) is not None)
         if not hunks:
             raise PayloadError(
                 f"{target}: a file header without hunks (mode changes are not supported)",
                 path=file,
             )
-        if pf.is_removed_file:
-            raise PayloadError(f"{source}: diffs that delete files are not supported", path=file)
-        if target in seen:
-            raise PayloadError(f"{target}: appears twice in one diff", path=file)
-        seen.add(target)
-        files.append(FileDiff(target, tuple(hunks), added=pf.is_added_file))
+        if path in seen:
+            raise PayloadError(f"{path}: appears twice in one diff", path=file)
+        seen.add(path)
+        mode = _mode(pf) or REGULAR
+        if mode not in (REGULAR, EXECUTABLE):
+            raise PayloadError(f"{path}: file mode {mode:o} is not a regular file's", path=file)
+        added = pf.is_added_file and not removed
+        files.append(FileDiff(path, tuple(hunks), added=added, removed=removed, mode=mode))
     return tuple(files)
+
+
+def _mode(pf: PatchedFile) -> int | None:
+    """The `new file mode` / `deleted file mode` of a git diff's file header, if any."""
+    found = _MODE.search(str(pf.patch_info or ""))
+    return int(found.group(1), 8) if found else None
+
+
+def _deletion(path: str, hunks: list[Hunk], file: Path | str, *, empty: bool) -> list[Hunk]:
+    """A deletion's hunks: one, removing every line from line 1 on (git's own form); an
+    empty file's deletion (a git header, no hunk) gets one empty hunk, so it has a state."""
+    if not hunks and empty:
+        return [Hunk(index=1, old_start=0, new_start=0, lines=())]
+    if not hunks:
+        raise PayloadError(f"{path}: a deletion (+++ /dev/null) without its hunk", path=file)
+    first = hunks[0]
+    if len(hunks) > 1 or first.old_start != 1 or any(tag != "-" for tag, _ in first.lines):
+        raise PayloadError(
+            f"{path}: a deletion (+++ /dev/null) must be one hunk removing every line from"
+            " line 1 (@@ -1,N +0,0 @@), as git writes it",
+            path=file,
+        )
+    return hunks
 
 
 def read_patchset(text: str, *, file: Path | str, empty: str = "holds no file changes") -> PatchSet:
@@ -119,7 +167,7 @@ def _file_header(lines: list[str], index: int) -> bool:
     return line.startswith("+++ ") and index > 0 and lines[index - 1].startswith("--- ")
 
 
-def _hunks(pf: PatchedFile, file: Path | str) -> list[Hunk]:
+def _hunks(pf: PatchedFile, file: Path | str, *, removed: bool = False) -> list[Hunk]:
     hunks = []
     for index, hunk in enumerate(pf, start=1):
         lines: list[tuple[str, str]] = []
@@ -143,7 +191,7 @@ def _hunks(pf: PatchedFile, file: Path | str) -> list[Hunk]:
         if not any(tag in "-+" for tag, _ in lines):
             raise PayloadError(f"{pf.path}: hunk #{index} changes nothing", path=file)
         sides = {tag for tag, _ in lines}
-        if not pf.is_added_file and sides in ({"+"}, {"-"}):
+        if not pf.is_added_file and not removed and sides in ({"+"}, {"-"}):
             raise PayloadError(
                 f"{pf.path}: hunk #{index} only {'adds' if sides == {'+'} else 'removes'}"
                 " lines, with no context: where it goes (or, reverted, went) cannot be"

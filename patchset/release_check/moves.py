@@ -94,6 +94,7 @@ def moved_homes(
     *,
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Where each missing file went: the release file(s) carrying its content (module doc).
 
@@ -102,13 +103,14 @@ def moved_homes(
     content in an earlier release: its content lines are then what must be carried (and a
     file renamed in its own folder is looked for too); without it, the lines the patch
     expects there. Missing files with no such home are left out. A file that became a
-    package maps to the modules that carry it.
+    package maps to the modules that carry it. `python_files` gives the tree's .py files (a
+    check lists them once per release).
     """
     found: dict[str, tuple[str, ...]] = {}
     missing = tuple(m for m in missing if existed is None or m in existed)
     if not missing:
         return found
-    paths = [p for p in tree.paths() if p.endswith(".py")]  # only when a target is missing
+    paths = python_files() if python_files else [p for p in tree.paths() if p.endswith(".py")]
     for rel in missing:
         old = before(rel) if before is not None else None
         whole = content_lines(old.decode("utf-8", "replace").splitlines()) if old else set()
@@ -128,10 +130,13 @@ def moved_files(
     *,
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> dict[str, str]:
     """Each missing file's one new home (the module carrying most of it, for a package):
     what `refresh` carries a patch onto."""
-    homes = moved_homes(tree, variant, missing, existed=existed, before=before)
+    homes = moved_homes(
+        tree, variant, missing, existed=existed, before=before, python_files=python_files
+    )
     return {rel: home[0] for rel, home in homes.items()}
 
 

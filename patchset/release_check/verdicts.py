@@ -23,7 +23,7 @@ from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import moved_homes
 from patchset.release_check.similarity import ratio
-from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
+from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseSource, ReleaseTree
 
 Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -239,31 +239,19 @@ def check_tree(
     them. `seen` maps the target files found in earlier releases to the last release holding
     them (a vanished file is only said to have moved when it existed before, and `earlier`
     reads it there); it is updated with this release's."""
-    cache: dict[str, bytes | None] = {}
     seen = {} if seen is None else seen
     by_id = {p.id: p for p in registry.patches} if registry else {}
-
-    def read(rel: str) -> bytes | None:
-        if rel not in cache:
-            cache[rel] = tree.read(rel)
-        return cache[rel]
+    # A release whose digest pins its content (the index's) keeps its files' digests in the
+    # memo: a warm check then reads no file.
+    pinned = tree.info.digest
+    release = _Files(tree, memo.digests(pinned) if memo is not None and pinned else {})
+    read, digest = release.read, release.digest
 
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
         if not patch.requires or not by_id:
             return read
         version_known = version if ranges.is_version(version) else None
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
-
-    # A release whose digest pins its content (the index's) keeps its files' digests in the
-    # memo: a warm check then reads no file.
-    pinned = tree.info.digest
-    known = memo.digests(pinned) if memo is not None and pinned else {}
-    fresh: dict[str, str] = {}
-
-    def digest(rel: str) -> str:
-        if rel not in known:
-            known[rel] = fresh[rel] = file_digest(read(rel))
-        return known[rel]
 
     plans: list[tuple[Patch, bool, list[str], str | None]] = []
     for patch in patches:
@@ -307,6 +295,7 @@ def check_tree(
             explain=explain,
             existed=existed,
             before=_last_content(patch, version, seen, earlier),
+            python_files=release.python_files,
         )
         results.append(r)
         if key is not None:
@@ -320,8 +309,40 @@ def check_tree(
     if memo is not None:
         memo.put_many(store)
         if pinned:
-            memo.put_digests(pinned, fresh)
+            memo.put_digests(pinned, release.fresh)
     return results
+
+
+class _Files:
+    """One release's files as a check reads them: each file read once; a digest taken from
+    the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
+    the release's python files listed once (for moved-file hints)."""
+
+    def __init__(self, tree: ReleaseTree, known: dict[str, str]) -> None:
+        self.tree = tree
+        self.known = known
+        self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
+        self._cache: dict[str, bytes | None] = {}
+        self._listed = tree.listed_digest if isinstance(tree, KnowsDigests) else None
+        self._python: list[str] | None = None
+
+    def read(self, rel: str) -> bytes | None:
+        if rel not in self._cache:
+            self._cache[rel] = self.tree.read(rel)
+        return self._cache[rel]
+
+    def digest(self, rel: str) -> str:
+        if rel not in self.known:
+            said = self._listed(rel) if self._listed is not None else None
+            self.known[rel] = self.fresh[rel] = (
+                said if said is not None else file_digest(self.read(rel))
+            )
+        return self.known[rel]
+
+    def python_files(self) -> list[str]:
+        if self._python is None:
+            self._python = [p for p in self.tree.paths() if p.endswith(".py")]
+        return self._python
 
 
 def _declared(patch: Patch) -> list[str]:
@@ -425,6 +446,7 @@ def _one(
     explain: Explain,
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> CheckResult:
     in_range = patch.in_range(version) if ranges.is_version(version) else False
     nearest = explain == "all" or (explain == "in-range" and in_range)
@@ -444,6 +466,7 @@ def _one(
             signals=signals,
             existed=existed,
             before=before,
+            python_files=python_files,
         )
         decision = _Decision("missing-target", detail, disagreement, moved)
     else:
@@ -599,9 +622,12 @@ def _missing(
     signals: Signals,
     existed: set[str] | None,
     before: Callable[[str], bytes | None] | None,
+    python_files: Callable[[], list[str]] | None = None,
 ) -> tuple[str, tuple[str, ...], Signals, str | None]:
     """A missing target: where it went, and whether the upstream fix is in the moved file."""
-    moves = moved_homes(tree, variant, ev.missing, existed=existed, before=before)
+    moves = moved_homes(
+        tree, variant, ev.missing, existed=existed, before=before, python_files=python_files
+    )
     moved = tuple(home for homes in moves.values() for home in homes)
     where = f"; moved to {', '.join(moved)}?" if moved else ""
     detail = f"{', '.join(ev.missing)} not in this release{where}"
@@ -631,10 +657,14 @@ def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) 
     for f, h, state in states:
         r = _reverse_hit(ev, f, h.index)
         back = r.line if r is not None else None
-        if state == "applies":
+        if state == "applies" and h.detail:  # a whole-file hunk: a deletion
+            out.append(f"{f}: hunk #{h.index} applies: {h.detail}")
+        elif state == "applies":
             shift = f" (offset {h.offset:+d} lines)" if h.offset else ""
             fuzz = f" with fuzz {h.fuzz}" if h.fuzz else ""
             out.append(f"{f}: hunk #{h.index} applies at line {h.line}{fuzz}{shift}")
+        elif state == "present" and back is None and r is not None and r.detail:
+            out.append(f"{f}: hunk #{h.index} already present: {r.detail}")
         elif state == "present":
             out.append(f"{f}: hunk #{h.index} already present at line {back}")
         elif state == "moved":

@@ -92,6 +92,17 @@ class MemoryTree(ReleaseTree):
 
 
 @runtime_checkable
+class KnowsDigests(Protocol):
+    """A tree whose file list holds each file's sha256, so it is known without reading the
+    file (the index's wheels: RECORD's, against which a file is checked when it is read)."""
+
+    def listed_digest(self, relpath: str) -> str | None:
+        """The file's sha256 (hex) as listed, "-" when the release has no such file, None
+        when the list cannot say without reading it."""
+        ...
+
+
+@runtime_checkable
 class ReadsMany(Protocol):
     """A tree that reads several files faster together than one by one (the index's wheels:
     one round of range requests instead of one request per file)."""

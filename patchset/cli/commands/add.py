@@ -69,7 +69,8 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
         action="append",
         default=[],
         metavar="vllm/PATH",
-        help="with --from-tree: only this file (repeatable; one not in the release is created)",
+        help="with --from-tree: only this file (repeatable; one not in the release is created,"
+        " one not in the edited tree deleted)",
     )
     p.add_argument(
         "--pr",
@@ -201,6 +202,12 @@ def _payload(
             )
         if found.unreadable:
             notes.append(f"left out (not UTF-8 text): {', '.join(found.unreadable)}")
+        if found.deleted:
+            notes.append(
+                f"deletes (in vLLM {args.vllm[0]}, absent from the edited tree):"
+                f" {', '.join(found.deleted)}"
+                + ("" if args.file else "; --file vllm/PATH limits the patch to the files named")
+            )
         payload = add.normalize_diff(found.text, file=args.from_tree)
         return (
             payload,
@@ -222,10 +229,17 @@ def _payload(
             text = add.read_diff_file(path)
             match, old = trees.match_overlay(path, text, source, candidates, target or None)
             also = [v for v in match.same if v != match.version]
+            chosen = ""
+            if match.next_best is not None:
+                chosen = (
+                    f"; chosen by content among {match.compared} files named {path.name},"
+                    f" next {match.next_best[0]} at {match.next_best[1]:.0%}"
+                )
             notes.append(
                 f"{path}: a copy of {match.target} from vLLM {match.version}"
                 f" ({match.likeness:.0%} of lines alike"
                 + (f"; as alike in {', '.join(also)}" if also else "")
+                + chosen
                 + ")"
             )
             parts.append(trees.unified(match.target, old, text))

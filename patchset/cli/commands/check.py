@@ -91,8 +91,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         type=_seconds,
         default=net.DEFAULT_TIMEOUT,
         metavar="SECONDS",
-        help=f"how long any one request to the index may wait (default {net.DEFAULT_TIMEOUT:g});"
-        " a request that times out is tried 3 more times",
+        help="how long to wait on the index without hearing from it, retries included"
+        f" (default {net.DEFAULT_TIMEOUT:g}): a hung index ends the check after that long;"
+        " a request that fails quickly is tried 3 more times",
     )
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")

@@ -76,6 +76,12 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def digest(data: bytes | None) -> str:
+    """A file's sha256 as the manifest records it: "" for no file (one a patch creates, or
+    one it deletes)."""
+    return "" if data is None else sha256(data)
+
+
 def vllm_root() -> Path:
     override = os.environ.get("PATCHSET_VLLM_ROOT")
     if override:
@@ -164,12 +170,20 @@ def patched_text(
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes | None) -> None:
+    """Replace the file at `path` by rename (its mode kept), create it, or (None) delete it."""
+    if data is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        shutil.copymode(path, tmp)
+        if path.exists():
+            shutil.copymode(path, tmp)
+        else:
+            Path(tmp).chmod(0o644)  # a new file: readable by vLLM's user, as its others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -181,19 +195,24 @@ class Plan:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.original: dict[str, bytes] = {}
-        self.current: dict[str, bytes] = {}
+        self.original: dict[str, bytes | None] = {}
+        self.current: dict[str, bytes | None] = {}  # None: no file (a diff deleted it)
 
-    def read(self, rel: str) -> bytes:
+    def get(self, rel: str) -> bytes | None:
         if rel not in self.current:
             path = self.root / rel
-            if not path.is_file():
-                raise PatchFailedError(f"{rel} is missing")
-            self.original[rel] = self.current[rel] = path.read_bytes()
+            data = path.read_bytes() if path.is_file() else None
+            self.original[rel] = self.current[rel] = data
         return self.current[rel]
 
-    def changed(self) -> dict[str, bytes]:
-        return {rel: data for rel, data in self.current.items() if data != self.original[rel]}
+    def read(self, rel: str) -> bytes:
+        data = self.get(rel)
+        if data is None:
+            raise PatchFailedError(f"{rel} is missing")
+        return data
+
+    def changed(self) -> dict[str, bytes | None]:
+        return {rel: data for rel, data in self.current.items() if data != self.original.get(rel)}
 
 
 def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
@@ -218,9 +237,15 @@ def check_build_patch(
     """A patch applied at build: its files are as it left them, or as a later patch of the
     series (stacked on it, or a startup patch of an earlier start) left them."""
     for rel, digests in patch["files"].items():
-        data = plan.read(rel)
-        if sha256(data) != digests["after"] and sha256(data) not in later.get(rel, set()):
+        found = plan.get(rel)
+        current = digest(found)
+        if current != digests["after"] and current not in later.get(rel, set()):
+            if found is not None and not digests["after"]:
+                raise PatchFailedError(f"{rel} is still there, though deleted at build time")
             raise PatchFailedError(f"{rel} is not the file patched at build time (sha256 differs)")
+        if found is None:
+            continue  # deleted at build time, and gone: as it should be
+        data = found
         if patch["kind"] == "runtime":
             lines = split_text(data.decode("utf-8", errors="surrogateescape"))[0]
             for site in _sites(patch["sites"]):
@@ -246,17 +271,21 @@ def apply_patch(
     `later` holds, per file, the sha256 each later patch of the manifest leaves it with: a
     file already there (a container restarted) counts as patched.
     """
-    new_files: dict[str, bytes] = {}
+    new_files: dict[str, bytes | None] = {}
     already = 0
     for rel, digests in patch["files"].items():
-        data = plan.read(rel)
-        current = sha256(data)
+        data = plan.get(rel)
+        current = digest(data)
         if current == digests["after"] or current in later.get(rel, set()):
             already += 1
             continue
         if current != digests["before"]:
-            raise PatchFailedError(f"{rel} differs from the file checked at build time (sha256)")
-        new = patched_text(patch, rel, data, served)
+            what = "differs from the file checked at build time (sha256)"
+            raise PatchFailedError(f"{rel} {'is missing' if data is None else what}")
+        if not digests["after"]:  # the diff deletes it: `before` pinned its very bytes
+            new_files[rel] = None
+            continue
+        new = patched_text(patch, rel, data or b"", served)
         if sha256(new) != digests["after"]:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
         _compiles(rel, new, before=data)
@@ -371,7 +400,7 @@ def held_back(
         out[patch["id"]] = f"which is {state}"
         files = patch.get("files", {})
         if files and all(
-            (root / rel).is_file() and sha256((root / rel).read_bytes()) == d["after"]
+            digest((root / rel).read_bytes() if (root / rel).is_file() else None) == d["after"]
             for rel, d in files.items()
         ):  # a container started before with the patch keeps its files
             state += ", yet its files are patched (an earlier start or the build)"
@@ -440,7 +469,8 @@ def commit(plan: Plan) -> None:
     changed = plan.changed()
     for rel in changed:
         path = plan.root / rel
-        if not os.access(path.parent, os.W_OK) or not os.access(path, os.W_OK):
+        folder = next(p for p in path.parents if p.exists())
+        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise PatchFailedError(
                 f"{path} is not writable by uid {os.getuid()}: start the container as the"
                 " user that owns vLLM's files (root in the official image), or build an image"
@@ -451,7 +481,8 @@ def commit(plan: Plan) -> None:
         for rel, data in changed.items():
             write_atomically(plan.root / rel, data)
             written.append(rel)
-            if sha256((plan.root / rel).read_bytes()) != sha256(data):
+            path = plan.root / rel
+            if digest(path.read_bytes() if path.is_file() else None) != digest(data):
                 raise PatchFailedError(f"{plan.root / rel}: read back differs after writing")
     except BaseException:
         for rel in written:

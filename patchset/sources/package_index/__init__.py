@@ -40,6 +40,7 @@ _R = TypeVar("_R")
 
 READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
 FULL_KEEP = 1 << 20  # with verify_full, wheel members up to this size are kept
+MEMORY = 256 << 20  # bytes of members checked this run kept in memory for the check
 
 
 class IndexTree(ReleaseTree):
@@ -88,8 +89,9 @@ class IndexTree(ReleaseTree):
             data = self._near.pop(relpath, None)
         if data is not None:
             self._source.cache.store_blob(entry[0], _deflate(data))
+            self._source.remember(entry[0], data)
         else:
-            data = self._source.cache.read_blob(entry[0])
+            data = self._source.recall(entry[0]) or self._source.cache.read_blob(entry[0])
         if data is None:
             data = self.fetch([relpath], readahead=True)[relpath]
         self._checked[relpath] = entry[0]
@@ -105,11 +107,19 @@ class IndexTree(ReleaseTree):
         self.fetch(cold)
         return {p: self.read(p) for p in wanted}
 
-    def fetch(self, paths: Iterable[str], *, readahead: bool = False) -> dict[str, bytes]:
-        """Make sure `paths` (those in the release) are cached; their bytes, checked."""
+    def fetch(
+        self, paths: Iterable[str], *, readahead: bool = False, keep: bool = True
+    ) -> dict[str, bytes]:
+        """Make sure `paths` (those in the release) are cached; their bytes, checked (with
+        ``keep=False`` only those fetched now: the others are not read back)."""
         m = self.manifest
         wanted = [p for p in dict.fromkeys(paths) if p in m.members]
-        missing = [p for p in wanted if not self._source.cache.has_blob(m.members[p][0])]
+        missing = [
+            p
+            for p in wanted
+            if self._source.recall(m.members[p][0]) is None
+            and not self._source.cache.has_blob(m.members[p][0])
+        ]
         out: dict[str, bytes] = {}
         if missing and m.kind == "sdist":
             self.manifest = self._source.rebuild(self.manifest)  # a blob was pruned or damaged
@@ -119,15 +129,19 @@ class IndexTree(ReleaseTree):
             try:
                 got = self._source.fetch_wheel_members(m, [*missing, *extra])
             except wheel.DamagedWheel:
-                self._source.cache.drop_manifest(m.artifact)  # read it all again next time
+                self._source.drop_manifest(m.artifact)  # read it all again next time
                 raise
             for path in missing:
                 self._source.cache.store_blob(got[path].sha256, got[path].deflated)
+                self._source.remember(got[path].sha256, got[path].data)
                 out[path] = got[path].data
             with self._lock:
                 self._near.update({p: got[p].data for p in extra if p in got})
-        for path in wanted:
-            if path not in out and (data := self._source.cache.read_blob(m.members[path][0])):
+        for path in wanted if keep else ():
+            sha = m.members[path][0]
+            if path not in out and (
+                data := self._source.recall(sha) or self._source.cache.read_blob(sha)
+            ):
                 out[path] = data
         return out
 
@@ -135,14 +149,20 @@ class IndexTree(ReleaseTree):
         """For paths the release lacks, the Python files a moved-file search reads next (fetched
         ahead, in parallel): those of the same name, else those in a folder of the same name."""
         found: list[str] = []
-        members = [p for p in self.manifest.members if p.endswith(".py")]
+        # (folder name, file name) of each Python member; string splits, not pathlib: a
+        # wheel has thousands of members
+        members = [
+            (p, p.rpartition("/")[0].rpartition("/")[2], p.rpartition("/")[2])
+            for p in self.manifest.members
+            if p.endswith(".py")
+        ]
         for path in missing:
             pure = PurePosixPath(path)
             if pure.suffix != ".py":
                 continue
-            same = [p for p in members if PurePosixPath(p).name == pure.name]
+            same = [p for p, _, name in members if name == pure.name]
             if not same:
-                same = [p for p in members if PurePosixPath(p).parent.name == pure.parent.name]
+                same = [p for p, folder, _ in members if folder == pure.parent.name]
             found += same
         return found
 
@@ -160,6 +180,16 @@ class IndexTree(ReleaseTree):
                     break
                 found.append(name)
         return found
+
+    def listed_digest(self, relpath: str) -> str | None:
+        """The sha256 the manifest lists for `relpath` (the one its bytes are checked against
+        when read), "-" for a file the release lacks; None for one outside the wheel."""
+        entry = self.manifest.members.get(relpath)
+        if entry is not None:
+            return str(entry[0])
+        if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
+            return "-"
+        return None  # a wheel cannot hold it: the sdist's list would say
 
     def _outside_wheel(self, relpath: str) -> bytes | None:
         """A path a wheel cannot hold (csrc/, setup.py...) is read from the sdist."""
@@ -216,6 +246,10 @@ class IndexSource(ReleaseSource):
         self.retries = retries
         self.artifact = artifact
         self.verify_full = verify_full
+        self._known: dict[str, Manifest] = {}  # artifact -> manifest built or read this run
+        self._members: dict[str, bytes] = {}  # sha256 -> member bytes checked this run
+        self._members_size = 0
+        self._members_lock = threading.Lock()
 
     def versions(self) -> list[str]:
         """The index's releases; offline, the releases in the cache."""
@@ -233,7 +267,8 @@ class IndexSource(ReleaseSource):
         manifest, fallback = self._manifest(version)
         tree = IndexTree(self, manifest, fallback)
         wanted = list(paths)
-        tree.fetch([*wanted, *tree.stand_ins([p for p in wanted if p not in manifest.members])])
+        more = tree.stand_ins([p for p in wanted if p not in manifest.members])
+        tree.fetch([*wanted, *more], keep=False)
         return tree
 
     def cached_versions(self) -> list[str]:
@@ -246,7 +281,7 @@ class IndexSource(ReleaseSource):
         *,
         progress: DownloadProgress | None = None,
         paths: Iterable[str] = (),
-        workers: int = 12,
+        workers: int = 32,
     ) -> dict[str, Path]:
         """Fetch several releases (their manifests, and `paths` of each) in parallel;
         `progress(version, 1, 1)` as each is ready. Returns each release's manifest file.
@@ -361,7 +396,7 @@ class IndexSource(ReleaseSource):
         release = self.index.release(manifest.version)
         for file in (release.wheel, release.sdist):
             if file is not None and file.filename == manifest.artifact:
-                self.cache.drop_manifest(file.filename)
+                self.drop_manifest(file.filename)
                 return self._build(file, full=manifest.verified == "full")
         raise SourceError(f"{manifest.artifact} is no longer on the index at {self.index.where()}")
 
@@ -376,12 +411,31 @@ class IndexSource(ReleaseSource):
                 return cached
             manifest = self._from_download(file) if full else self._wheel_manifest(file)
             self.cache.store_manifest(manifest)
+            self._known[file.filename] = manifest
             return manifest
 
+    def remember(self, sha256: str, data: bytes) -> None:
+        """Keep a member read and checked this run in memory (up to MEMORY bytes in all): the
+        check reads it next, without reading, inflating and hashing its cache file again."""
+        with self._members_lock:
+            if sha256 not in self._members and self._members_size + len(data) <= MEMORY:
+                self._members[sha256] = data
+                self._members_size += len(data)
+
+    def recall(self, sha256: str) -> bytes | None:
+        """A member checked this run (see `remember`), or None."""
+        return self._members.get(sha256)
+
+    def drop_manifest(self, artifact: str) -> None:
+        """Forget the artifact's manifest, here and in the cache: it is built again."""
+        self._known.pop(artifact, None)
+        self.cache.drop_manifest(artifact)
+
     def _usable(self, file: IndexFile, full: bool) -> Manifest | None:
-        manifest = self.cache.load_manifest(file.filename)
+        manifest = self._known.get(file.filename) or self.cache.load_manifest(file.filename)
         if manifest is None:
             return None
+        self._known[file.filename] = manifest  # read once a run, not once per look
         if manifest.sha256 != file.sha256:
             LOG.info("%s: the index now gives another sha256; reading it again", file.filename)
             return None

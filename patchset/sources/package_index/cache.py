@@ -32,7 +32,7 @@ import shutil
 import tempfile
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -72,12 +72,13 @@ class Manifest:
     sha256: str  # the index's sha256 of the artifact
     verified: Literal["members", "full"]  # members: RECORD + CRC per member; full: whole file
     url: str  # where the artifact was read (credential-free)
-    members: dict[str, list[Any]]
+    members: Mapping[str, list[Any]]
     size: int = 0  # of the artifact
     end: int = 0  # wheels: where the central directory starts
 
     def header(self) -> dict[str, Any]:
-        fields = dataclasses.asdict(self)
+        """The fields but `members` (not `asdict`: it would deep-copy thousands of entries)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         del fields["members"]
         return {"format": FORMAT, **fields}
 
@@ -184,7 +185,7 @@ class Cache:
         return manifest
 
     def store_manifest(self, manifest: Manifest) -> None:
-        body = json.dumps(manifest.members, separators=(",", ":"), sort_keys=True).encode()
+        body = json.dumps(dict(manifest.members), separators=(",", ":"), sort_keys=True).encode()
         header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
         with atomic_write(self.manifest_path(manifest.artifact)) as out:
             out.write(json.dumps(header, sort_keys=True).encode() + b"\n" + body)
@@ -311,13 +312,42 @@ def _decode_manifest(raw: bytes) -> Manifest | None:
             return None
         if header.pop("digest") != hashlib.sha256(body).hexdigest():
             return None
-        members = json.loads(body)
-        manifest = Manifest(members=members, **header)
+        manifest = Manifest(members=_Members(body), **header)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    if not isinstance(manifest.members, dict):
-        return None
     return manifest
+
+
+class _Members(Mapping[str, list[Any]]):
+    """A cached manifest's file list, decoded on first use: a warm check, answered by the
+    memo, opens every release but reads no file, and decoding a wheel's list is most of its
+    cost. The bytes were checked against the manifest's digest when it was loaded."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+        self._members: dict[str, list[Any]] | None = None
+
+    def _decoded(self) -> dict[str, list[Any]]:
+        if self._members is None:
+            try:
+                members = json.loads(self._body)
+            except ValueError:
+                members = None
+            if not isinstance(members, dict):
+                raise SourceError(
+                    "a cached release's file list is damaged; run `patchset cache clear`"
+                )
+            self._members = members
+        return self._members
+
+    def __getitem__(self, key: str) -> list[Any]:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
 
 
 def _digest(data: Any) -> str:

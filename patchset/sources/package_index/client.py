@@ -18,6 +18,7 @@ import platform
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -27,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 from patchset.adapters import net
 from patchset.errors import SourceError
 from patchset.sources.package_index.cache import Cache
-from patchset.sources.package_index.settings import IndexSettings, resolve
+from patchset.sources.package_index.settings import IndexSettings, resolve_soon
 
 LOG = logging.getLogger(__name__)
 
@@ -83,12 +84,20 @@ class PackageIndex:
         self.timeout = timeout
         self.retries = retries
         self._files: list[IndexFile] | None = None
+        self._pending: Callable[[], IndexSettings] | None = None
+        if settings is None:  # asking pip takes a process: started now, waited for when used
+            self._pending = resolve_soon(index_url, memo=self.cache.root / "settings")
+        if not offline:  # pypi_simple (pydantic) imports in 0.2 s: meanwhile too
+            threading.Thread(
+                target=importlib.import_module, args=("pypi_simple",), daemon=True
+            ).start()
 
     @property
     def settings(self) -> IndexSettings:
-        """pip's settings, read once when first needed (it runs pip)."""
+        """pip's settings (asked for when the index was made; waited for here)."""
         if self._settings is None:
-            self._settings = resolve(self._given, memo=self.cache.root / "settings")
+            assert self._pending is not None
+            self._settings = self._pending()
         return self._settings
 
     @property
@@ -148,10 +157,6 @@ class PackageIndex:
         return net.redact(self.settings.index_url)
 
     def _load(self) -> list[IndexFile]:
-        if not self.offline:  # pypi_simple (pydantic) imports in 0.3 s: while pip is asked
-            threading.Thread(
-                target=importlib.import_module, args=("pypi_simple",), daemon=True
-            ).start()
         cached = self.cache.load_json(self.cache_key)
         if self.offline:
             if cached is None:

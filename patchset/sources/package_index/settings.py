@@ -1,7 +1,8 @@
-"""pip's settings that decide how the index is reached, read by public means only.
+"""pip's settings that decide how the index is reached: its configuration read by public
+means (``pip config list``), its default index from pip's own constant.
 
 The index is ``--index-url`` from the caller, else ``PIP_INDEX_URL``, else ``index-url`` in
-pip's configuration (``pip config list``), else pip's default (from ``pip install --help``,
+pip's configuration (``pip config list``), else pip's default (its ``PyPI.simple_url``,
 so no index is named here). ``cert`` and ``trusted-host`` come from the environment
 (``PIP_CERT``, ``PIP_TRUSTED_HOST``) or pip's configuration; credentials from the URL or
 ``~/.netrc``. Extra indexes are ignored on purpose: one release comes from one place.
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +29,6 @@ from patchset.adapters import net
 from patchset.errors import SourceError
 
 _CONFIG_LINE = re.compile(r"^(?P<scope>[^.=\s]*)\.(?P<key>[a-z-]+)=(?P<value>.*)$")
-_DEFAULT = re.compile(r"\(default\s+(\S+?)\)", re.DOTALL)
 _SCOPES = ("global", "install", "download", ":env:")  # later ones win, as in pip
 
 
@@ -72,50 +73,39 @@ def pip_config() -> dict[str, str]:
 
 
 def pip_default_index() -> str:
-    """pip's own default index, as its help for ``--index-url`` states it."""
+    """pip's own default index: its ``PyPI.simple_url``, imported from pip only when no index
+    is configured (a constant, so no subprocess; no registry host is named here)."""
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--help"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    text = done.stdout if done is not None else ""
-    at = text.find("--index-url")
-    match = _DEFAULT.search(" ".join(text[at : at + 400].split())) if at >= 0 else None
-    if match is None:
+        from pip._internal.models.index import PyPI  # noqa: PLC0415 -- only when needed
+
+        url = PyPI.simple_url
+    except Exception:  # pip absent, or moved its constant: the same answer for the user
+        url = None
+    if not isinstance(url, str) or not url:
         raise SourceError(
             "pip is not installed here, so its default index is unknown; pass --index-url"
         )
-    return match[1]
+    return url
 
 
-def _pip_answers(memo: Path | None, want_default: bool) -> tuple[dict[str, str], str | None]:
-    """pip's configuration and (when wanted) default index; remembered in `memo` under a key
-    of everything they depend on (pip's version, PIP_* variables, its config files' stamps),
-    since asking pip costs a second or two."""
+def _pip_config_memo(memo: Path | None) -> dict[str, str]:
+    """pip's configuration, remembered in `memo` under a key of everything it depends on
+    (pip's version, the PIP_* variables, its config files' stamps): asking pip starts a
+    Python process (0.2 s or more)."""
     key = _memo_key() if memo is not None else None
     path = memo / f"pip-{key}.json" if memo is not None and key else None
     if path is not None:
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
             record = json.loads(path.read_bytes())
-            config = {str(k): str(v) for k, v in record["config"].items()}
-            default = record["default"]
-            if default is not None or not want_default:
-                return config, default
-    answers = _ask_pip(want_default)
-    if path is not None and not isinstance(answers[1], SourceError):
+            return {str(k): str(v) for k, v in record["config"].items()}
+    config = pip_config()
+    if path is not None:
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"config": answers[0], "default": answers[1]}))
+            tmp.write_text(json.dumps({"config": config}))
             tmp.replace(path)
-    if isinstance(answers[1], SourceError):
-        raise answers[1]
-    return answers[0], answers[1]
+    return config
 
 
 def _memo_key() -> str | None:
@@ -145,38 +135,16 @@ def _memo_key() -> str | None:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def _ask_pip(want_default: bool) -> tuple[dict[str, str], str | SourceError | None]:
-    default: list[str | SourceError] = []
-
-    def ask_default() -> None:  # in parallel with `pip config list`: both start pip
-        try:
-            default.append(pip_default_index())
-        except SourceError as exc:
-            default.append(exc)
-
-    asker = None
-    if want_default:
-        asker = threading.Thread(target=ask_default, daemon=True)
-        asker.start()
-    config = pip_config()
-    if asker is not None:
-        asker.join()
-    return config, default[0] if default else None
-
-
 def resolve(index_url: str | None = None, *, memo: Path | None = None) -> IndexSettings:
     """The index and its transport, from the caller, the environment and pip's config
     (remembered under `memo` when given)."""
-    want_default = not index_url and not os.environ.get("PIP_INDEX_URL")
-    config, default = _pip_answers(memo, want_default)
+    config = _pip_config_memo(memo)
     if index_url:
         url, chosen = index_url, "--index-url"
     elif env := os.environ.get("PIP_INDEX_URL"):
         url, chosen = env, "PIP_INDEX_URL"
     elif config.get("index-url"):
         url, chosen = config["index-url"], "pip config (index-url)"
-    elif default:
-        url, chosen = default, "pip's default"
     else:
         url, chosen = pip_default_index(), "pip's default"
     url = net.check_url(url.strip(), "the index URL")
@@ -192,3 +160,28 @@ def resolve(index_url: str | None = None, *, memo: Path | None = None) -> IndexS
         cafile=cert, trusted_hosts=tuple(trusted.split()), credentials=credentials
     )
     return IndexSettings(net.redact(url), chosen, transport)
+
+
+def resolve_soon(
+    index_url: str | None = None, *, memo: Path | None = None
+) -> Callable[[], IndexSettings]:
+    """Start `resolve` in a daemon thread (asking pip runs a process: the caller goes on
+    meanwhile); the function returned waits for its answer, or raises its error."""
+    done: list[IndexSettings | BaseException] = []
+
+    def work() -> None:
+        try:
+            done.append(resolve(index_url, memo=memo))
+        except BaseException as exc:  # handed to the caller's thread
+            done.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+
+    def result() -> IndexSettings:
+        worker.join()
+        if isinstance(done[0], BaseException):
+            raise done[0]
+        return done[0]
+
+    return result
