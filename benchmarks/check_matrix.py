@@ -13,8 +13,9 @@ cut from. The whole matrix is then checked:
 
 Every verdict is compared with git's (forward fits / reverse fits / neither / both); each
 difference is printed with patchset's reason. The moved-file hint's precision is measured
-against a rename test on the releases themselves (the named file holds at least half of the
-vanished file's lines, as git's -M50%).
+against a rename test on the releases themselves (the named file, or a package's named
+modules together, hold at least half of the vanished file's content lines, as git's -M50%;
+benchmarks/moved_hint.py measures it on every vanished file).
 
 Last line: patches=<n> releases=<n> warm_s=<s> nomemo_s=<s> one_edit_s=<s> naive_s=<s>
 ratio=<naive/nomemo> agree=<same>/<total>
@@ -43,6 +44,7 @@ from packaging.version import Version
 from patchset.engine import evaluate
 from patchset.registry import load_registry
 from patchset.release_check import memo
+from patchset.release_check.moves import content_lines
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index.cache import cache_root
@@ -321,7 +323,8 @@ def artifact_reason(
 def moved_precision(
     report: CheckReport, archives: dict[str, Path], versions: list[str]
 ) -> tuple[int, int, list[str]]:
-    """Hints that name a file holding at least half the vanished file's lines / all hints."""
+    """Hints whose named file(s) hold at least half the vanished file's content lines (a
+    package move names several modules: together) / all hints."""
     hinted = sorted(
         (r for r in report.results if r.verdict == "missing-target" and r.moved_to),
         key=lambda r: Version(r.vllm),
@@ -334,15 +337,13 @@ def moved_precision(
         patch_files = [line.split(":", 1)[0] for line in r.detail.split(", ")]
         gone = r.detail.split(" not in this release")[0].split(", ")[0]
         earlier = [v for v in versions if Version(v) < Version(r.vllm) and gone in names[v]]
-        target = r.moved_to[0]
+        target = ", ".join(r.moved_to)
         ok = False
         if earlier:
             was = _sources(archives[earlier[-1]])[gone]
-            now = _sources(archives[r.vllm]).get(target, b"")
-            old = set(was.decode("utf-8", "replace").splitlines())
-            new = set(now.decode("utf-8", "replace").splitlines())
-            old = {line.strip() for line in old if len(line.strip()) > 8}
-            new = {line.strip() for line in new if len(line.strip()) > 8}
+            now = b"\n".join(_sources(archives[r.vllm]).get(t, b"") for t in r.moved_to)
+            old = content_lines(was.decode("utf-8", "replace").splitlines())
+            new = content_lines(now.decode("utf-8", "replace").splitlines())
             ok = bool(old) and len(old & new) / len(old) >= 0.5
         good += ok
         if not ok:

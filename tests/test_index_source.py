@@ -342,13 +342,36 @@ def test_prefetch_reads_the_paths_asked_for(index: FakeIndex, tmp_cache: Cache) 
         paths=[UTILS, "vllm/_version.py"],
         progress=lambda v, d, t: seen.append((v, d, t)),
     )
-    assert sorted(seen) == [("0.1.0", 1, 1), ("0.2.0", 1, 1)]
+    last = {v: (d, t) for v, d, t in seen}  # progress in bytes, release by release
+    assert sorted(last) == ["0.1.0", "0.2.0"]
+    assert all(0 < d == t for d, t in last.values())  # each ends with all it asked for
+    assert any(d < t for _, d, t in seen)  # members asked for before they came
+    for version in last:
+        received = [d for v, d, _ in seen if v == version]
+        assert received == sorted(received)  # counted as they come
     assert list(kept) == ["0.1.0", "0.2.0"] and all(p.is_file() for p in kept.values())
     for version in ("0.1.0", "0.2.0"):
         with offline_source(tmp_cache).open(version) as tree:
             assert (
                 tree.read("vllm/_version.py") == f"__version__ = version = '{version}'\n".encode()
             )
+
+
+def test_prefetch_pauses_the_garbage_collector_and_restores_it(
+    index: FakeIndex, tmp_cache: Cache
+) -> None:
+    import gc
+
+    during: list[bool] = []
+    assert gc.isenabled()
+    source(index, tmp_cache).prefetch(["0.1.0"], progress=lambda *_: during.append(gc.isenabled()))
+    assert during and not any(during) and gc.isenabled()
+    gc.disable()  # a caller that runs without it keeps it off
+    try:
+        source(index, tmp_cache).prefetch(["0.2.0"])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_prefetch_names_what_failed(index: FakeIndex, tmp_cache: Cache) -> None:

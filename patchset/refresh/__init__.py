@@ -23,14 +23,14 @@ edit); this module chooses the variant and the base and holds refresh, finish an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from packaging.version import Version
 
 from patchset.adapters.gitrepo import conflict_lines
 from patchset.engine.evaluate import evaluate
-from patchset.errors import UsageError
+from patchset.errors import PatchsetError, UsageError
 from patchset.refresh.anchors import refresh_runtime
 from patchset.refresh.job import (
     AnchorCandidate,
@@ -107,7 +107,8 @@ def refresh(
         read = stacked_reader(registry, patch, tree.read, target)
         release = {rel: read(rel) for rel in wanted}
         _refuse_if_fits(patch, variant, target, release)
-        moves = _follow_moves(tree, patch, variant, target, release)
+        last = _last(source, variant, target, versions)
+        moves = _follow_moves(tree, patch, variant, target, release, before=last)
         target_files = {
             rel: tree.read(moves[rel]) if rel in moves else release[rel] for rel in variant.files
         }
@@ -247,12 +248,33 @@ def _refuse_if_fits(
             )
 
 
+def _last(
+    source: ReleaseSource, variant: Variant, target: str, versions: list[str]
+) -> Callable[[str], bytes | None]:
+    """A vanished file as the variant's base release held it (how much of it moved, and
+    where, is judged on its whole content: `release_check.moves`)."""
+
+    def before(rel: str) -> bytes | None:
+        try:
+            base = _base(variant, target, versions)
+            if base is None:
+                return None
+            with source.open(base) as old:
+                return old.read(rel)
+        except PatchsetError:  # no base to read: the lines the patch expects decide
+            return None
+
+    return before
+
+
 def _follow_moves(
     tree: ReleaseTree,
     patch: Patch,
     variant: Variant,
     target: str,
     files: Mapping[str, bytes | None],
+    *,
+    before: Callable[[str], bytes | None] | None = None,
 ) -> dict[str, str]:
     """Where the target release moved the variant's missing files (as `check` finds them);
     refused when one has no new home (removed), or for a runtime patch."""
@@ -261,7 +283,7 @@ def _follow_moves(
     )
     if not missing:
         return {}
-    moves = moved_files(tree, variant, missing)
+    moves = moved_files(tree, variant, missing, before=before)
     gone = [rel for rel in missing if rel not in moves]
     if gone:
         raise UsageError(

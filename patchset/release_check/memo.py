@@ -39,6 +39,7 @@ _DECIDERS = (
     "kernel/sites.py",
     "engine/evaluate.py",
     "release_check/verdicts.py",
+    "release_check/moves.py",
 )
 
 

@@ -1,19 +1,126 @@
 """Moved files: where a target file the release no longer has went (shared by check and refresh).
 
 `check` reports the new place as `moved_to`; `refresh` carries a patch onto it.
+
+The rule (docs/check.md, "Moved files"): the content a patch expects in the vanished file is
+its *content lines* (`content_lines`: boilerplate left out). A release file carries the
+vanished one when it holds at least `MOVED_SHARE` of them, and at least `MIN_LINES` lines
+are there to judge by. Candidates, in this order: files of the same name anywhere; the
+package the file became (`foo.py` -> `foo/__init__.py`, `foo/bar.py`: the fewest of its
+modules that together carry the share, at most `MAX_MODULES`); with the file's own content at
+hand, files in the same folder, then files whose name holds its name or is held by it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 
 from patchset.registry import Variant
 from patchset.sources.base import ReadsMany, ReleaseTree
 
-# A file "carries most of" a vanished one when it holds at least this share of the distinctive
-# lines (stripped, longer than 8 characters) the patch expects in the vanished file.
+# A file "carries most of" a vanished one when it holds at least this share of the content
+# lines the patch expects in the vanished file...
 MOVED_SHARE = 0.5
+# ...and the patch expects at least this many (fewer say too little to name a file).
+MIN_LINES = 3
+# A file that became a package is named by at most this many of its modules.
+MAX_MODULES = 3
+# Files of a kindred name (one stem holds the other) are looked at only when so few.
+MAX_KIN = 40
+# Content lines are longer than this (shorter ones, `else:`, `return x`, say little).
+SHORT = 8
+
+_PUNCTUATION = re.compile(r"[\s()\[\]{},:;.\\]*")
+_LICENCE = re.compile(r"#.*(spdx|copyright|licen[cs]e|apache|mit license)", re.IGNORECASE)
+_IMPORT = re.compile(r"(import\s|from\s+\S+\s+import\b)")
+_NAME_ONLY = re.compile(r"[\w.]+,?")  # an import's or a call's lone name: `SamplingParams,`
+# Lines nearly every vLLM module holds: they say nothing about which file this is.
+_COMMON = frozenset(
+    {
+        "logger = init_logger(__name__)",
+        "if TYPE_CHECKING:",
+        "from __future__ import annotations",
+    }
+)
+
+
+def content_lines(lines: Iterable[str]) -> set[str]:
+    """The lines that say what a file (or a run of its lines) holds: stripped, longer than
+    `SHORT` characters, without boilerplate: blank lines, lone brackets and punctuation,
+    licence and SPDX comments, imports (a parenthesised import's continuation lines too),
+    lone names (`SamplingParams,`) and a few lines every module has (`_COMMON`)."""
+    out: set[str] = set()
+    in_import = False
+    for raw in lines:
+        line = raw.strip()
+        if in_import:
+            in_import = ")" not in line
+            continue
+        if _IMPORT.match(line):
+            in_import = "(" in line and ")" not in line
+            continue
+        if (
+            len(line) <= SHORT
+            or _PUNCTUATION.fullmatch(line)
+            or _NAME_ONLY.fullmatch(line)
+            or _LICENCE.match(line)
+            or line in _COMMON
+        ):
+            continue
+        out.add(line)
+    return out
+
+
+def expected_lines(variant: Variant, rel: str) -> set[str]:
+    """The content lines the variant expects in `rel`: its hunks' old sides and its sites'
+    anchors (each hunk read on its own, so an import block never spills into the next)."""
+    found: set[str] = set()
+    for d in variant.diffs:
+        if d.path == rel:
+            for h in d.hunks:
+                found |= content_lines(h.old)
+    for s in variant.sites:
+        if s.file == rel:
+            found |= content_lines(s.anchor_lines)
+    return found
+
+
+def moved_homes(
+    tree: ReleaseTree,
+    variant: Variant,
+    missing: tuple[str, ...],
+    *,
+    existed: set[str] | None = None,
+    before: Callable[[str], bytes | None] | None = None,
+    python_files: Callable[[], list[str]] | None = None,
+) -> dict[str, tuple[str, ...]]:
+    """Where each missing file went: the release file(s) carrying its content (module doc).
+
+    With `existed`, only those missing files are looked for: a file never seen in an earlier
+    release has not moved, it has not been written yet. `before` gives a missing file's
+    content in an earlier release: its content lines are then what must be carried (and a
+    file renamed in its own folder is looked for too); without it, the lines the patch
+    expects there. Missing files with no such home are left out. A file that became a
+    package maps to the modules that carry it. `python_files` gives the tree's .py files (a
+    check lists them once per release).
+    """
+    found: dict[str, tuple[str, ...]] = {}
+    missing = tuple(m for m in missing if existed is None or m in existed)
+    if not missing:
+        return found
+    paths = python_files() if python_files else [p for p in tree.paths() if p.endswith(".py")]
+    for rel in missing:
+        old = before(rel) if before is not None else None
+        whole = content_lines(old.decode("utf-8", "replace").splitlines()) if old else set()
+        expected = whole if len(whole) >= MIN_LINES else expected_lines(variant, rel)
+        if len(expected) < MIN_LINES:
+            continue
+        home = _home(tree, paths, rel, expected, whole=expected is whole)
+        if home:
+            found[rel] = home
+    return found
 
 
 def moved_files(
@@ -22,60 +129,89 @@ def moved_files(
     missing: tuple[str, ...],
     *,
     existed: set[str] | None = None,
+    before: Callable[[str], bytes | None] | None = None,
     python_files: Callable[[], list[str]] | None = None,
 ) -> dict[str, str]:
-    """Where each missing file went: the release file (of the same name, else in a folder of
-    the same name) holding most of the lines the variant expects (`MOVED_SHARE` of them).
-
-    With `existed`, only those missing files are looked for: a file never seen in an earlier
-    release has not moved, it has not been written yet. Missing files with no such home are
-    left out. `check` reports these as `moved_to`; `refresh` carries a patch onto them.
-    `python_files` gives the tree's .py files (a check lists them once per release).
-    """
-    found: dict[str, str] = {}
-    missing = tuple(m for m in missing if existed is None or m in existed)
-    if not missing:
-        return found
-    paths = python_files() if python_files else [p for p in tree.paths() if p.endswith(".py")]
-    for rel in missing:
-        expected = {
-            line.strip()
-            for d in variant.diffs
-            if d.path == rel
-            for h in d.hunks
-            for line in h.old
-            if len(line.strip()) > 8
-        } | {
-            line.strip()
-            for s in variant.sites
-            if s.file == rel
-            for line in s.anchor_lines
-            if line.strip()
-        }
-        if not expected:
-            continue
-        pure = PurePosixPath(rel)
-        suffix = f"/{pure.name}"
-        same_name = [p for p in paths if p.endswith(suffix)]
-        best = _best_home(tree, same_name, expected)
-        if best is None:  # renamed inside a folder that kept its name
-            infix = f"/{pure.parent.name}/"
-            folder = [p for p in paths if infix in p and p.rsplit("/", 1)[0].endswith(infix[:-1])]
-            best = _best_home(tree, folder, expected)
-        if best is not None:
-            found[rel] = best
-    return found
+    """Each missing file's one new home (the module carrying most of it, for a package):
+    what `refresh` carries a patch onto."""
+    homes = moved_homes(
+        tree, variant, missing, existed=existed, before=before, python_files=python_files
+    )
+    return {rel: home[0] for rel, home in homes.items()}
 
 
-def _best_home(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
-    best: tuple[float, str] | None = None
-    needles = [line.encode() for line in expected]
+def _home(
+    tree: ReleaseTree, paths: list[str], rel: str, expected: set[str], *, whole: bool
+) -> tuple[str, ...] | None:
+    pure = PurePosixPath(rel)
+    name, stem, parent = pure.name, pure.stem, str(pure.parent)
+    same_name = [p for p in paths if p.endswith(f"/{name}") and p != rel]
+    best = _best_file(tree, same_name, expected)
+    if best is not None:
+        return (best,)
+    if name != "__init__.py":  # foo.py -> foo/...: the package of that name, nearest first
+        package = f"{parent}/{stem}/"
+        modules = [p for p in paths if p.startswith(package)]
+        if not modules:
+            modules = [p for p in paths if f"/{stem}/" in p]
+        split = _fewest_modules(tree, modules, expected)
+        if split:
+            return split
+    if not whole:  # a few hunks' lines are too little to tell siblings apart
+        return None
+    folder = [p for p in paths if str(PurePosixPath(p).parent) == parent and p != rel]
+    best = _best_file(tree, folder, expected)  # renamed in its folder: the same rule
+    if best is None:  # renamed with a part of its name kept (`x_prepare_finalize.py` -> `x.py`)
+        kin = [p for p in paths if p != rel and _akin(stem, PurePosixPath(p).stem)]
+        best = _best_file(tree, kin, expected) if len(kin) <= MAX_KIN else None
+    return None if best is None else (best,)
+
+
+def _akin(old: str, new: str) -> bool:
+    """One stem holds the other (`deepep_ht_prepare_finalize` / `deepep_ht`), both at least
+    4 characters long and not `__init__`."""
+    if min(len(old), len(new)) < 4 or "__init__" in (old, new) or old == new:
+        return False
+    return old in new or new in old
+
+
+def _shares(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> dict[str, set[str]]:
+    """The expected lines each candidate holds (those holding none left out)."""
     many = tree.read_many(candidates) if isinstance(tree, ReadsMany) else None
+    held: dict[str, set[str]] = {}
     for path in candidates:
         data = many[path] if many is not None else tree.read(path)
         if data is None:
             continue
-        score = sum(needle in data for needle in needles) / len(needles)
-        if score >= MOVED_SHARE and (best is None or score > best[0]):
-            best = (score, path)
-    return None if best is None else best[1]
+        text = data.decode("utf-8", "replace")
+        hits = expected & {line.strip() for line in text.splitlines()}
+        if hits:
+            held[path] = hits
+    return held
+
+
+def _best_file(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
+    held = _shares(tree, candidates, expected)
+    ranked = sorted(held, key=lambda p: (-len(held[p]), p))
+    if ranked and len(held[ranked[0]]) >= MOVED_SHARE * len(expected):
+        return ranked[0]
+    return None
+
+
+def _fewest_modules(
+    tree: ReleaseTree, candidates: list[str], expected: set[str]
+) -> tuple[str, ...] | None:
+    """The fewest modules (greedy, most lines first) that together carry the share."""
+    held = _shares(tree, candidates, expected)
+    chosen: list[str] = []
+    covered: set[str] = set()
+    while held and len(chosen) < MAX_MODULES:
+        path = max(sorted(held), key=lambda p: len(held[p] - covered))
+        gain = held.pop(path) - covered
+        if not gain:
+            break
+        chosen.append(path)
+        covered |= gain
+        if len(covered) >= MOVED_SHARE * len(expected):
+            return tuple(chosen)
+    return None

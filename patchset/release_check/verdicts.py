@@ -9,7 +9,7 @@ The verdict is derived from them in a fixed order, and a disagreement is reporte
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -17,11 +17,11 @@ from packaging.version import Version
 
 from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.engine.order import on_top_of_required
-from patchset.errors import ExitCode, UsageError
+from patchset.errors import ExitCode, PatchsetError, UsageError
 from patchset.kernel.hunks import HunkResult
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.memo import Memo, file_digest
-from patchset.release_check.moves import moved_files
+from patchset.release_check.moves import moved_homes
 from patchset.release_check.similarity import ratio
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseSource, ReleaseTree
 
@@ -186,7 +186,12 @@ def check(
     infos: list[ReleaseInfo] = []
     results: list[CheckResult] = []
     memo = memo if memo is not None or not use_memo else Memo()
-    seen: set[str] = set()  # target files present in an earlier release of this run
+    seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
+
+    def earlier(rel: str, version: str) -> bytes | None:
+        with source.open(version) as tree:
+            return tree.read(rel)
+
     try:
         for version in ordered:
             with source.open(version) as tree:
@@ -201,6 +206,7 @@ def check(
                         memo=memo,
                         seen=seen,
                         registry=registry,
+                        earlier=earlier,
                     )
                 )
                 infos.append(tree.info)  # after the reads: an index tree lists what it checked
@@ -225,13 +231,15 @@ def check_tree(
     max_fuzz: int = 0,
     explain: Explain = "in-range",
     memo: Memo | None = None,
-    seen: set[str] | None = None,
+    seen: dict[str, str] | None = None,
     registry: Registry | None = None,
+    earlier: Callable[[str, str], bytes | None] | None = None,
 ) -> list[CheckResult]:
     """Every patch against one release; one that `requires` others (in `registry`) on top of
-    them. `seen` holds the target files found in earlier releases (a vanished file is only
-    said to have moved when it existed before); it is updated with this release's."""
-    seen = set() if seen is None else seen
+    them. `seen` maps the target files found in earlier releases to the last release holding
+    them (a vanished file is only said to have moved when it existed before, and `earlier`
+    reads it there); it is updated with this release's."""
+    seen = {} if seen is None else seen
     by_id = {p.id: p for p in registry.patches} if registry else {}
     # A release whose digest pins its content (the index's) keeps its files' digests in the
     # memo: a warm check then reads no file.
@@ -265,7 +273,7 @@ def check_tree(
                     max_fuzz,
                     nearest,
                     sorted(digests.items()),
-                    [pinned, sorted(existed)] if gone else None,
+                    [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
                     _ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
                 )
         plans.append((patch, in_range, files, key))
@@ -286,6 +294,7 @@ def check_tree(
             max_fuzz=max_fuzz,
             explain=explain,
             existed=existed,
+            before=_last_content(patch, version, seen, earlier),
             python_files=release.python_files,
         )
         results.append(r)
@@ -293,7 +302,9 @@ def check_tree(
             store[key] = r.to_memo()
     for patch in patches:
         seen.update(
-            f for f in _declared(patch) if (digest(f) if memo else file_digest(read(f))) != "-"
+            (f, version)
+            for f in _declared(patch)
+            if (digest(f) if memo else file_digest(read(f))) != "-"
         )
     if memo is not None:
         memo.put_many(store)
@@ -348,7 +359,35 @@ def _declared(patch: Patch) -> list[str]:
     return sorted(files)
 
 
-def _existed(patch: Patch, version: str, files: list[str], seen: set[str]) -> set[str]:
+def _last_content(
+    patch: Patch,
+    version: str,
+    seen: dict[str, str],
+    earlier: Callable[[str, str], bytes | None] | None,
+) -> Callable[[str], bytes | None] | None:
+    """A vanished target's content where it was last seen: the last earlier release of the
+    run holding it, else the release the variant was written against (its `base`), else the
+    lowest release the patch's range allows (what `_written_before` rests on)."""
+    if earlier is None or not ranges.is_version(version):
+        return None
+    reader = earlier
+    meant = patch.variant_for(version)
+    floors = [meant.base] if meant is not None and meant.base else []
+    floors += [s.version for s in patch.vllm if s.operator in (">=", "==", "~=", "===")]
+    older = [f for f in floors if ranges.is_version(f) and Version(f) < Version(version)]
+
+    def before(rel: str) -> bytes | None:
+        for release in [seen[rel]] if rel in seen else older[:1]:
+            try:
+                return reader(rel, release)
+            except PatchsetError:  # not to be had (offline, no such release): the patch's lines
+                return None
+        return None
+
+    return before
+
+
+def _existed(patch: Patch, version: str, files: list[str], seen: Mapping[str, str]) -> set[str]:
     """Which of `files` are known to have existed before this release."""
     before = _written_before(patch, version)
     return {f for f in files if before or f in seen}
@@ -412,6 +451,7 @@ def _one(
     max_fuzz: int,
     explain: Explain,
     existed: set[str] | None = None,
+    before: Callable[[str], bytes | None] | None = None,
     python_files: Callable[[], list[str]] | None = None,
 ) -> CheckResult:
     in_range = patch.in_range(version) if ranges.is_version(version) else False
@@ -431,6 +471,7 @@ def _one(
             read=read,
             signals=signals,
             existed=existed,
+            before=before,
             python_files=python_files,
         )
         decision = _Decision("missing-target", detail, disagreement, moved)
@@ -586,21 +627,24 @@ def _missing(
     read: Callable[[str], bytes | None],
     signals: Signals,
     existed: set[str] | None,
+    before: Callable[[str], bytes | None] | None,
     python_files: Callable[[], list[str]] | None = None,
 ) -> tuple[str, tuple[str, ...], Signals, str | None]:
     """A missing target: where it went, and whether the upstream fix is in the moved file."""
-    moves = moved_files(tree, variant, ev.missing, existed=existed, python_files=python_files)
-    moved = tuple(moves.values())
+    moves = moved_homes(
+        tree, variant, ev.missing, existed=existed, before=before, python_files=python_files
+    )
+    moved = tuple(home for homes in moves.values() for home in homes)
     where = f"; moved to {', '.join(moved)}?" if moved else ""
     detail = f"{', '.join(ev.missing)} not in this release{where}"
     disagreement = None
     if probe is not None and probe.file in moves:
         # The probe names the old path too: look for the upstream fix where the file went.
-        hit = probe.matches(_text(read(moves[probe.file])))
-        signals = Signals(signals.forward, signals.reverse, hit, signals.ancestry)
-        if hit:
+        hits = [home for home in moves[probe.file] if probe.matches(_text(read(home)))]
+        signals = Signals(signals.forward, signals.reverse, bool(hits), signals.ancestry)
+        if hits:
             disagreement = (
-                f"the upstream probe matches in the moved file {moves[probe.file]}:"
+                f"the upstream probe matches in the moved file {hits[0]}:"
                 " the fix looks upstream there"
             )
     elif signals.probe:

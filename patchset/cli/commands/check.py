@@ -6,7 +6,7 @@ import argparse
 import sys
 import threading
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress
+from rich.progress import BarColumn, DownloadColumn, Progress
 from rich.text import Text
 
 from patchset.adapters import net
@@ -234,17 +234,24 @@ def _prefetch(
     if shown_on is None or not shown_on.is_terminal:
         fetch(None)
         return
-    finished: set[str] = set()
+    counts: dict[str, tuple[int, int]] = {}  # version -> (bytes received, bytes expected)
     lock = threading.Lock()
-    columns = (DescriptionColumn(), BarColumn(), MofNCompleteColumn())
+    columns = (DescriptionColumn(), BarColumn(), DownloadColumn())
     with Progress(*columns, console=shown_on, transient=True) as progress:
-        task = progress.add_task("vllm releases", total=len(versions))
+        task = progress.add_task(f"vllm releases 0/{len(versions)}", total=None)
 
         def report(version: str, done: int, total: int) -> None:
+            """The bar counts bytes (its end grows as each release's plan is known); the
+            description, releases ready."""
             with lock:
-                if total and done >= total:
-                    finished.add(version)
-                progress.update(task, completed=len(finished))
+                counts[version] = (done, total)
+                ready = sum(1 for d, t in counts.values() if t and d >= t)
+                progress.update(
+                    task,
+                    completed=sum(d for d, _ in counts.values()),
+                    total=sum(t for _, t in counts.values()) or None,
+                    description=f"vllm releases {ready}/{len(versions)}",
+                )
 
         fetch(report)
 

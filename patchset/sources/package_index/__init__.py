@@ -12,6 +12,7 @@ whole artifact and checks the index's sha256 first. Whole artifacts are deleted 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import queue
 import threading
@@ -196,7 +197,7 @@ class IndexTree(ReleaseTree):
         digest (checked against it), without decoding the list; else as `read`."""
         if self.manifest.kind != "wheel" or not relpath.startswith("vllm/"):
             return self.read(relpath)  # from the sdist, or not in a wheel: said in `info`
-        data = self._source.cache.read_blob(digest)
+        data = self._source.recall(digest) or self._source.cache.read_blob(digest)
         if data is None:
             return self.read(relpath)
         self._checked[relpath] = digest
@@ -217,6 +218,32 @@ class IndexTree(ReleaseTree):
         data = self._sdist.read(relpath)
         self.info = self._info()
         return data
+
+
+class _Meter:
+    """Bytes asked of the index and received, per release, for a progress bar: reported as
+    ``report(version, received, expected)``; `expected` grows as the work becomes known (the
+    central directory names the members to read), and equals `received` when it is done."""
+
+    def __init__(self, report: DownloadProgress) -> None:
+        self._report = report
+        self._lock = threading.Lock()
+        self._counts: dict[str, list[int]] = {}
+
+    def add(self, version: str, *, expected: int = 0, received: int = 0) -> None:
+        with self._lock:
+            counts = self._counts.setdefault(version, [0, 0])
+            counts[0] += received
+            counts[1] = max(counts[1] + expected, counts[0])
+            done, total = counts
+        self._report(version, done, total)
+
+    def finish(self, version: str) -> None:
+        with self._lock:
+            counts = self._counts.setdefault(version, [0, 0])
+            counts[0] = counts[1] = max(counts[0], counts[1], 1)
+            done, total = counts
+        self._report(version, done, total)
 
 
 class IndexSource(ReleaseSource):
@@ -262,6 +289,8 @@ class IndexSource(ReleaseSource):
         self._members: dict[str, bytes] = {}  # sha256 -> member bytes checked this run
         self._members_size = 0
         self._members_lock = threading.Lock()
+        self._parsing = threading.Lock()
+        self._meter: _Meter | None = None  # set while `prefetch` reports progress
 
     def versions(self) -> list[str]:
         """The index's releases; offline, the releases in the cache."""
@@ -296,7 +325,8 @@ class IndexSource(ReleaseSource):
         workers: int = 32,
     ) -> dict[str, Path]:
         """Fetch several releases (their manifests, and `paths` of each) in parallel;
-        `progress(version, 1, 1)` as each is ready. Returns each release's manifest file.
+        `progress(version, received, expected)` in bytes as requests are answered, with
+        ``received == expected`` once a release is ready. Returns each release's manifest file.
 
         Every release is tried; then a SourceError names all that failed. The workers are
         daemon threads: Ctrl-C ends the run at once, without waiting for them.
@@ -312,6 +342,7 @@ class IndexSource(ReleaseSource):
             jobs.put(v)
         results: queue.Queue[tuple[str, Exception | None]] = queue.Queue()
         kept: dict[str, Path] = {}
+        meter = self._meter = _Meter(progress) if progress is not None else None
 
         def work() -> None:
             while True:
@@ -326,17 +357,19 @@ class IndexSource(ReleaseSource):
                 except Exception as exc:  # handed to the main thread as is
                     results.put((version, exc))
 
-        for _ in range(max(1, min(workers, len(wanted)))):
-            threading.Thread(target=work, daemon=True).start()
         failed: list[str] = []
-        for _ in wanted:
-            version, exc = results.get()
-            if progress is not None:
-                progress(version, 1, 1)
-            if isinstance(exc, SourceError):
-                failed.append(f"{version}: {exc}")
-            elif exc is not None:
-                raise exc
+        with _collector_paused():
+            for _ in range(max(1, min(workers, len(wanted)))):
+                threading.Thread(target=work, daemon=True).start()
+            for _ in wanted:
+                version, exc = results.get()
+                if meter is not None:
+                    meter.finish(version)
+                if isinstance(exc, SourceError):
+                    failed.append(f"{version}: {exc}")
+                elif exc is not None:
+                    raise exc
+        self._meter = None
         if failed:
             raise SourceError(
                 f"{len(failed)} of {len(wanted)} releases failed: " + "; ".join(sorted(failed))
@@ -465,8 +498,18 @@ class IndexSource(ReleaseSource):
             return net.fetch_range(url, start, end, **self._net())[0]
 
         LOG.info("reading the central directory of %s", file.filename)
-        directory = wheel.read_directory(tail, fetch, file.filename)
-        return _wheel_to_manifest(file, directory, "members")
+        meter = self._meter
+        if meter is not None:
+            meter.add(file.version, expected=wheel.TAIL)
+        got = tail(wheel.TAIL)
+        if meter is not None:
+            meter.add(file.version, expected=len(got[0]) - wheel.TAIL, received=len(got[0]))
+        # One release's directory parsed at a time (it is pure Python: threads only share the
+        # interpreter): the first one read is done first and its members are asked for while
+        # the next is parsed, instead of every release finishing its parse last together.
+        with self._parsing:
+            directory = wheel.read_directory(lambda n: got, fetch, file.filename)
+            return _wheel_to_manifest(file, directory, "members")
 
     def fetch_wheel_members(self, manifest: Manifest, paths: list[str]) -> dict[str, wheel.Member]:
         """Members of a wheel through range requests, each checked against RECORD and CRC."""
@@ -484,10 +527,17 @@ class IndexSource(ReleaseSource):
         directory = wheel.Directory(manifest.size, manifest.end, entries, record)
         url = manifest.url
 
+        meter = self._meter
+
         def fetch(start: int, end: int) -> bytes:
-            return net.fetch_range(url, start, end, **self._net())[0]
+            data = net.fetch_range(url, start, end, **self._net())[0]
+            if meter is not None:
+                meter.add(manifest.version, received=len(data))
+            return data
 
         def fetch_all(ranges: list[tuple[int, int]]) -> list[bytes]:
+            if meter is not None:
+                meter.add(manifest.version, expected=sum(b - a + 1 for a, b in ranges))
             return in_parallel(lambda r: fetch(r[0], r[1]), ranges, workers=4)
 
         LOG.info("reading %d member(s) of %s", len(paths), manifest.artifact)
@@ -501,9 +551,16 @@ class IndexSource(ReleaseSource):
         """Download the whole artifact, check the index's sha256, read it, delete it."""
         dest = self.cache.downloads / f"{threading.get_ident()}-{file.filename}"
 
+        meter = self._meter
+        counted = [0, 0]  # bytes received and expected so far, as told to the meter
+
         def report(done: int, total: int) -> None:
             if self.progress is not None:
                 self.progress(file.version, done, total or file.size)
+            if meter is not None:
+                expected = total or file.size
+                meter.add(file.version, expected=expected - counted[1], received=done - counted[0])
+                counted[:] = [done, expected]
 
         LOG.info("downloading %s", net.redact(file.url))
         try:
@@ -542,6 +599,39 @@ class IndexSource(ReleaseSource):
             "retries": self.retries,
             "transport": self.index.transport,
         }
+
+
+class _CollectorPause:
+    """Python's cyclic garbage collector paused while releases are fetched, then as it was
+    (nested and concurrent pauses count: the last one out turns it back on).
+
+    A cold check builds some 150 000 small long-lived objects (each wheel's directory); the
+    collector would walk them again and again while they are made (0.25 s of a 2 s run,
+    holding the interpreter), and they hold no cycles to collect."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._turned_off = False
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth == 0 and gc.isenabled():
+                gc.disable()
+                self._turned_off = True
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth -= 1
+                if self._depth == 0 and self._turned_off:
+                    self._turned_off = False
+                    gc.enable()
+
+
+_collector_paused = _CollectorPause()
 
 
 def in_parallel(fn: Callable[[_T], _R], items: list[_T], *, workers: int) -> list[_R]:

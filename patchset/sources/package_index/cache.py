@@ -185,7 +185,7 @@ class Cache:
         return manifest
 
     def store_manifest(self, manifest: Manifest) -> None:
-        body = json.dumps(dict(manifest.members), separators=(",", ":"), sort_keys=True).encode()
+        body = json.dumps(dict(manifest.members), separators=(",", ":")).encode()  # wheel order
         header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
         with atomic_write(self.manifest_path(manifest.artifact)) as out:
             out.write(json.dumps(header, sort_keys=True).encode() + b"\n" + body)

@@ -238,7 +238,7 @@ class Member:
     """A member read and checked: its bytes, their sha256, and the raw deflate stream."""
 
     data: bytes
-    sha256: str
+    sha256: str  # "" for RECORD, read without a hash of its own
     deflated: bytes  # raw deflate (no zlib header) of data, as the cache stores it
 
 
@@ -331,11 +331,12 @@ def _checked(
         raise DamagedWheel(f"{name}: {entry.name} does not inflate") from None
     if len(data) != entry.size or zlib.crc32(data) != entry.crc:
         raise DamagedWheel(f"{name}: {entry.name} does not match its zip CRC")
+    if not check_record:  # RECORD itself: it holds no hash of its own, none is taken
+        return Member(data, "", deflated)
     digest = hashlib.sha256(data).hexdigest()
-    if check_record:
-        expected = directory.record.get(entry.name)
-        if expected is None:
-            raise DamagedWheel(f"{name}: {entry.name} is not in the wheel's RECORD")
-        if expected != digest:
-            raise DamagedWheel(f"{name}: {entry.name} does not match its sha256 in RECORD")
+    expected = directory.record.get(entry.name)
+    if expected is None:
+        raise DamagedWheel(f"{name}: {entry.name} is not in the wheel's RECORD")
+    if expected != digest:
+        raise DamagedWheel(f"{name}: {entry.name} does not match its sha256 in RECORD")
     return Member(data, digest, deflated)
