@@ -12,7 +12,7 @@ from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
 from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
-from patchset.registry import PATCH_FILE, LoadProblem, load_registry, patch_problems
+from patchset.registry import PATCH_FILE, LoadProblem, leftovers, load_registry, patch_problems
 from patchset.registry.toml import load_toml
 from patchset.schemas import check_project, document_problems
 
@@ -118,6 +118,9 @@ def run_validate(args: argparse.Namespace) -> int:
     """Every problem of every patch in one run (each names its file and key, and the TOML
     line when there is one); exit 2 when there is any. The JSON Schemas are checked once all
     load."""
+    root = Path(args.registry)
+    # Hidden files a killed write left (the loader skips them): removed once stale, and said.
+    removed = leftovers.sweep(root) if root.is_dir() else []
     registry = load_registry(args.registry, tolerant=True)
     problems = {
         patch_id: patch_problems(registry.root / patch_id, also=[first])
@@ -140,9 +143,17 @@ def run_validate(args: argparse.Namespace) -> int:
                 ],
                 "builds": len(definitions),
                 "schema_checked": checked,
+                "removed": [str(item.path) for item in removed],
             }
         )
     else:
+        for item in removed:
+            console().print(
+                f"removed {item.path}: left by an interrupted write"
+                f" {int(item.age // 60)} minutes ago",
+                markup=False,
+                soft_wrap=True,
+            )
         for patch_id, found in problems.items():
             lines = [str(p) for p in found] + _more_problems(registry.root / patch_id, found)
             for line in lines:
