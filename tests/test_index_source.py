@@ -23,7 +23,10 @@ import pytest
 
 from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
-from patchset.sources import parse_source
+from patchset.registry import load_registry
+from patchset.release_check.memo import Memo
+from patchset.release_check.verdicts import check
+from patchset.sources import package_index, parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index import cache as cache_module
@@ -31,6 +34,7 @@ from patchset.sources.package_index.cache import Cache, cache_location, cache_ro
 from patchset.sources.package_index.client import PackageIndex
 from patchset.sources.package_index.settings import IndexSettings, resolve
 from tests.fake_index import FakeIndex, FakeServer, Reply, make_sdist, make_wheel, wheel_name
+from tests.synthetic import add_patch
 
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
 SOURCE = b"is_tma_supported = True\n"
@@ -744,3 +748,40 @@ def test_old_format_leftovers_do_not_matter(index: FakeIndex, tmp_cache: Cache) 
     (tmp_cache.root / "sdists" / "vllm-0.1.0.tar.gz").write_bytes(b"old")
     assert read(source(index, tmp_cache), "0.1.0") == SOURCE
     shutil.rmtree(tmp_cache.root / "sdists")
+
+
+def test_check_memo_reads_by_the_wheels_list(
+    index: FakeIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check's memo key takes each file's sha256 from the wheel's list (RECORD's) rather than
+    reading it; a warm check then decodes no release's list and reads no file; an edited patch
+    reads its file by that sha256 (checked), still without decoding the list; verdicts stay."""
+    diff = f"--- a/{UTILS}\n+++ b/{UTILS}\n@@ -1 +1 @@\n-is_tma_supported = True\n+x = 1\n"
+    registry = tmp_path / "patches"
+    add_patch(registry, "pat", diff=diff, targets=[UTILS])
+    cache, memo = Cache(tmp_path / "cache"), tmp_path / "memo"
+    versions = ["0.1.0", "0.2.0"]
+    first = check(load_registry(registry), versions, source=source(index, cache), memo=Memo(memo))
+    assert [r.verdict for r in first.results] == ["needed", "conflict"]
+    decoded: list[int] = []
+    reads: list[str] = []
+    real_decode, real_read = cache_module._Members._decoded, package_index.IndexTree.read
+
+    def counted_decode(self: cache_module._Members) -> dict[str, list[object]]:
+        decoded.append(1)
+        return real_decode(self)
+
+    def counted_read(self: package_index.IndexTree, relpath: str) -> bytes | None:
+        reads.append(relpath)
+        return real_read(self, relpath)
+
+    monkeypatch.setattr(cache_module._Members, "_decoded", counted_decode)
+    monkeypatch.setattr(package_index.IndexTree, "read", counted_read)
+    warm = check(load_registry(registry), versions, source=offline_source(cache), memo=Memo(memo))
+    assert warm.results == first.results
+    assert (decoded, reads) == ([], [])
+    toml = registry / "pat" / "patch.toml"
+    toml.write_text(toml.read_text().replace('title = "', 'title = "edited ', 1))
+    edited = check(load_registry(registry), versions, source=offline_source(cache), memo=Memo(memo))
+    assert [r.verdict for r in edited.results] == ["needed", "conflict"]
+    assert (decoded, reads) == ([], [])  # read by digest, from the cache's checked blobs

@@ -330,17 +330,23 @@ class _Files:
         self.known = known
         self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
         self._cache: dict[str, bytes | None] = {}
-        self._listed = tree.listed_digest if isinstance(tree, KnowsDigests) else None
+        self._lists = tree if isinstance(tree, KnowsDigests) else None
         self._python: list[str] | None = None
 
     def read(self, rel: str) -> bytes | None:
         if rel not in self._cache:
-            self._cache[rel] = self.tree.read(rel)
+            said = self.known.get(rel) if self._lists is not None else None
+            if said == "-":  # the release's list, as the memo keeps it, has no such file
+                self._cache[rel] = None
+            elif said is not None and self._lists is not None:
+                self._cache[rel] = self._lists.read_listed(rel, said)
+            else:
+                self._cache[rel] = self.tree.read(rel)
         return self._cache[rel]
 
     def digest(self, rel: str) -> str:
         if rel not in self.known:
-            said = self._listed(rel) if self._listed is not None else None
+            said = self._lists.listed_digest(rel) if self._lists is not None else None
             self.known[rel] = self.fresh[rel] = (
                 said if said is not None else file_digest(self.read(rel))
             )

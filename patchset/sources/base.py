@@ -101,6 +101,11 @@ class KnowsDigests(Protocol):
         when the list cannot say without reading it."""
         ...
 
+    def read_listed(self, relpath: str, digest: str) -> bytes | None:
+        """The file whose listed sha256 is known to be `digest` (a memo of this release's
+        list): read by that digest, checked against it, as `read` would give it."""
+        ...
+
 
 @runtime_checkable
 class ReadsMany(Protocol):

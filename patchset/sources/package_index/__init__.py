@@ -192,6 +192,18 @@ class IndexTree(ReleaseTree):
             return "-"
         return None  # a wheel cannot hold it: the sdist's list would say
 
+    def read_listed(self, relpath: str, digest: str) -> bytes | None:
+        """`relpath` whose sha256 a memo of this release's list gives: from the cache by that
+        digest (checked against it), without decoding the list; else as `read`."""
+        if self.manifest.kind != "wheel" or not relpath.startswith("vllm/"):
+            return self.read(relpath)  # from the sdist, or not in a wheel: said in `info`
+        data = self._source.recall(digest) or self._source.cache.read_blob(digest)
+        if data is None:
+            return self.read(relpath)
+        self._checked[relpath] = digest
+        self.info = self._info()
+        return data
+
     def _outside_wheel(self, relpath: str) -> bytes | None:
         """A path a wheel cannot hold (csrc/, setup.py...) is read from the sdist."""
         if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
