@@ -167,3 +167,74 @@ def test_deleting_the_end_of_a_file_is_not_upstream_by_its_context_alone(tmp_pat
     # The context is there, followed by other code: nothing says the deletion happened.
     r = _check(tmp_path, BODY + "other = 1\n", diff)
     assert r.verdict == "conflict"
+
+
+# -- runtime sites with `when` (conditional on the served configuration) ----------------------
+COND_MODULE = "def f(x):\n    out = g(x)\n    return out\n"
+
+
+def _site(name: str, anchor: str, when: str = "") -> str:
+    return (
+        f'[[site]]\nname = "{name}"\nfile = "vllm/m.py"\naction = "replace"\n'
+        f'marker = "patchset: {name}"\nanchor = "{anchor}"\ntext = "{anchor}  # {name}"\n'
+        + (f"when = {when}\n" if when else "")
+    )
+
+
+GPTQ = "{ quantization = ['gptq'] }"
+
+
+@pytest.mark.parametrize(
+    ("sites", "verdict", "conditional"),
+    [
+        # an unconditional site applies; a conditional one's anchor is not in this release
+        ([("a", "return out", ""), ("b", "return gone", GPTQ)], "needed", ["b"]),
+        # the same without `when`: a real failure, as before
+        ([("a", "return out", ""), ("b", "return gone", "")], "partial", []),
+        # every site conditional, one matches: it decides
+        ([("a", "out = g(x)", GPTQ), ("b", "return gone", GPTQ)], "needed", ["b"]),
+        # every site conditional and none matches: the text is all there is to go by
+        ([("a", "return gone", GPTQ), ("b", "out = gone", GPTQ)], "conflict", []),
+    ],
+)
+def test_conditional_sites_depend_on_the_served_configuration(
+    tmp_path: Path, sites: list[tuple[str, str, str]], verdict: str, conditional: list[str]
+) -> None:
+    registry = tmp_path / "patches"
+    text = "\n".join(_site(*s) for s in sites)
+    add_patch(registry, "cond", sites=text, targets=["vllm/m.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/m.py": COND_MODULE})
+    report = check(load_registry(registry), ["0.19.1"], source=FolderSource(tree), use_memo=False)
+    r = report.result("0.19.1", "cond")
+    assert r.verdict == verdict, r.detail
+    said = [line for line in r.locations if "depends on the served configuration" in line]
+    assert [line.split("site ")[1].split(":")[0] for line in said] == conditional
+    for line in said:
+        assert "when quantization in ['gptq']" in line
+    assert not set(conditional) & set(r.failing_sites)
+
+
+def test_sites_the_served_configuration_leaves_out_are_conditional(tmp_path: Path) -> None:
+    registry = tmp_path / "patches"
+    mixed = _site("a", "return out") + "\n" + _site("b", "out = g(x)", GPTQ)
+    add_patch(registry, "mixed", sites=mixed, targets=["vllm/m.py"])
+    only = _site("c", "return out", GPTQ)
+    add_patch(registry, "only", sites=only, targets=["vllm/m.py"])
+    tree = make_tree(tmp_path / "tree", {"vllm/m.py": COND_MODULE})
+    loaded = load_registry(registry)
+    awq = {"quantization": "awq"}
+    report = check(loaded, ["0.19.1"], source=FolderSource(tree), use_memo=False, served=awq)
+    r = report.result("0.19.1", "mixed")
+    assert r.verdict == "needed"
+    assert any(
+        "site b: conditional" in line and "served: quantization=awq" in line for line in r.locations
+    )
+    # Its only site left out: not a conflict; the site's text decides (it fits).
+    r = report.result("0.19.1", "only")
+    assert r.verdict == "needed", r.detail
+    # The served configuration is part of the memo key: gptq applies site b too.
+    memo = Memo()
+    for served, conditional in ((awq, True), ({"quantization": "gptq"}, False)):
+        again = check(loaded, ["0.19.1"], source=FolderSource(tree), memo=memo, served=served)
+        lines = again.result("0.19.1", "mixed").locations
+        assert any("conditional" in line for line in lines) is conditional

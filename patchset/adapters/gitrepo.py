@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-import git
+if TYPE_CHECKING:  # imported where used: `patchset` starts without gitpython
+    import git
 
 from patchset.errors import SourceError
 
@@ -55,6 +56,8 @@ class GitRepo(_Handle):
 
     def is_ancestor(self, ancestor: str, rev: str) -> bool | None:
         """Whether commit `ancestor` is in the history of `rev`; None if either is unknown."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         try:
             first, second = self._repo.commit(ancestor), self._repo.commit(rev)
         except (git.BadName, git.BadObject, ValueError):
@@ -63,6 +66,8 @@ class GitRepo(_Handle):
 
     def commit(self, rev: str) -> str | None:
         """The hex sha of the commit `rev` names (a tag is peeled), or None."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         try:
             return str(self._repo.commit(rev).hexsha)
         except (git.BadName, git.BadObject, ValueError):
@@ -81,6 +86,8 @@ class GitRepo(_Handle):
 
     def list_paths(self, rev: str, prefix: str = "") -> list[str]:
         """Every regular file at `rev` under the folder `prefix` (all files when empty)."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         tree = self._tree(rev)
         clean = _clean(prefix) if prefix.strip("/") else ""
         if clean:
@@ -103,6 +110,8 @@ class GitRepo(_Handle):
             return False
 
     def _tree(self, rev: str) -> git.Tree:
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         try:
             return self._repo.commit(rev).tree
         except (git.BadName, git.BadObject, ValueError):
@@ -111,6 +120,8 @@ class GitRepo(_Handle):
 
 def open_repo(path: Path | str) -> GitRepo:
     """Open the clone at `path`; one SourceError line when it is not a git repository."""
+    import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
     folder = Path(path)
     if not folder.exists():
         raise SourceError("no such folder", path=folder)
@@ -123,6 +134,8 @@ def open_repo(path: Path | str) -> GitRepo:
 
 def toplevel(path: Path | str) -> Path | None:
     """The top folder of the git work tree holding `path`; None outside one."""
+    import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
     try:
         repo = git.Repo(Path(path).resolve(), search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -146,6 +159,8 @@ def provenance(path: Path | str) -> tuple[str, str]:
     the `origin` remote when there is one, else the checkout's folder. Outside a checkout:
     ("unknown", the folder).
     """
+    import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
     folder = Path(path).resolve()
     try:
         repo = git.Repo(folder, search_parent_directories=True)
@@ -198,6 +213,8 @@ class ScratchRepo(_Handle):
     """A throwaway repository to merge files in; paths are POSIX paths inside it."""
 
     def _git(self, *args: str) -> str:
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         try:
             return str(self._repo.git.execute(["git", *args]))
         except git.GitCommandError as exc:
@@ -225,6 +242,8 @@ class ScratchRepo(_Handle):
 
         A conflicted file keeps git's markers, relabelled with `labels`; nothing is committed.
         """
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         try:
             self._repo.git.execute(
                 ["git", "merge", "--no-ff", "--no-edit", "--quiet", "-m", f"merge {branch}", branch]
@@ -251,6 +270,8 @@ class ScratchRepo(_Handle):
 
     def diff(self, old: str, new: str, paths: list[str] | tuple[str, ...]) -> bytes:
         """`git diff old new -- paths` with a/ and b/ prefixes, as bytes (empty: no change)."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
         try:
             out = self._repo.git.execute(
                 [
@@ -276,6 +297,8 @@ class ScratchRepo(_Handle):
 
 def scratch_repo(path: Path | str) -> ScratchRepo:
     """A new repository in the empty folder `path`, with branch `base` and no commits."""
+    import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     try:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from patchset.errors import ExitCode, one_line
+from patchset.kernel.sites import parse_served
 
 COMMON_CODES = "70 an internal error (a bug: rerun with --traceback); 130 interrupted"
 
@@ -169,3 +170,11 @@ def wants_github(argv: list[str]) -> bool:
         a == "--format=github" or (a == "--format" and b == "github")
         for a, b in zip(argv, [*argv[1:], ""], strict=True)
     )
+
+
+def served_arg(text: str) -> dict[str, str]:
+    """`--served KEY=VALUE,...` (apply, check) as argparse reads it."""
+    try:
+        return parse_served(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -9,6 +9,7 @@ The verdict is derived from them in a fixed order, and a disagreement is reporte
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -19,6 +20,7 @@ from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode, PatchsetError, UsageError
 from patchset.kernel.hunks import HunkResult
+from patchset.kernel.sites import SiteResult
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import moved_homes
@@ -168,6 +170,7 @@ def check(
     explain: Explain = "in-range",
     memo: Memo | None = None,
     use_memo: bool = True,
+    served: Mapping[str, str] | None = None,
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default.
 
@@ -207,6 +210,7 @@ def check(
                         seen=seen,
                         registry=registry,
                         earlier=earlier,
+                        served=served,
                     )
                 )
                 infos.append(tree.info)  # after the reads: an index tree lists what it checked
@@ -234,6 +238,7 @@ def check_tree(
     seen: dict[str, str] | None = None,
     registry: Registry | None = None,
     earlier: Callable[[str, str], bytes | None] | None = None,
+    served: Mapping[str, str] | None = None,
 ) -> list[CheckResult]:
     """Every patch against one release; one that `requires` others (in `registry`) on top of
     them. `seen` maps the target files found in earlier releases to the last release holding
@@ -275,6 +280,7 @@ def check_tree(
                     sorted(digests.items()),
                     [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
                     _ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
+                    sorted(served.items()) if served is not None else None,
                 )
         plans.append((patch, in_range, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
@@ -296,6 +302,7 @@ def check_tree(
             existed=existed,
             before=_last_content(patch, version, seen, earlier),
             python_files=release.python_files,
+            served=served,
         )
         results.append(r)
         if key is not None:
@@ -409,12 +416,20 @@ def _written_before(patch: Patch, version: str) -> bool:
 
 
 def _pick_variant(
-    patch: Patch, version: str, read: Callable[[str], bytes | None], max_fuzz: int, nearest: bool
+    patch: Patch,
+    version: str,
+    read: Callable[[str], bytes | None],
+    max_fuzz: int,
+    nearest: bool,
+    *,
+    served: Mapping[str, str] | None = None,
 ) -> tuple[Variant, Evaluation]:
     """The variant meant for the release; failing that, the first that fits it."""
 
     def run(variant: Variant) -> Evaluation:
-        return evaluate(patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
+        return evaluate(
+            patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio, served=served
+        )
 
     meant = patch.variant_for(version) if ranges.is_version(version) else None
     if meant is not None:
@@ -453,10 +468,14 @@ def _one(
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
     python_files: Callable[[], list[str]] | None = None,
+    served: Mapping[str, str] | None = None,
 ) -> CheckResult:
     in_range = patch.in_range(version) if ranges.is_version(version) else False
     nearest = explain == "all" or (explain == "in-range" and in_range)
-    variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest)
+    variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest, served=served)
+    ev, aside = _conditional_sites(
+        patch, variant, ev, read, max_fuzz=max_fuzz, nearest=nearest, served=served
+    )
     probe = patch.upstream.probe
     probe_hit = probe.matches(_text(read(probe.file))) if probe else None
     reverse = ev.reverse_applies if patch.kind == "diff" else None
@@ -477,6 +496,12 @@ def _one(
         decision = _Decision("missing-target", detail, disagreement, moved)
     else:
         decision = _decide(patch, ev, signals, states)
+    if aside:
+        names = ", ".join(r.site for r in aside)
+        decision = dataclasses.replace(
+            decision,
+            detail=f"{decision.detail}; site(s) {names} depend on the served configuration",
+        )
     return CheckResult(
         vllm=version,
         patch=patch.id,
@@ -487,7 +512,7 @@ def _one(
         detail=decision.detail,
         signals=signals,
         disagreement=decision.disagreement,
-        locations=_locations(ev, states),
+        locations=_locations(ev, states) + tuple(_conditional_line(r, variant) for r in aside),
         moved_to=decision.moved,
         shifted=decision.shifted,
         failing_hunks=tuple((f, h.index) for f, h in ev.hunks if h.status == "failed"),
@@ -495,6 +520,57 @@ def _one(
             s.site for s in ev.sites if s.status not in ("applies", "already-applied")
         ),
         missing=ev.missing,
+    )
+
+
+def _conditional_sites(
+    patch: Patch,
+    variant: Variant,
+    ev: Evaluation,
+    read: Callable[[str], bytes | None],
+    *,
+    max_fuzz: int,
+    nearest: bool,
+    served: Mapping[str, str] | None,
+) -> tuple[Evaluation, tuple[SiteResult, ...]]:
+    """Sites with `when` that the served configuration leaves out (`--served`), or, with it
+    unknown, whose anchor does not match here, depend on the served configuration: they are
+    set aside, and the other sites decide. When every site would be set aside, nothing else is
+    there to decide: the sites' text does, every one of them looked at."""
+    if patch.kind != "runtime" or ev.state == "missing-target":
+        return ev, ()
+    conditional = {s.name for s in variant.sites if s.when}
+    aside = tuple(
+        r for r in ev.sites if r.site in conditional and r.status in _NOT_FOUND and not r.optional
+    )
+    if not aside:
+        return ev, ()
+    if ev.state in ("applies", "already-applied"):  # only sites `--served` left out: relabelled
+        return dataclasses.replace(ev, sites=tuple(r for r in ev.sites if r not in aside)), aside
+    if len(aside) == len(variant.sites):
+        if served is None:
+            return ev, ()
+        again = evaluate(patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio)
+        return _conditional_sites(
+            patch, variant, again, read, max_fuzz=max_fuzz, nearest=nearest, served=None
+        )
+    names = {r.site for r in aside}
+    rest = dataclasses.replace(
+        variant, sites=tuple(s for s in variant.sites if s.name not in names)
+    )
+    ev = evaluate(patch, rest, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio, served=served)
+    return ev, aside
+
+
+_NOT_FOUND = ("anchor-not-found", "ambiguous", "skipped")
+
+
+def _conditional_line(result: SiteResult, variant: Variant) -> str:
+    site = next(s for s in variant.sites if s.name == result.site)
+    why = result.detail or result.status
+    return (
+        f"{result.file}: site {result.site}: conditional, depends on the served configuration"
+        f" (when {site.describe_when()}): {why}"
     )
 
 

@@ -8,9 +8,10 @@ from typing import Literal
 
 from patchset.adapters import gpu
 from patchset.cli.loading import load
+from patchset.cli.options import served_arg
 from patchset.cli.output import FORMATS, console, print_json, styled, table
 from patchset.engine.apply import DETECT, ApplyReport, apply, revert
-from patchset.kernel.sites import WHEN_KEYS, parse_served
+from patchset.kernel.sites import WHEN_KEYS
 
 TARGET_HELP = (
     "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
@@ -67,7 +68,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             )
             p.add_argument(
                 "--served",
-                type=_served,
+                type=served_arg,
                 default={},
                 metavar="KEY=VALUE,...",
                 help="what will be served, for sites with `when`: "
@@ -106,13 +107,6 @@ def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
     if text.strip().lower() == "none":
         return None
     return gpu.parse_capability(text)
-
-
-def _served(text: str) -> dict[str, str]:
-    try:
-        return parse_served(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_revert(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from patchset.adapters import net
 from patchset.adapters.actions import workflow_command
 from patchset.cli import github
 from patchset.cli.loading import load
+from patchset.cli.options import served_arg
 from patchset.cli.output import (
     OUTCOME_STYLE,
     DescriptionColumn,
@@ -98,6 +99,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")
     p.add_argument(
+        "--served",
+        type=served_arg,
+        metavar="KEY=VALUE,...",
+        help="what is served, for runtime sites with `when` (as apply --served); sites it"
+        " leaves out read 'conditional' (default: unknown)",
+    )
+    p.add_argument(
         "--explain",
         action="store_true",
         help="give every failing hunk its nearest lines, out-of-range releases and JSON"
@@ -143,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         patches=args.patches,
         max_fuzz=args.fuzz,
         explain=explain,
+        served=args.served,
     )
     if args.format == "json":
         print_json(report.to_dict())

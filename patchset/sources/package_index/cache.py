@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import os
 import shutil
-import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Iterator, Mapping
@@ -114,7 +115,7 @@ class Cache:
         With ``wait=False`` a busy lock is not waited for: the context then yields False.
         """
         path = self.root / "locks" / f"{_plain_name(name)}.lock"
-        _mkdir(path.parent)
+        _mkdir(path.parent, check=True)  # filelock does not make it if it went away
         try:
             with filelock.FileLock(path, timeout=LOCK_TIMEOUT if wait else 0):
                 yield True
@@ -362,7 +363,15 @@ def _files(folder: Path) -> Iterator[Path]:
             yield Path(base) / name
 
 
-def _mkdir(folder: Path) -> None:
+_MADE: set[Path] = set()  # cache folders made (or found) by this process
+_TEMP_NAMES = itertools.count()
+
+
+def _mkdir(folder: Path, *, check: bool = False) -> None:
+    """Make `folder` (once a process, unless `check`: a cold check writes hundreds of
+    files into a few folders)."""
+    if folder in _MADE and not check:
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -375,6 +384,7 @@ def _mkdir(folder: Path) -> None:
             f"cannot create the cache folder {folder} ({exc.strerror});"
             " set $PATCHSET_CACHE_DIR to a writable folder"
         ) from None
+    _MADE.add(folder)
 
 
 @contextlib.contextmanager
@@ -384,23 +394,35 @@ def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
 
     Unlike `patchset._fs.atomic_file` it does not fsync: everything here is checked by content
     when read, so a file torn by a power loss is fetched again, and a cold check writes
-    thousands of small files (an fsync each cost seconds).
+    hundreds of small files (an fsync each cost seconds). The temporary name is unique to
+    this process and thread (no random names tried: this is on the cold path too).
     """
     _mkdir(dest.parent)
+    unique = f"{os.getpid()}-{threading.get_ident()}-{next(_TEMP_NAMES)}"
+    name = dest.parent / f".{dest.name}.{unique}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+        try:
+            fd = os.open(name, flags, 0o644)
+        except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
+            _MADE.discard(dest.parent)
+            _mkdir(dest.parent)
+            fd = os.open(name, flags, 0o644)
     except OSError as exc:
         raise SourceError(
             f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
             " set $PATCHSET_CACHE_DIR to a writable folder"
         ) from None
-    os.fchmod(fd, 0o644)  # readable by the other users of a shared cache
+    done = False
     try:
-        with os.fdopen(fd, "w+b") as out:
+        os.fchmod(fd, 0o644)  # whatever the umask: readable by the users of a shared cache
+        with os.fdopen(fd, "wb") as out:
             yield out
         os.replace(name, dest)
+        done = True
     finally:
-        Path(name).unlink(missing_ok=True)
+        if not done:
+            name.unlink(missing_ok=True)
 
 
 def _plain_name(name: str) -> str:
