@@ -159,12 +159,19 @@ def _home(
             return split
     if not whole:  # a few hunks' lines are too little to tell siblings apart
         return None
-    folder = [p for p in paths if str(PurePosixPath(p).parent) == parent and p != rel]
+    # string splits, not pathlib: a release lists thousands of python files
+    folder = [p for p in paths if p.rpartition("/")[0] == parent and p != rel]
     best = _best_file(tree, folder, expected)  # renamed in its folder: the same rule
     if best is None:  # renamed with a part of its name kept (`x_prepare_finalize.py` -> `x.py`)
-        kin = [p for p in paths if p != rel and _akin(stem, PurePosixPath(p).stem)]
+        kin = [p for p in paths if p != rel and _akin(stem, _stem(p))]
         best = _best_file(tree, kin, expected) if len(kin) <= MAX_KIN else None
     return None if best is None else (best,)
+
+
+def _stem(path: str) -> str:
+    """PurePosixPath(path).stem for a path ending in .py, by string splits."""
+    name = path.rpartition("/")[2]
+    return name[:-3] if len(name) > 3 and name.endswith(".py") else PurePosixPath(name).stem
 
 
 def _akin(old: str, new: str) -> bool:

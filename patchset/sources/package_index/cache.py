@@ -151,6 +151,16 @@ class Cache:
             return None
         return fetched, data
 
+    def has_fresh_answer(self, max_age: float) -> bool:
+        """Whether some index answer was stored less than `max_age` seconds ago (by its
+        file's time: a hint, before the index, hence the answer's key, is known)."""
+        now = time.time()
+        folder = self.root / "index"
+        try:
+            return any(now - p.stat().st_mtime < max_age for p in folder.glob("*.json"))
+        except OSError:
+            return False
+
     def store_json(self, key: str, data: Any, *, source: str) -> None:
         record = {
             "format": ANSWER_FORMAT,

@@ -87,7 +87,8 @@ class PackageIndex:
         self._pending: Callable[[], IndexSettings] | None = None
         if settings is None:  # asking pip takes a process: started now, waited for when used
             self._pending = resolve_soon(index_url, memo=self.cache.root / "settings")
-        if not offline:  # pypi_simple (pydantic) imports in 0.2 s: meanwhile too
+        if not offline and not self.cache.has_fresh_answer(max_age):
+            # the page will be asked for: pypi_simple (pydantic) imports in 0.2 s, meanwhile
             threading.Thread(
                 target=importlib.import_module, args=("pypi_simple",), daemon=True
             ).start()
