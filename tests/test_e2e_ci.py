@@ -139,7 +139,8 @@ def check_pre_commit(project: Path, tmp_path: Path) -> None:
     assert bad.returncode == 1
     (line,) = [x for x in bad.stdout.splitlines() if x.startswith("patchset: error: ")]
     assert line.startswith("patchset: error: patches/fla-tma-sm12x/patch.toml: kind: 'dif'")
-    assert line.endswith("(did you mean 'diff'?)")
+    kind_line = good.splitlines().index('kind = "diff"') + 1
+    assert line.endswith(f"(did you mean 'diff'?) (line {kind_line})")
     toml.write_text(good)
 
 
