@@ -30,6 +30,7 @@ from patchset.sources import package_index, parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index import cache as cache_module
+from patchset.sources.package_index import settings as pip_settings
 from patchset.sources.package_index.cache import Cache, cache_location, cache_root
 from patchset.sources.package_index.client import PackageIndex
 from patchset.sources.package_index.settings import IndexSettings, resolve
@@ -134,8 +135,53 @@ def test_default_index_is_pips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     found = resolve(memo=tmp_path / "memo")
     assert found.chosen_by == "pip's default"
     assert found.index_url.startswith("https://") and found.index_url.endswith("/simple")
-    assert list((tmp_path / "memo").iterdir())  # remembered: the next run does not ask pip
+    assert not (tmp_path / "memo").exists()  # on Linux pip's files are read: nothing to keep
     assert resolve(memo=tmp_path / "memo") == found
+
+
+def _write(path: Path, text: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "case", ["user", "xdg-user", "legacy-and-xdg", "named-file", "named-missing", "devnull"]
+)
+def test_pips_files_read_as_pip_config_list_reads_them(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reader of pip's files answers what pip itself answers (`pip config list`), for
+    each place a user keeps them, with sections, later files and variables overriding."""
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "etc-xdg"))
+    _write(tmp_path / "etc-xdg" / "pip" / "pip.conf", "[global]\ntimeout = 7\ncert = /g.pem\n")
+    user = "[global]\nindex-url = https://user.invalid/simple\n[install]\ncert = /i.pem\n"
+    if case == "user":
+        _write(home / ".config" / "pip" / "pip.conf", user)
+    elif case == "xdg-user":
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg))
+        _write(xdg / "pip" / "pip.conf", user + "[download]\nTrusted_Host = d.invalid\n")
+    elif case == "legacy-and-xdg":
+        _write(home / ".pip" / "pip.conf", "[global]\nindex-url = https://legacy.invalid/s\n")
+        _write(home / ".config" / "pip" / "pip.conf", user)
+    elif case == "named-file":
+        _write(home / ".config" / "pip" / "pip.conf", user)  # skipped: the named file exists
+        named = _write(tmp_path / "named.conf", "[global]\nindex-url = https://n.invalid/s\n")
+        monkeypatch.setenv("PIP_CONFIG_FILE", named)
+    elif case == "named-missing":
+        _write(home / ".config" / "pip" / "pip.conf", user)  # read: the named file is missing
+        monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "absent.conf"))
+    else:
+        _write(home / ".config" / "pip" / "pip.conf", user)
+        monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_TRUSTED_HOST", "env.invalid")
+    pip_says = pip_settings.ask_pip_config()
+    assert pip_says, "pip config list answered nothing: the comparison would prove nothing"
+    assert pip_settings.read_pip_config() == pip_says
 
 
 def test_remembered_pip_config_follows_a_changed_config(
@@ -148,6 +194,7 @@ def test_remembered_pip_config_follows_a_changed_config(
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
     for name in ("PIP_INDEX_URL", "PIP_CERT", "PIP_TRUSTED_HOST"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sys, "platform", "darwin")  # where pip's answer is asked and kept
     memo = tmp_path / "memo"
     assert resolve(memo=memo).index_url == "https://first.invalid/simple"
     assert resolve(memo=memo).index_url == "https://first.invalid/simple"  # from the memo

@@ -1,8 +1,14 @@
 """pip's settings that decide how the index is reached: its configuration read by public
-means (``pip config list``), its default index from pip's own constant.
+means, its default index from pip's own constant.
+
+pip's configuration is read, on Linux, from the files pip's documentation lists, in its order
+(global, user, site, then ``PIP_CONFIG_FILE``; ``os.devnull`` there reads none) and from its
+``PIP_*`` variables: no process is started, and the tests hold the answer equal to
+``pip config list``'s. Elsewhere (other platforms put the files in other places) it is
+``pip config list``, run once and remembered in the cache.
 
 The index is ``--index-url`` from the caller, else ``PIP_INDEX_URL``, else ``index-url`` in
-pip's configuration (``pip config list``), else pip's default (its ``PyPI.simple_url``,
+pip's configuration, else pip's default (its ``PyPI.simple_url``,
 so no index is named here). ``cert`` and ``trusted-host`` come from the environment
 (``PIP_CERT``, ``PIP_TRUSTED_HOST``) or pip's configuration; credentials from the URL or
 ``~/.netrc``. Extra indexes are ignored on purpose: one release comes from one place.
@@ -11,6 +17,7 @@ so no index is named here). ``cert`` and ``trusted-host`` come from the environm
 from __future__ import annotations
 
 import ast
+import configparser
 import contextlib
 import hashlib
 import importlib.metadata
@@ -41,9 +48,73 @@ class IndexSettings:
     transport: net.Transport = net.DEFAULT_TRANSPORT
 
 
-def pip_config() -> dict[str, str]:
-    """``pip config list`` as {key: value} (``cert``, ``index-url``...), later scopes winning;
-    empty when pip is not installed."""
+def pip_config(memo: Path | None = None) -> dict[str, str]:
+    """pip's configuration as {key: value} (``cert``, ``index-url``...), later scopes winning:
+    read from its files on Linux, else asked of pip (remembered under `memo`)."""
+    if sys.platform.startswith("linux"):
+        return read_pip_config()
+    return _pip_config_memo(memo)
+
+
+def pip_config_files() -> list[str]:
+    """The files pip reads on Linux, in its order (a later file wins): global
+    (``$XDG_CONFIG_DIRS/pip/pip.conf``, ``/etc/pip.conf``), user (``~/.pip/pip.conf``,
+    ``$XDG_CONFIG_HOME/pip/pip.conf``; skipped when ``PIP_CONFIG_FILE`` names a file that
+    exists), site (``sys.prefix/pip.conf``), then ``PIP_CONFIG_FILE``; none at all when that is
+    ``os.devnull``."""
+    named = os.environ.get("PIP_CONFIG_FILE")
+    if named == os.devnull:
+        return []
+    dirs = (os.environ.get("XDG_CONFIG_DIRS") or "").strip() or "/etc/xdg"
+    files = [Path(d) / "pip" / "pip.conf" for d in dirs.split(os.pathsep) if d]
+    files.append(Path("/etc/pip.conf"))
+    if not (named and Path(named).exists()):
+        home = Path("~").expanduser()
+        user = (os.environ.get("XDG_CONFIG_HOME") or "").strip()
+        files += [
+            home / ".pip" / "pip.conf",
+            (Path(user) if user else home / ".config") / "pip" / "pip.conf",
+        ]
+    files.append(Path(sys.prefix) / "pip.conf")
+    if named:
+        files.append(Path(named))
+    return [str(f) for f in files]
+
+
+def read_pip_config() -> dict[str, str]:
+    """pip's configuration from its files and ``PIP_*`` variables, merged as ``pip config
+    list`` shows it (a later file wins per section; then ``global`` < ``install`` <
+    ``download`` < the environment); empty when a file cannot be parsed, as pip then fails."""
+    merged: dict[tuple[str, str], str] = {}
+    for name in pip_config_files():
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(name, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError, OSError):
+            return {}
+        for section in parser.sections():
+            for key, value in parser.items(section):
+                merged[section, _pip_name(key)] = value
+    for var, value in os.environ.items():
+        if var.startswith("PIP_") and var != "PIP_VERSION":
+            merged[":env:", _pip_name(var[4:])] = value
+    found: dict[str, tuple[int, str]] = {}
+    for (scope, key), value in merged.items():
+        rank = _SCOPES.index(scope) if scope in _SCOPES else -1
+        if rank >= 0 and rank >= found.get(key, (-1, ""))[0]:
+            found[key] = (rank, value)
+    return {key: value for key, (_, value) in found.items()}
+
+
+def _pip_name(name: str) -> str:
+    """A setting's name as pip spells it: lower case, dashes, no leading ``--``."""
+    name = name.lower().replace("_", "-")
+    return name[2:] if name.startswith("--") else name
+
+
+def ask_pip_config() -> dict[str, str]:
+    """``pip config list`` as {key: value}, later scopes winning; empty when pip is not
+    installed or fails."""
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"],
@@ -98,7 +169,7 @@ def _pip_config_memo(memo: Path | None) -> dict[str, str]:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
             record = json.loads(path.read_bytes())
             return {str(k): str(v) for k, v in record["config"].items()}
-    config = pip_config()
+    config = ask_pip_config()
     if path is not None:
         with contextlib.suppress(OSError):
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,7 +209,7 @@ def _memo_key() -> str | None:
 def resolve(index_url: str | None = None, *, memo: Path | None = None) -> IndexSettings:
     """The index and its transport, from the caller, the environment and pip's config
     (remembered under `memo` when given)."""
-    config = _pip_config_memo(memo)
+    config = pip_config(memo)
     if index_url:
         url, chosen = index_url, "--index-url"
     elif env := os.environ.get("PIP_INDEX_URL"):
