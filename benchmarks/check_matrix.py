@@ -42,11 +42,11 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchset.engine import evaluate
-from patchset.registry import load_registry
-from patchset.release_check import memo
+from patchset.registry import load_registry, ranges
+from patchset.release_check import memo, moves
 from patchset.release_check.moves import content_lines
 from patchset.release_check.verdicts import CheckReport, CheckResult, check
-from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index import IndexSource, client
 from patchset.sources.package_index.cache import cache_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -456,6 +456,9 @@ def main() -> None:
 
     memo.clear()
     evaluate._compile_error.cache_clear()  # as in a fresh process: nothing compiled yet
+    moves.forget_lines()  # nor any release file's lines
+    client._parse_version.cache_clear()  # nor any version parsed
+    ranges.is_version.cache_clear()
     nomemo, report = timed_check(registry_dir, versions)
     print(f"nomemo: {len(report.results)} verdicts in {nomemo:.2f} s", flush=True)
     warm = min(timed_check(registry_dir, versions)[0] for _ in range(args.repeat))

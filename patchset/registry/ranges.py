@@ -8,6 +8,7 @@ nothing changes, and written lower bounds first where something does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
@@ -17,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 _ORDER = {">=": 0, ">": 0, "~=": 1, "==": 1, "===": 1, "!=": 2, "<=": 3, "<": 3}
 
 
+@functools.lru_cache(maxsize=4096)
 def is_version(text: str) -> bool:
     try:
         Version(text)

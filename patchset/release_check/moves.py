@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 
 from patchset.registry import Variant
-from patchset.sources.base import ReadsMany, ReleaseTree
+from patchset.sources.base import KnowsDigests, ReadsMany, ReleaseTree
 
 # A file "carries most of" a vanished one when it holds at least this share of the content
 # lines the patch expects in the vanished file...
@@ -184,17 +184,56 @@ def _akin(old: str, new: str) -> bool:
 
 def _shares(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> dict[str, set[str]]:
     """The expected lines each candidate holds (those holding none left out)."""
-    many = tree.read_many(candidates) if isinstance(tree, ReadsMany) else None
+    lines = _line_sets(tree, candidates)
     held: dict[str, set[str]] = {}
     for path in candidates:
-        data = many[path] if many is not None else tree.read(path)
-        if data is None:
-            continue
-        text = data.decode("utf-8", "replace")
-        hits = expected & {line.strip() for line in text.splitlines()}
+        hits = expected & lines.get(path, frozenset())
         if hits:
             held[path] = hits
     return held
+
+
+# A file's stripped lines by its sha256: most files are the same bytes in consecutive
+# releases, so a check of many releases reads and splits each version of a file once.
+_LINES_BY_DIGEST: dict[str, frozenset[str]] = {}
+_LINES_KEPT = 8192
+
+
+def _line_sets(tree: ReleaseTree, candidates: list[str]) -> dict[str, frozenset[str]]:
+    """Each candidate's set of stripped lines (files the release lacks left out); a file
+    whose listed sha256 was seen before is not read again."""
+    found: dict[str, frozenset[str]] = {}
+    digests: dict[str, str] = {}
+    if isinstance(tree, KnowsDigests):
+        for path in candidates:
+            digest = tree.listed_digest(path)
+            if digest is None or digest == "-":
+                continue
+            known = _LINES_BY_DIGEST.get(digest)
+            if known is not None:
+                found[path] = known
+            else:
+                digests[path] = digest
+    unread = [p for p in candidates if p not in found]
+    if not unread:
+        return found
+    many = tree.read_many(unread) if isinstance(tree, ReadsMany) else None
+    for path in unread:
+        data = many[path] if many is not None else tree.read(path)
+        if data is None:
+            continue
+        lines = frozenset(line.strip() for line in data.decode("utf-8", "replace").splitlines())
+        found[path] = lines
+        if path in digests:
+            if len(_LINES_BY_DIGEST) >= _LINES_KEPT:
+                _LINES_BY_DIGEST.pop(next(iter(_LINES_BY_DIGEST)))
+            _LINES_BY_DIGEST[digests[path]] = lines
+    return found
+
+
+def forget_lines() -> None:
+    """Drop the line sets kept by digest (as a fresh process has none)."""
+    _LINES_BY_DIGEST.clear()
 
 
 def _best_file(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:

@@ -10,6 +10,7 @@ request, and a damaged answer is never believed (it is asked for again, or refus
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import json
@@ -256,6 +257,7 @@ def _files_from_record(data: Any) -> list[IndexFile]:
         raise SourceError(f"the cached index answer is not readable ({exc})") from None
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse_version(text: str) -> Version | None:
     try:
         return Version(text)
