@@ -409,8 +409,9 @@ class IndexSource(ReleaseSource):
         wheels = [] if self.artifact == "sdist" else self._cached_wheels(name)
         sdist = [] if self.artifact == "wheel" else [f"vllm-{name}.tar.gz"]
         for artifact in [*wheels, *sdist]:
-            manifest = self.cache.load_manifest(artifact)
+            manifest = self._known.get(artifact) or self.cache.load_manifest(artifact)
             if manifest is not None and (not self.verify_full or manifest.verified == "full"):
+                self._known[artifact] = manifest  # read once a run, not once per look
                 return manifest, None
         raise SourceError(
             f"offline, and vllm {version} is not in the cache at {self.cache.root};"
