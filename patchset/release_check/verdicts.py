@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from packaging.version import Version
 
+from patchset._gc import collector_paused
 from patchset.engine.evaluate import Evaluation, State, evaluate
 from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode, PatchsetError, UsageError
@@ -197,7 +198,7 @@ def check(
 
     try:
         for version in ordered:
-            with source.open(version) as tree:
+            with collector_paused(), source.open(version) as tree:
                 release = tree.info.version if tree.info.version != "unknown" else version
                 results.extend(
                     check_tree(

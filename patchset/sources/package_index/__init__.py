@@ -12,7 +12,6 @@ whole artifact and checks the index's sha256 first. Whole artifacts are deleted 
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import queue
 import threading
@@ -22,6 +21,7 @@ from typing import Any, Literal, TypeVar
 
 from packaging.version import InvalidVersion, Version
 
+from patchset._gc import collector_paused
 from patchset.adapters import net
 from patchset.errors import SourceError
 from patchset.sources.base import DownloadProgress, ReleaseInfo, ReleaseSource, ReleaseTree
@@ -358,7 +358,7 @@ class IndexSource(ReleaseSource):
                     results.put((version, exc))
 
         failed: list[str] = []
-        with _collector_paused():
+        with collector_paused():
             for _ in range(max(1, min(workers, len(wanted)))):
                 threading.Thread(target=work, daemon=True).start()
             for _ in wanted:
@@ -600,39 +600,6 @@ class IndexSource(ReleaseSource):
             "retries": self.retries,
             "transport": self.index.transport,
         }
-
-
-class _CollectorPause:
-    """Python's cyclic garbage collector paused while releases are fetched, then as it was
-    (nested and concurrent pauses count: the last one out turns it back on).
-
-    A cold check builds some 150 000 small long-lived objects (each wheel's directory); the
-    collector would walk them again and again while they are made (0.25 s of a 2 s run,
-    holding the interpreter), and they hold no cycles to collect."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._turned_off = False
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        with self._lock:
-            if self._depth == 0 and gc.isenabled():
-                gc.disable()
-                self._turned_off = True
-            self._depth += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth -= 1
-                if self._depth == 0 and self._turned_off:
-                    self._turned_off = False
-                    gc.enable()
-
-
-_collector_paused = _CollectorPause()
 
 
 def in_parallel(fn: Callable[[_T], _R], items: list[_T], *, workers: int) -> list[_R]:
