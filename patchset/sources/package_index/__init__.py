@@ -92,7 +92,7 @@ class IndexTree(ReleaseTree):
             self._source.cache.store_blob(entry[0], _deflate(data))
             self._source.remember(entry[0], data)
         else:
-            data = self._source.recall(entry[0]) or self._source.cache.read_blob(entry[0])
+            data = self._source.recall_or_read(entry[0])
         if data is None:
             data = self.fetch([relpath], readahead=True)[relpath]
         self._checked[relpath] = entry[0]
@@ -197,7 +197,7 @@ class IndexTree(ReleaseTree):
         digest (checked against it), without decoding the list; else as `read`."""
         if self.manifest.kind != "wheel" or not relpath.startswith("vllm/"):
             return self.read(relpath)  # from the sdist, or not in a wheel: said in `info`
-        data = self._source.recall(digest) or self._source.cache.read_blob(digest)
+        data = self._source.recall_or_read(digest)
         if data is None:
             return self.read(relpath)
         self._checked[relpath] = digest
@@ -471,6 +471,16 @@ class IndexSource(ReleaseSource):
     def recall(self, sha256: str) -> bytes | None:
         """A member checked this run (see `remember`), or None."""
         return self._members.get(sha256)
+
+    def recall_or_read(self, sha256: str) -> bytes | None:
+        """A member checked this run, else from the cache (checked against `sha256` there)
+        and kept for the run: consecutive releases share most files, read once a run."""
+        data = self.recall(sha256)
+        if data is None:
+            data = self.cache.read_blob(sha256)
+            if data is not None:
+                self.remember(sha256, data)
+        return data
 
     def drop_manifest(self, artifact: str) -> None:
         """Forget the artifact's manifest, here and in the cache: it is built again."""
