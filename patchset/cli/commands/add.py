@@ -174,6 +174,21 @@ def _releases(args: argparse.Namespace) -> tuple[ReleaseSource | None, list[str]
     return source, select.for_add(source, versions=args.vllm, since=args.since, pre=args.pre)
 
 
+def _prepared(
+    args: argparse.Namespace, *, pr: str | None, forge_url: str | None
+) -> tuple[ReleaseSource | None, list[str], add.DiffPayload, str, list[str]]:
+    """The releases to check, the new payload, where it came from and the notes on it,
+    shown on stderr (`add` and `update`)."""
+    today = datetime.now(UTC).strftime("%Y-%m-%d")
+    source, versions = _releases(args)
+    payload, origin, notes = _payload(
+        args, source, versions, pr=pr, forge_url=forge_url, today=today
+    )
+    for note in notes:
+        err_console().print(note, markup=False, soft_wrap=True)
+    return source, versions, payload, origin, notes
+
+
 def _payload(
     args: argparse.Namespace,
     source: ReleaseSource | None,
@@ -291,13 +306,7 @@ def run(args: argparse.Namespace) -> int:
             " --overlay FILE or --runtime"
         )
     add.check_new_id(root, args.id)  # before any download
-    today = datetime.now(UTC).strftime("%Y-%m-%d")
-    source, versions = _releases(args)
-    payload, origin, notes = _payload(
-        args, source, versions, pr=pr, forge_url=forge_url, today=today
-    )
-    for note in notes:
-        err_console().print(note, markup=False, soft_wrap=True)
+    source, versions, payload, origin, notes = _prepared(args, pr=pr, forge_url=forge_url)
     result = add.add_diff(
         root,
         args.id,
@@ -363,13 +372,7 @@ def run_update(args: argparse.Namespace) -> int:
                 f"{args.id} records no upstream.pr: give --pr, --diff FILE or --from-tree DIR",
                 path=patch.folder,
             )
-    today = datetime.now(UTC).strftime("%Y-%m-%d")
-    source, versions = _releases(args)
-    payload, origin, notes = _payload(
-        args, source, versions, pr=pr, forge_url=forge_url, today=today
-    )
-    for note in notes:
-        err_console().print(note, markup=False, soft_wrap=True)
+    source, versions, payload, origin, _ = _prepared(args, pr=pr, forge_url=forge_url)
     result = updates.update(
         root,
         args.id,
