@@ -175,6 +175,23 @@ def _exists_already(diff: FileDiff, data: bytes) -> FileResult:
     return FileResult(tuple(HunkResult(h.index, "failed", detail=detail) for h in diff.hunks), None)
 
 
+class _Target:
+    """One target file as an evaluation reads it: its bytes, read once, and their text and
+    lines, decoded and split once (forward, reverse and the no-op test share them; the
+    engine's appliers copy the lines they are given)."""
+
+    def __init__(self, data: bytes | None) -> None:
+        self.data = data
+
+    @functools.cached_property
+    def text(self) -> str | None:
+        return _decode(self.data) if self.data is not None else None
+
+    @functools.cached_property
+    def split(self) -> tuple[list[str], str, bool]:
+        return split_text(self.text) if self.text is not None else ([], "\n", True)
+
+
 def evaluate_diff(
     variant: Variant,
     read: Reader,
@@ -186,8 +203,9 @@ def evaluate_diff(
 ) -> Evaluation:
     """Forward and reverse, every hunk placed with git's rules; `nearest` adds, for each
     failing hunk, where the file looks most like it (costly: only when it will be shown)."""
+    files = {d.path: _Target(read(d.path)) for d in variant.diffs}
     missing = tuple(
-        d.path for d in variant.diffs if not (d.added or d.removed) and read(d.path) is None
+        d.path for d in variant.diffs if not (d.added or d.removed) and files[d.path].data is None
     )
     if missing:
         return Evaluation("missing-target", missing=missing)
@@ -196,9 +214,8 @@ def evaluate_diff(
     removed: list[str] = []
     ok = True
     for diff in variant.diffs:
-        data = read(diff.path)
-        text = _decode(data) if data is not None else None
-        lines, eol, eof = split_text(text) if text is not None else ([], "\n", True)
+        target = files[diff.path]
+        data = target.data
         if diff.removed:
             result = _deleting(diff, data)
             forward.extend((diff.path, h) for h in result.hunks)
@@ -208,6 +225,7 @@ def evaluate_diff(
         if diff.added and data is not None:
             result = _exists_already(diff, data)
         else:
+            lines, eol, eof = target.split
             result = apply_hunks(
                 lines, diff.hunks, max_fuzz=max_fuzz, eof_newline=eof, nearest=nearest, ratio=ratio
             )
@@ -215,10 +233,14 @@ def evaluate_diff(
         if result.lines is None:
             ok = False
         else:
-            changes[diff.path] = _render(text, lines, result.lines, eol, result.eof_newline)
-    reverse = _reverse(variant, read)
-    reverse_ok = all(h.status != "failed" for _, h in reverse) and _changes_something(variant, read)
-    if ok and all(changes.get(d.path) == read(d.path) for d in variant.diffs):
+            lines, eol, _ = target.split
+            changes[diff.path] = _render(target.text, lines, result.lines, eol, result.eof_newline)
+    backward = _reverse(variant, files)
+    reverse = tuple((path, h) for path, result in backward for h in result.hunks)
+    reverse_ok = all(h.status != "failed" for _, h in reverse) and _changes_something(
+        variant, files, backward
+    )
+    if ok and all(changes.get(d.path) == files[d.path].data for d in variant.diffs):
         # It "fits" but changes no byte (a diff that only adds a final newline, on a file
         # that has it): the change is there already.
         ok = False
@@ -244,39 +266,41 @@ def evaluate_diff(
     return Evaluation("conflict", tuple(forward), False, reverse)
 
 
-def _reverse(variant: Variant, read: Reader) -> tuple[tuple[str, HunkResult], ...]:
-    """Where each reversed hunk fits (no fuzz): all fitting means the change is present."""
-    found: list[tuple[str, HunkResult]] = []
+def _reverse(variant: Variant, files: Mapping[str, _Target]) -> list[tuple[str, FileResult]]:
+    """Where each reversed hunk fits (no fuzz), per file: all fitting means the change is
+    present. A deletion fits when the file is gone, a creation when it is there byte for byte."""
+    found: list[tuple[str, FileResult]] = []
     for diff in variant.diffs:
-        data = read(diff.path)
+        data = files[diff.path].data
         if diff.removed:  # present means: the file is gone
             gone = HunkResult(diff.hunks[0].index, "exact", detail="the file is gone")
-            found.append((diff.path, gone if data is None else HunkResult(gone.index, "failed")))
+            hunk = gone if data is None else HunkResult(gone.index, "failed")
+            found.append((diff.path, FileResult((hunk,), None)))
             continue
         if diff.added:  # present means: this very file, byte for byte
             status: HunkStatus = "exact" if data == _created(diff) else "failed"
             line = 1 if status == "exact" else None
-            found.extend((diff.path, HunkResult(h.index, status, line=line)) for h in diff.hunks)
+            hunks = tuple(HunkResult(h.index, status, line=line) for h in diff.hunks)
+            found.append((diff.path, FileResult(hunks, None)))
             continue
-        lines, _, eof = split_text(_decode(data)) if data is not None else ([], "\n", True)
+        lines, _, eof = files[diff.path].split
         result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, nearest=False)
-        found.extend((diff.path, h) for h in result.hunks)
-    return tuple(found)
+        found.append((diff.path, result))
+    return found
 
 
-def _changes_something(variant: Variant, read: Reader) -> bool:
-    """Whether taking the diff out would change a byte: a diff that only adds a final
-    newline fits backwards on a file without one too, and would "revert" it to itself."""
-    for diff in variant.diffs:
-        data = read(diff.path)
-        if diff.added or diff.removed or data is None:
+def _changes_something(
+    variant: Variant, files: Mapping[str, _Target], backward: list[tuple[str, FileResult]]
+) -> bool:
+    """Whether taking the diff out (`backward`, from `_reverse`) would change a byte: a diff
+    that only adds a final newline fits backwards on a file without one too, and would
+    "revert" it to itself."""
+    for diff, (_, result) in zip(variant.diffs, backward, strict=True):
+        target = files[diff.path]
+        if diff.added or diff.removed or target.data is None or result.lines is None:
             return True
-        text = _decode(data)
-        lines, eol, eof = split_text(text)
-        result = apply_hunks(lines, diff.reversed().hunks, eof_newline=eof, nearest=False)
-        if result.lines is None:
-            return True
-        if _render(text, lines, result.lines, eol, result.eof_newline) != data:
+        lines, eol, _ = target.split
+        if _render(target.text, lines, result.lines, eol, result.eof_newline) != target.data:
             return True
     return False
 

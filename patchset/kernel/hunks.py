@@ -18,6 +18,7 @@ similarity function given (difflib's ratio by default).
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,11 +67,19 @@ class Hunk:
 
     @property
     def old(self) -> list[str]:
-        return [text for tag, text in self.lines if tag in " -"]
+        return list(self._sides[0])
 
     @property
     def new(self) -> list[str]:
-        return [text for tag, text in self.lines if tag in " +"]
+        return list(self._sides[1])
+
+    @functools.cached_property
+    def _sides(self) -> tuple[list[str], list[str]]:
+        """The old and new sides, made once: placing a hunk reads them many times (the
+        placer never changes them; `old` and `new` hand out copies)."""
+        old = [text for tag, text in self.lines if tag in " -"]
+        new = [text for tag, text in self.lines if tag in " +"]
+        return old, new
 
     @property
     def context(self) -> tuple[int, int]:
@@ -80,7 +89,7 @@ class Hunk:
             return 0, 0
         return changed[0], len(self.lines) - 1 - changed[-1]
 
-    @property
+    @functools.cached_property
     def pins(self) -> tuple[bool, bool]:
         """git's anchoring: (must match at the top, must match at the end of the file).
 
@@ -96,6 +105,10 @@ class Hunk:
         return f"@@ -{self.old_start},{len(old)} +{self.new_start},{len(new)} @@"
 
     def reversed(self) -> Hunk:
+        return self._reversed
+
+    @functools.cached_property
+    def _reversed(self) -> Hunk:
         swap = {" ": " ", "-": "+", "+": "-"}
         return Hunk(
             index=self.index,
@@ -198,7 +211,11 @@ def _matches(lines: list[str], at: int, want: list[str]) -> bool:
 
 
 def _trim(hunk: Hunk, fuzz: int) -> tuple[list[str], list[str], int]:
-    """The hunk's old/new sides with up to `fuzz` leading/trailing context lines dropped."""
+    """The hunk's old/new sides with up to `fuzz` leading/trailing context lines dropped
+    (not to be changed: without fuzz they are the hunk's own)."""
+    if fuzz == 0:
+        old, new = hunk._sides  # the placer's own view of the hunk, in this module
+        return old, new, 0
     body = list(hunk.lines)
     top = 0
     while top < fuzz and top < len(body) and body[top][0] == " ":

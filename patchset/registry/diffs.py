@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,10 @@ class FileDiff:
     mode: int = REGULAR  # a created or deleted file's git mode (`new/deleted file mode`)
 
     def reversed(self) -> FileDiff:
+        return self._reversed
+
+    @functools.cached_property
+    def _reversed(self) -> FileDiff:  # a check reverses each diff once per release
         return FileDiff(self.path, tuple(h.reversed() for h in self.hunks), added=False)
 
     @property

@@ -196,27 +196,30 @@ def check(
         with source.open(version) as tree:
             return tree.read(rel)
 
+    # The collector paused for the whole check, not per release: each time it came back on
+    # it walked all that the release had left (results, lines, the file lists).
     try:
-        for version in ordered:
-            with collector_paused(), source.open(version) as tree:
-                release = tree.info.version if tree.info.version != "unknown" else version
-                results.extend(
-                    check_tree(
-                        selected,
-                        tree,
-                        release,
-                        max_fuzz=max_fuzz,
-                        explain=explain,
-                        memo=memo,
-                        seen=seen,
-                        registry=registry,
-                        earlier=earlier,
-                        served=served,
+        with collector_paused():
+            for version in ordered:
+                with source.open(version) as tree:
+                    release = tree.info.version if tree.info.version != "unknown" else version
+                    results.extend(
+                        check_tree(
+                            selected,
+                            tree,
+                            release,
+                            max_fuzz=max_fuzz,
+                            explain=explain,
+                            memo=memo,
+                            seen=seen,
+                            registry=registry,
+                            earlier=earlier,
+                            served=served,
+                        )
                     )
-                )
-                infos.append(tree.info)  # after the reads: an index tree lists what it checked
-            if on_release is not None:
-                on_release(version)
+                    infos.append(tree.info)  # after the reads: an index tree lists what it checked
+                if on_release is not None:
+                    on_release(version)
     finally:
         if memo is not None:
             memo.close()

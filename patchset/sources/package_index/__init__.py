@@ -105,7 +105,7 @@ class IndexTree(ReleaseTree):
         inside = [p for p in wanted if p in self.manifest.members]
         with self._lock:
             cold = [p for p in inside if p not in self._near]
-        self.fetch(cold)
+        self.fetch(cold, keep=False)  # `read` then takes each from memory or the cache, once
         return {p: self.read(p) for p in wanted}
 
     def fetch(
