@@ -100,6 +100,8 @@ def _encode(text: str) -> bytes:
 
 def _mixed(text: str) -> bool:
     """Whether the text mixes CRLF and LF line ends."""
+    if "\r" not in text:  # the common case, found without counting
+        return False
     crlf = text.count("\r\n")
     return 0 < crlf < text.count("\n")
 

@@ -13,8 +13,10 @@ hand, files in the same folder, then files whose name holds its name or is held 
 
 from __future__ import annotations
 
+import functools
+import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from pathlib import PurePosixPath
 
 from patchset.registry import Variant
@@ -94,7 +96,7 @@ def moved_homes(
     *,
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
-    python_files: Callable[[], list[str]] | None = None,
+    python_files: Callable[[], PythonFiles] | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """Where each missing file went: the release file(s) carrying its content (module doc).
 
@@ -110,10 +112,10 @@ def moved_homes(
     missing = tuple(m for m in missing if existed is None or m in existed)
     if not missing:
         return found
-    paths = python_files() if python_files else [p for p in tree.paths() if p.endswith(".py")]
+    paths = python_files() if python_files else PythonFiles(tree.paths())
     for rel in missing:
         old = before(rel) if before is not None else None
-        whole = content_lines(old.decode("utf-8", "replace").splitlines()) if old else set()
+        whole = _whole_file_lines(old) if old else frozenset()
         expected = whole if len(whole) >= MIN_LINES else expected_lines(variant, rel)
         if len(expected) < MIN_LINES:
             continue
@@ -130,7 +132,7 @@ def moved_files(
     *,
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
-    python_files: Callable[[], list[str]] | None = None,
+    python_files: Callable[[], PythonFiles] | None = None,
 ) -> dict[str, str]:
     """Each missing file's one new home (the module carrying most of it, for a package):
     what `refresh` carries a patch onto."""
@@ -140,32 +142,74 @@ def moved_files(
     return {rel: home[0] for rel, home in homes.items()}
 
 
+class PythonFiles:
+    """A release's .py files and the indexes a moved-file search looks them up by (by file
+    name, by folder, by stem), each made the first time it is asked for: a release lists
+    thousands of files, and a check looks for several vanished files in each release."""
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        self.paths = [p for p in paths if p.endswith(".py")]
+
+    def _index(self, key: Callable[[str], str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for path in self.paths:
+            found.setdefault(key(path), []).append(path)
+        return found
+
+    @functools.cached_property
+    def by_name(self) -> dict[str, list[str]]:
+        return self._index(lambda p: p.rpartition("/")[2])  # string splits, not pathlib
+
+    @functools.cached_property
+    def by_folder(self) -> dict[str, list[str]]:
+        return self._index(lambda p: p.rpartition("/")[0])
+
+    @functools.cached_property
+    def by_stem(self) -> dict[str, list[str]]:
+        return self._index(_stem)
+
+    def under(self, folder: str) -> list[str]:
+        """The files in `folder` and its subfolders."""
+        inside = f"{folder}/"
+        return [
+            p for f, ps in self.by_folder.items() if f == folder or f.startswith(inside) for p in ps
+        ]
+
+    def in_folders_named(self, name: str) -> list[str]:
+        """The files with a folder called `name` in their path."""
+        part = f"/{name}/"
+        return [p for f, ps in self.by_folder.items() if part in f"{f}/" for p in ps]
+
+
 def _home(
-    tree: ReleaseTree, paths: list[str], rel: str, expected: set[str], *, whole: bool
+    tree: ReleaseTree, paths: PythonFiles, rel: str, expected: Set[str], *, whole: bool
 ) -> tuple[str, ...] | None:
     pure = PurePosixPath(rel)
     name, stem, parent = pure.name, pure.stem, str(pure.parent)
-    same_name = [p for p in paths if p.endswith(f"/{name}") and p != rel]
+    same_name = [p for p in paths.by_name.get(name, ()) if p != rel]
     best = _best_file(tree, same_name, expected)
     if best is not None:
         return (best,)
     if name != "__init__.py":  # foo.py -> foo/...: the package of that name, nearest first
-        package = f"{parent}/{stem}/"
-        modules = [p for p in paths if p.startswith(package)]
-        if not modules:
-            modules = [p for p in paths if f"/{stem}/" in p]
+        modules = paths.under(f"{parent}/{stem}") or paths.in_folders_named(stem)
         split = _fewest_modules(tree, modules, expected)
         if split:
             return split
     if not whole:  # a few hunks' lines are too little to tell siblings apart
         return None
-    # string splits, not pathlib: a release lists thousands of python files
-    folder = [p for p in paths if p.rpartition("/")[0] == parent and p != rel]
+    folder = [p for p in paths.by_folder.get(parent, ()) if p != rel]
     best = _best_file(tree, folder, expected)  # renamed in its folder: the same rule
     if best is None:  # renamed with a part of its name kept (`x_prepare_finalize.py` -> `x.py`)
-        kin = [p for p in paths if p != rel and _akin(stem, _stem(p))]
+        kin = [p for s, ps in paths.by_stem.items() if _akin(stem, s) for p in ps if p != rel]
         best = _best_file(tree, kin, expected) if len(kin) <= MAX_KIN else None
     return None if best is None else (best,)
+
+
+@functools.lru_cache(maxsize=256)
+def _whole_file_lines(data: bytes) -> frozenset[str]:
+    """A vanished file's content lines, once per content: a check looks for it in every
+    later release."""
+    return frozenset(content_lines(data.decode("utf-8", "replace").splitlines()))
 
 
 def _stem(path: str) -> str:
@@ -182,12 +226,14 @@ def _akin(old: str, new: str) -> bool:
     return old in new or new in old
 
 
-def _shares(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> dict[str, set[str]]:
+def _shares(
+    tree: ReleaseTree, candidates: list[str], expected: Set[str]
+) -> dict[str, frozenset[str]]:
     """The expected lines each candidate holds (those holding none left out)."""
     lines = _line_sets(tree, candidates)
-    held: dict[str, set[str]] = {}
+    held: dict[str, frozenset[str]] = {}
     for path in candidates:
-        hits = expected & lines.get(path, frozenset())
+        hits = lines.get(path, frozenset()) & expected
         if hits:
             held[path] = hits
     return held
@@ -232,20 +278,35 @@ def _line_sets(tree: ReleaseTree, candidates: list[str]) -> dict[str, frozenset[
 
 
 def forget_lines() -> None:
-    """Drop the line sets kept by digest (as a fresh process has none)."""
+    """Drop the line sets kept by digest and content (as a fresh process has none)."""
     _LINES_BY_DIGEST.clear()
+    _whole_file_lines.cache_clear()
 
 
-def _best_file(tree: ReleaseTree, candidates: list[str], expected: set[str]) -> str | None:
+def _best_file(tree: ReleaseTree, candidates: list[str], expected: Set[str]) -> str | None:
+    need = math.ceil(MOVED_SHARE * len(expected))
+    if isinstance(tree, KnowsDigests):  # a file too small to hold `need` of the lines: unread
+        floor = _smallest_holding(expected, need)
+        candidates = [p for p in candidates if (tree.listed_size(p) or floor) >= floor]
     held = _shares(tree, candidates, expected)
     ranked = sorted(held, key=lambda p: (-len(held[p]), p))
-    if ranked and len(held[ranked[0]]) >= MOVED_SHARE * len(expected):
+    if ranked and len(held[ranked[0]]) >= need:
         return ranked[0]
     return None
 
 
+def _smallest_holding(lines: Set[str], count: int) -> int:
+    """The fewest bytes a file holding `count` of these (distinct, stripped) lines has: the
+    `count` shortest, each on a line of its own (a newline between them). Characters are
+    counted, not bytes: each stands for at least one byte (U+FFFD for an undecodable one)."""
+    if count <= 0:
+        return 0
+    sizes = sorted(len(line) for line in lines)
+    return sum(sizes[:count]) + count - 1
+
+
 def _fewest_modules(
-    tree: ReleaseTree, candidates: list[str], expected: set[str]
+    tree: ReleaseTree, candidates: list[str], expected: Set[str]
 ) -> tuple[str, ...] | None:
     """The fewest modules (greedy, most lines first) that together carry the share."""
     held = _shares(tree, candidates, expected)

@@ -24,7 +24,7 @@ from patchset.kernel.hunks import HunkResult
 from patchset.kernel.sites import SiteResult
 from patchset.registry import Patch, Probe, Registry, Variant, ranges
 from patchset.release_check.memo import Memo, file_digest
-from patchset.release_check.moves import moved_homes
+from patchset.release_check.moves import PythonFiles, moved_homes
 from patchset.release_check.similarity import ratio
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseSource, ReleaseTree
 
@@ -335,7 +335,7 @@ class _Files:
         self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
         self._cache: dict[str, bytes | None] = {}
         self._lists = tree if isinstance(tree, KnowsDigests) else None
-        self._python: list[str] | None = None
+        self._python: PythonFiles | None = None
 
     def read(self, rel: str) -> bytes | None:
         if rel not in self._cache:
@@ -356,9 +356,9 @@ class _Files:
             )
         return self.known[rel]
 
-    def python_files(self) -> list[str]:
+    def python_files(self) -> PythonFiles:
         if self._python is None:
-            self._python = [p for p in self.tree.paths() if p.endswith(".py")]
+            self._python = PythonFiles(self.tree.paths())
         return self._python
 
 
@@ -471,7 +471,7 @@ def _one(
     explain: Explain,
     existed: set[str] | None = None,
     before: Callable[[str], bytes | None] | None = None,
-    python_files: Callable[[], list[str]] | None = None,
+    python_files: Callable[[], PythonFiles] | None = None,
     served: Mapping[str, str] | None = None,
 ) -> CheckResult:
     in_range = patch.in_range(version) if ranges.is_version(version) else False
@@ -708,7 +708,7 @@ def _missing(
     signals: Signals,
     existed: set[str] | None,
     before: Callable[[str], bytes | None] | None,
-    python_files: Callable[[], list[str]] | None = None,
+    python_files: Callable[[], PythonFiles] | None = None,
 ) -> tuple[str, tuple[str, ...], Signals, str | None]:
     """A missing target: where it went, and whether the upstream fix is in the moved file."""
     moves = moved_homes(

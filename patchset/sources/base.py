@@ -106,6 +106,10 @@ class KnowsDigests(Protocol):
         list): read by that digest, checked against it, as `read` would give it."""
         ...
 
+    def listed_size(self, relpath: str) -> int | None:
+        """The file's size in bytes as listed; None when the list does not say."""
+        ...
+
 
 @runtime_checkable
 class ReadsMany(Protocol):

@@ -192,6 +192,11 @@ class IndexTree(ReleaseTree):
             return "-"
         return None  # a wheel cannot hold it: the sdist's list would say
 
+    def listed_size(self, relpath: str) -> int | None:
+        """The size the manifest lists for `relpath` (None for a file it does not hold)."""
+        entry = self.manifest.members.get(relpath)
+        return int(entry[1]) if entry is not None else None
+
     def read_listed(self, relpath: str, digest: str) -> bytes | None:
         """`relpath` whose sha256 a memo of this release's list gives: from the cache by that
         digest (checked against it), without decoding the list; else as `read`."""

@@ -1,0 +1,158 @@
+"""The parts a check of a hundred patches leans on for its speed, each held to the plain
+definition it replaces: the moved-file search's path indexes and size bound, one read of each
+target per evaluation, and hunk sides made once but never shared with callers."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from packaging.specifiers import SpecifierSet
+
+from patchset.engine.evaluate import evaluate_diff
+from patchset.registry import Variant
+from patchset.registry.diffs import parse_diff
+from patchset.release_check import moves
+from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
+from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
+
+PATHS = [
+    "vllm/__init__.py",
+    "vllm/a/inc.py",
+    "vllm/a/inc/__init__.py",
+    "vllm/a/inc/gptq.py",
+    "vllm/a/inc/deep/x.py",
+    "vllm/a/incubator/y.py",
+    "vllm/b/inc/z.py",
+    "vllm/b/utils.py",
+    "vllm/a/utils.py",
+    "vllm/a/deepep_ht_prepare_finalize.py",
+    "vllm/a/deepep_ht.py",
+    "vllm/a/README.md",
+    "inc/top.py",
+]
+
+
+def test_python_file_indexes_answer_as_the_plain_scans() -> None:
+    files = PythonFiles(PATHS)
+    py = [p for p in PATHS if p.endswith(".py")]
+    assert files.paths == py
+    for name in {p.rpartition("/")[2] for p in py}:
+        assert sorted(files.by_name[name]) == sorted(p for p in py if p.endswith(f"/{name}"))
+    for folder in {p.rpartition("/")[0] for p in py}:
+        assert sorted(files.by_folder[folder]) == sorted(
+            p for p in py if p.rpartition("/")[0] == folder
+        )
+        assert sorted(files.under(folder)) == sorted(p for p in py if p.startswith(f"{folder}/"))
+    for stem in ("inc", "deep", "incubator", "vllm", "nothing"):
+        assert sorted(files.in_folders_named(stem)) == sorted(p for p in py if f"/{stem}/" in p)
+    assert "vllm/a/README.md" not in files.under("vllm/a")
+
+
+def test_the_size_bound_is_the_fewest_bytes_that_can_hold_the_lines() -> None:
+    lines = {"aaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb", "ccccccccccccccc"}
+    assert _smallest_holding(lines, 0) == 0
+    assert _smallest_holding(lines, 1) == 10
+    assert _smallest_holding(lines, 2) == 10 + 15 + 1  # two shortest, a newline between
+    text = "aaaaaaaaaa\nccccccccccccccc"  # the smallest file holding two of them
+    assert len(text) == _smallest_holding(lines, 2)
+    assert _smallest_holding({"é" * 9}, 1) == 9  # characters: each at least one byte
+
+
+class _ListedTree(ReleaseTree):
+    """A release whose file list gives digests and sizes (as a wheel's RECORD does); records
+    which files were read."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.read_paths: list[str] = []
+        self.info = ReleaseInfo(version="0.0.1", origin="test")
+
+    def read(self, relpath: str) -> bytes | None:
+        self.read_paths.append(relpath)
+        return self.files.get(relpath)
+
+    def paths(self) -> Iterator[str]:
+        return iter(sorted(self.files))
+
+    def listed_digest(self, relpath: str) -> str | None:
+        return f"sha-{relpath}" if relpath in self.files else "-"
+
+    def read_listed(self, relpath: str, digest: str) -> bytes | None:
+        return self.read(relpath)
+
+    def listed_size(self, relpath: str) -> int | None:
+        data = self.files.get(relpath)
+        return None if data is None else len(data)
+
+
+def test_a_candidate_too_small_to_carry_the_file_is_not_read() -> None:
+    expected = {f"def function_number_{i}(argument):" for i in range(6)}
+    carrier = "\n".join(sorted(expected)[:4]).encode()  # holds 4 of 6: carries it
+    small = "\n".join(sorted(expected)[:2]).encode()  # holds 2: could never carry half
+    tree = _ListedTree({"vllm/a/new.py": carrier, "vllm/a/small.py": small})
+    assert isinstance(tree, KnowsDigests)
+    moves.forget_lines()
+    assert _best_file(tree, ["vllm/a/new.py", "vllm/a/small.py"], expected) == "vllm/a/new.py"
+    assert tree.read_paths == ["vllm/a/new.py"]
+    # Without the list's sizes both are read, and the answer is the same.
+    moves.forget_lines()
+    files = {"vllm/a/new.py": carrier, "vllm/a/small.py": small}
+    plain = _ListedTree(files)
+    plain.listed_size = lambda relpath: None  # type: ignore[method-assign]
+    assert _best_file(plain, ["vllm/a/new.py", "vllm/a/small.py"], expected) == "vllm/a/new.py"
+    assert sorted(plain.read_paths) == ["vllm/a/new.py", "vllm/a/small.py"]
+
+
+DIFF = """\
+--- a/vllm/x.py
++++ b/vllm/x.py
+@@ -1,3 +1,3 @@
+ one
+-two
++TWO
+ three
+--- a/vllm/y.py
++++ b/vllm/y.py
+@@ -2,2 +2,3 @@
+ b
+ c
++d
+"""
+
+
+def _variant() -> Variant:
+    return Variant(
+        name="fix.diff", vllm=SpecifierSet(), sha256="0" * 64, diffs=parse_diff(DIFF, file="x")
+    )
+
+
+def test_an_evaluation_reads_each_target_once() -> None:
+    files = {"vllm/x.py": b"one\ntwo\nthree\n", "vllm/y.py": b"a\nb\nc\n"}
+    reads: list[str] = []
+
+    def read(rel: str) -> bytes | None:
+        reads.append(rel)
+        return files.get(rel)
+
+    ev = evaluate_diff(_variant(), read)
+    assert ev.state == "applies"
+    assert ev.changes == {"vllm/x.py": b"one\nTWO\nthree\n", "vllm/y.py": b"a\nb\nc\nd\n"}
+    assert sorted(reads) == ["vllm/x.py", "vllm/y.py"]
+    done = {rel: ev.changes[rel] for rel in files}
+    again = evaluate_diff(_variant(), done.get)
+    assert again.state == "already-applied"
+
+
+def test_hunk_sides_handed_out_are_copies() -> None:
+    variant = _variant()
+    hunk = variant.diffs[0].hunks[0]
+    old = hunk.old
+    old[:] = ["something", "else", "entirely"]  # a caller's own list
+    assert hunk.old == ["one", "two", "three"]
+    assert hunk.reversed() is hunk.reversed()  # made once
+    assert hunk.reversed().old == ["one", "TWO", "three"]
+    assert variant.diffs[0].reversed() is variant.diffs[0].reversed()
+    ev = evaluate_diff(variant, {"vllm/x.py": b"one\ntwo\nthree\n", "vllm/y.py": b"a\nb\nc\n"}.get)
+    assert ev.state == "applies"
+    assert list(itertools.chain.from_iterable(h.lines for h in variant.diffs[1].hunks))
