@@ -1,20 +1,27 @@
 """The parts a check of a hundred patches leans on for its speed, each held to the plain
 definition it replaces: the moved-file search's path indexes and size bound, one read of each
-target per evaluation, and hunk sides made once but never shared with callers."""
+target per evaluation, hunk sides made once but never shared with callers, and the cached
+file list's packed entries (format 3; format 2 still read)."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from packaging.specifiers import SpecifierSet
 
 from patchset.engine.evaluate import evaluate_diff
+from patchset.errors import SourceError
 from patchset.registry import Variant
 from patchset.registry.diffs import parse_diff
 from patchset.release_check import moves
 from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
+from patchset.sources.package_index.cache import FORMAT, Cache, Manifest
 
 PATHS = [
     "vllm/__init__.py",
@@ -156,3 +163,65 @@ def test_hunk_sides_handed_out_are_copies() -> None:
     ev = evaluate_diff(variant, {"vllm/x.py": b"one\ntwo\nthree\n", "vllm/y.py": b"a\nb\nc\n"}.get)
     assert ev.state == "applies"
     assert list(itertools.chain.from_iterable(h.lines for h in variant.diffs[1].hunks))
+
+
+def _manifest(members: dict[str, list[object]]) -> Manifest:
+    return Manifest(
+        version="0.0.1",
+        artifact="vllm-0.0.1-py3-none-any.whl",
+        kind="wheel",
+        sha256="a" * 64,
+        verified="members",
+        url="index/vllm-0.0.1-py3-none-any.whl",
+        members=members,
+    )
+
+
+def test_a_cached_file_list_packs_each_entry_into_one_string(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    entries: dict[str, list[object]] = {
+        "vllm/a.py": ["1" * 64, 10, 200, 8, 12345, 8],
+        "vllm/b.py": ["", 0, 0, 0, 0, 0],  # RECORD without a hash: an empty field kept
+    }
+    cache.store_manifest(_manifest(entries))
+    raw = cache.manifest_path("vllm-0.0.1-py3-none-any.whl").read_bytes()
+    head, _, body = raw.partition(b"\n")
+    assert json.loads(head)["format"] == FORMAT
+    assert json.loads(body)["vllm/a.py"] == f"{'1' * 64} 10 200 8 12345 8"
+    loaded = cache.load_manifest("vllm-0.0.1-py3-none-any.whl")
+    assert loaded is not None
+    assert dict(loaded.members) == entries
+    assert "vllm/a.py" in loaded.members and "vllm/c.py" not in loaded.members
+    assert loaded.members.get("vllm/c.py") is None
+
+
+def test_a_file_list_of_format_2_is_read_and_rewritten(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    entries: dict[str, list[object]] = {"vllm/a.py": ["2" * 64, 3, 4, 5, 6, 8]}
+    body = json.dumps(entries).encode()
+    manifest = _manifest(entries)
+    header = {**manifest.header(), "format": "patchset-manifest/2"}
+    header["digest"] = hashlib.sha256(body).hexdigest()
+    path = cache.manifest_path(manifest.artifact)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
+    loaded = cache.load_manifest(manifest.artifact)
+    assert loaded is not None and dict(loaded.members) == entries
+    assert json.loads(path.read_bytes().partition(b"\n")[0])["format"] == FORMAT
+    again = cache.load_manifest(manifest.artifact)
+    assert again is not None and dict(again.members) == entries
+
+
+def test_a_damaged_entry_is_a_clear_error(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    cache.store_manifest(_manifest({"vllm/a.py": ["3" * 64, 1, 2, 3, 4, 8]}))
+    path = cache.manifest_path("vllm-0.0.1-py3-none-any.whl")
+    head, _, body = path.read_bytes().partition(b"\n")
+    body = body.replace(b" 1 2", b" x 2")
+    header = json.loads(head)
+    header["digest"] = hashlib.sha256(body).hexdigest()  # the digest matches: damage inside
+    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
+    loaded = cache.load_manifest("vllm-0.0.1-py3-none-any.whl")
+    assert loaded is not None
+    with pytest.raises(SourceError, match="damaged; run `patchset cache clear`"):
+        loaded.members["vllm/a.py"]

@@ -18,6 +18,7 @@ import threading
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -814,7 +815,7 @@ def test_check_memo_reads_by_the_wheels_list(
     reads: list[str] = []
     real_decode, real_read = cache_module._Members._decoded, package_index.IndexTree.read
 
-    def counted_decode(self: cache_module._Members) -> dict[str, list[object]]:
+    def counted_decode(self: cache_module._Members) -> dict[str, str | list[Any]]:
         decoded.append(1)
         return real_decode(self)
 

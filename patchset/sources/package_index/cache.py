@@ -44,7 +44,8 @@ from patchset.errors import LockedError, SourceError
 LOG = logging.getLogger(__name__)
 
 LOCK_TIMEOUT = 900.0  # seconds; another process may be downloading a 45 MB sdist
-FORMAT = "patchset-manifest/2"
+FORMAT = "patchset-manifest/3"  # members as "sha256 size ..." strings (/2: lists, still read)
+_READABLE = frozenset({FORMAT, "patchset-manifest/2"})
 ANSWER_FORMAT = "patchset-answer/2"
 _STALE_TEMP = 3600.0  # seconds after which a temporary file is an orphan
 
@@ -191,12 +192,16 @@ class Cache:
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
+        if isinstance(manifest.members, _Members) and not manifest.members.packed:
+            with contextlib.suppress(OSError):  # written by format 2: kept in today's form
+                self.store_manifest(manifest)
         with contextlib.suppress(OSError):
             os.utime(path)  # last use, for `cache prune --older-than`
         return manifest
 
     def store_manifest(self, manifest: Manifest) -> None:
-        body = json.dumps(dict(manifest.members), separators=(",", ":")).encode()  # wheel order
+        packed = {path: _pack(entry) for path, entry in manifest.members.items()}
+        body = json.dumps(packed, separators=(",", ":")).encode()  # in the wheel's order
         header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
         with atomic_write(self.manifest_path(manifest.artifact)) as out:
             out.write(json.dumps(header, sort_keys=True).encode() + b"\n" + body)
@@ -319,40 +324,65 @@ def _decode_manifest(raw: bytes) -> Manifest | None:
         return None
     try:
         header = json.loads(head)
-        if header.pop("format") != FORMAT:
+        written = header.pop("format")
+        if written not in _READABLE:
             return None
         if header.pop("digest") != hashlib.sha256(body).hexdigest():
             return None
-        manifest = Manifest(members=_Members(body), **header)
+        manifest = Manifest(members=_Members(body, packed=written == FORMAT), **header)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
     return manifest
 
 
+def _pack(entry: list[Any]) -> str:
+    """A member's entry as the cache keeps it: "sha256 size ..." (one string, not a list:
+    decoding a wheel's list then makes two objects a member, not seven, and none that the
+    garbage collector must walk)."""
+    return " ".join(str(field) for field in entry)
+
+
+def _unpack(packed: str | list[Any]) -> list[Any]:
+    """An entry as `_pack` wrote it (a list, as format 2 wrote it, is taken as it is)."""
+    if isinstance(packed, list):
+        return packed
+    sha, *numbers = packed.split(" ")
+    try:
+        return [sha, *(int(n) for n in numbers)]
+    except ValueError:
+        raise SourceError(_DAMAGED) from None
+
+
+_DAMAGED = "a cached release's file list is damaged; run `patchset cache clear`"
+
+
 class _Members(Mapping[str, list[Any]]):
-    """A cached manifest's file list, decoded on first use: a warm check, answered by the
+    """A cached manifest's file list, decoded on first use (a warm check, answered by the
     memo, opens every release but reads no file, and decoding a wheel's list is most of its
-    cost. The bytes were checked against the manifest's digest when it was loaded."""
+    cost), each entry unpacked when asked for. The bytes were checked against the manifest's
+    digest when it was loaded."""
 
-    def __init__(self, body: bytes) -> None:
+    def __init__(self, body: bytes, *, packed: bool = True) -> None:
         self._body = body
-        self._members: dict[str, list[Any]] | None = None
+        self.packed = packed  # False: written by format 2, entries as lists
+        self._members: dict[str, str | list[Any]] | None = None
 
-    def _decoded(self) -> dict[str, list[Any]]:
+    def _decoded(self) -> dict[str, str | list[Any]]:
         if self._members is None:
             try:
                 members = json.loads(self._body)
             except ValueError:
                 members = None
             if not isinstance(members, dict):
-                raise SourceError(
-                    "a cached release's file list is damaged; run `patchset cache clear`"
-                )
+                raise SourceError(_DAMAGED)
             self._members = members
         return self._members
 
     def __getitem__(self, key: str) -> list[Any]:
-        return self._decoded()[key]
+        return _unpack(self._decoded()[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._decoded()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._decoded())
