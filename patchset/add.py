@@ -40,6 +40,7 @@ ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry ch
 ANY_RELEASE = ">=0"  # the range written when no release was checked
 NO_PREAMBLE = preambles.Preamble(None)
 _MODE = re.compile(r"^deleted file mode ([0-7]+)$", re.MULTILINE)
+_NEW_MODE = re.compile(r"^new file mode ([0-7]+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,9 @@ def _payload(patch: PatchSet, *, file: Path | str, layout: Layout) -> _Read:
             continue
         if (git and pf.is_rename) or not _same_file(source, target):
             raise PayloadError(f"{source} -> {target}: renames are not supported", path=file)
+        created = _NEW_MODE.search(str(pf.patch_info or "")) if added else None
+        if created is not None and created[1] == "100755":  # git's mode for a new script
+            parts.append(f"diff --git a/{path} b/{path}\nnew file mode 100755\n")
         parts.append(f"--- {'/dev/null' if added else 'a/' + path}\n+++ b/{path}\n")
         parts += [_hunk_text(h) for h in pf]
         targets.append(path)

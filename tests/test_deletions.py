@@ -13,7 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from patchset.authoring.tree import diff_tree
 from patchset.cli.main import main
 from patchset.engine.apply import apply, revert
 from patchset.errors import PayloadError
+from patchset.image.build import _write_context
 from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.refresh import refresh
@@ -35,6 +36,7 @@ from patchset.sources.folder import FolderSource
 from tests.releases import tree_digest
 from tests.synthetic import BODY, add_patch, make_tree
 
+Completed = subprocess.CompletedProcess[str]
 GONE = "vllm/sub/gone.py"
 GONE_TEXT = "import os\n\n\ndef helper():\n    return os.sep\n"
 MOD = "vllm/mod.py"
@@ -321,16 +323,51 @@ args = ["--model", "m"]
 """
 
 
+def _starter(bin_dir: Path, bundle: Path, site: Path) -> Callable[..., Completed]:
+    """Runs the bundle's entrypoint on `site` (a stand-in `vllm` on PATH, no GPU)."""
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "vllm").chmod(0o755)
+
+    def start(*args: str, manifest_path: Path | None = None) -> Completed:
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PATCHSET_VLLM_ROOT": str(site)}
+        if manifest_path is not None:
+            env["PATCHSET_MANIFEST"] = str(manifest_path)
+        return subprocess.run(
+            [sys.executable, str(bundle / "entrypoint.py"), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**env, "PATCHSET_COMPUTE_CAPABILITY": "none"},
+        )
+
+    return start
+
+
+SCRIPT = "vllm/tools/run.sh"
+SCRIPT_DIFF = f"""\
+diff --git a/{SCRIPT} b/{SCRIPT}
+new file mode 100755
+--- /dev/null
++++ b/{SCRIPT}
+@@ -0,0 +1,2 @@
++#!/bin/sh
++echo hi
+"""
+
+
 def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: Path) -> None:
     """The in-image entrypoint (standard library only) applies a deletion from an exported
-    bundle: the file goes, a restart finds it gone (already applied), a file changed since the
-    export is refused with nothing written; the built-image check (`--verify` on a manifest of
+    bundle: the file goes (and the folder it empties), a restart finds it gone (already
+    applied), a file changed since the export is refused with nothing written; a script the
+    same diff creates is written 755; the built-image check (`--verify` on a manifest of
     delivery "image") holds a deleted file to be gone."""
     code = "".join(f"x{i} = {i}\n" for i in range(1, 21))  # compiled by --verify
     base = {MOD: code, GONE: GONE_TEXT}
     diff = payload(tmp_path / "cut", base, {GONE: None, MOD: code.replace("x2 = 2", "two = 2")})
+    diff = add.normalize_diff(diff + SCRIPT_DIFF, file="in.diff").text
     registry = tmp_path / "patches"
-    add_patch(registry, "drop-it", diff=diff, targets=[MOD, GONE])
+    add_patch(registry, "drop-it", diff=diff, targets=[MOD, GONE, SCRIPT])
     release = make_tree(tmp_path / "release", base, version="0.20.0")
     site = make_tree(tmp_path / "site", base, version="0.20.0")
     info = site / "vllm-0.20.0.dist-info"
@@ -344,22 +381,7 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     manifest = json.loads((bundle / "manifest.json").read_text())
     (entry,) = manifest["patches"]
     assert entry["files"][GONE]["after"] == "" and entry["files"][GONE]["before"]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
-    (bin_dir / "vllm").chmod(0o755)
-
-    def start(*args: str, manifest_path: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PATCHSET_VLLM_ROOT": str(site)}
-        if manifest_path is not None:
-            env["PATCHSET_MANIFEST"] = str(manifest_path)
-        return subprocess.run(
-            [sys.executable, str(bundle / "entrypoint.py"), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**env, "PATCHSET_COMPUTE_CAPABILITY": "none"},
-        )
+    start = _starter(tmp_path / "bin", bundle, site)
 
     (site / GONE).write_text(GONE_TEXT + "# edited\n")
     before = tree_digest(site)
@@ -371,12 +393,16 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     assert done.returncode == 0, done.stdout + done.stderr
     assert "drop-it r1 (build): applied" in done.stdout
     assert not (site / GONE).exists() and "two" in (site / MOD).read_text()
+    assert not (site / "vllm" / "sub").exists()  # the folder it emptied goes, as with git
+    assert (site / SCRIPT).read_text() == "#!/bin/sh\necho hi\n"
+    assert stat.S_IMODE((site / SCRIPT).stat().st_mode) == 0o755  # created as git creates it
     again = start()
     assert again.returncode == 0 and "drop-it r1 (build): already-applied" in again.stdout
     image = {**manifest, "delivery": "image"}
     (tmp_path / "image.json").write_text(json.dumps(image))
     report = json.loads(start("--verify", manifest_path=tmp_path / "image.json").stdout)
     assert report["ok"], report
+    (site / GONE).parent.mkdir()
     (site / GONE).write_text(GONE_TEXT)  # the deleted file is back: the image is not as built
     report = json.loads(start("--verify", manifest_path=tmp_path / "image.json").stdout)
     assert not report["ok"]
@@ -435,3 +461,74 @@ def test_add_from_tree_names_the_deletions(
     assert main([*args[:3], "only-mod", *args[4:], "--file", MOD]) == 0
     assert "deletes" not in capsys.readouterr().err
     assert "+++ /dev/null" not in (registry / "only-mod" / "patch.diff").read_text()
+
+
+def test_a_created_script_keeps_its_mode_from_add_to_apply(tmp_path: Path) -> None:
+    """A file a diff creates 755 (git's `new file mode 100755`) stays executable: `add --diff`
+    keeps the mode, `add --from-tree` writes it for an executable file of the edited tree, and
+    apply creates it 755, as `git apply` does; revert removes it."""
+    base = {MOD: BODY}
+    repo = make_tree(tmp_path / "repo", base)
+    git("init", "-q", ".", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-qm", "before", cwd=repo)
+    (repo / "vllm" / "tools").mkdir()
+    (repo / "vllm" / "tools" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (repo / "vllm" / "tools" / "run.sh").chmod(0o755)
+    (repo / "vllm" / "tools" / "data.py").write_text("DATA = 1\n")
+    git("add", "-A", cwd=repo)
+    from_git = add.normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
+    assert from_git.count("new file mode 100755") == 1
+    with FolderSource(make_tree(tmp_path / "pristine", base)).open("0.19.1") as tree:
+        files = ["vllm/tools/run.sh", "vllm/tools/data.py"]
+        from_tree = add.normalize_diff(diff_tree(repo, tree, files).text, file="t").text
+    assert from_tree.count("new file mode 100755") == 1
+    for name, diff in (("git", from_git), ("tree", from_tree)):
+        modes = {d.path: d.executable for d in parse_diff(diff, file="t")}
+        assert modes == {"vllm/tools/run.sh": True, "vllm/tools/data.py": False}, name
+        ours = make_tree(tmp_path / f"ours-{name}", base)
+        theirs = make_tree(tmp_path / f"theirs-{name}", base)
+        registry = tmp_path / f"patches-{name}"
+        add_patch(registry, "pat", diff=diff, targets=files)
+        report = apply(load_registry(registry), ours, patches=["pat"])
+        assert report.written and report.exit_code == 0
+        git("init", "-q", ".", cwd=theirs)
+        (theirs / "p.diff").write_text(diff)
+        assert git("apply", "p.diff", cwd=theirs).returncode == 0
+        (theirs / "p.diff").unlink()
+        shutil.rmtree(theirs / ".git")
+        assert files_of(ours) == files_of(theirs)
+        assert os.access(ours / "vllm" / "tools" / "run.sh", os.X_OK)
+        assert not os.access(ours / "vllm" / "tools" / "data.py", os.X_OK)
+        back = revert(load_registry(registry), ours, patches=["pat"])
+        assert back.written and not (ours / "vllm" / "tools").exists()
+
+
+def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> None:
+    """`COPY files/` keeps the context's modes: a script a build patch creates 755 is laid
+    out 755, the files it patches 644; what it deletes is removed by `RUN rm`."""
+    (tmp_path / "builds").mkdir()
+    (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION)
+    definition = load_definition(tmp_path / "builds" / "0.20.0.toml")
+    entry = {
+        "id": "drop-it",
+        "apply": "build",
+        "files": {MOD: {}, SCRIPT: {}, GONE: {}},
+        "executable": [SCRIPT],
+    }
+    context = tmp_path / "context"
+    _write_context(
+        context,
+        definition=definition,
+        from_ref="base",
+        root="/site",
+        build_ids=["drop-it"],
+        patched={MOD: b"x = 1\n", SCRIPT: b"#!/bin/sh\n"},
+        manifest={"patches": [entry]},
+        plugins={},
+    )
+    assert stat.S_IMODE((context / "files" / SCRIPT).stat().st_mode) == 0o755
+    assert stat.S_IMODE((context / "files" / MOD).stat().st_mode) & 0o111 == 0
+    dockerfile = (context / "Dockerfile").read_text()
+    assert "COPY files/ /site/\n" in dockerfile
+    assert f"RUN rm -f -- /site/{GONE}\n" in dockerfile

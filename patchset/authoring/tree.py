@@ -20,13 +20,16 @@ MIN_LIKENESS = 0.6  # an overlay less alike than this to every candidate matches
 CLOSE = 0.02  # files of one name this close in likeness: which one is meant is not clear
 
 
-def unified(path: str, old: str | None, new: str | None) -> str:
+def unified(path: str, old: str | None, new: str | None, *, executable: bool = False) -> str:
     """The registry's form of one file's diff (`--- a/path`, `+++ b/path`, three lines of
     context), with `\\ No newline at end of file` where a side ends without one; `new` None
-    deletes the file (git's form: `deleted file mode`, `+++ /dev/null`)."""
+    deletes the file (git's form: `deleted file mode`, `+++ /dev/null`); a file created
+    `executable` says so as git does (`new file mode 100755`)."""
     old_lines = [] if old is None else old.splitlines(keepends=True)
     new_lines = [] if new is None else new.splitlines(keepends=True)
     out = [f"--- {'/dev/null' if old is None else 'a/' + path}\n", f"+++ b/{path}\n"]
+    if old is None and executable:
+        out = [f"diff --git a/{path} b/{path}\n", "new file mode 100755\n", *out]
     if new is None:
         out = [f"diff --git a/{path} b/{path}\n", "deleted file mode 100644\n"]
         out += [f"--- a/{path}\n", "+++ /dev/null\n"] if old_lines else []
@@ -90,7 +93,8 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
         except UnicodeDecodeError:
             unreadable.append(rel)
             continue
-        parts.append(unified(rel, old, new))
+        executable = old is None and bool(edited.stat().st_mode & 0o100)  # git: 100755
+        parts.append(unified(rel, old, new, executable=executable))
         changed.append(rel)
         if new is None:
             deleted.append(rel)

@@ -460,9 +460,12 @@ def _write_context(
     built = {f for e in manifest["patches"] if e["apply"] == "build" for f in e["files"]}
     lines = [f"FROM {from_ref}"]
     if build_ids:
+        executable = {f for e in manifest["patches"] for f in e.get("executable", ())}
         for rel in sorted(built & patched.keys()):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
+            if rel in executable:  # COPY keeps the context's mode: a created script stays +x
+                (context / "files" / rel).chmod(0o755)
         if built & patched.keys():
             lines.append(f"COPY files/ {root}/")
         if deleted := sorted(built - patched.keys()):  # a diff deleted them

@@ -43,6 +43,8 @@ def patch_entry(
         entry["module"] = impl_module(patch.id)
     elif patch.kind == "diff":
         entry["hunks"] = {d.path: [h.to_json() for h in d.hunks] for d in variant.diffs}
+        # files the diff creates 755 (git's `new file mode 100755`): written executable
+        entry["executable"] = [d.path for d in variant.diffs if d.added and d.executable]
     else:
         entry["sites"] = [asdict(site) for site in variant.sites]
     return entry

@@ -170,8 +170,9 @@ def patched_text(
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
 
 
-def write_atomically(path: Path, data: bytes | None) -> None:
-    """Replace the file at `path` by rename (its mode kept), create it, or (None) delete it."""
+def write_atomically(path: Path, data: bytes | None, *, executable: bool = False) -> None:
+    """Replace the file at `path` by rename (its mode kept), create it (755 when
+    `executable`, else 644), or (None) delete it."""
     if data is None:
         path.unlink(missing_ok=True)
         return
@@ -183,7 +184,7 @@ def write_atomically(path: Path, data: bytes | None) -> None:
         if path.exists():
             shutil.copymode(path, tmp)
         else:
-            Path(tmp).chmod(0o644)  # a new file: readable by vLLM's user, as its others
+            Path(tmp).chmod(0o755 if executable else 0o644)  # readable by vLLM's user
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -197,6 +198,7 @@ class Plan:
         self.root = root
         self.original: dict[str, bytes | None] = {}
         self.current: dict[str, bytes | None] = {}  # None: no file (a diff deleted it)
+        self.executable: set[str] = set()  # files a diff creates 755
 
     def get(self, rel: str) -> bytes | None:
         if rel not in self.current:
@@ -293,6 +295,7 @@ def apply_patch(
     if not new_files:
         return "already-applied"
     plan.current.update(new_files)
+    plan.executable.update(rel for rel in patch.get("executable", ()) if rel in new_files)
     if dry_run:
         return "applies"
     return "applied" if not already else "applied (some files were already patched)"
@@ -479,7 +482,7 @@ def commit(plan: Plan) -> None:
     written: list[str] = []
     try:
         for rel, data in changed.items():
-            write_atomically(plan.root / rel, data)
+            write_atomically(plan.root / rel, data, executable=rel in plan.executable)
             written.append(rel)
             path = plan.root / rel
             if digest(path.read_bytes() if path.is_file() else None) != digest(data):
@@ -488,6 +491,19 @@ def commit(plan: Plan) -> None:
         for rel in written:
             write_atomically(plan.root / rel, plan.original[rel])
         raise
+    for rel in (rel for rel, data in changed.items() if data is None):
+        _remove_emptied(plan.root, rel)
+
+
+def _remove_emptied(root: Path, rel: str) -> None:
+    """The folders a deleted file leaves empty, removed as git removes them (up to `root`)."""
+    for folder in (root / rel).parents:
+        if folder == root or root not in folder.parents:
+            return
+        try:
+            folder.rmdir()  # only an empty folder goes
+        except OSError:
+            return
 
 
 def _say(line: str, *, err: bool = False) -> None:
