@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -305,7 +306,12 @@ def test_cli_served_force_and_upstream(tmp_path: Path) -> None:
     assert bad.returncode == ExitCode.BAD_INPUT and "quantisation" in bad.stderr
     skipped = cli(*base, "--dry-run", "--format", "json")
     assert "when quantization in ['gptq']; served: nothing" in skipped.stdout
-    assert skipped.returncode == ExitCode.ATTENTION  # its only site is skipped: nothing applies
+    # Its only site is for another served configuration: the patch is skipped, not failed.
+    assert skipped.returncode == ExitCode.OK, skipped.stdout + skipped.stderr
+    (result,) = json.loads(skipped.stdout)["results"]
+    assert result["outcome"] == "skipped"
+    assert "every site's `when` leaves it out of the served configuration" in result["details"]
+    assert (tree / "vllm" / "m.py").read_text() == MODULE
     toml = folder / "patch.toml"
     toml.write_text(toml.read_text() + '[upstream.probe]\nfile = "vllm/m.py"\nany = ["Engine"]\n')
     upstream = cli(*base, "--served", "quantization=GPTQ")

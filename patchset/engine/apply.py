@@ -563,6 +563,15 @@ def _one(
             "missing-target": "missing-target",
         }
     outcome = mapping.get(ev.state, "conflict")
+    if operation == "apply" and _left_out_by_when(ev):
+        # Every site is for another served configuration: nothing to do here, not a failure.
+        return PatchResult(
+            patch.id,
+            patch.revision,
+            variant.name,
+            "skipped",
+            ("every site's `when` leaves it out of the served configuration", *_details(ev)),
+        )
     overlay.update(ev.changes)
     overlay.update(dict.fromkeys(ev.removed))
     if executable is not None:
@@ -577,6 +586,12 @@ def _one(
         (*forced, *ev.warnings) if outcome == "applied" else ev.warnings,
         (*ev.changes, *ev.removed),
     )
+
+
+def _left_out_by_when(ev: Evaluation) -> bool:
+    """Whether a runtime patch's every site was skipped for its `when` (none applies, none
+    is only an optional site whose anchor is gone)."""
+    return bool(ev.sites) and all(s.status == "skipped" and not s.optional for s in ev.sites)
 
 
 def _text(data: bytes | None) -> str | None:
