@@ -322,3 +322,85 @@ def test_validate_reports_every_semantic_problem_of_a_patch_with_its_line(
         load_registry(root)
     assert "three-bad/patch.toml" in str(caught.value)
     assert [p.id for p in load_registry(root, tolerant=True).patches] == ["good-one"]
+
+
+TWO_SITES = """\
+[[site]]
+name = "first"
+file = "vllm/mod.py"
+anchor = "line 3"
+action = "insert-after"
+text = "# one"
+marker = "# ps:first"
+probe = { contains = [""] }
+colour = "red"
+
+[[site]]
+name = "second"
+file = "/abs/mod.py"
+anchor = "line 5"
+action = "insert-before"
+text = "# two"
+marker = "# ps:second"
+"""
+
+
+def test_validate_reports_every_problem_inside_a_table_and_a_sites_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Problems in one sub-table (`[upstream]`, its `probe`, `[hardware]`) and in one
+    `sites.toml` (two in one site, one in another) are each reported with their key and
+    line, not only the first; other commands still stop at the first."""
+    root = tmp_path / "patches"
+    folder = add_patch(root, "many", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    toml = folder / "patch.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            "[upstream]",
+            '[hardware]\ncompute_capability = "===12.0"\nnotes = "x"\n\n[upstream]\n'
+            'commit = "not-a-sha"\nsuperseded_in = "soon"\nstat = "open"',
+        )
+    )
+    sites = add_patch(root, "sites", sites=TWO_SITES, targets=["vllm/mod.py"])
+    assert main(["--registry", str(root), "validate", "--format", "json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    keys = {(p["patch"], p["key"]): p["line"] for p in report["problems"]}
+    lines = toml.read_text().splitlines()
+    assert {k for p, k in keys if p == "many"} == {
+        "hardware.compute_capability",
+        "hardware.notes",
+        "upstream.commit",
+        "upstream.superseded_in",
+        "upstream.stat",
+    }, keys
+    assert lines[keys[("many", "upstream.commit")] - 1].startswith("commit =")
+    assert lines[keys[("many", "hardware.notes")] - 1].startswith("notes =")
+    site_lines = (sites / "sites.toml").read_text().splitlines()
+    assert {k for p, k in keys if p == "sites"} == {
+        "site[0].probe.contains",
+        "site[0].colour",
+        "site[1].file",
+    }, keys
+    assert site_lines[keys[("sites", "site[0].colour")] - 1].startswith("colour =")
+    assert site_lines[keys[("sites", "site[1].file")] - 1].startswith('file = "/abs')
+    with pytest.raises(RegistryError, match="superseded_in"):  # the first, as it loads
+        load_registry(root)
+
+
+def test_validate_reports_every_problem_of_each_variant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two `[[variants]]`, each with its own problems (a range that is not PEP 440 and an
+    unknown key in one, a missing payload file in the other): all of them are reported."""
+    root = tmp_path / "patches"
+    folder = add_patch(root, "variants", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    toml = folder / "patch.toml"
+    toml.write_text(
+        toml.read_text()
+        + '\n[[variants]]\npayload = "patch.diff"\nvllm = "=>0.1"\nbse = "0.1"\n'
+        + '\n[[variants]]\npayload = "gone.diff"\nvllm = ">=0.2"\n'
+    )
+    assert main(["--registry", str(root), "validate", "--format", "json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    keys = {p["key"] for p in report["problems"]}
+    assert keys == {"variants[0].vllm", "variants[0].bse", "variants[1].payload"}, report

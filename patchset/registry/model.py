@@ -313,6 +313,15 @@ class _Problems:
             self.add(exc)
             return default
 
+    def finish(self, table: Table) -> None:
+        """The table's unknown keys, each a problem."""
+        for unknown in table.unknown():
+            self.add(unknown)
+
+    def since(self, mark: int) -> bool:
+        """Whether a problem was kept after `mark` (a `len(errors)` taken before)."""
+        return len(self.errors) > mark
+
 
 def load_patch(folder: Path) -> Patch:
     """The patch in `folder`; its first problem raises RegistryError (`patch_problems` lists
@@ -377,7 +386,7 @@ def _load_patch(folder: Path, problems: _Problems) -> Patch | None:
     digest = hashlib.sha256(raw)
     variants: tuple[Variant, ...] | None = None
     if kind is not None and vllm is not None:
-        variants = step(lambda: _variants(top, folder, kind, vllm, digest), None)
+        variants = step(lambda: _variants(top, folder, kind, vllm, digest, problems=problems), None)
     else:  # read with the kind and range only: not unknown keys
         top.known("payload", "variants", "base")
     if variants is not None and targets is not None:
@@ -390,15 +399,14 @@ def _load_patch(folder: Path, problems: _Problems) -> Patch | None:
     title = step(lambda: top.req_str("title"), "")
     description = step(lambda: top.req_str("description"), "")
     revision = step(lambda: top.integer("revision", minimum=1), 1)
-    upstream = step(lambda: _upstream(top), None)
-    hardware = step(lambda: _hardware(top), None)
+    upstream = step(lambda: _upstream(top, problems), None)
+    hardware = step(lambda: _hardware(top, problems), None)
     origin = step(lambda: top.req_str("origin"), "")
     credit: tuple[str, ...] = step(lambda: top.str_list("credit"), ())
     requires: tuple[str, ...] = step(lambda: _ids(top, "requires"), ())
     conflicts: tuple[str, ...] = step(lambda: _ids(top, "conflicts"), ())
     x: Mapping[str, object] = step(lambda: top.free_table("x"), {})
-    for unknown in top.unknown():
-        problems.add(unknown)
+    problems.finish(top)
     if problems.errors:
         return None
     assert patch_id and kind and when and vllm and targets is not None and variants
@@ -498,8 +506,15 @@ def _relpath(table: Table, key: str, value: str) -> None:
 
 
 def _variants(
-    top: Table, folder: Path, kind: Kind, vllm: SpecifierSet, digest: hashlib._Hash
-) -> tuple[Variant, ...]:
+    top: Table,
+    folder: Path,
+    kind: Kind,
+    vllm: SpecifierSet,
+    digest: hashlib._Hash,
+    *,
+    problems: _Problems,
+) -> tuple[Variant, ...] | None:
+    """The payloads (None when one has a problem: each is kept in `problems`)."""
     tables = top.tables("variants")
     payload = top.opt_str("payload", required=False)
     base = top.version("base")
@@ -507,48 +522,73 @@ def _variants(
         raise top.error("give either 'payload' or [[variants]], not both", "payload")
     if tables and base:
         raise top.error("with [[variants]], give 'base' inside each variant", "base")
+    mark = len(problems.errors)
+    step = problems.step
     specs: list[tuple[str, SpecifierSet, str | None, str]] = []
     if not tables:
         specs.append((payload or DEFAULT_PAYLOAD[kind], vllm, base, "payload"))
     names: set[str] = set()
     for table in tables:
-        name = table.req_str("payload")
+        name = step(lambda t=table: t.req_str("payload"), None)  # type: ignore[misc]
         if name in names:
-            raise table.error(f"payload {name!r} is listed twice", "payload")
-        names.add(name)
-        spec = table.specifier("vllm")
-        assert spec is not None
-        specs.append((name, spec, table.version("base"), f"{table.where}.payload"))
-        table.finish()
+            problems.add(table.error(f"payload {name!r} is listed twice", "payload"))
+        spec = step(lambda t=table: t.specifier("vllm"), None)  # type: ignore[misc]
+        variant_base = step(lambda t=table: t.version("base"), None)  # type: ignore[misc]
+        problems.finish(table)
+        if name is not None and spec is not None and name not in names:
+            specs.append((name, spec, variant_base, f"{table.where}.payload"))
+        if name is not None:
+            names.add(name)
     variants = []
     for name, spec, variant_base, where in specs:
-        path = folder / name
-        if "/" in name or not path.is_file():
-            raise top.error(f"payload file {name!r} not found in {folder}", where)
-        _inside(path, folder, "its patch folder")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
-        digest.update(f"\0{name}\0".encode() + data)
-        try:
-            text = data.decode("utf-8", errors="strict")
-        except UnicodeDecodeError as exc:
-            line = data.count(b"\n", 0, exc.start) + 1
-            raise PayloadError(
-                f"line {line}: not UTF-8 (byte {data[exc.start]:#04x}); payloads are UTF-8 text",
-                path=path,
-            ) from None
-        sha = sha256_hex(data)
-        if kind == "diff":
-            diffs = parse_diff(text, file=path)
-            variants.append(Variant(name, spec, sha, diffs=diffs, base=variant_base))
-        elif kind == "python":
-            _check_plugin(text, path)
-            variants.append(Variant(name, spec, sha, base=variant_base))
-        else:
-            variants.append(Variant(name, spec, sha, sites=load_sites(path), base=variant_base))
-    return tuple(variants)
+        variant = step(
+            lambda n=name, v=spec, b=variant_base, w=where: _variant(  # type: ignore[misc]
+                top, folder, kind, digest, problems, name=n, spec=v, base=b, where=w
+            ),
+            None,
+        )
+        if variant is not None:
+            variants.append(variant)
+    return None if problems.since(mark) else tuple(variants)
+
+
+def _variant(
+    top: Table,
+    folder: Path,
+    kind: Kind,
+    digest: hashlib._Hash,
+    problems: _Problems,
+    *,
+    name: str,
+    spec: SpecifierSet,
+    base: str | None,
+    where: str,
+) -> Variant | None:
+    path = folder / name
+    if "/" in name or not path.is_file():
+        raise top.error(f"payload file {name!r} not found in {folder}", where)
+    _inside(path, folder, "its patch folder")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
+    digest.update(f"\0{name}\0".encode() + data)
+    try:
+        text = data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PayloadError(
+            f"line {line}: not UTF-8 (byte {data[exc.start]:#04x}); payloads are UTF-8 text",
+            path=path,
+        ) from None
+    sha = sha256_hex(data)
+    if kind == "diff":
+        return Variant(name, spec, sha, diffs=parse_diff(text, file=path), base=base)
+    if kind == "python":
+        _check_plugin(text, path)
+        return Variant(name, spec, sha, base=base)
+    sites = _load_sites(path, problems)
+    return None if sites is None else Variant(name, spec, sha, sites=sites, base=base)
 
 
 def _check_plugin(text: str, path: Path) -> None:
@@ -563,40 +603,78 @@ def _check_plugin(text: str, path: Path) -> None:
 
 
 def load_sites(path: Path) -> tuple[Site, ...]:
+    """The sites of a `sites.toml`; its first problem raises RegistryError."""
+    sites = _load_sites(path, _Problems(collect=False))
+    assert sites is not None  # without collecting, a problem raised
+    return sites
+
+
+def _load_sites(path: Path, problems: _Problems) -> tuple[Site, ...] | None:
+    """The sites of a `sites.toml`; when `problems` collects (`validate`), every problem of
+    every site is kept there and None returned."""
+    mark = len(problems.errors)
+    step = problems.step
     top = Table(load_toml(path), file=path)
     sites = []
     names: set[str] = set()
     for table in top.tables("site", required=True):
-        name = table.req_str("name")
-        if name in names:
-            raise table.error(f"site name {name!r} is used twice", "name")
-        names.add(name)
-        file = table.req_str("file")
-        _relpath(table, "file", file)
-        site = Site(
-            name=name,
-            file=file,
-            anchor=table.req_str("anchor"),
-            action=cast(Action, table.choice("action", ACTIONS)),
-            text=table.req_str("text"),
-            marker=table.req_str("marker"),
-            optional=table.flag("optional", default=False),
-            after=_after(table, name),
-            alternatives=_alternatives(table, name),
-            probe=_site_probe(table, name),
-            when=_when(table, name),
-        )
-        if not site.anchor_lines:
-            raise table.error("must hold at least one non-blank line", "anchor")
-        if "\n" in site.marker:
-            raise table.error("must be one line", "marker")
-        table.finish()
-        sites.append(site)
-    top.finish()
+        site = _site(table, names, problems)
+        if site is not None:
+            sites.append(site)
+    problems.finish(top)
     markers = [s.marker for s in sites]
     if len(set(markers)) != len(markers):
-        raise top.error("every site needs its own marker", "site")
+        step(lambda: _raise(top.error("every site needs its own marker", "site")), None)
+    if problems.since(mark):
+        return None
     return tuple(sites)
+
+
+def _raise(error: RegistryError) -> None:
+    raise error
+
+
+def _site(table: Table, names: set[str], problems: _Problems) -> Site | None:
+    """One `[[site]]` (None when it has a problem: each is kept in `problems`)."""
+    mark = len(problems.errors)
+    step = problems.step
+    name = step(lambda: table.req_str("name"), "")
+    if name and name in names:
+        problems.add(table.error(f"site name {name!r} is used twice", "name"))
+    names.add(name)
+    file = step(lambda: table.req_str("file"), "")
+    if file:
+        step(lambda: _relpath(table, "file", file), None)
+    anchor = step(lambda: table.req_str("anchor"), "")
+    action = step(lambda: cast(Action, table.choice("action", ACTIONS)), None)
+    text = step(lambda: table.req_str("text"), "")
+    marker = step(lambda: table.req_str("marker"), "")
+    optional = step(lambda: table.flag("optional", default=False), False)
+    after = step(lambda: _after(table, name), None)
+    no_alternatives: tuple[Alternative, ...] = ()
+    alternatives = step(lambda: _alternatives(table, name), no_alternatives)
+    probe = step(lambda: _site_probe(table, name), None)
+    always: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    when = step(lambda: _when(table, name), always)
+    site = Site(
+        name=name,
+        file=file,
+        anchor=anchor,
+        action=action or ACTIONS[0],
+        text=text,
+        marker=marker,
+        optional=optional,
+        after=after,
+        alternatives=alternatives,
+        probe=probe,
+        when=when,
+    )
+    if anchor and not site.anchor_lines:
+        problems.add(table.error("must hold at least one non-blank line", "anchor"))
+    if "\n" in marker:
+        problems.add(table.error("must be one line", "marker"))
+    problems.finish(table)
+    return None if problems.since(mark) else site
 
 
 def _after(table: Table, name: str) -> str | None:
@@ -662,50 +740,84 @@ def _when(table: Table, name: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple(conditions)
 
 
-def _upstream(top: Table) -> Upstream:
+def _upstream(top: Table, problems: _Problems) -> Upstream | None:
+    """`[upstream]` (None when it has a problem: each is kept in `problems`)."""
     table = top.table("upstream")
     assert table is not None
-    state = cast(UpstreamState, table.choice("state", STATES))
-    pr = table.opt_str("pr", required=state != "unsubmitted")
-    if pr is not None and not _PR.match(pr):
-        raise table.error(f"{pr!r}: expected owner/repo#number", "pr")
-    superseded_by = table.opt_str("superseded_by", required=False)
-    if superseded_by is not None and not _PR.match(superseded_by):
-        raise table.error(f"{superseded_by!r}: expected owner/repo#number", "superseded_by")
-    probe_table = table.table("probe", required=False)
-    probe = None
-    if probe_table is not None:
-        probe_file = probe_table.req_str("file")
-        _relpath(probe_table, "file", probe_file)
-        contains, any_of, regex = _probe_strings(probe_table, "upstream.probe")
-        probe = Probe(probe_file, contains, regex, any_of)
-        probe_table.finish()
-    upstream = Upstream(
+    mark = len(problems.errors)
+    step = problems.step
+    state = step(lambda: cast(UpstreamState, table.choice("state", STATES)), None)
+    pr = step(lambda: _pr(table, "pr", required=state not in ("unsubmitted", None)), None)
+    superseded_by = step(lambda: _pr(table, "superseded_by", required=False), None)
+    probe = step(lambda: _probe(table, problems), None)
+    superseded_in = step(lambda: table.version("superseded_in"), None)
+    commit = step(lambda: _commit(table), None)
+    note = step(lambda: table.opt_str("note", required=False), None)
+    problems.finish(table)
+    if problems.since(mark) or state is None:
+        return None
+    return Upstream(
         state=state,
         pr=pr,
         superseded_by=superseded_by,
-        superseded_in=table.version("superseded_in"),
-        commit=_commit(table),
+        superseded_in=superseded_in,
+        commit=commit,
         probe=probe,
-        note=table.opt_str("note", required=False),
+        note=note,
     )
-    table.finish()
-    return upstream
 
 
-def _hardware(top: Table) -> Hardware:
+def _pr(table: Table, key: str, *, required: bool) -> str | None:
+    value = table.opt_str(key, required=required)
+    if value is not None and not _PR.match(value):
+        raise table.error(f"{value!r}: expected owner/repo#number", key)
+    return value
+
+
+def _probe(upstream: Table, problems: _Problems) -> Probe | None:
+    """`[upstream.probe]`, when there is one."""
+    probe_table = upstream.table("probe", required=False)
+    if probe_table is None:
+        return None
+    mark = len(problems.errors)
+    step = problems.step
+
+    def probe_file() -> str:
+        file = probe_table.req_str("file")
+        _relpath(probe_table, "file", file)
+        return file
+
+    file = step(probe_file, None)
+    strings = step(lambda: _probe_strings(probe_table, "upstream.probe"), None)
+    problems.finish(probe_table)
+    if problems.since(mark) or file is None or strings is None:
+        return None
+    contains, any_of, regex = strings
+    return Probe(file, contains, regex, any_of)
+
+
+def _hardware(top: Table, problems: _Problems) -> Hardware | None:
+    """`[hardware]` (None when it has a problem: each is kept in `problems`)."""
     table = top.table("hardware", required=False)
     if table is None:
         return Hardware()
+    mark = len(problems.errors)
+    scope = problems.step(lambda: _scope(table), None)
+    note = problems.step(lambda: table.opt_str("note", required=False), None)
+    problems.finish(table)
+    if problems.since(mark):
+        return None
+    return Hardware(compute_capability=scope, note=note)
+
+
+def _scope(table: Table) -> SpecifierSet | None:
     scope = table.specifier("compute_capability", required=False)
     if scope is not None:
         try:  # the evaluator the image runs: what loads here also runs there
             parse_scope(str(scope))
         except ValueError as exc:
             raise table.error(str(exc), "compute_capability") from None
-    hardware = Hardware(compute_capability=scope, note=table.opt_str("note", required=False))
-    table.finish()
-    return hardware
+    return scope
 
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
