@@ -90,6 +90,26 @@ def test_a_hung_server_is_given_up_on_after_the_timeout(http_server: FakeServer)
     assert http_server.hits["/slow"] == 1
 
 
+def test_a_hung_server_is_not_waited_on_again_in_the_same_run(
+    http_server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a server gave no answer for a whole timeout, the run's next requests to it fail at
+    once (a check's many requests would otherwise each wait the timeout in turn); another
+    server is asked as usual, and the server is asked again once HUNG_FOR has passed."""
+    monkeypatch.setattr(net, "_HUNG", {})
+    http_server.route("/slow", Reply(200, b"{}", delay=1.5))
+    http_server.route("/fine", Reply(200, b"[1]"))
+    with pytest.raises(net.UnreachableError, match="timed out"):
+        net.fetch_json(f"{http_server.url}/slow", retries=3, timeout=0.3)
+    start = time.monotonic()
+    with pytest.raises(net.UnreachableError, match=r"no answer .* earlier in this run"):
+        net.fetch_json(f"{http_server.url}/fine", retries=3, timeout=0.3)
+    assert time.monotonic() - start < 0.1
+    assert http_server.hits.get("/fine", 0) == 0
+    monkeypatch.setattr(net, "HUNG_FOR", 0.0)
+    assert net.fetch_json(f"{http_server.url}/fine", retries=3, timeout=0.3) == [1]
+
+
 def test_a_server_that_answers_is_retried_within_the_timeout(http_server: FakeServer) -> None:
     """Quick failures (a 503, a body cut off after some bytes) are heard from: they are tried
     again, however short the timeout."""

@@ -482,6 +482,18 @@ class _Patience:
         return self.timeout - (time.monotonic() - self._last)
 
 
+# Servers that gave no answer for a whole timeout, by "scheme://host:port", and when: a run
+# does not wait on them again request after request (a check's hundred requests would each
+# wait the timeout in turn), for HUNG_FOR seconds.
+_HUNG: dict[str, float] = {}
+HUNG_FOR = 300.0
+
+
+def _server(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}:{parts.port or ''}"
+
+
 def _with_retries(
     url: str,
     attempt: Callable[[_Patience], T],
@@ -491,6 +503,13 @@ def _with_retries(
     what: str = "the package index",
     hint: str = "; use --offline to work from the cache",
 ) -> T:
+    server = _server(url)
+    since = _HUNG.get(server)
+    if since is not None and time.monotonic() - since < HUNG_FOR:
+        raise UnreachableError(
+            f"cannot reach {what} at {redact(url)}: it gave no answer for the whole timeout"
+            f" earlier in this run (not asked again){hint}"
+        )
     tries = retries + 1
     reason = ""
     wait = _Patience(timeout)
@@ -500,10 +519,12 @@ def _with_retries(
             return attempt(wait)
         except _TransientError as exc:
             reason = str(exc)
-        if number == tries:
-            break
         delay = BACKOFF_BASE * 2 ** (number - 1)
         if wait.left() <= delay:  # nothing heard for the whole timeout: the server hangs
+            if wait.left() <= 0 and not url.startswith("file:"):
+                _HUNG[server] = time.monotonic()
+            break
+        if number == tries:
             break
         LOG.info("%s: %s; trying again in %.1fs", redact(url), reason, delay)
         time.sleep(delay)
