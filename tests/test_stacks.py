@@ -404,3 +404,23 @@ def test_validate_reports_every_problem_of_each_variant(
     report = json.loads(capsys.readouterr().out)
     keys = {p["key"] for p in report["problems"]}
     assert keys == {"variants[0].vllm", "variants[0].bse", "variants[1].payload"}, report
+
+
+def test_validate_says_each_unknown_key_once_in_text_and_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two unknown keys: two problems (the loader's, with lines), in the order of their lines;
+    the JSON Schema's line naming both at once is not added, in text as in JSON."""
+    root = tmp_path / "patches"
+    folder = add_patch(root, "typos", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    toml = folder / "patch.toml"
+    toml.write_text(
+        toml.read_text().replace("[upstream]", 'titel = "a"\ndescriptoin = "b"\n\n[upstream]')
+    )
+    assert main(["--registry", str(root), "validate", "--format", "json"]) == 2
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert [p["key"] for p in problems] == ["titel", "descriptoin"], problems
+    assert problems[0]["line"] < problems[1]["line"]
+    assert main(["--registry", str(root), "validate"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("patchset: error: ") == 2 and "JSON Schema" not in err, err

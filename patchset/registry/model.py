@@ -366,7 +366,9 @@ def patch_problems(folder: Path, also: Sequence[RegistryError] = ()) -> list[Loa
                     texts[error.path] = ""
             line = key_line(texts[error.path], error.key)
         found.append(LoadProblem(error, line))
-    return found
+    # In the order of the files, then of their lines (a key missing, with no line, first).
+    files = list(dict.fromkeys(p.error.path for p in found))
+    return sorted(found, key=lambda p: (files.index(p.error.path), p.line or 0))
 
 
 def _load_patch(folder: Path, problems: _Problems) -> Patch | None:

@@ -96,22 +96,24 @@ def _more_problems(folder: Path, found: list[LoadProblem]) -> list[str]:
     return [
         f"{file}: {line} (JSON Schema patch.json)"
         for line in document_problems("patch", data)
-        if _schema_key(line) not in keys
+        if not _schema_keys(line) <= keys
     ]
 
 
 _NAMED = re.compile(
     r"^(?:(?P<at>[\w.\[\]-]+): )?(?:'(?P<a>[\w-]+)' is a required property"
-    r"|Additional properties are not allowed \('(?P<b>[\w-]+)' was unexpected\))"
+    r"|Additional properties are not allowed \((?P<b>'[\w-]+'(?:, '[\w-]+')*)"
+    r" (?:was|were) unexpected\))"
 )
 
 
-def _schema_key(line: str) -> str:
-    """The key a JSON Schema problem line is about (a missing or unknown key's own name)."""
+def _schema_keys(line: str) -> set[str]:
+    """The keys a JSON Schema problem line is about (missing or unknown keys' own names)."""
     named = _NAMED.match(line)
-    if named:
-        return ".".join(k for k in (named["at"], named["a"] or named["b"]) if k)
-    return line.split(":", 1)[0]
+    if named is None:
+        return {line.split(":", 1)[0]}
+    names = [named["a"]] if named["a"] else [k.strip("'") for k in named["b"].split(", ")]
+    return {".".join(k for k in (named["at"], name) if k) for name in names}
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -126,6 +128,7 @@ def run_validate(args: argparse.Namespace) -> int:
         patch_id: patch_problems(registry.root / patch_id, also=[first])
         for patch_id, first in registry.problems.items()
     }
+    schema_only = {k: _more_problems(registry.root / k, found) for k, found in problems.items()}
     definitions = load_definitions(args.builds) if args.builds.is_dir() else []
     checked = 0
     if not problems:
@@ -137,9 +140,16 @@ def run_validate(args: argparse.Namespace) -> int:
                 "valid": not problems,
                 "patches": len(registry.patches),
                 "problems": [
-                    {"patch": k, "problem": str(p.error), "key": p.error.key, "line": p.line}
-                    for k, found in problems.items()
-                    for p in found
+                    *(
+                        {"patch": k, "problem": str(p.error), "key": p.error.key, "line": p.line}
+                        for k, found in problems.items()
+                        for p in found
+                    ),
+                    *(
+                        {"patch": k, "problem": line, "key": None, "line": None}
+                        for k, lines in schema_only.items()
+                        for line in lines
+                    ),
                 ],
                 "builds": len(definitions),
                 "schema_checked": checked,
@@ -155,7 +165,7 @@ def run_validate(args: argparse.Namespace) -> int:
                 soft_wrap=True,
             )
         for patch_id, found in problems.items():
-            lines = [str(p) for p in found] + _more_problems(registry.root / patch_id, found)
+            lines = [str(p) for p in found] + schema_only[patch_id]
             for line in lines:
                 err_console().print(f"patchset: error: {line}", markup=False, soft_wrap=True)
         total = len(registry.patches) + len(problems)
