@@ -506,7 +506,8 @@ def test_a_created_script_keeps_its_mode_from_add_to_apply(tmp_path: Path) -> No
 
 def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> None:
     """`COPY files/` keeps the context's modes: a script a build patch creates 755 is laid
-    out 755, the files it patches 644; what it deletes is removed by `RUN rm`."""
+    out 755, the files it patches 644; what it deletes is removed by `RUN rm`, then the folders
+    that leaves empty (never vllm/ itself)."""
     (tmp_path / "builds").mkdir()
     (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION)
     definition = load_definition(tmp_path / "builds" / "0.20.0.toml")
@@ -531,4 +532,6 @@ def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> No
     assert stat.S_IMODE((context / "files" / MOD).stat().st_mode) & 0o111 == 0
     dockerfile = (context / "Dockerfile").read_text()
     assert "COPY files/ /site/\n" in dockerfile
-    assert f"RUN rm -f -- /site/{GONE}\n" in dockerfile
+    removal = f"RUN rm -f -- /site/{GONE}"
+    removal += ' && for d in /site/vllm/sub; do rmdir -- "$d" 2>/dev/null || true; done\n'
+    assert removal in dockerfile, dockerfile

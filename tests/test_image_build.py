@@ -479,31 +479,35 @@ def test_a_build_patch_deletes_a_file_and_creates_a_script(
     standin_020: str,
     repo_name: str,
 ) -> None:
-    """A build patch deleting one of vLLM 0.20.0's own files (in git's form, from the
-    release's bytes) and creating a 755 script: the image is built and verified (`RUN rm`
-    after the `COPY`), the file is gone in a container and the script is executable."""
+    """A build patch deleting two of vLLM 0.20.0's own files (in git's form, from the
+    release's bytes; one the only file of its folder) and creating a 755 script: the image is
+    built and verified (`RUN rm` after the `COPY`), the files are gone in a container, the
+    emptied folder too, and the script is executable."""
     from patchset.authoring.tree import unified
     from patchset.sources.package_index import IndexSource
     from tests.synthetic import add_patch
 
-    gone, script = "vllm/benchmarks/sweep/utils.py", "vllm/patchset_tools/run.sh"
+    gone, lone = "vllm/benchmarks/sweep/utils.py", "vllm/third_party/flashmla/__init__.py"
+    script = "vllm/patchset_tools/run.sh"
+    diff = unified(script, None, "#!/bin/sh\necho hi\n", executable=True)
     with IndexSource().open("0.20.0") as tree:
-        data = tree.read(gone)
-    assert data is not None
-    diff = unified(gone, data.decode(), None) + unified(
-        script, None, "#!/bin/sh\necho hi\n", executable=True
-    )
+        for rel in (gone, lone):
+            data = tree.read(rel)
+            assert data is not None
+            diff += unified(rel, data.decode(), None)
     patches = tmp_path / "patches"
     shutil.copytree(REPO / "patches", patches)
-    add_patch(patches, "drop-and-add", diff=diff, targets=[gone, script], vllm="==0.20.0")
+    targets = [script, gone, lone]
+    add_patch(patches, "drop-and-add", diff=diff, targets=targets, vllm="==0.20.0")
     d = definition(tmp_path, "0.20.0.toml", repo_name, **{'"tolist-cudagraph"]': '"drop-and-add"]'})
     report = build(d, load_registry(patches), engine=engine)
     check = (
         "import importlib.util,os,pathlib,stat;"
         "p=pathlib.Path(importlib.util.find_spec('vllm').submodule_search_locations[0]).parent;"
         f"print('GONE', not (p/'{gone}').exists());"
+        f"print('FOLDER', (p/'{lone}').parent.exists());"
         f"print('MODE', oct(stat.S_IMODE(os.stat(p/'{script}').st_mode)))"
     )
     status, out = run_image(docker_client, report.image_id, "-c", check, entrypoint=["python3"])
     assert status == 0, out
-    assert "GONE True" in out and "MODE 0o755" in out, out
+    assert "GONE True" in out and "FOLDER False" in out and "MODE 0o755" in out, out

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchset._fs import sha256_hex
@@ -469,7 +469,7 @@ def _write_context(
         if built & patched.keys():
             lines.append(f"COPY files/ {root}/")
         if deleted := sorted(built - patched.keys()):  # a diff deleted them
-            lines.append("RUN rm -f -- " + " ".join(shlex.quote(f"{root}/{r}") for r in deleted))
+            lines.append(_removal(root, deleted))
     if plugins:  # an installed distribution in vLLM's site folder: its entry points load
         for rel, data in plugins.items():
             (context / "plugins" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -483,6 +483,19 @@ def _write_context(
         "CMD []",
     ]
     (context / "Dockerfile").write_text("\n".join(lines) + "\n")
+
+
+def _removal(root: str, deleted: list[str]) -> str:
+    """The RUN line deleting files a build patch deletes, then the folders that leaves empty
+    (deepest first, as git removes them; `rmdir` takes only an empty one, POSIX sh)."""
+    folders = {str(parent) for rel in deleted for parent in PurePosixPath(rel).parents}
+    folders -= {".", "vllm"}
+    emptied = sorted(folders, key=lambda f: (-f.count("/"), f))
+    line = "RUN rm -f -- " + " ".join(shlex.quote(f"{root}/{r}") for r in deleted)
+    if emptied:
+        quoted = " ".join(shlex.quote(f"{root}/{f}") for f in emptied)
+        line += f' && for d in {quoted}; do rmdir -- "$d" 2>/dev/null || true; done'
+    return line
 
 
 def verify_image(engine: dockerengine.Engine, image: str) -> dict[str, Any]:
