@@ -134,6 +134,10 @@ def test_copy_out_reads_files_without_running_the_image(
     assert b"'0.19.1'" in (found[version_py] or b"")
     assert (found["/usr/local/bin/vllm"] or b"").startswith(b"#!/usr/bin/python3")
     assert found["/no/such"] is None
+    files = engine.copy_files(standin_base.ref, [version_py, "/usr/local/bin/vllm", "/no/such"])
+    assert {path: f.data if f else None for path, f in files.items()} == found
+    modes = {path: f.mode for path, f in files.items() if f is not None}
+    assert modes == {version_py: 0o644, "/usr/local/bin/vllm": 0o755}
 
     fla = f"{site}/vllm/model_executor/layers/fla"
     tree = engine.copy_tree(standin_base.ref, fla, suffixes=(".py",))

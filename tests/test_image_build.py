@@ -480,34 +480,55 @@ def test_a_build_patch_deletes_a_file_and_creates_a_script(
     repo_name: str,
 ) -> None:
     """A build patch deleting two of vLLM 0.20.0's own files (in git's form, from the
-    release's bytes; one the only file of its folder) and creating a 755 script: the image is
-    built and verified (`RUN rm` after the `COPY`), the files are gone in a container, the
-    emptied folder too, and the script is executable."""
+    release's bytes; one the only file of its folder), creating a 755 script and changing a
+    file the base holds 755: the image is built and verified (`RUN rm` after the `COPY`), the
+    files are gone in a container, the emptied folder too, the script is executable and the
+    changed file keeps the base's mode."""
     from patchset.authoring.tree import unified
+    from patchset.image.build import locate_vllm
     from patchset.sources.package_index import IndexSource
     from tests.synthetic import add_patch
 
     gone, lone = "vllm/benchmarks/sweep/utils.py", "vllm/third_party/flashmla/__init__.py"
-    script = "vllm/patchset_tools/run.sh"
+    script, changed = "vllm/patchset_tools/run.sh", "vllm/benchmarks/lib/__init__.py"
     diff = unified(script, None, "#!/bin/sh\necho hi\n", executable=True)
     with IndexSource().open("0.20.0") as tree:
-        for rel in (gone, lone):
+        for rel, keep in ((gone, False), (lone, False), (changed, True)):
             data = tree.read(rel)
             assert data is not None
-            diff += unified(rel, data.decode(), None)
+            diff += unified(rel, data.decode(), data.decode() + "# patched\n" if keep else None)
     patches = tmp_path / "patches"
     shutil.copytree(REPO / "patches", patches)
-    targets = [script, gone, lone]
+    targets = [script, gone, lone, changed]
     add_patch(patches, "drop-and-add", diff=diff, targets=targets, vllm="==0.20.0")
-    d = definition(tmp_path, "0.20.0.toml", repo_name, **{'"tolist-cudagraph"]': '"drop-and-add"]'})
-    report = build(d, load_registry(patches), engine=engine)
+    root, _ = locate_vllm(engine, standin_020)
+    context = tmp_path / "base"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {standin_020}\nRUN chmod 755 {root}/{changed}\n")
+    base = f"{repo_name}-base:755"
+    engine.build(context, (base,), network=False)
+    swap = {
+        '"tolist-cudagraph"]': '"drop-and-add"]',
+        '"vllm/vllm-openai:v0.20.0-cu130"': f'"{base}"',
+    }
     check = (
         "import importlib.util,os,pathlib,stat;"
         "p=pathlib.Path(importlib.util.find_spec('vllm').submodule_search_locations[0]).parent;"
+        "mode=lambda rel: oct(stat.S_IMODE(os.stat(p/rel).st_mode));"
         f"print('GONE', not (p/'{gone}').exists());"
         f"print('FOLDER', (p/'{lone}').parent.exists());"
-        f"print('MODE', oct(stat.S_IMODE(os.stat(p/'{script}').st_mode)))"
+        f"print('SCRIPT', mode('{script}'));"
+        f"print('CHANGED', mode('{changed}'), (p/'{changed}').read_text().endswith('# patched\\n'))"
     )
-    status, out = run_image(docker_client, report.image_id, "-c", check, entrypoint=["python3"])
+    try:
+        report = build(
+            definition(tmp_path, "0.20.0.toml", repo_name, **swap),
+            load_registry(patches),
+            engine=engine,
+        )
+        status, out = run_image(docker_client, report.image_id, "-c", check, entrypoint=["python3"])
+    finally:
+        engine.untag(base)
     assert status == 0, out
-    assert "GONE True" in out and "FOLDER False" in out and "MODE 0o755" in out, out
+    assert "GONE True" in out and "FOLDER False" in out, out
+    assert "SCRIPT 0o755" in out and "CHANGED 0o755 True" in out, out

@@ -54,6 +54,14 @@ class ImageInfo:
     tags: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class CopiedFile:
+    """A file copied out of an image: its bytes and its permission bits (0o644, 0o755...)."""
+
+    data: bytes
+    mode: int
+
+
 def _one_line(text: object, limit: int = _TAIL) -> str:
     line = " ".join(str(text).split())
     return line if len(line) <= limit else "..." + line[-limit:]
@@ -475,17 +483,22 @@ class Engine:
     def copy_out(self, image: str, paths: Sequence[str]) -> dict[str, bytes | None]:
         """The bytes of each file in `paths` (absolute paths in `image`), None where the
         image has no such file. The container is created, never started, and removed."""
-        found: dict[str, bytes | None] = {}
+        return {
+            path: None if found is None else found.data
+            for path, found in self.copy_files(image, paths).items()
+        }
+
+    def copy_files(self, image: str, paths: Sequence[str]) -> dict[str, CopiedFile | None]:
+        """Each file in `paths` (absolute paths in `image`) with its permission bits, None
+        where the image has no such file (as `copy_out`)."""
+        found: dict[str, CopiedFile | None] = {}
         with self._container(
             image, f"cannot copy files out of {image}", entrypoint=["/bin/true"]
         ) as container:
             for path in paths:
-                files = self._archive(container, path, image, keep=None)
-                if files is None:
-                    found[path] = None
-                    continue
+                files = self._members(container, path, image, keep=None)
                 name = path.rstrip("/").rpartition("/")[2]
-                found[path] = files.get(name)
+                found[path] = None if files is None else files.get(name)
         return found
 
     def copy_tree(
@@ -503,6 +516,12 @@ class Engine:
     def _archive(
         self, container: Any, path: str, image: str, *, keep: tuple[str, ...] | None
     ) -> dict[str, bytes] | None:
+        files = self._members(container, path, image, keep=keep)
+        return None if files is None else {name: f.data for name, f in files.items()}
+
+    def _members(
+        self, container: Any, path: str, image: str, *, keep: tuple[str, ...] | None
+    ) -> dict[str, CopiedFile] | None:
         what = f"cannot copy {path} out of {image}"
         try:
             chunks, _stat = container.get_archive(path)
@@ -510,7 +529,7 @@ class Engine:
             return None
         except (docker.errors.DockerException, requests.RequestException) as exc:
             raise DockerError(f"{what}: {_reason(exc)}") from exc
-        files: dict[str, bytes] = {}
+        files: dict[str, CopiedFile] = {}
         try:
             with tarfile.open(fileobj=_ChunkReader(chunks), mode="r|") as archive:
                 for member in archive:
@@ -518,7 +537,7 @@ class Engine:
                         continue
                     handle = archive.extractfile(member)
                     if handle is not None:
-                        files[member.name] = handle.read()
+                        files[member.name] = CopiedFile(handle.read(), member.mode & 0o7777)
         except (tarfile.TarError, requests.RequestException) as exc:
             raise DockerError(f"{what}: {_one_line(exc)}") from exc
         return files

@@ -183,8 +183,10 @@ def prepare_context(
         )
     variants = pick_variants(definition, registry)
     wanted = wanted_files(registry, variants)
-    copied = engine.copy_out(base.id, [f"{root}/{rel}" for rel in wanted])
-    originals = {rel: copied[f"{root}/{rel}"] for rel in wanted}
+    copied = engine.copy_files(base.id, [f"{root}/{rel}" for rel in wanted])
+    found = {rel: copied[f"{root}/{rel}"] for rel in wanted}
+    originals = {rel: None if f is None else f.data for rel, f in found.items()}
+    modes = {rel: f.mode for rel, f in found.items() if f is not None}
     patched, entries = patch_files(
         definition, registry, variants=variants, originals=originals, log=sink
     )
@@ -221,6 +223,7 @@ def prepare_context(
         patched=patched,
         manifest=manifest,
         plugins=plugin_files(python_patches(registry, variants)),
+        modes=modes,
     )
     return PreparedContext(
         folder=folder,
@@ -451,7 +454,10 @@ def _write_context(
     patched: dict[str, bytes],
     manifest: dict[str, Any],
     plugins: dict[str, bytes],
+    modes: dict[str, int] | None = None,
 ) -> None:
+    """The build context; `modes` holds the base's permission bits of the files it had (a
+    `COPY` gives each file the context's mode: a patched 755 file stays 755)."""
     runtime = context / "runtime"
     for rel, data in runtime_sources().items():
         (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -464,8 +470,8 @@ def _write_context(
         for rel in sorted(built & patched.keys()):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
-            if rel in executable:  # COPY keeps the context's mode: a created script stays +x
-                (context / "files" / rel).chmod(0o755)
+            mode = 0o755 if rel in executable else (modes or {}).get(rel, 0o644)
+            (context / "files" / rel).chmod(mode & 0o777)  # COPY takes the context's mode
         if built & patched.keys():
             lines.append(f"COPY files/ {root}/")
         if deleted := sorted(built - patched.keys()):  # a diff deleted them
