@@ -80,3 +80,27 @@ def make_tree(root: Path, files: dict[str, str], version: str = "0.19.1") -> Pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text.encode())
     return root
+
+
+def exported_bundle(
+    tmp_path: Path, registry: Path, files: dict[str, str], definition: str
+) -> tuple[Path, Path]:
+    """The stock-image route on a synthetic release: `registry` exported for the 0.20.0 build
+    `definition` (its text) from a release holding `files`, and a site folder holding the same
+    files as an installed vLLM 0.20.0 (its dist-info too). Returns (bundle, site)."""
+    from patchset.image.definition import load_definition
+    from patchset.image.export import export_runtime
+    from patchset.registry import load_registry
+    from patchset.sources.folder import FolderSource
+
+    release = make_tree(tmp_path / "release", files, version="0.20.0")
+    site = make_tree(tmp_path / "site", files, version="0.20.0")
+    info = site / "vllm-0.20.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.20.0\n")
+    (tmp_path / "builds").mkdir()
+    (tmp_path / "builds" / "0.20.0.toml").write_text(definition)
+    bundle = tmp_path / "bundle"
+    build = load_definition(tmp_path / "builds" / "0.20.0.toml")
+    export_runtime(build, load_registry(registry), bundle, source=FolderSource(release))
+    return bundle, site

@@ -26,7 +26,6 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import PayloadError
 from patchset.image.build import _write_context
 from patchset.image.definition import load_definition
-from patchset.image.export import export_runtime
 from patchset.refresh import refresh
 from patchset.registry import load_registry
 from patchset.registry.diffs import parse_diff
@@ -34,7 +33,7 @@ from patchset.release_check.verdicts import CheckResult, check
 from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 from patchset.sources.folder import FolderSource
 from tests.releases import tree_digest
-from tests.synthetic import BODY, add_patch, make_tree
+from tests.synthetic import BODY, add_patch, exported_bundle, make_tree
 
 Completed = subprocess.CompletedProcess[str]
 GONE = "vllm/sub/gone.py"
@@ -368,16 +367,7 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     diff = add.normalize_diff(diff + SCRIPT_DIFF, file="in.diff").text
     registry = tmp_path / "patches"
     add_patch(registry, "drop-it", diff=diff, targets=[MOD, GONE, SCRIPT])
-    release = make_tree(tmp_path / "release", base, version="0.20.0")
-    site = make_tree(tmp_path / "site", base, version="0.20.0")
-    info = site / "vllm-0.20.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.20.0\n")
-    (tmp_path / "builds").mkdir()
-    (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION)
-    bundle = tmp_path / "bundle"
-    definition = load_definition(tmp_path / "builds" / "0.20.0.toml")
-    export_runtime(definition, load_registry(registry), bundle, source=FolderSource(release))
+    bundle, site = exported_bundle(tmp_path, registry, base, DEFINITION)
     manifest = json.loads((bundle / "manifest.json").read_text())
     (entry,) = manifest["patches"]
     assert entry["files"][GONE]["after"] == "" and entry["files"][GONE]["before"]

@@ -12,11 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.image.definition import load_definition
-from patchset.image.export import export_runtime
-from patchset.registry import load_registry
-from patchset.sources.folder import FolderSource
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, exported_bundle
 
 STARTUP = "a = 1\nb = 2\nc = 3\n"
 STARTUP_DIFF = OTHER_DIFF.replace("other", "start").replace("alpha", "a = 1")
@@ -54,20 +50,7 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     add_patch(registry, "other-fix", diff=STARTUP_DIFF, targets=["vllm/start.py"], when="startup")
     add_patch(registry, "breaks-it", diff=OTHER_DIFF, targets=["vllm/other.py"], when="startup")
     files = {"vllm/mod.py": BODY, "vllm/start.py": STARTUP, "vllm/other.py": OTHER}
-    release = make_tree(tmp_path / "release", files, version="0.20.0")
-    tree = make_tree(tmp_path / "site", files, version="0.20.0")
-    info = tree / "vllm-0.20.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.20.0\n")
-    (tmp_path / "builds").mkdir()
-    (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION)
-    bundle = tmp_path / "bundle"
-    export_runtime(
-        load_definition(tmp_path / "builds" / "0.20.0.toml"),
-        load_registry(registry),
-        bundle,
-        source=FolderSource(release),
-    )
+    bundle, tree = exported_bundle(tmp_path, registry, files, DEFINITION)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text(ECHO)

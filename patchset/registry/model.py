@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -531,23 +532,21 @@ def _variants(
         specs.append((payload or DEFAULT_PAYLOAD[kind], vllm, base, "payload"))
     names: set[str] = set()
     for table in tables:
-        name = step(lambda t=table: t.req_str("payload"), None)  # type: ignore[misc]
+        name = step(functools.partial(table.req_str, "payload"), None)
         if name in names:
             problems.add(table.error(f"payload {name!r} is listed twice", "payload"))
-        spec = step(lambda t=table: t.specifier("vllm"), None)  # type: ignore[misc]
-        variant_base = step(lambda t=table: t.version("base"), None)  # type: ignore[misc]
+        spec = step(functools.partial(table.specifier, "vllm"), None)
+        variant_base = step(functools.partial(table.version, "base"), None)
         problems.finish(table)
         if name is not None and spec is not None and name not in names:
             specs.append((name, spec, variant_base, f"{table.where}.payload"))
         if name is not None:
             names.add(name)
     variants = []
+    read = functools.partial(_variant, top, folder, kind, digest, problems)
     for name, spec, variant_base, where in specs:
         variant = step(
-            lambda n=name, v=spec, b=variant_base, w=where: _variant(  # type: ignore[misc]
-                top, folder, kind, digest, problems, name=n, spec=v, base=b, where=w
-            ),
-            None,
+            functools.partial(read, name=name, spec=spec, base=variant_base, where=where), None
         )
         if variant is not None:
             variants.append(variant)
@@ -566,6 +565,7 @@ def _variant(
     base: str | None,
     where: str,
 ) -> Variant | None:
+    """One payload, read and checked (a sites.toml's problems kept in `problems`: None)."""
     path = folder / name
     if "/" in name or not path.is_file():
         raise top.error(f"payload file {name!r} not found in {folder}", where)

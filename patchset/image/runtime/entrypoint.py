@@ -496,9 +496,10 @@ def commit(plan: Plan) -> None:
 
 
 def _remove_emptied(root: Path, rel: str) -> None:
-    """The folders a deleted file leaves empty, removed as git removes them (up to `root`)."""
+    """The folders a deleted file leaves empty, removed as git removes them; never `vllm/`
+    itself (the rule of `patchset apply`'s transaction and of image builds)."""
     for folder in (root / rel).parents:
-        if folder == root or root not in folder.parents:
+        if folder in (root, root / "vllm") or root not in folder.parents:
             return
         try:
             folder.rmdir()  # only an empty folder goes

@@ -200,7 +200,7 @@ class Cache:
         return manifest
 
     def store_manifest(self, manifest: Manifest) -> None:
-        packed = {  # _pack's rule, inlined: a function call a member costs 50 ms a cold check
+        packed = {  # a wheel's members inline: a call a member would cost 50 ms a cold check
             path: _FIELDS % tuple(entry) if len(entry) == _WHEEL_FIELDS else _pack(entry)
             for path, entry in manifest.members.items()
         }
@@ -341,9 +341,8 @@ def _decode_manifest(raw: bytes) -> Manifest | None:
 def _pack(entry: list[Any]) -> str:
     """A member's entry as the cache keeps it: "sha256 size ..." (one string, not a list:
     decoding a wheel's list then makes two objects a member, not seven, and none that the
-    garbage collector must walk)."""
-    if len(entry) == _WHEEL_FIELDS:  # a wheel's member: formatted at json.dumps's own speed
-        return _FIELDS % tuple(entry)
+    garbage collector must walk). `store_manifest` formats a wheel's members with `_FIELDS`
+    itself, at json.dumps's own speed."""
     return " ".join(map(str, entry))
 
 
