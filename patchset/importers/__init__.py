@@ -27,6 +27,7 @@ def import_collection(
     run_scripts: bool = False,
     builds: Path | str | None = None,
     script_timeout: float = 60.0,
+    sources: list[str] | tuple[str, ...] = (),
 ) -> ImportReport:
     """Import the collection checked out at `folder` into the registry at `registry`."""
     start = time.perf_counter()
@@ -41,8 +42,15 @@ def import_collection(
     elif collection == "club-3090":
         from patchset.importers import club  # noqa: PLC0415 - one importer per call
 
+        from patchset.sources import parse_source  # noqa: PLC0415
+
+        releases = [parse_source(spec) for spec in sources] or [parse_source(None)]
         collected = club.collect(
-            source, only=wanted, run_scripts=run_scripts, timeout=script_timeout
+            source,
+            only=wanted,
+            run_scripts=run_scripts,
+            timeout=script_timeout,
+            sources=releases,
         )
     else:
         raise CollectionError(

@@ -49,6 +49,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="S",
         help="seconds per script run (default 60)",
     )
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="club-3090: where the releases overlays are compared with come from (default: the index); repeatable",
+    )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run)
 
@@ -63,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         run_scripts=args.run_scripts,
         builds=args.builds,
         script_timeout=args.script_timeout,
+        sources=args.source,
     )
     if args.format == "json":
         print_json(report.to_dict())
