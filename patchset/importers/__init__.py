@@ -41,7 +41,6 @@ def import_collection(
         collected = genesis.collect(source, only=wanted)
     elif collection == "club-3090":
         from patchset.importers import club  # noqa: PLC0415 - one importer per call
-
         from patchset.sources import parse_source  # noqa: PLC0415
 
         releases = [parse_source(spec) for spec in sources] or [parse_source(None)]

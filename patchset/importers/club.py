@@ -31,7 +31,7 @@ from patchset.authoring.tree import unified
 from patchset.errors import PatchsetError
 from patchset.importers.common import origin_of
 from patchset.importers.genesis import rebinds
-from patchset.importers.model import CollectionError, Collected, Draft, Entry, patch_id
+from patchset.importers.model import Collected, CollectionError, Draft, Entry, patch_id
 from patchset.importers.pystatic import Package, Scope
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
@@ -40,7 +40,10 @@ REPOSITORY = "noonghunna/club-3090"
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
 PREFIX = "club"
-_MOUNT = re.compile(r"-\s*['\"]?([^\s:'\"]+/patches/[^\s:'\"]+):[^\s:'\"]*?/(vllm/[^\s:'\"]+?)(?::ro)?['\"]?\s*$", re.M)
+_MOUNT = re.compile(
+    r"-\s*['\"]?([^\s:'\"]+/patches/[^\s:'\"]+):[^\s:'\"]*?/(vllm/[^\s:'\"]+?)(?::ro)?['\"]?\s*$",
+    re.M,
+)
 _IMAGE = re.compile(r"vllm/vllm-openai:v(\d+\.\d+\.\d+)")
 _CP = re.compile(r'cp\s+"?\$(?:PATCHDIR|DIR)/([\w.-]+)"?\s+"?\$(?:VLLM|SITE)/([\w./-]+)"?')
 
@@ -97,7 +100,7 @@ def _yaml(path: Path) -> object:
     return yaml.safe_load(path.read_text())
 
 
-def collect(
+def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
     folder: Path,
     *,
     only: set[str] | None = None,
@@ -109,10 +112,16 @@ def collect(
     broken: dict[str, str] = {}
     try:
         data = _yaml(path)
-    except Exception as exc:  # noqa: BLE001 - a YAML error of any kind: the file is named
+    except Exception as exc:
         raise CollectionError(f"{path}: does not parse: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict) or data.get("schema_version") != 1 or not isinstance(data.get("patches"), list):
-        raise CollectionError(f"{path}: an unknown layout (looked for schema_version: 1 and patches:)")
+    if (
+        not isinstance(data, dict)
+        or data.get("schema_version") != 1
+        or not isinstance(data.get("patches"), list)
+    ):
+        raise CollectionError(
+            f"{path}: an unknown layout (looked for schema_version: 1 and patches:)"
+        )
     repository, commit = origin_of(folder, REPOSITORY)
     mounts, pins = _composes(folder, broken)
     releases = Releases(sources)
@@ -132,18 +141,34 @@ def collect(
                 continue
             target = _folder(folder, files)
             if target is None:
-                entries.append(Entry(raw, "not-imported", reasons=[f"files {files} not found in the checkout"]))
+                entries.append(
+                    Entry(raw, "not-imported", reasons=[f"files {files} not found in the checkout"])
+                )
                 continue
             rel = str(target.relative_to(folder))
             if rel in seen_folders:
-                entries.append(Entry(raw, "not-imported", reasons=[f"the same folder as {seen_folders[rel]}"]))
+                entries.append(
+                    Entry(raw, "not-imported", reasons=[f"the same folder as {seen_folders[rel]}"])
+                )
                 continue
             seen_folders[rel] = raw
             try:
-                draft = _draft(raw, meta, folder, target, mounts, releases, repository, commit, run_scripts, timeout)
+                draft = _draft(
+                    raw,
+                    meta,
+                    folder,
+                    target,
+                    mounts,
+                    releases,
+                    repository,
+                    commit,
+                    run_scripts,
+                    timeout,
+                )
             except _Skip as why:
-                status = "out-of-scope" if why.scope else "not-imported"
-                entries.append(Entry(raw, status, reasons=[str(why)]))
+                entries.append(
+                    Entry(raw, "out-of-scope" if why.scope else "not-imported", reasons=[str(why)])
+                )
                 continue
             except PatchsetError as exc:
                 entries.append(Entry(raw, "not-imported", reasons=[str(exc)]))
@@ -157,9 +182,11 @@ def collect(
     finally:
         releases.close()
     builds = _builds(pins, drafts, listed if "listed" in locals() else {})
-    for doc in sorted(folder.glob("models/*/vllm/patches/**/*.md")):
-        if not only:
-            entries.append(Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"]))
+    docs = [] if only else sorted(folder.glob("models/*/vllm/patches/**/*.md"))
+    entries.extend(
+        Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
+        for doc in docs
+    )
     return Collected(NAME, repository, commit, drafts, entries, broken=broken, builds=builds)
 
 
@@ -175,10 +202,14 @@ class _Skip(Exception):  # noqa: N818 - a reason, not an error
 
 def _scope(files: list[str], meta: dict[str, object]) -> str | None:
     if not files:
-        if meta.get("upstream") and str((meta.get("upstream") or {}).get("status", "")).startswith("genesis"):  # type: ignore[union-attr]
+        upstream = meta.get("upstream")
+        if isinstance(upstream, dict) and str(upstream.get("status", "")).startswith("genesis"):
             return "a Genesis switch, not a patch of the club (import Genesis)"
         return "no files"
-    if all(f.endswith(".jinja") for f in files) or meta.get("delivery_mechanism") == "chat_template":
+    if (
+        all(f.endswith(".jinja") for f in files)
+        or meta.get("delivery_mechanism") == "chat_template"
+    ):
         return "a chat template"
     if not any("/vllm/" in f for f in files):
         return "not a vLLM patch (another engine)"
@@ -217,13 +248,17 @@ def _composes(root: Path, broken: dict[str, str]) -> tuple[dict[str, str], dict[
     return mounts, pins
 
 
-def _metadata(raw: str, meta: dict[str, object], repository: str, commit: str | None, rel: str) -> dict[str, object]:
+def _metadata(
+    raw: str, meta: dict[str, object], repository: str, commit: str | None, rel: str
+) -> dict[str, object]:
     upstream = meta.get("upstream") if isinstance(meta.get("upstream"), dict) else {}
     assert isinstance(upstream, dict)
     ref = str(upstream.get("ref") or "")
     status = str(upstream.get("status") or "")
-    number = re.search(r"(?:#|pr)(\d{4,6})", ref + " " + raw)
-    state = {"open": "open", "merged": "merged", "closed": "closed"}.get(status.split("-")[0], "unsubmitted")
+    number = re.search(r"(?:#|pr)(\d{2,6})", ref + " " + raw)
+    state = {"open": "open", "merged": "merged", "closed": "closed"}.get(
+        status.split("-", maxsplit=1)[0], "unsubmitted"
+    )
     up: dict[str, object] = {"state": state if number or state == "unsubmitted" else "unsubmitted"}
     if number and up["state"] != "unsubmitted":
         up["pr"] = f"vllm-project/vllm#{number.group(1)}"
@@ -233,7 +268,14 @@ def _metadata(raw: str, meta: dict[str, object], repository: str, commit: str | 
     for key in ("drop_when",):
         if upstream.get(key):
             x[key] = str(upstream[key])
-    for key in ("load_bearing_when", "model", "deprecated_on", "deprecation_reason", "delivery_mechanism", "status"):
+    for key in (
+        "load_bearing_when",
+        "model",
+        "deprecated_on",
+        "deprecation_reason",
+        "delivery_mechanism",
+        "status",
+    ):
         value = meta.get(key)
         if value not in (None, [], ""):
             x[key] = value if isinstance(value, str | list) else str(value)
@@ -266,7 +308,7 @@ def _metadata(raw: str, meta: dict[str, object], repository: str, commit: str | 
     return out
 
 
-def _draft(
+def _draft(  # noqa: PLR0917 - one patch and what it is read against
     raw: str,
     meta: dict[str, object],
     root: Path,
@@ -285,7 +327,11 @@ def _draft(
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
     code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]
     diffs = [f for f in code if f.suffix in (".patch", ".diff")]
-    scripts = [f for f in code if f.name.startswith("patch") and f.suffix == ".py" or f.name.startswith("_check")]
+    scripts = [
+        f
+        for f in code
+        if (f.name.startswith("patch") and f.suffix == ".py") or f.name.startswith("_check")
+    ]
     install = next((f for f in code if f.name == "install.sh"), None)
     heredoc = install is not None and "<<'PY'" in install.read_text(errors="replace")
     hooks = [f for f in code if f.name == "sitecustomize.py" or "local" in f.parts[-2:-1]]
@@ -294,7 +340,10 @@ def _draft(
     if diffs:
         payload = _diff_payload(target, diffs, install, lost)
         if scripts or heredoc:
-            lost.append("its anchor script (run by install.sh besides the diff) is not carried: needs --run-scripts")
+            lost.append(
+                "its anchor script (run by install.sh besides the diff) is not carried:"
+                " needs --run-scripts"
+            )
         out.update(kind="diff", payload="patch.diff", targets=_diff_targets(payload))
         version = re.search(r"v(\d+\.\d+\.\d+)", target.name)
         if version:
@@ -303,7 +352,9 @@ def _draft(
         return Draft(str(out["id"]), raw, out, {"patch.diff": payload}, lost)
     if scripts or heredoc:
         if not run_scripts:
-            raise _Skip("an anchor script (the collection's code): run with --run-scripts to import it")
+            raise _Skip(
+                "an anchor script (the collection's code): run with --run-scripts to import it"
+            )
         raise _Skip("an anchor script: running it under --run-scripts is not implemented yet")
     overlay = [f for f in files if f.suffix == ".py"]
     if not overlay:
@@ -325,15 +376,7 @@ def _diff_payload(folder: Path, diffs: list[Path], install: Path | None, lost: l
     copies in as created files."""
     out: list[str] = []
     for diff in diffs:
-        for line in diff.read_text().splitlines(keepends=True):
-            if line.startswith(("--- ", "+++ ")) and not line[4:].startswith("/dev/null"):
-                name = line[4:].split("\t")[0].strip()
-                line = f"{line[:4]}{'a' if line[0] == '-' else 'b'}/{_vllm_path(name)}\n"
-            elif line.startswith("diff --git "):
-                parts = line.split()
-                if len(parts) == 4:
-                    line = f"diff --git a/{_vllm_path(parts[2])} b/{_vllm_path(parts[3])}\n"
-            out.append(line)
+        out.extend(_rooted(line) for line in diff.read_text().splitlines(keepends=True))
     if install is not None:
         for name, dest in _CP.findall(install.read_text(errors="replace")):
             helper = folder / name
@@ -346,11 +389,22 @@ def _diff_payload(folder: Path, diffs: list[Path], install: Path | None, lost: l
     return text if text.endswith("\n") else text + "\n"
 
 
+def _rooted(line: str) -> str:
+    """A diff header line with its path under vllm/ (the root the install script patches
+    from: site-packages, or inside vllm/)."""
+    if line.startswith(("--- ", "+++ ")) and not line[4:].startswith("/dev/null"):
+        name = line[4:].split("\t", 1)[0].strip()
+        return f"{line[:4]}{'a' if line[0] == '-' else 'b'}/{_vllm_path(name)}\n"
+    parts = line.split()
+    if line.startswith("diff --git ") and len(parts) == 4:
+        return f"diff --git a/{_vllm_path(parts[2])} b/{_vllm_path(parts[3])}\n"
+    return line
+
+
 def _diff_targets(payload: str) -> list[str]:
-    found = []
-    for line in payload.splitlines():
-        if line.startswith(("+++ b/", "--- a/")):
-            found.append(line[6:].strip())
+    found = [
+        line[6:].strip() for line in payload.splitlines() if line.startswith(("+++ b/", "--- a/"))
+    ]
     return list(dict.fromkeys(found))
 
 
@@ -374,8 +428,14 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
         raise _Skip(f"{hook.relative_to(root)}: rebinds no vLLM name that can be read statically")
     if approximate:
         lost.append("touches are the vLLM names it imports")
-    body = text if re.search(r"^def apply\(", text, re.M) else (
-        text.rstrip("\n") + "\n\n\ndef apply():\n    \"\"\"Importing this module installed the hooks.\"\"\"\n    return None\n"
+    body = (
+        text
+        if re.search(r"^def apply\(", text, re.M)
+        else (
+            text.rstrip("\n")
+            + '\n\n\ndef apply():\n    """Importing this module installed the hooks."""\n'
+            + "    return None\n"
+        )
     )
     out.update(
         kind="python",
@@ -383,11 +443,11 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
         touches=touches,
         targets=list(dict.fromkeys(t.partition(":")[0].replace(".", "/") + ".py" for t in touches)),
     )
-    header = f'"""club-3090 {raw}: {hook.name}, imported by `patchset import club-3090` as a plugin."""\n'
+    header = f'"""club-3090 {raw}: {hook.name}, imported by `patchset import club-3090`."""\n'
     return Draft(str(out["id"]), raw, out, {"plugin.py": header + body}, lost)
 
 
-def _overlay(
+def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
     raw: str,
     out: dict[str, object],
     root: Path,
@@ -435,12 +495,16 @@ def _overlay(
         old_text = None if old is None else old.decode(errors="replace")
         if old_text != text:
             parts.append(unified(path, old_text, text))
-    out.update(kind="diff", payload="patch.diff", targets=sorted(contents), base=base, vllm=f">={base}")
+    out.update(
+        kind="diff", payload="patch.diff", targets=sorted(contents), base=base, vllm=f">={base}"
+    )
     out["x"] = {**out["x"], "overlay_base": base}  # type: ignore[dict-item]
     return Draft(str(out["id"]), raw, out, {"patch.diff": "".join(parts)}, lost)
 
 
-def _builds(pins: dict[str, set[str]], drafts: list[Draft], listed: dict[str, dict[str, object]]) -> dict[str, str]:
+def _builds(
+    pins: dict[str, set[str]], drafts: list[Draft], listed: dict[str, dict[str, object]]
+) -> dict[str, str]:
     from patchset.importers.tomlout import dumps  # noqa: PLC0415
 
     out: dict[str, str] = {}

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchset.importers.common import imported_modules, origin_of
-from patchset.importers.model import CollectionError, Collected, Draft, Entry, Support, patch_id
+from patchset.importers.model import Collected, CollectionError, Draft, Entry, Support, patch_id
 from patchset.importers.pystatic import (
     Package,
     Scope,
@@ -98,12 +99,14 @@ def read_registry(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, i
     except (SyntaxError, ValueError) as exc:
         return {}, {}, f"does not parse: {exc}"
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
+        target: ast.expr | None = None
+        value: ast.expr | None = None
+        if isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
         if not (isinstance(target, ast.Name) and target.id == "PATCH_REGISTRY"):
             continue
-        value = node.value
         if not isinstance(value, ast.Dict):
             return {}, {}, "PATCH_REGISTRY is not a dict literal (an unknown layout)"
         entries: dict[str, dict[str, object]] = {}
@@ -162,12 +165,12 @@ class _Skip(Exception):  # noqa: N818 - a reason, not an error
     pass
 
 
-def _draft(
+def _draft(  # noqa: PLR0917 - one entry and what it is read against
     gid: str,
     entry: dict[str, object],
     ids: dict[str, str],
     package: Package,
-    where: dict[str, object],
+    where: Mapping[str, object],
     done_modules: dict[str, str],
 ) -> Draft:
     if entry.get("__unreadable__"):
@@ -413,7 +416,7 @@ def _globs_bool(value: object) -> list[object]:
 
 def _quant(name: str) -> str:
     """Genesis's quant_format names as patterns over vLLM's --quantization."""
-    base = name.split("_int")[0].split("_w")[0]
+    base = name.split("_int", maxsplit=1)[0].split("_w", maxsplit=1)[0]
     return {"autoround": "auto*round*", "compressed_tensors": "compressed*tensors"}.get(
         base, f"{base}*"
     )
@@ -482,7 +485,7 @@ def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[di
         for c in ast.walk(scope.tree)
         if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == func.name
     ]
-    defaults = bind_params(func, ast.Call(func=func, args=[], keywords=[]))
+    defaults = bind_params(func, ast.Call(func=ast.Name(func.name), args=[], keywords=[]))
     contexts: list[dict[str, ast.expr]] = []
     for call in calls:
         caller = owner.get(id(call), scope.tree)
@@ -492,7 +495,7 @@ def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[di
             for names in loop:
                 context = {**defaults, **base}
                 for name, expr in given.items():
-                    if name in base and name in defaults and given[name] is defaults[name]:
+                    if name in base and name in defaults and expr is defaults[name]:
                         continue  # a default its body replaces
                     context[name] = _rebind(expr, {**caller_local, **names})
                 contexts.append(context)
@@ -516,21 +519,24 @@ def _loops(caller: ast.AST, call: ast.Call) -> list[list[dict[str, ast.expr]]]:
     """The bindings of `for` loops around `call` over constant lists (one empty binding
     when there is none)."""
     for node in ast.walk(caller):
-        if isinstance(node, ast.For) and any(c is call for c in ast.walk(node)):
-            if isinstance(node.iter, ast.List | ast.Tuple):
-                out = []
-                for item in node.iter.elts:
-                    if isinstance(node.target, ast.Name):
-                        out.append({node.target.id: item})
-                    elif isinstance(node.target, ast.Tuple) and isinstance(item, ast.Tuple):
-                        out.append(
-                            {
-                                t.id: v
-                                for t, v in zip(node.target.elts, item.elts, strict=False)
-                                if isinstance(t, ast.Name)
-                            }
-                        )
-                return [out]
+        if (
+            isinstance(node, ast.For)
+            and any(c is call for c in ast.walk(node))
+            and isinstance(node.iter, ast.List | ast.Tuple)
+        ):
+            out = []
+            for item in node.iter.elts:
+                if isinstance(node.target, ast.Name):
+                    out.append({node.target.id: item})
+                elif isinstance(node.target, ast.Tuple) and isinstance(item, ast.Tuple):
+                    out.append(
+                        {
+                            t.id: v
+                            for t, v in zip(node.target.elts, item.elts, strict=False)
+                            if isinstance(t, ast.Name)
+                        }
+                    )
+            return [out]
     return [[{}]]
 
 
@@ -642,11 +648,12 @@ def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr
         raise Unresolved(f"line {node.lineno}: sub_patches is built at run time")
     subs = []
     for item in items:
+        call = item
         if isinstance(item, ast.Name):
-            item = local.get(item.id) or scope.assigned.get(item.id) or item
-        if not (isinstance(item, ast.Call) and _call_name(item) == "TextPatch"):
+            call = local.get(item.id) or scope.assigned.get(item.id) or item
+        if not (isinstance(call, ast.Call) and _call_name(call) == "TextPatch"):
             raise Unresolved(f"line {item.lineno}: a sub-patch built at run time")
-        subs.append(_sub(scope, item, local))
+        subs.append(_sub(scope, call, local))
     if not subs:
         raise Unresolved(f"line {node.lineno}: no sub-patch")
     return subs
@@ -677,7 +684,7 @@ def _built_list(
                     and call.func.value.id == name
                     and call.args
                 ):
-                    items.append(call.args[0])
+                    items.append(call.args[0])  # noqa: PERF401 - one walk, in source order
             return items, local
     if isinstance(value, ast.List | ast.Tuple):
         return list(value.elts), local
@@ -732,7 +739,8 @@ def _runtime(
                 probe_file = patcher.file
                 up = meta["upstream"]
                 assert isinstance(up, dict)
-                old = up.get("probe", {}).get("any", [])  # type: ignore[union-attr]
+                probe = up.get("probe")
+                old = probe.get("any", []) if isinstance(probe, dict) else []
                 up["probe"] = {
                     "file": patcher.file,
                     "any": list(dict.fromkeys([*old, *patcher.drift])),

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 import tomllib
@@ -167,10 +166,9 @@ def _one(
     for key, value in current.items():
         if key == "revision":
             continue
-        if key not in old_meta or old_meta.get(key) != value:
-            if meta.get(key) != value:
-                meta[key] = value
-                kept.append(key)
+        if (key not in old_meta or old_meta.get(key) != value) and meta.get(key) != value:
+            meta[key] = value
+            kept.append(key)
     for key in old_meta:
         if key not in current and key in meta and key != "revision":
             del meta[key]
@@ -216,7 +214,7 @@ def _write_support(stage: Path, support: Support) -> None:
         shutil.copytree(support.source, folder / path / support.package, ignore=_SKIP_COPY)
 
 
-def _drop_unloadable(
+def _drop_unloadable(  # noqa: PLR0917 - the stage, and what was written to it
     stage: Path,
     registry: Path,
     written: list[Draft],
@@ -277,12 +275,12 @@ def _stage(registry: Path, *, dry_run: bool) -> Iterator[Path]:
         yield stage
         old = work / "old"
         if registry.is_dir():
-            os.rename(registry, old)
+            registry.rename(old)
         try:
-            os.rename(stage, registry)
+            stage.rename(registry)
         except OSError:
             if old.is_dir():
-                os.rename(old, registry)
+                old.rename(registry)
             raise
     finally:
         shutil.rmtree(work, ignore_errors=True)

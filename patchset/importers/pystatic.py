@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ast
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 Value = object  # str, int, bool, None, or lists / tuples / dicts of them
 
@@ -65,8 +66,7 @@ class Scope:
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         is_package = path.name == "__init__.py"
         for node in tree.body:
-            for name, value in _assignments(node):
-                self.assigned[name] = value
+            self.assigned.update(_assignments(node))
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 self.functions[node.name] = node
             if isinstance(node, ast.ImportFrom):
@@ -99,7 +99,7 @@ class Scope:
                 self._busy.discard(name)
         if name in self.imported:
             module, attr = self.imported[name]
-            other = self.package.scope(module if attr is None else module)
+            other = self.package.scope(module)
             if attr is not None:
                 sub = self.package.scope(f"{module}.{attr}")
                 if sub is not None and other is None:
@@ -134,8 +134,7 @@ def local_assignments(func: ast.AST) -> dict[str, ast.expr]:
     found: dict[str, ast.expr] = {}
     for node in ast.walk(func):
         if isinstance(node, ast.stmt):
-            for name, value in _assignments(node):
-                found[name] = value
+            found.update(_assignments(node))
     return found
 
 
@@ -153,11 +152,23 @@ _STR_METHODS: dict[str, Callable[..., Value]] = {
 }
 
 
+def _as_list(value: Value) -> Value:
+    return list(cast("Iterable[object]", value))
+
+
+def _as_tuple(value: Value) -> Value:
+    return tuple(cast("Iterable[object]", value))
+
+
+def _as_sorted(value: Value) -> Value:
+    return sorted(cast("Iterable[Any]", value))
+
+
 _BUILTINS: dict[str, Callable[[Value], Value]] = {
     "str": str,
-    "list": lambda v: list(v),  # type: ignore[call-overload]
-    "tuple": lambda v: tuple(v),  # type: ignore[call-overload]
-    "sorted": lambda v: sorted(v),  # type: ignore[call-overload]
+    "list": _as_list,
+    "tuple": _as_tuple,
+    "sorted": _as_sorted,
     "repr": repr,
 }
 
@@ -168,7 +179,7 @@ class _Eval:
         self.local = local
         self.busy: set[str] = set()
 
-    def eval(self, node: ast.expr) -> Value:  # noqa: C901, PLR0911, PLR0912 - one case per node type
+    def eval(self, node: ast.expr) -> Value:
         if isinstance(node, ast.Constant):
             return node.value
         if isinstance(node, ast.JoinedStr):
@@ -197,13 +208,13 @@ class _Eval:
             items: list[Value] = []
             for element in node.elts:
                 if isinstance(element, ast.Starred):
-                    items.extend(self.eval(element.value))  # type: ignore[call-overload]
+                    items.extend(cast("Iterable[object]", self.eval(element.value)))
                 else:
                     items.append(self.eval(element))
             return items if isinstance(node, ast.List) else tuple(items)
         if isinstance(node, ast.Dict):
             return {
-                self.eval(k) if k is not None else None: self.eval(v)  # type: ignore[misc]
+                cast("Any", self.eval(k) if k is not None else None): self.eval(v)
                 for k, v in zip(node.keys, node.values, strict=True)
             }
         if isinstance(node, ast.Attribute):
@@ -263,12 +274,15 @@ class _Eval:
             if returned is not None:
                 expr, local = returned
                 bound = bind_params(self.scope.functions[func.id], node)
-                values = {
-                    k: ast.copy_location(ast.Constant(self.eval(v)), v) for k, v in bound.items()
-                }
+                values = {k: constant(self.eval(v), v) for k, v in bound.items()}
                 return _Eval(self.scope, {**local, **values}).eval(expr)
         name = ast.unparse(func)
         raise Unresolved(f"line {node.lineno}: {name}() runs at run time")
+
+
+def constant(value: Value, like: ast.expr) -> ast.expr:
+    """`value` as an expression node, at the place of `like`."""
+    return ast.copy_location(ast.Constant(cast("Any", value)), like)
 
 
 def returned_expr(

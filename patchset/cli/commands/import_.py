@@ -40,7 +40,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--run-scripts",
         action="store_true",
-        help="club-3090: run its anchor scripts (the collection's own code) in scratch copies of each release",
+        help="club-3090: run its anchor scripts (the collection's own code) in scratch copies"
+        " of each release",
     )
     p.add_argument(
         "--script-timeout",
@@ -54,7 +55,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="append",
         default=[],
         metavar="SPEC",
-        help="club-3090: where the releases overlays are compared with come from (default: the index); repeatable",
+        help="club-3090: where the releases that overlays are compared with come from"
+        " (default: the index); repeatable",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run)
@@ -81,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _render(report: ImportReport) -> None:
     con = console()
-    say = lambda text: con.print(text, markup=False, soft_wrap=True, highlight=False)  # noqa: E731
+
+    def say(text: str) -> None:
+        con.print(text, markup=False, soft_wrap=True, highlight=False)
+
     for entry in report.entries:
         what = entry.patch or "-"
         line = f"{entry.status:<19} {entry.action:<9} {entry.source_id} -> {what}"
