@@ -71,6 +71,12 @@ COMMAND_HELP: dict[str, tuple[str, str]] = {
         "0 written; 2 a malformed build definition or registry; 3 a release unavailable",
         "patchset runtime export out/ --build builds/0.19.1.toml",
     ),
+    "upstream": (
+        "0 nothing needs attention; 1 a pull request merged, closed, gone or recorded out of"
+        " date; 2 bad usage or input; 3 the forge unreachable, the token refused or the rate"
+        " limit spent",
+        "patchset upstream --format github",
+    ),
     "completion": (
         "0 printed; 2 an unknown shell",
         "patchset completion bash > ~/.local/share/bash-completion/completions/patchset",
