@@ -67,9 +67,7 @@ COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
         "patchset runtime export out/ --build builds/0.19.1.toml",
     ),
     "upstream": (
-        "0 nothing needs attention; 1 a pull request merged, closed, gone or recorded out of"
-        " date; 2 bad usage or input; 3 the forge unreachable, the token refused or the rate"
-        " limit spent",
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset upstream --format github",
     ),
     "completion": (
