@@ -26,6 +26,7 @@ from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
+from patchset.cli.commands import upstream as upstream_cmd
 from patchset.cli.output import err_console, set_quiet
 from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import Project, resolve
@@ -42,6 +43,7 @@ COMMANDS = (
     runtime_cmd,
     completion_cmd,
     cache_cmd,
+    upstream_cmd,
     import_cmd,
 )
 
