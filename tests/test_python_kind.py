@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.engine.apply import apply
+from patchset.engine.apply import apply, revert
 from patchset.errors import PayloadError, RegistryError
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import load_registry
@@ -77,8 +77,14 @@ def test_apply_writes_nothing(tmp_path: Path) -> None:
     before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
     report = apply(registry, target, version="0.20.0")
     (result,) = report.results
-    assert result.outcome == "not-applied" and "reaches vLLM as a plugin" in result.details[0]
+    assert result.outcome == "plugin" and "reaches vLLM as a plugin" in result.details[0]
     assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+    # Its own word, counted by no exit code: with --strict, a tree whose only in-range patch
+    # is a python patch is not "already applied" (6) (was: `not-applied`, exit 6).
+    strict = apply(registry, target, version="0.20.0", strict=True)
+    assert [r.outcome for r in strict.results] == ["plugin"] and strict.exit_code == 0
+    reverted = revert(registry, target, version="0.20.0", strict=True)
+    assert [r.outcome for r in reverted.results] == ["plugin"] and reverted.exit_code == 0
 
 
 @pytest.mark.parametrize(

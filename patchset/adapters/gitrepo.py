@@ -53,6 +53,19 @@ class GitRepo(_Handle):
             return None
         return bool(self._repo.is_ancestor(first, second))
 
+    def tags_containing(self, commit: str) -> list[str] | None:
+        """The tags whose history holds `commit` (``git tag --contains``); None when the clone
+        does not have the commit."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        if self.commit(commit) is None:
+            return None
+        try:
+            out = self._repo.git.tag("--contains", commit)
+        except git.GitCommandError:
+            return None
+        return [line.strip() for line in str(out).splitlines() if line.strip()]
+
     def commit(self, rev: str) -> str | None:
         """The hex sha of the commit `rev` names (a tag is peeled), or None."""
         import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use

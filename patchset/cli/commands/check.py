@@ -37,10 +37,7 @@ DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
 needed (applies, release lacks the fix), upstream (reverse applies or the upstream probe
 matches), conflict, partial (some runtime sites match), missing-target (file absent; a
-moved file is named). Whether the release is in the patch's declared range is shown beside.
-
-exit codes: 0 nothing in range needs attention; 1 an in-range patch is conflict, partial
-or missing-target; 2 bad usage or input; 3 a source could not be had."""
+moved file is named). Whether the release is in the patch's declared range is shown beside."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
