@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 
 # A small tree and diffs for it, shared by the engine, fault and hostile-input tests.
 BODY = "".join(f"line {i}\n" for i in range(1, 21))
@@ -104,3 +108,20 @@ def exported_bundle(
     build = load_definition(tmp_path / "builds" / "0.20.0.toml")
     export_runtime(build, load_registry(registry), bundle, source=FolderSource(release))
     return bundle, site
+
+
+class MemoryReleases(ReleaseSource):
+    """Releases held in memory (version: {path: text}), oldest first."""
+
+    name = "memory"
+
+    def __init__(self, releases: dict[str, dict[str, str]]) -> None:
+        self.releases = releases
+
+    def versions(self) -> list[str]:
+        return list(self.releases)
+
+    @contextmanager
+    def open(self, version: str) -> Iterator[MemoryTree]:
+        files = {rel: text.encode() for rel, text in self.releases[version].items()}
+        yield MemoryTree(ReleaseInfo(version, "memory"), files)
