@@ -514,7 +514,7 @@ def _say(line: str, *, err: bool = False) -> None:
 def load_manifest() -> dict[str, Any]:
     path = Path(os.environ.get("PATCHSET_MANIFEST", str(MANIFEST)))
     try:
-        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        manifest: object = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise StartRefusedError(
             f"cannot read {path}: {exc.strerror} (is the bundle mounted?)"
@@ -576,8 +576,7 @@ def main(argv: list[str]) -> int:
     args = [program, "serve", *manifest["serve_args"], *argv]
     elapsed = (time.perf_counter() - started) * 1000
     _say(f"patchset: ready in {elapsed:.0f} ms; exec {program} serve")
-    os.execvp(program, args)  # noqa: S606 - exec is the point: vllm replaces this process
-    return 127  # not reached
+    return os.execvp(program, args)  # noqa: S606 - exec is the point: vllm replaces this process
 
 
 if __name__ == "__main__":
