@@ -13,35 +13,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `patchset` starts without gitpython
     import git
 
+from patchset.adapters.closing import Closing
 from patchset.errors import SourceError
 
 _LINK_MODE = 0o120000  # a symlink's tree-entry mode
 _BLOB = "blob"
 
 
-class _Handle:
+class _Handle(Closing):
     """A gitpython repository held open; closed on `close()` or leaving a `with` block."""
 
     def __init__(self, repo: git.Repo, path: Path) -> None:
         self._repo = repo
         self.path = path
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._repo.close()
@@ -63,6 +52,19 @@ class GitRepo(_Handle):
         except (git.BadName, git.BadObject, ValueError):
             return None
         return bool(self._repo.is_ancestor(first, second))
+
+    def tags_containing(self, commit: str) -> list[str] | None:
+        """The tags whose history holds `commit` (``git tag --contains``); None when the clone
+        does not have the commit."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        if self.commit(commit) is None:
+            return None
+        try:
+            out = self._repo.git.tag("--contains", commit)
+        except git.GitCommandError:
+            return None
+        return [line.strip() for line in str(out).splitlines() if line.strip()]
 
     def commit(self, rev: str) -> str | None:
         """The hex sha of the commit `rev` names (a tag is peeled), or None."""

@@ -21,10 +21,12 @@ from patchset.cli.commands import cache as cache_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import completion as completion_cmd
 from patchset.cli.commands import image as image_cmd
+from patchset.cli.commands import import_ as import_cmd
 from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
+from patchset.cli.commands import upstream as upstream_cmd
 from patchset.cli.output import err_console, set_quiet
 from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import Project, resolve
@@ -41,6 +43,8 @@ COMMANDS = (
     runtime_cmd,
     completion_cmd,
     cache_cmd,
+    upstream_cmd,
+    import_cmd,
 )
 
 DEBUG_ENV = "PATCHSET_DEBUG"
