@@ -13,35 +13,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `patchset` starts without gitpython
     import git
 
+from patchset.adapters.closing import Closing
 from patchset.errors import SourceError
 
 _LINK_MODE = 0o120000  # a symlink's tree-entry mode
 _BLOB = "blob"
 
 
-class _Handle:
+class _Handle(Closing):
     """A gitpython repository held open; closed on `close()` or leaving a `with` block."""
 
     def __init__(self, repo: git.Repo, path: Path) -> None:
         self._repo = repo
         self.path = path
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._repo.close()
