@@ -30,11 +30,7 @@ source, --source as for the refresh) and takes only regular files from it.
 
 runtime patches: for each site whose anchor no longer matches, the nearest candidates in X;
 where one is clearly best it is proposed as the new anchor. --write records the proposal;
---pick SITE=N takes candidate N instead.
-
-exit codes: 0 written (or proposed); 1 a conflict to resolve or a site without a clear
-anchor; 2 bad input (the patch already fits X, an unknown release, a read-only registry,
-conflict markers left); 3 a release could not be had."""
+--pick SITE=N takes candidate N instead."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
