@@ -21,6 +21,7 @@ from patchset.cli.commands import cache as cache_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import completion as completion_cmd
 from patchset.cli.commands import image as image_cmd
+from patchset.cli.commands import import_ as import_cmd
 from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
@@ -43,6 +44,7 @@ COMMANDS = (
     completion_cmd,
     cache_cmd,
     upstream_cmd,
+    import_cmd,
 )
 
 DEBUG_ENV = "PATCHSET_DEBUG"
