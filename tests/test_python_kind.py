@@ -14,6 +14,7 @@ from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import load_registry
 from patchset.release_check.verdicts import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
+from tests.helpers.cli import run_cli
 
 TOML = """id = "envs-probe"
 title = "Wrap vllm.envs.is_set"
@@ -126,21 +127,13 @@ def test_touches_reader() -> None:
 
 def test_cli_show_and_refresh(tmp_path: Path) -> None:
     import json
-    import subprocess
-    import sys
 
     registry = registry_with(tmp_path)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "patchset", "--registry", str(registry), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
-    shown = json.loads(run("show", "envs-probe", "--format", "json").stdout)
+    shown = json.loads(
+        run_cli("--registry", registry, "show", "envs-probe", "--format", "json").stdout
+    )
     assert shown["touches"] == ["vllm.envs:is_set", "vllm.v1.engine:EngineCoreRequest.prompt"]
-    done = run("refresh", "envs-probe", "--vllm", "0.21.0", "--offline")
+    done = run_cli("--registry", registry, "refresh", "envs-probe", "--vllm", "0.21.0", "--offline")
     assert done.returncode == 2 and "is a python patch" in done.stderr
     assert "Traceback" not in done.stderr

@@ -19,6 +19,7 @@ from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.upstream import audit, record
 from tests.fake_forge import FakeForge
+from tests.gitrepos import git
 from tests.synthetic import MOD_DIFF, add_patch
 
 SHA = "a" * 40
@@ -223,21 +224,6 @@ def test_formats(registry: Path, forge: FakeForge, tmp_path: Path) -> None:
     assert "**" in rows[1] and "**" not in rows[-1]  # attention first
     table = cli(registry, forge, **env)
     assert "6 pull requests:" in table.stdout and "1 newly-merged" in table.stdout
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
-    ).stdout.strip()
 
 
 def test_first_release_from_a_real_clone(registry: Path, forge: FakeForge, tmp_path: Path) -> None:

@@ -66,6 +66,29 @@ class GitRepo(_Handle):
             return None
         return [line.strip() for line in str(out).splitlines() if line.strip()]
 
+    def describe(self, rev: str) -> tuple[str, int, str] | None:
+        """The nearest tag like ``v0.33.0`` in the history of `rev`, the number of commits
+        since it and `rev`'s hex sha (``git describe --tags --long``); None when no such tag
+        is in the history (none fetched, or a shallow clone cut before it)."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        try:
+            out = str(self._repo.git.describe("--tags", "--long", "--match", "v[0-9]*", rev))
+            sha = str(self._repo.commit(rev).hexsha)
+        except (git.GitCommandError, git.BadName, git.BadObject, ValueError):
+            return None
+        tag, _, rest = out.strip().rpartition("-g")[0].rpartition("-")
+        return (tag, int(rest), sha) if tag and rest.isdigit() else None
+
+    def committed(self, rev: str) -> int | None:
+        """When `rev`'s commit was made (seconds since the epoch), or None."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        try:
+            return int(self._repo.commit(rev).committed_date)
+        except (git.BadName, git.BadObject, ValueError):
+            return None
+
     def commit(self, rev: str) -> str | None:
         """The hex sha of the commit `rev` names (a tag is peeled), or None."""
         import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use

@@ -86,9 +86,7 @@ def audit(
     """Ask the forge about each patch's pull request (those of `patches`, else every patch
     with one), `jobs` at a time, each pull request once; compare with the registry."""
     chosen = registry.select(tuple(patches))
-    tracked = [
-        (p.id, p.upstream.pr, p.upstream.state) for p in chosen if p.upstream and p.upstream.pr
-    ]
+    tracked = [(p.id, p.upstream.pr, p.upstream.state) for p in chosen if p.upstream.pr]
     prs = sorted({pr for _, pr, _ in tracked})
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(prs) or 1))) as pool:
         answers = dict(zip(prs, pool.map(forge.pull, prs), strict=True))

@@ -18,19 +18,31 @@ REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # seconds; a hung command fails its test instead of the whole run
 
 
+def environment(env: Mapping[str, str | None] | None) -> dict[str, str]:
+    """This process's environment with `env` on top (a None value takes a variable out), and
+    the repository on PYTHONPATH so the subprocess imports this checkout."""
+    merged = {**os.environ, "PYTHONPATH": str(REPO)}
+    for key, value in (env or {}).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
 def run_cli(
     *args: str | Path,
     cwd: Path | str | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     timeout: float = TIMEOUT,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m patchset ARGS` in a subprocess (in the repository unless `cwd`); `env`
-    replaces the environment when given (start from `os.environ` to extend it)."""
+    """`python -m patchset ARGS` in a subprocess, in the repository unless `cwd`; `env` goes
+    on top of this process's environment (a None value takes a variable out)."""
     return subprocess.run(
         [sys.executable, "-m", "patchset", *map(str, args)],
         cwd=REPO if cwd is None else cwd,
-        env=None if env is None else dict(env),
+        env=environment(env),
         input=stdin,
         capture_output=True,
         text=True,
@@ -61,15 +73,18 @@ class Result:
 
 
 @contextlib.contextmanager
-def _inside(cwd: Path | str | None, env: Mapping[str, str] | None) -> Iterator[None]:
+def _inside(cwd: Path | str | None, env: Mapping[str, str | None] | None) -> Iterator[None]:
     """The working folder and environment variables of one run, put back after it."""
     before_cwd = Path.cwd()
     before_env = dict(os.environ)
     try:
         if cwd is not None:
             os.chdir(cwd)
-        if env is not None:
-            os.environ.update(env)
+        for key, value in (env or {}).items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         yield
     finally:
         os.chdir(before_cwd)
@@ -78,10 +93,12 @@ def _inside(cwd: Path | str | None, env: Mapping[str, str] | None) -> Iterator[N
 
 
 def cli(
-    *args: str | Path, cwd: Path | str | None = None, env: Mapping[str, str] | None = None
+    *args: str | Path,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str | None] | None = None,
 ) -> Result:
     """`patchset ARGS` through `main()` in this process, stdout and stderr captured; `env`
-    adds to the environment for the run (and is taken back after it)."""
+    goes on top of the environment for the run (None takes a variable out; all put back)."""
     out, err = io.StringIO(), io.StringIO()
     with _inside(cwd, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

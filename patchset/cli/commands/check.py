@@ -68,7 +68,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--source",
         metavar="SPEC",
         help="where releases come from: the package index (default), PATH (a checkout,"
-        " unpacked sdist or site-packages), git:PATH (a vLLM clone) or image:REF",
+        " unpacked sdist or site-packages), git:PATH (a vLLM clone), git:PATH@REF (one"
+        " branch tip, as the next release after its tag) or image:REF",
+    )
+    p.add_argument(
+        "--source-version",
+        metavar="X",
+        help="the release a folder or git:PATH@REF tree holds, when it cannot be read",
     )
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
@@ -201,9 +207,13 @@ def _source(args: argparse.Namespace) -> ReleaseSource:
     named = args.source is not None and args.source.strip() not in {"", "index"}
     if named and (flags := [flag for flag, given in index_only.items() if given]):
         raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
-    if named:
+    if named or args.source_version is not None:
         return parse_source(
-            args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
+            args.source,
+            index_url=args.index_url,
+            offline=args.offline,
+            prereleases=args.pre,
+            version=args.source_version,
         )
     from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
 

@@ -62,7 +62,7 @@ def pip_config(memo: Path | None = None) -> dict[str, str]:
     read from its files on Linux, else asked of pip (remembered under `memo`)."""
     if sys.platform.startswith("linux"):
         return read_pip_config()
-    return _pip_config_memo(memo)
+    return _pip_config_memo(memo)  # type: ignore[unreachable]  # mypy reads as on Linux
 
 
 def pip_config_files() -> list[str]:
