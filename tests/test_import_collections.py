@@ -170,6 +170,7 @@ def test_club_anchor_script_runs_in_a_scratch_copy(tmp_path: Path) -> None:
         "file": "vllm/x.py",
         "any": ["return z * 2  # fixed upstream"],
     }
+    assert collected.ran == ["m-anchor: patch_x.py"]  # said in the summary
     # the release folders were never written
     assert (tmp_path / "r20" / "vllm" / "x.py").read_text() == fx.RELEASE_X
 

@@ -206,7 +206,20 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
         for doc in docs
     )
-    return Collected(NAME, repository, commit, drafts, entries, broken=broken, builds=builds)
+    ran = [
+        f"{d.source_id}: {', '.join(map(str, _at(d.meta, 'x', 'scripts_run')))}"
+        for d in drafts
+        if d.meta.get("kind") == "runtime"
+    ]
+    return Collected(
+        NAME, repository, commit, drafts, entries, broken=broken, builds=builds, ran=ran
+    )
+
+
+def _at(data: object, *keys: str) -> list[object]:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return list(data) if isinstance(data, list) else []
 
 
 def _code_digest(target: Path) -> str:

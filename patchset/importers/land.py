@@ -115,7 +115,13 @@ def land(
     if builds is not None and collected.builds:
         built = _write_builds(builds, collected.builds, dry_run=dry_run)
     return ImportReport(
-        collected.collection, collected.commit, entries, dict(collected.broken), dry_run, built
+        collected.collection,
+        collected.commit,
+        entries,
+        dict(collected.broken),
+        dry_run,
+        built,
+        ran=list(collected.ran),
     )
 
 
