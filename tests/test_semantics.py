@@ -9,6 +9,7 @@ import io
 import json
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -354,7 +355,7 @@ def test_bad_support_packages(tmp_path: Path, make: str, problem: str) -> None:
 
 
 def applied(
-    root: Path, target: Path, *args: str, env: dict[str, str | None] | None = None
+    root: Path, target: Path, *args: str, env: Mapping[str, str | None] | None = None
 ) -> dict[str, tuple[str, str]]:
     result = cli(
         "--registry", root, "apply", "--target", target, "--format", "json", *args, env=env
@@ -450,3 +451,27 @@ def test_a_retired_patch_is_never_applied(tmp_path: Path, extra: str, applies: b
             assert "retired" in why and "never applied" in why
     shown = cli("--registry", root, "list", "--format", "json").out
     assert json.loads(shown)["patches"][0]["lifecycle"]["state"] == extra.split("'")[1]
+
+
+def test_check_judges_every_patch_and_shows_switch_and_lifecycle(tmp_path: Path) -> None:
+    extra = (
+        "[switch]\nenv = 'PN_CHECKED'\ndefault = false\n[lifecycle]\nstate = 'deprecated'\n"
+        "[applies]\ntorch = '>=9'\n"
+    )
+    root, target = one_patch(tmp_path, extra)
+    argv: list[str | Path] = ["--registry", root, "check", "--source", target]
+    data = json.loads(cli(*argv, "--format", "json", cwd=tmp_path).out)
+    (result,) = data["results"]
+    assert result["verdict"] == "needed"  # judged although off, retired-ish and unknown here
+    assert data["patches"]["one"] == {
+        "switch": {"env": "PN_CHECKED", "default": False},
+        "lifecycle": {"state": "deprecated", "retire_after": None, "superseded_by": None},
+        "applies": {"torch": ">=9"},
+    }
+    import jsonschema
+
+    jsonschema.validate(data, schemas.load("check"), cls=jsonschema.Draft202012Validator)
+    table = cli(*argv, cwd=tmp_path, env={"COLUMNS": "300"}).out
+    assert (
+        "one: switch PN_CHECKED (default off); lifecycle deprecated; applies torch = '>=9'" in table
+    )
