@@ -343,6 +343,9 @@ def show_table(
         ]
         out.add_row(f"{patch.id} r{patch.revision}", *cells)
     con.print(out)
+    for patch in patches:  # switch, lifecycle, predicate: judged anyway, said here
+        if patch.gates_text():
+            con.print(f"{patch.id}: {patch.gates_text()}", markup=False)
     if short:
         con.print(LEGEND, style="dim", markup=False)
     notes = _notes(report)
