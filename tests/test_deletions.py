@@ -13,13 +13,12 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from patchset import add
+from patchset.authoring.diff import normalize_diff
 from patchset.authoring.tree import diff_tree
 from patchset.cli.main import main
 from patchset.engine.apply import apply, revert
@@ -30,10 +29,16 @@ from patchset.refresh import refresh
 from patchset.registry import load_registry
 from patchset.registry.diffs import parse_diff
 from patchset.release_check.verdicts import CheckResult, check
-from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 from patchset.sources.folder import FolderSource
 from tests.releases import tree_digest
-from tests.synthetic import BODY, add_patch, exported_bundle, make_tree
+from tests.synthetic import (
+    BODY,
+    MemoryReleases,
+    add_patch,
+    build_manifest,
+    exported_bundle,
+    make_tree,
+)
 
 Completed = subprocess.CompletedProcess[str]
 GONE = "vllm/sub/gone.py"
@@ -77,7 +82,7 @@ def git_diff(tmp: Path, before: dict[str, str], after: dict[str, str | None]) ->
 
 def payload(tmp: Path, before: dict[str, str], after: dict[str, str | None]) -> str:
     """The registry's form of git's diff, as `patchset add --diff` writes it."""
-    return add.normalize_diff(git_diff(tmp, before, after), file="in.diff").text
+    return normalize_diff(git_diff(tmp, before, after), file="in.diff").text
 
 
 def git_fits(tree: Path, diff: str, *, reverse: bool = False) -> bool:
@@ -166,7 +171,7 @@ def test_applied_deletion_is_gits_and_reverts_byte_exactly(tmp_path: Path) -> No
     git("rm", "-q", GONE, "vllm/run.sh", cwd=repo)
     (repo / MOD).write_text(BODY.replace("line 11\n", "line 11 patched\n"))
     git("add", "-A", cwd=repo)
-    diff = add.normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
+    diff = normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
     assert "deleted file mode 100755" in diff
     ours = make_tree(tmp_path / "ours", base)
     (ours / "vllm" / "run.sh").chmod(0o755)
@@ -288,25 +293,29 @@ def test_truncated_deletion_is_refused_in_one_line(
 )
 def test_deletions_git_does_not_write_are_refused(text: str, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
-        add.normalize_diff(text, file="in.diff")
+        normalize_diff(text, file="in.diff")
 
 
 def test_from_tree_expresses_deletions(tmp_path: Path) -> None:
-    """`add --from-tree`: a release file gone from the edited tree is a deletion; `--file`
-    limits the patch to the files named, as before."""
+    """`add --from-tree`: a release file gone from a folder the edited tree holds is a
+    deletion; one whose folder the tree lacks altogether is not (a checkout has no wheel-built
+    folders) unless named; `--file` limits the patch to the files named, as before."""
     pristine = make_tree(tmp_path / "pristine", BASE)
     edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
     with FolderSource(pristine).open("0.19.1") as tree:
+        unheld = diff_tree(edited, tree)
+        (edited / GONE).parent.mkdir()  # the folder is there, the file is gone: deleted
         found = diff_tree(edited, tree)
         limited = diff_tree(edited, tree, [MOD])
         only_gone = diff_tree(edited, tree, [GONE])
+    assert (unheld.deleted, unheld.files, unheld.not_held) == ((), (MOD,), ("vllm/sub/",))
     assert found.deleted == (GONE,) and set(found.files) == {MOD, GONE}
     assert (limited.deleted, limited.files) == ((), (MOD,))
     assert only_gone.deleted == (GONE,)
-    diffs = {d.path: d for d in parse_diff(add.normalize_diff(found.text, file="t").text, file="t")}
+    diffs = {d.path: d for d in parse_diff(normalize_diff(found.text, file="t").text, file="t")}
     assert diffs[GONE].removed and diffs[GONE].whole_text() == GONE_TEXT
     # The payload takes the pristine tree to the edited one, as git does.
-    assert git_class(pristine, add.normalize_diff(found.text, file="t").text) == "needed"
+    assert git_class(pristine, normalize_diff(found.text, file="t").text) == "needed"
 
 
 DEFINITION = """\
@@ -364,7 +373,7 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     code = "".join(f"x{i} = {i}\n" for i in range(1, 21))  # compiled by --verify
     base = {MOD: code, GONE: GONE_TEXT}
     diff = payload(tmp_path / "cut", base, {GONE: None, MOD: code.replace("x2 = 2", "two = 2")})
-    diff = add.normalize_diff(diff + SCRIPT_DIFF, file="in.diff").text
+    diff = normalize_diff(diff + SCRIPT_DIFF, file="in.diff").text
     registry = tmp_path / "patches"
     add_patch(registry, "drop-it", diff=diff, targets=[MOD, GONE, SCRIPT])
     bundle, site = exported_bundle(tmp_path, registry, base, DEFINITION)
@@ -399,21 +408,7 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     assert "still there, though deleted at build time" in json.dumps(report)
 
 
-class TwoReleases(ReleaseSource):
-    """Two releases held in memory, by version."""
-
-    name = "memory"
-
-    def __init__(self, releases: dict[str, dict[str, str]]) -> None:
-        self.releases = releases
-
-    def versions(self) -> list[str]:
-        return list(self.releases)
-
-    @contextmanager
-    def open(self, version: str) -> Iterator[MemoryTree]:
-        files = {rel: text.encode() for rel, text in self.releases[version].items()}
-        yield MemoryTree(ReleaseInfo(version, "memory"), files)
+TwoReleases = MemoryReleases
 
 
 def test_refresh_carries_a_deletion(tmp_path: Path) -> None:
@@ -440,13 +435,14 @@ def test_add_from_tree_names_the_deletions(
     release it was cut from; `--file` leaves it out."""
     pristine = make_tree(tmp_path / "pristine", BASE)
     edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
+    (edited / GONE).parent.mkdir()
     registry = tmp_path / "patches"
     registry.mkdir()
     source = ["--vllm", "0.19.1", "--source", str(pristine)]
     args = ["--registry", str(registry), "add", "edits", "--from-tree", str(edited), *source]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert f"deletes (in vLLM 0.19.1, absent from the edited tree): {GONE}" in err
+    assert f"deletes 1 file of vLLM 0.19.1 absent from the edited tree: {GONE}" in err
     assert "0.19.1 needed" in (registry / "edits" / "patch.toml").read_text()
     assert main([*args[:3], "only-mod", *args[4:], "--file", MOD]) == 0
     assert "deletes" not in capsys.readouterr().err
@@ -467,11 +463,11 @@ def test_a_created_script_keeps_its_mode_from_add_to_apply(tmp_path: Path) -> No
     (repo / "vllm" / "tools" / "run.sh").chmod(0o755)
     (repo / "vllm" / "tools" / "data.py").write_text("DATA = 1\n")
     git("add", "-A", cwd=repo)
-    from_git = add.normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
+    from_git = normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
     assert from_git.count("new file mode 100755") == 1
     with FolderSource(make_tree(tmp_path / "pristine", base)).open("0.19.1") as tree:
         files = ["vllm/tools/run.sh", "vllm/tools/data.py"]
-        from_tree = add.normalize_diff(diff_tree(repo, tree, files).text, file="t").text
+        from_tree = normalize_diff(diff_tree(repo, tree, files).text, file="t").text
     assert from_tree.count("new file mode 100755") == 1
     for name, diff in (("git", from_git), ("tree", from_tree)):
         modes = {d.path: d.executable for d in parse_diff(diff, file="t")}
@@ -501,12 +497,6 @@ def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> No
     (tmp_path / "builds").mkdir()
     (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION)
     definition = load_definition(tmp_path / "builds" / "0.20.0.toml")
-    entry = {
-        "id": "drop-it",
-        "apply": "build",
-        "files": {MOD: {}, SCRIPT: {}, GONE: {}},
-        "executable": [SCRIPT],
-    }
     context = tmp_path / "context"
     _write_context(
         context,
@@ -515,7 +505,7 @@ def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> No
         root="/site",
         build_ids=["drop-it"],
         patched={MOD: b"x = 1\n", SCRIPT: b"#!/bin/sh\n"},
-        manifest={"patches": [entry]},
+        manifest=build_manifest("drop-it", [MOD, SCRIPT, GONE], executable=(SCRIPT,)),
         plugins={},
     )
     assert stat.S_IMODE((context / "files" / SCRIPT).stat().st_mode) == 0o755

@@ -37,10 +37,7 @@ DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
 needed (applies, release lacks the fix), upstream (reverse applies or the upstream probe
 matches), conflict, partial (some runtime sites match), missing-target (file absent; a
-moved file is named). Whether the release is in the patch's declared range is shown beside.
-
-exit codes: 0 nothing in range needs attention; 1 an in-range patch is conflict, partial
-or missing-target; 2 bad usage or input; 3 a source could not be had."""
+moved file is named). Whether the release is in the patch's declared range is shown beside."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,7 +68,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--source",
         metavar="SPEC",
         help="where releases come from: the package index (default), PATH (a checkout,"
-        " unpacked sdist or site-packages), git:PATH (a vLLM clone) or image:REF",
+        " unpacked sdist or site-packages), git:PATH (a vLLM clone), git:PATH@REF (one"
+        " branch tip, as the next release after its tag) or image:REF",
+    )
+    p.add_argument(
+        "--source-version",
+        metavar="X",
+        help="the release a folder or git:PATH@REF tree holds, when it cannot be read",
     )
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
@@ -123,6 +126,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " (comments and formatting kept; a patch needed in separate runs is left as is)",
     )
     p.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a build definition: its patches on the release it pins (failing), and on the"
+        " later releases --vllm/--since name as 'would carry forward' (never failing)",
+    )
+    p.add_argument(
+        "--builds",
+        dest="all_builds",
+        action="store_true",
+        help="as --build, for every definition in the builds folder",
+    )
+    p.add_argument(
         "--format",
         choices=("table", "json", "markdown", "github"),
         default="table",
@@ -139,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
     source = _source(args)
+    if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
+        from patchset.cli import pins  # noqa: PLC0415
+
+        return pins.run(args, registry, source, render_markdown)
     versions = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
     if not versions:
         return _nothing_to_check(args, registry, source)
@@ -204,9 +225,13 @@ def _source(args: argparse.Namespace) -> ReleaseSource:
     named = args.source is not None and args.source.strip() not in {"", "index"}
     if named and (flags := [flag for flag, given in index_only.items() if given]):
         raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
-    if named:
+    if named or args.source_version is not None:
         return parse_source(
-            args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
+            args.source,
+            index_url=args.index_url,
+            offline=args.offline,
+            prereleases=args.pre,
+            version=args.source_version,
         )
     from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
 
@@ -318,6 +343,9 @@ def show_table(
         ]
         out.add_row(f"{patch.id} r{patch.revision}", *cells)
     con.print(out)
+    for patch in patches:  # switch, lifecycle, predicate: judged anyway, said here
+        if patch.gates_text():
+            con.print(f"{patch.id}: {patch.gates_text()}", markup=False)
     if short:
         con.print(LEGEND, style="dim", markup=False)
     notes = _notes(report)

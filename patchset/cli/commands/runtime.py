@@ -7,6 +7,7 @@ from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
 
@@ -34,24 +35,22 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="BUILD_TOML",
         help="the build definition (default: the only one in the builds folder)",
     )
+    add_source_options(e, pre=False)
     e.add_argument(
-        "--source",
-        metavar="SPEC",
-        help="where the release's files come from: index (default), PATH, git:PATH, image:REF",
+        "--strict",
+        action="store_true",
+        help="refuse a patch whose upstream fix the release holds (default: left out, a line)",
     )
-    e.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
-    e.add_argument("--offline", action="store_true", help="use the cache only")
     e.add_argument("--format", choices=FORMATS, default="table")
     e.set_defaults(handler=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
     from patchset.image.export import default_definition, export_runtime  # noqa: PLC0415
-    from patchset.sources import parse_source  # noqa: PLC0415
 
     definition = load_definition(args.build or default_definition(args.builds))
     registry = load(args.registry)
-    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+    source = source_from(args)
     err = err_console()
     report = export_runtime(
         definition,
@@ -59,6 +58,7 @@ def run_export(args: argparse.Namespace) -> int:
         args.folder,
         source=source,
         log=lambda line: err.print(line, markup=False, highlight=False),
+        strict=args.strict,
     )
     if args.format == "json":
         print_json(report.to_dict())
@@ -69,7 +69,7 @@ def run_export(args: argparse.Namespace) -> int:
         ["patch", "rev", "kind", "apply"],
     )
     for p in report.patches:
-        out.add_row(p["id"], str(p["revision"]), p["kind"], p["apply"])
+        out.add_row(p.id, str(p.revision), p.kind, p.apply)
     con.print(out)
     con.print(f"compose: {report.folder}/compose.yaml", markup=False)
     con.print(f"docker run: {report.docker_run}", markup=False, soft_wrap=True)
