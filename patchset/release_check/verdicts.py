@@ -128,6 +128,8 @@ class CheckReport:
     releases: tuple[ReleaseInfo, ...]
     results: tuple[CheckResult, ...]
     suggested: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # per patch: its switch and default, lifecycle and predicate (`Patch.gates`)
+    patches: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -156,6 +158,7 @@ class CheckReport:
             ],
             "results": [r.to_dict() for r in self.results],
             "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
+            "patches": self.patches,
             "exit_code": self.exit_code,
         }
 
@@ -228,6 +231,9 @@ def check(
         releases=tuple(infos),
         results=tuple(results),
         suggested=suggest_ranges(results, [i.version for i in infos]),
+        patches={
+            p.id: p.gates() for p in registry.patches if any(r.patch == p.id for r in results)
+        },
     )
 
 

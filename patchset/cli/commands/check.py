@@ -126,6 +126,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " (comments and formatting kept; a patch needed in separate runs is left as is)",
     )
     p.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a build definition: its patches on the release it pins (failing), and on the"
+        " later releases --vllm/--since name as 'would carry forward' (never failing)",
+    )
+    p.add_argument(
+        "--builds",
+        dest="all_builds",
+        action="store_true",
+        help="as --build, for every definition in the builds folder",
+    )
+    p.add_argument(
         "--format",
         choices=("table", "json", "markdown", "github"),
         default="table",
@@ -142,6 +156,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
     source = _source(args)
+    if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
+        from patchset.cli import pins  # noqa: PLC0415
+
+        return pins.run(args, registry, source, render_markdown)
     versions = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
     if not versions:
         return _nothing_to_check(args, registry, source)
@@ -325,6 +343,9 @@ def show_table(
         ]
         out.add_row(f"{patch.id} r{patch.revision}", *cells)
     con.print(out)
+    for patch in patches:  # switch, lifecycle, predicate: judged anyway, said here
+        if patch.gates_text():
+            con.print(f"{patch.id}: {patch.gates_text()}", markup=False)
     if short:
         con.print(LEGEND, style="dim", markup=False)
     notes = _notes(report)
