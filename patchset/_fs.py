@@ -7,83 +7,33 @@ renamed into place only then; on any failure the temporary file is removed and t
 destination is untouched. patchset often runs as root on a tree owned by a user (a venv):
 what it writes stays the user's, so the user can still revert it.
 
-The engine's transaction writes its new bytes with `create_exclusive` (never following a
-symlink planted at the temporary name) and renames them itself, after its journal.
-The in-image runtime (`image/runtime/entrypoint.py`) keeps its own standard-library copy.
+The rules for vLLM's files (modes, owners, created and emptied folders, temporary names) live
+in `patchset.kernel.tree`, which ships into images; this module re-exports the ones the host
+uses and adds what only the host needs: atomic replacement of patchset's own files, the
+symlink guard of a target tree, and swapping a staged folder in.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import stat
+import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-_CHUNK = 1 << 20
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 of a file's bytes, read in chunks (sdists are tens of megabytes)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class Attributes:
-    """Mode and owner a written file should have."""
-
-    mode: int
-    uid: int
-    gid: int
-
-
-def attributes_for(dest: Path, *, mode: int | None = None) -> Attributes:
-    """What `dest` should look like once written: the mode and owner of the file it replaces,
-    or, when there is none, its folder's owner and the folder's read/write bits (never
-    writable by others, never executable). `mode` overrides the mode only."""
-    try:
-        info = dest.lstat()
-    except FileNotFoundError:
-        info = None
-    if info is not None and stat.S_ISREG(info.st_mode):
-        keep = stat.S_IMODE(info.st_mode)
-        return Attributes(keep if mode is None else mode, info.st_uid, info.st_gid)
-    folder = dest.parent.stat()
-    new_mode = stat.S_IMODE(folder.st_mode) & 0o664 | 0o600  # 0o755 -> 0o644, 0o700 -> 0o600
-    return Attributes(new_mode if mode is None else mode, folder.st_uid, folder.st_gid)
-
-
-def set_attributes(fd: int, attrs: Attributes) -> None:
-    """Give an open file `attrs`: the owner first (chown clears set-id bits), then the mode.
-    A user who may not give a file away keeps it (only root, or a group member, may)."""
-    info = os.fstat(fd)
-    if (info.st_uid, info.st_gid) != (attrs.uid, attrs.gid):
-        with contextlib.suppress(PermissionError):
-            os.fchown(fd, attrs.uid, attrs.gid)
-    os.fchmod(fd, attrs.mode)
-
-
-def follow_folder_owner(path: Path, folder: Path) -> None:
-    """Give `path` (a file or folder patchset created, not following a symlink) the owner
-    and group of `folder`, when they differ and this process may."""
-    want = folder.stat()
-    info = path.lstat()
-    if (info.st_uid, info.st_gid) != (want.st_uid, want.st_gid):
-        with contextlib.suppress(PermissionError):
-            os.chown(path, want.st_uid, want.st_gid, follow_symlinks=False)
+from patchset.errors import TargetError
+from patchset.kernel.tree import (
+    Attributes,
+    attributes_for,
+    create_exclusive,
+    follow_folder_owner,
+    make_folder,
+    set_attributes,
+)
+from patchset.kernel.tree import sha256 as sha256_hex
 
 
 @contextlib.contextmanager
@@ -126,23 +76,47 @@ def sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def create_exclusive(path: Path, data: bytes, *, like: Path) -> None:
-    """Create `path` afresh with `data` and the attributes `like` would get (see
-    `attributes_for`): a leftover, or a symlink planted at `path`, is removed, never
-    followed (O_EXCL | O_NOFOLLOW). fsynced; the caller renames it."""
-    attrs = attributes_for(like)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-        set_attributes(fh.fileno(), attrs)
+def resolve_inside(root: Path, relpath: str) -> Path:
+    """The real path of `relpath` under `root`; a symlink leading outside `root` is refused."""
+    real_root = root.resolve()
+    candidate = (root / relpath).resolve()
+    if candidate != real_root and real_root not in candidate.parents:
+        raise TargetError(f"{relpath}: leads outside the target through a symlink", path=root)
+    return candidate
 
 
-def make_folder(path: Path) -> None:
-    """Create one folder with its parent's owner, group and permission bits."""
-    parent = path.parent.stat()
-    path.mkdir()
-    follow_folder_owner(path, path.parent)
-    path.chmod(stat.S_IMODE(parent.st_mode) & 0o777)
+def replace_folder(staging: Path, final: Path) -> None:
+    """Put the folder `staging` (written beside `final`, on its file system) in the place of
+    `final`, whole: `final` is renamed aside first and removed only once `staging` is in, so
+    there is never a moment without a complete folder at `final`; a failure puts the old one
+    back. `staging` is gone afterwards either way (renamed in, or removed)."""
+    old = final.with_name(f".{final.name}.old")
+    if os.path.lexists(old):
+        shutil.rmtree(old)
+    try:
+        if os.path.lexists(final):
+            final.rename(old)
+        staging.rename(final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if os.path.lexists(old) and not os.path.lexists(final):
+            old.rename(final)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+__all__ = [
+    "Attributes",
+    "atomic_file",
+    "attributes_for",
+    "create_exclusive",
+    "follow_folder_owner",
+    "make_folder",
+    "replace_folder",
+    "resolve_inside",
+    "set_attributes",
+    "sha256_hex",
+    "sync_folder",
+    "write_atomic",
+    "write_json_atomic",
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
@@ -25,20 +26,76 @@ def one_line(text: str) -> str:
 
 
 class ExitCode(IntEnum):
-    """Documented exit codes shared by every command (see docs/exit-codes.md)."""
+    """Documented exit codes shared by every command: `MEANING` says each one, and the help
+    texts and docs/exit-codes.md are made from (and tested against) it."""
 
     OK = 0
     ATTENTION = 1  # a conflict, a partial patch, a failed build or verify
     BAD_INPUT = 2  # bad usage, bad registry data, bad target, unknown id
     UNAVAILABLE = 3  # a source, the index or the Docker engine could not be had
     MISSING_TARGET = 4  # apply/revert: a target file is absent (`missing-target`)
-    TARGET_MISSING = 4  # the former name, kept as an alias
     OUT_OF_RANGE = 5
-    ALREADY_APPLIED = 6
-    APPLIED_WITH_WARNINGS = 7
+    ALREADY_APPLIED = 6  # --strict only
+    APPLIED_WITH_WARNINGS = 7  # --strict only
     UPSTREAM = 8  # apply: a patch's upstream fix is in the tree (nothing written)
+    START_REFUSED = 9  # the image or exported runtime's entrypoint refused to start vLLM
     INTERNAL = 70  # a bug: an exception patchset did not expect (EX_SOFTWARE of sysexits.h)
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # 128 + SIGINT
+    BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
+
+
+@dataclass(frozen=True)
+class Meaning:
+    """What an exit code is called (docs/exit-codes.md's name column) and says in a help text."""
+
+    name: str
+    short: str
+
+
+MEANING: dict[ExitCode, Meaning] = {
+    ExitCode.OK: Meaning("ok", "ok"),
+    ExitCode.ATTENTION: Meaning(
+        "attention", "a conflict or partial patch (nothing written), a failed build or verify"
+    ),
+    ExitCode.BAD_INPUT: Meaning("bad input", "bad usage or input"),
+    ExitCode.UNAVAILABLE: Meaning(
+        "unavailable", "a release, the index, a source or Docker could not be had"
+    ),
+    ExitCode.MISSING_TARGET: Meaning("missing target", "a target file missing (nothing written)"),
+    ExitCode.OUT_OF_RANGE: Meaning(
+        "out of range", "a patch asked for by id is out of its release range"
+    ),
+    ExitCode.ALREADY_APPLIED: Meaning(
+        "already applied", "--strict only: nothing to do (already applied, nothing to take out)"
+    ),
+    ExitCode.APPLIED_WITH_WARNINGS: Meaning(
+        "applied with warnings", "--strict only: written, but with offsets or fuzz"
+    ),
+    ExitCode.UPSTREAM: Meaning(
+        "upstream", "a patch's upstream fix is in the tree (nothing written)"
+    ),
+    ExitCode.START_REFUSED: Meaning(
+        "container start refused", "the image entrypoint refused to start vLLM"
+    ),
+    ExitCode.INTERNAL: Meaning(
+        "internal error", "an internal error (a bug: rerun with --traceback)"
+    ),
+    ExitCode.INTERRUPTED: Meaning("interrupted", "interrupted (Ctrl-C)"),
+    ExitCode.BROKEN_PIPE: Meaning("output closed", "output closed early (a broken pipe)"),
+}
+
+# What any command can end with besides its own codes.
+COMMON: tuple[ExitCode, ...] = (
+    ExitCode.INTERNAL,
+    ExitCode.INTERRUPTED,
+    ExitCode.BROKEN_PIPE,
+)
+
+
+def describe_codes(codes: tuple[ExitCode, ...]) -> str:
+    """`codes` as a help text lists them, one a line: "exit codes:\n    0  ok\n ..." (the
+    words from `MEANING`)."""
+    return "exit codes:\n" + "\n".join(f"  {int(code):>3}  {MEANING[code].short}" for code in codes)
 
 
 class PatchsetError(Exception):

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from patchset import add
 from patchset.adapters import forge, net
+from patchset.authoring.add import ANY_RELEASE
+from patchset.authoring.diff import normalize_diff
 from patchset.cli.main import main
 from patchset.errors import PayloadError, SourceError
 from patchset.registry import load_patch, load_registry
@@ -64,7 +65,7 @@ def hunks_of(text: str) -> list[object]:
 
 
 def test_pr_diff_keeps_vllm_files_only() -> None:
-    payload = add.normalize_diff(pr_style(TMA_DIFF), file="pr.diff")
+    payload = normalize_diff(pr_style(TMA_DIFF), file="pr.diff")
     assert payload.targets == (TMA_FILE, "vllm/model_executor/layers/fla/ops/tma_note.py")
     assert payload.dropped == ("tests/kernels/test_fla.py",)
     assert "diff --git" not in payload.text and "index " not in payload.text
@@ -85,7 +86,7 @@ def test_pr_diff_keeps_vllm_files_only() -> None:
 )
 def test_plain_diffs_in_every_shape(old: str, new: str) -> None:
     body = TMA_DIFF.split("\n", 2)[2]
-    payload = add.normalize_diff(f"--- {old}\t2025-01-01\n+++ {new}\n{body}", file="x.patch")
+    payload = normalize_diff(f"--- {old}\t2025-01-01\n+++ {new}\n{body}", file="x.patch")
     assert payload.targets == (TMA_FILE,)
     assert hunks_of(payload.text) == hunks_of(TMA_DIFF)
     assert payload.text == TMA_DIFF  # the registry's own form, byte for byte
@@ -112,7 +113,7 @@ def test_plain_diffs_in_every_shape(old: str, new: str) -> None:
 )
 def test_diffs_refused(text: str, message: str) -> None:
     with pytest.raises(PayloadError, match=message) as caught:
-        add.normalize_diff(text, file="in.diff")
+        normalize_diff(text, file="in.diff")
     assert str(caught.value).startswith("in.diff: ")
 
 
@@ -157,7 +158,7 @@ def test_add_from_a_pull_request_on_the_forge(
     assert patch.targets == tuple(out["targets"])
     assert patch.upstream.pr == PR and patch.upstream.state == "open"
     assert PR in patch.origin and "fetched" in patch.origin
-    assert str(patch.vllm) == add.ANY_RELEASE  # nothing checked: every release, said so
+    assert str(patch.vllm) == ANY_RELEASE  # nothing checked: every release, said so
     assert "not checked" in (root / "fla-pr" / "patch.toml").read_text()
     assert sorted(p.name for p in root.iterdir()) == ["fla-pr"]  # no staging folder left
 

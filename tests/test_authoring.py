@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from patchset import add
 from patchset.adapters import forge
 from patchset.authoring import preamble
+from patchset.authoring.diff import normalize_diff
 from patchset.cli.main import main
 from patchset.engine.apply import apply
 from patchset.errors import PayloadError
@@ -382,4 +382,4 @@ def test_update_refuses_a_bad_diff_and_writes_nothing(
     assert "touches no file under vllm/" in one_line_error(capsys)
     assert tree_digest(root) == before
     with pytest.raises(PayloadError):
-        add.normalize_diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", file="x")
+        normalize_diff("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", file="x")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,22 +11,12 @@ from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.sources.folder import FolderSource
+from tests.helpers.cli import run_cli
 from tests.releases import materialize
 
 pytestmark = pytest.mark.network
 REPO = Path(__file__).parent.parent
 REGISTRY = load_registry(REPO / "patches")
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
 
 
 def test_verdicts_across_releases() -> None:
@@ -79,7 +67,7 @@ def test_in_range_partial_is_attention(tmp_path: Path) -> None:
 
 
 def test_cli_json_schema_and_markdown() -> None:
-    proc = run("check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--format", "json")
+    proc = run_cli("check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["schema"] == "patchset.check/1"
@@ -91,13 +79,30 @@ def test_cli_json_schema_and_markdown() -> None:
         ("0.20.0", "tolist-cudagraph", "needed", True),
     }
     assert all(isinstance(r["detail"], str) and r["detail"] for r in data["results"])
-    md = run("check", "--vllm", "0.19.1", "--format", "markdown").stdout
+    md = run_cli("check", "--vllm", "0.19.1", "--format", "markdown").stdout
     assert "| `fla-tma-sm12x` r1 | needed |" in md
 
 
 def test_cli_offline_from_cache() -> None:
-    proc = run("check", "--vllm", "0.19.1", "--offline", "--index-url", "http://127.0.0.1:9/simple")
+    """Offline, from the cache only (an index that cannot answer): the same verdicts as
+    online. The online run first, so the test does not lean on another one's cache."""
+    online = run_cli("check", "--vllm", "0.19.1", "--format", "json")
+    assert online.returncode == 0, online.stderr
+    proc = run_cli(
+        "check", "--vllm", "0.19.1", "--offline", "--index-url", "http://127.0.0.1:9/simple",
+        "--format", "json",
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    verdicts = {(r["patch"], r["verdict"], r["in_range"]) for r in data["results"]}
+    assert verdicts == {
+        ("fla-tma-sm12x", "needed", True),
+        ("tolist-cudagraph", "missing-target", False),
+    }
+    assert verdicts == {
+        (r["patch"], r["verdict"], r["in_range"]) for r in json.loads(online.stdout)["results"]
+    }
+    assert data["registry"] == REGISTRY.digest
 
 
 @pytest.mark.parametrize(
@@ -109,7 +114,7 @@ def test_cli_offline_from_cache() -> None:
     ],
 )
 def test_cli_bad_input(args: tuple[str, ...], code: int, message: str) -> None:
-    proc = run("check", *args)
+    proc = run_cli("check", *args)
     assert proc.returncode == code, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -117,7 +122,7 @@ def test_cli_bad_input(args: tuple[str, ...], code: int, message: str) -> None:
 
 
 def test_cli_unreachable_index() -> None:
-    proc = run("check", "--vllm", "0.18.0", "--index-url", "http://127.0.0.1:9/simple")
+    proc = run_cli("check", "--vllm", "0.18.0", "--index-url", "http://127.0.0.1:9/simple")
     assert proc.returncode == 3
     assert "cannot reach the package index" in proc.stderr
     assert "Traceback" not in proc.stderr

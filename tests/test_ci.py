@@ -19,25 +19,12 @@ import yaml
 
 import patchset
 from patchset import escape_data, escape_property, schemas, workflow_command
+from tests.helpers.cli import run_cli
 from tests.releases import materialize
 from tests.workflow_commands import parse, read_annotations
 
 REPO = Path(__file__).parent.parent
 TMA_FILE = "vllm/model_executor/layers/fla/ops/utils.py"
-
-
-def run(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
 
 
 def test_workflow_command_escaping() -> None:
@@ -114,7 +101,7 @@ def open_ended_registry(tmp_path: Path) -> Path:
 def test_github_annotations_fail_on_an_in_range_conflict(tmp_path: Path) -> None:
     open_ended_registry(tmp_path)
     summary = tmp_path / "summary.md"
-    proc = run(
+    proc = run_cli(
         *("check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--vllm", "0.21.0", "--offline"),
         *("--format", "github"),
         cwd=tmp_path,
@@ -143,7 +130,7 @@ def test_github_warning_for_an_offset(tmp_path: Path) -> None:
     tree = materialize("0.19.1", tmp_path / "tree", [TMA_FILE])
     path = tree / TMA_FILE
     path.write_text("# a line\n# and another\n" + path.read_text())  # the hunk moves by 2
-    proc = run("check", "--source", str(tree), "--format", "github", cwd=tmp_path)
+    proc = run_cli("check", "--source", str(tree), "--format", "github", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (warning,) = read_annotations(proc.stdout)
     assert warning.name == "warning"
@@ -173,11 +160,11 @@ def test_pre_commit_hook_runs_validate(tmp_path: Path) -> None:
     argv = shlex.split(hook["entry"])
     assert argv[:2] == ["patchset", "validate"]
     # what pre-commit runs, in this repository and in a broken one
-    assert run(*argv[1:], cwd=REPO).returncode == 0
+    assert run_cli(*argv[1:], cwd=REPO).returncode == 0
     broken = tmp_path / "patches" / "bad-patch"
     broken.mkdir(parents=True)
     (broken / "patch.toml").write_text('id = "bad-patch"\n')
-    proc = run(*argv[1:], cwd=tmp_path)
+    proc = run_cli(*argv[1:], cwd=tmp_path)
     assert proc.returncode == 2 and "required key is missing" in proc.stderr
 
 

@@ -11,21 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.cli import run_cli
 from tests.releases import tree_digest
 from tests.synthetic import make_tree
 
 REPO = Path(__file__).parent.parent
-
-
-def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
@@ -37,22 +27,22 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_list_show_validate_json() -> None:
-    listed = json.loads(run("list", "--format", "json").stdout)
+    listed = json.loads(run_cli("list", "--format", "json").stdout)
     assert [p["id"] for p in listed["patches"]] == ["fla-tma-sm12x", "tolist-cudagraph"]
-    shown = json.loads(run("show", "tolist-cudagraph", "--format", "json").stdout)
+    shown = json.loads(run_cli("show", "tolist-cudagraph", "--format", "json").stdout)
     assert shown["kind"] == "runtime" and shown["apply"] == "startup"
-    valid = run("validate", "--format", "json")
+    valid = run_cli("validate", "--format", "json")
     assert valid.returncode == 0
     assert json.loads(valid.stdout)["registry"] == listed["registry"]
 
 
 def test_help_explains_exit_codes() -> None:
-    out = run("--help").stdout
+    out = run_cli("--help").stdout
     assert "exit codes" in out and "apply" in out and "revert" in out
 
 
 def test_unknown_patch(tmp_path: Path) -> None:
-    proc = run("show", "fla-tma")
+    proc = run_cli("show", "fla-tma")
     assert proc.returncode == 2
     assert "did you mean 'fla-tma-sm12x'" in one_line_error(proc)
 
@@ -62,14 +52,14 @@ def test_malformed_registry(tmp_path: Path) -> None:
     shutil.copytree(REPO / "patches", reg)
     toml = reg / "fla-tma-sm12x" / "patch.toml"
     toml.write_text(toml.read_text().replace('kind = "diff"', 'kind = "dif"'))
-    proc = run("--registry", str(reg), "validate")
+    proc = run_cli("--registry", str(reg), "validate")
     assert proc.returncode == 2
     line = one_line_error(proc)
     assert str(toml) in line and "kind: 'dif' is not one of diff, runtime" in line
 
 
 def test_apply_no_vllm_package(tmp_path: Path) -> None:
-    proc = run("apply", "--target", str(tmp_path))
+    proc = run_cli("apply", "--target", str(tmp_path))
     assert proc.returncode == 2
     assert "no vllm/ package" in one_line_error(proc)
 
@@ -77,7 +67,7 @@ def test_apply_no_vllm_package(tmp_path: Path) -> None:
 def test_apply_dry_run_and_exit_codes(tmp_path: Path) -> None:
     tree = make_tree(tmp_path / "t", {"vllm/model_executor/layers/fla/ops/utils.py": "x = 1\n"})
     before = tree_digest(tree)
-    proc = run("apply", "--target", str(tree), "--patch", "fla-tma-sm12x", "--format", "json")
+    proc = run_cli("apply", "--target", str(tree), "--patch", "fla-tma-sm12x", "--format", "json")
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 == report["exit_code"]
     assert report["results"][0]["outcome"] == "conflict"
@@ -87,7 +77,7 @@ def test_apply_dry_run_and_exit_codes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["--fuzz=x", "--bogus"])
 def test_bad_usage_exits_2(bad: str) -> None:
-    assert run("apply", bad).returncode == 2
+    assert run_cli("apply", bad).returncode == 2
 
 
 def test_apply_without_target_finds_the_importable_vllm(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import logging
 import os
 import pty
 import select
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,22 +18,12 @@ import pytest
 from patchset.cli import main as cli_main
 from patchset.cli.commands import registry as registry_cmd
 from patchset.errors import ExitCode
+from patchset.registry import load_registry
+from tests.helpers.cli import cli, run_cli
 from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
 REPO = Path(__file__).parent.parent
 PATCHES = str(REPO / "patches")
-
-
-def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
 
 
 @pytest.mark.parametrize(
@@ -54,13 +45,19 @@ def test_global_options_before_or_after_the_command(
     assert json.loads(capsys.readouterr().out)["patches"] == 2
 
 
-def test_a_registry_after_the_command_wins_over_one_before(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    code = cli_main.main(
-        ["--registry", str(tmp_path / "nowhere"), "validate", "--registry", PATCHES]
-    )
-    assert code == 0, capsys.readouterr().err
+def test_a_registry_after_the_command_wins_over_one_before(tmp_path: Path) -> None:
+    """Which registry was read, not only that one was: a one-patch copy against the real
+    two-patch registry, each in both places."""
+    one = tmp_path / "one"
+    shutil.copytree(Path(PATCHES) / "fla-tma-sm12x", one / "fla-tma-sm12x")
+    after = cli("--registry", one, "validate", "--registry", PATCHES, "--format", "json")
+    assert after.code == 0, after.err
+    assert json.loads(after.out)["patches"] == 2
+    assert json.loads(after.out)["registry"] == load_registry(PATCHES).digest
+    before = cli("--registry", PATCHES, "validate", "--registry", one, "--format", "json")
+    assert before.code == 0, before.err
+    assert json.loads(before.out)["patches"] == 1
+    assert json.loads(before.out)["registry"] == load_registry(one).digest
 
 
 def test_an_internal_error_has_its_own_exit_code_and_one_line(
@@ -102,25 +99,25 @@ def test_a_closed_pipe_is_quiet() -> None:
 
 
 def test_piped_output_is_never_wrapped() -> None:
-    proc = run("--registry", PATCHES, "validate", COLUMNS="40")
+    proc = run_cli("--registry", PATCHES, "validate", env={"COLUMNS": "40"})
     (line,) = proc.stdout.splitlines()
     assert line.endswith("2 patches valid; digest sha256:" + line.rsplit(":", 1)[1])
     assert len(line) > 80
-    shown = run("show", "fla-tma-sm12x", "--registry", PATCHES).stdout
+    shown = run_cli("show", "fla-tma-sm12x", "--registry", PATCHES).stdout
     diff = (REPO / "patches" / "fla-tma-sm12x" / "patch.diff").read_text()
     assert diff.strip() in shown  # the payload exactly, long lines whole
 
 
 def test_a_mistyped_command_gets_a_suggestion() -> None:
-    proc = run("chek", "--vllm", "0.20.0")
+    proc = run_cli("chek", "--vllm", "0.20.0")
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith("did you mean 'check'?")
-    proc = run("list", "--format", "jsno")
+    proc = run_cli("list", "--format", "jsno")
     assert proc.returncode == 2 and "did you mean 'json'?" in proc.stderr
 
 
 def test_a_usage_error_under_format_github_is_an_annotation_too() -> None:
-    proc = run("check", "--vllm", "0.20.0", "--fuzz", "many", "--format", "github")
+    proc = run_cli("check", "--vllm", "0.20.0", "--fuzz", "many", "--format", "github")
     assert proc.returncode == 2
     (line,) = proc.stdout.splitlines()
     assert line.startswith("::error title=patchset::patchset check: argument --fuzz: invalid int")
@@ -163,7 +160,7 @@ def test_every_command_help_names_exit_codes_and_an_example(
 
 @pytest.mark.parametrize("shell", ["bash", "zsh"])
 def test_completion_scripts_name_every_command(shell: str) -> None:
-    proc = run("completion", shell)
+    proc = run_cli("completion", shell)
     assert proc.returncode == 0, proc.stderr
     for command in ("check", "validate", "apply", "refresh"):
         assert command in proc.stdout

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset import add
+from patchset.authoring.diff import normalize_diff
 from patchset.authoring.tree import diff_tree
 from patchset.cli.main import main
 from patchset.engine.apply import apply, revert
@@ -77,7 +77,7 @@ def git_diff(tmp: Path, before: dict[str, str], after: dict[str, str | None]) ->
 
 def payload(tmp: Path, before: dict[str, str], after: dict[str, str | None]) -> str:
     """The registry's form of git's diff, as `patchset add --diff` writes it."""
-    return add.normalize_diff(git_diff(tmp, before, after), file="in.diff").text
+    return normalize_diff(git_diff(tmp, before, after), file="in.diff").text
 
 
 def git_fits(tree: Path, diff: str, *, reverse: bool = False) -> bool:
@@ -166,7 +166,7 @@ def test_applied_deletion_is_gits_and_reverts_byte_exactly(tmp_path: Path) -> No
     git("rm", "-q", GONE, "vllm/run.sh", cwd=repo)
     (repo / MOD).write_text(BODY.replace("line 11\n", "line 11 patched\n"))
     git("add", "-A", cwd=repo)
-    diff = add.normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
+    diff = normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
     assert "deleted file mode 100755" in diff
     ours = make_tree(tmp_path / "ours", base)
     (ours / "vllm" / "run.sh").chmod(0o755)
@@ -288,7 +288,7 @@ def test_truncated_deletion_is_refused_in_one_line(
 )
 def test_deletions_git_does_not_write_are_refused(text: str, message: str) -> None:
     with pytest.raises(PayloadError, match=message):
-        add.normalize_diff(text, file="in.diff")
+        normalize_diff(text, file="in.diff")
 
 
 def test_from_tree_expresses_deletions(tmp_path: Path) -> None:
@@ -303,10 +303,10 @@ def test_from_tree_expresses_deletions(tmp_path: Path) -> None:
     assert found.deleted == (GONE,) and set(found.files) == {MOD, GONE}
     assert (limited.deleted, limited.files) == ((), (MOD,))
     assert only_gone.deleted == (GONE,)
-    diffs = {d.path: d for d in parse_diff(add.normalize_diff(found.text, file="t").text, file="t")}
+    diffs = {d.path: d for d in parse_diff(normalize_diff(found.text, file="t").text, file="t")}
     assert diffs[GONE].removed and diffs[GONE].whole_text() == GONE_TEXT
     # The payload takes the pristine tree to the edited one, as git does.
-    assert git_class(pristine, add.normalize_diff(found.text, file="t").text) == "needed"
+    assert git_class(pristine, normalize_diff(found.text, file="t").text) == "needed"
 
 
 DEFINITION = """\
@@ -364,7 +364,7 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     code = "".join(f"x{i} = {i}\n" for i in range(1, 21))  # compiled by --verify
     base = {MOD: code, GONE: GONE_TEXT}
     diff = payload(tmp_path / "cut", base, {GONE: None, MOD: code.replace("x2 = 2", "two = 2")})
-    diff = add.normalize_diff(diff + SCRIPT_DIFF, file="in.diff").text
+    diff = normalize_diff(diff + SCRIPT_DIFF, file="in.diff").text
     registry = tmp_path / "patches"
     add_patch(registry, "drop-it", diff=diff, targets=[MOD, GONE, SCRIPT])
     bundle, site = exported_bundle(tmp_path, registry, base, DEFINITION)
@@ -467,11 +467,11 @@ def test_a_created_script_keeps_its_mode_from_add_to_apply(tmp_path: Path) -> No
     (repo / "vllm" / "tools" / "run.sh").chmod(0o755)
     (repo / "vllm" / "tools" / "data.py").write_text("DATA = 1\n")
     git("add", "-A", cwd=repo)
-    from_git = add.normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
+    from_git = normalize_diff(git("diff", "--cached", cwd=repo).stdout, file="in.diff").text
     assert from_git.count("new file mode 100755") == 1
     with FolderSource(make_tree(tmp_path / "pristine", base)).open("0.19.1") as tree:
         files = ["vllm/tools/run.sh", "vllm/tools/data.py"]
-        from_tree = add.normalize_diff(diff_tree(repo, tree, files).text, file="t").text
+        from_tree = normalize_diff(diff_tree(repo, tree, files).text, file="t").text
     assert from_tree.count("new file mode 100755") == 1
     for name, diff in (("git", from_git), ("tree", from_tree)):
         modes = {d.path: d.executable for d in parse_diff(diff, file="t")}

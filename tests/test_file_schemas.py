@@ -222,7 +222,7 @@ def schema_keys(*names: str) -> set[str]:
 @pytest.mark.parametrize(
     ("modules", "names"),
     [
-        (("patchset/registry/model.py",), ("patch", "sites")),
+        (("patchset/registry/load.py", "patchset/registry/sites.py"), ("patch", "sites")),
         (("patchset/image/definition.py",), ("build-definition",)),
         (("patchset/project.py",), ("tool-patchset",)),
     ],

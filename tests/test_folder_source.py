@@ -83,10 +83,16 @@ def test_other_version_is_refused(tmp_path: Path) -> None:
         pass
 
 
-def test_unknown_version_opens_for_any(tmp_path: Path) -> None:
+def test_a_folder_without_a_version_is_refused_unless_told(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "x", {})
-    with FolderSource(folder).open("0.20.0") as tree:
-        assert tree.info.version == "unknown"
+    with pytest.raises(UsageError) as caught:
+        FolderSource(folder)
+    assert str(caught.value).startswith(f"{folder}: the vLLM version cannot be read")
+    assert "--source-version X" in str(caught.value) and caught.value.exit_code == 2
+    with FolderSource(folder, version="0.20.0").open("0.20.0") as tree:
+        assert tree.info.version == "0.20.0"
+    with pytest.raises(UsageError, match="--source-version 'next' is not a version"):
+        FolderSource(folder, version="next")
 
 
 def test_folder_without_vllm(tmp_path: Path) -> None:
@@ -105,7 +111,7 @@ def test_symlinks_out_of_the_folder_are_refused(tmp_path: Path) -> None:
     (folder / "vllm" / "leak.py").symlink_to(secret)
     (folder / "vllm" / "alias.py").symlink_to(folder / "vllm" / "real.py")
     (folder / "vllm" / "outdir").symlink_to(tmp_path, target_is_directory=True)
-    with FolderSource(folder).open("unknown") as tree:
+    with FolderSource(folder, version="0.1.0").open("0.1.0") as tree:
         with pytest.raises(SourceError, match="leads outside the folder"):
             tree.read("vllm/leak.py")
         with pytest.raises(SourceError, match="leads outside the folder"):

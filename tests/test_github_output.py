@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_ci import REPO, open_ended_registry, run
+from tests.helpers.cli import run_cli
+from tests.test_ci import REPO, open_ended_registry
 from tests.workflow_commands import read_annotations
 
 pytestmark = pytest.mark.network  # real releases, from the cache
@@ -28,7 +29,7 @@ def runtime_registry(tmp_path: Path) -> Path:
 
 def test_a_site_points_at_its_anchor_in_sites_toml(tmp_path: Path) -> None:
     runtime_registry(tmp_path)
-    proc = run("check", "--vllm", "0.21.0", "--offline", "--format", "github", cwd=tmp_path)
+    proc = run_cli("check", "--vllm", "0.21.0", "--offline", "--format", "github", cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     (error,) = read_annotations(proc.stdout)
     assert error.properties["file"] == "patches/tolist-cudagraph/sites.toml"
@@ -42,7 +43,7 @@ def test_file_is_relative_to_the_workspace_not_the_working_folder(tmp_path: Path
     open_ended_registry(tmp_path)
     sub = tmp_path / "ci" / "deep"
     sub.mkdir(parents=True)
-    proc = run(
+    proc = run_cli(
         *("--registry", str(tmp_path / "patches"), "check", "--vllm", "0.20.0", "--offline"),
         *("--format", "github"),
         cwd=sub,
@@ -60,7 +61,7 @@ def test_more_than_ten_findings_roll_up_and_the_summary_lists_them(tmp_path: Pat
         toml = copy / "patch.toml"
         toml.write_text(toml.read_text().replace('"fla-tma-sm12x"', f'"fla-copy-{n:02d}"'))
     summary = tmp_path / "summary.md"
-    proc = run(
+    proc = run_cli(
         *("check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--offline", "--format", "github"),
         cwd=tmp_path,
         env={"GITHUB_STEP_SUMMARY": str(summary)},
@@ -79,7 +80,7 @@ def test_more_than_ten_findings_roll_up_and_the_summary_lists_them(tmp_path: Pat
 def test_an_unwritable_summary_warns_and_keeps_the_exit_code(tmp_path: Path) -> None:
     open_ended_registry(tmp_path)
     target = tmp_path / "no-such-folder" / "summary.md"
-    proc = run(
+    proc = run_cli(
         *("check", "--vllm", "0.20.0", "--offline", "--format", "github"),
         cwd=tmp_path,
         env={"GITHUB_STEP_SUMMARY": str(target)},
@@ -95,7 +96,7 @@ def test_an_unwritable_summary_warns_and_keeps_the_exit_code(tmp_path: Path) -> 
 
 def test_a_fatal_error_is_an_annotation_too(tmp_path: Path) -> None:
     open_ended_registry(tmp_path)
-    proc = run(
+    proc = run_cli(
         *("check", "--vllm", "0.20.0", "--patch", "no-such-patch", "--offline"),
         *("--format", "github"),
         cwd=tmp_path,

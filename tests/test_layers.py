@@ -150,6 +150,11 @@ def test_the_walk_sees_the_imports() -> None:
     seen = {(i.module, i.target) for i in IMPORTS}
     assert ("patchset.registry.model", "patchset.kernel.sites") in seen
     assert ("patchset.kernel.sites", "patchset.kernel.hunks") in seen  # a relative import
+    # the rules for writing vLLM's files: a kernel module, held to the kernel's rule
+    assert ("patchset.kernel.gpus", "patchset.kernel.capability") in seen
+    assert {("patchset._fs", "patchset.kernel.tree"), ("patchset.engine.transaction",
+            "patchset.kernel")} <= seen  # fmt: skip
+    assert any(i.module == "patchset.kernel.tree" for i in IMPORTS)
     assert any(_under(i.module, "patchset.cli") and _top(i.target) == "rich" for i in IMPORTS)
 
 

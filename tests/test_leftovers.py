@@ -22,7 +22,7 @@ KILLED_WRITE = textwrap.dedent(
     import os, sys
     from pathlib import Path
     from patchset._fs import atomic_file
-    from patchset.add import _staging
+    from patchset.authoring.add import _staging
 
     target = Path(sys.argv[1])
     with _staging(target.parent.parent, "newpatch") as folder:

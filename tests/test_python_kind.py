@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from patchset.engine.apply import apply
+from patchset.engine.apply import apply, revert
 from patchset.errors import PayloadError, RegistryError
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import load_registry
 from patchset.release_check import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
+from tests.helpers.cli import run_cli
 
 TOML = """id = "envs-probe"
 title = "Wrap vllm.envs.is_set"
@@ -77,8 +78,14 @@ def test_apply_writes_nothing(tmp_path: Path) -> None:
     before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
     report = apply(registry, target, version="0.20.0")
     (result,) = report.results
-    assert result.outcome == "not-applied" and "reaches vLLM as a plugin" in result.details[0]
+    assert result.outcome == "plugin" and "reaches vLLM as a plugin" in result.details[0]
     assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+    # Its own word, counted by no exit code: with --strict, a tree whose only in-range patch
+    # is a python patch is not "already applied" (6) (was: `not-applied`, exit 6).
+    strict = apply(registry, target, version="0.20.0", strict=True)
+    assert [r.outcome for r in strict.results] == ["plugin"] and strict.exit_code == 0
+    reverted = revert(registry, target, version="0.20.0", strict=True)
+    assert [r.outcome for r in reverted.results] == ["plugin"] and reverted.exit_code == 0
 
 
 @pytest.mark.parametrize(
@@ -120,21 +127,13 @@ def test_touches_reader() -> None:
 
 def test_cli_show_and_refresh(tmp_path: Path) -> None:
     import json
-    import subprocess
-    import sys
 
     registry = registry_with(tmp_path)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "patchset", "--registry", str(registry), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
-    shown = json.loads(run("show", "envs-probe", "--format", "json").stdout)
+    shown = json.loads(
+        run_cli("--registry", registry, "show", "envs-probe", "--format", "json").stdout
+    )
     assert shown["touches"] == ["vllm.envs:is_set", "vllm.v1.engine:EngineCoreRequest.prompt"]
-    done = run("refresh", "envs-probe", "--vllm", "0.21.0", "--offline")
+    done = run_cli("--registry", registry, "refresh", "envs-probe", "--vllm", "0.21.0", "--offline")
     assert done.returncode == 2 and "is a python patch" in done.stderr
     assert "Traceback" not in done.stderr

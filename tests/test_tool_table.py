@@ -4,8 +4,6 @@ named by file and key."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,28 +11,19 @@ import pytest
 
 from patchset.errors import RegistryError
 from patchset.project import resolve
+from tests.helpers.cli import run_cli
 
 REPO = Path(__file__).parent.parent
+
+# the tests read [tool.patchset] only: no PATCHSET_* variable of the caller's
+NO_PATCHSET_ENV: dict[str, str | None] = {k: None for k in os.environ if k.startswith("PATCHSET_")}
 
 
 def write(folder: Path, text: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "pyproject.toml"
-    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    path.write_text(text)
     return path
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PATCHSET_")}
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
 
 
 def test_the_release_settings_are_read_and_typed(tmp_path: Path) -> None:
@@ -71,7 +60,7 @@ def test_a_bad_table_names_the_file_and_key(tmp_path: Path, table: str, message:
         resolve(cwd=tmp_path, environ={})
     assert str(caught.value).startswith(f"{pyproject}: ")
     assert message in str(caught.value)
-    proc = run("validate", cwd=tmp_path)
+    proc = run_cli("validate", cwd=tmp_path, env=NO_PATCHSET_ENV)
     assert proc.returncode == 2
     assert proc.stderr == f"patchset: error: {caught.value}\n"
 
@@ -91,7 +80,7 @@ def test_an_unreadable_pyproject_on_the_way_up_is_one_line(
     pyproject.write_bytes(content)
     sub = tmp_path / "a" / "b"
     sub.mkdir(parents=True)
-    proc = run("list", cwd=sub)
+    proc = run_cli("list", cwd=sub, env=NO_PATCHSET_ENV)
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
     assert line.startswith(f"patchset: error: {pyproject}: ") and message in line
@@ -105,12 +94,14 @@ def test_index_url_and_cache_dir_from_the_table_are_used(tmp_path: Path) -> None
     )
     (tmp_path / "patches").mkdir()
     start = time.monotonic()
-    proc = run("check", "--vllm", "0.19.1", "--format", "github", cwd=tmp_path)
+    proc = run_cli(
+        "check", "--vllm", "0.19.1", "--format", "github", cwd=tmp_path, env=NO_PATCHSET_ENV
+    )
     assert proc.returncode == 3, proc.stderr
     assert "127.0.0.1:9" in proc.stderr
     assert proc.stdout.startswith("::error title=patchset check::")
     assert time.monotonic() - start < 60
     write(tmp_path, '[tool.patchset]\noffline = true\ncache-dir = "cache"\n')
-    proc = run("check", "--vllm", "0.19.1", cwd=tmp_path)
+    proc = run_cli("check", "--vllm", "0.19.1", cwd=tmp_path, env=NO_PATCHSET_ENV)
     assert proc.returncode == 3
     assert f"not in the cache at {tmp_path / 'cache'}" in proc.stderr  # the table's, offline

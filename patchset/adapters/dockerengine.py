@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 
 import docker
@@ -27,6 +26,7 @@ import docker.errors
 import requests
 import urllib3.exceptions
 
+from patchset.adapters.closing import Closing
 from patchset.errors import DockerError
 
 LOG = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class _ChunkReader(io.RawIOBase):
         return size
 
 
-class Engine:
+class Engine(Closing):
     """A connected Docker engine. Methods raise DockerError with one line on any failure."""
 
     def __init__(self, client: Any) -> None:
@@ -204,17 +204,6 @@ class Engine:
 
     def close(self) -> None:
         self.client.close()
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- images ------------------------------------------------------------------------------
 

@@ -1,18 +1,33 @@
-"""The forge (where pull requests live): a pull request's diff, by `owner/repo#N`.
+"""The forge (where pull requests live): a pull request's diff, by `owner/repo#N`, and its
+state from the forge's REST API (GitHub's ``GET /repos/{owner}/{repo}/pulls/{n}``).
 
-The base URL comes from the caller, else $PATCHSET_FORGE_URL, else the default.
+The base URL comes from the caller, else $PATCHSET_FORGE_URL, else the default; the API's from
+the caller, else $PATCHSET_FORGE_API_URL, else its default. A token comes from $GITHUB_TOKEN
+and is sent only to the API's host, never printed and never cached. Answers are kept in a
+cache folder with their ETag and asked again with If-None-Match (a 304 costs nothing of the
+forge's rate limit).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import hashlib
+import json
 import os
 import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 from patchset.adapters import net
-from patchset.errors import PayloadError, UsageError
+from patchset.errors import PayloadError, SourceError, UsageError
 
 FORGE_ENV = "PATCHSET_FORGE_URL"
 DEFAULT_FORGE = "https://github.com"
+API_ENV = "PATCHSET_FORGE_API_URL"
+DEFAULT_FORGE_API = "https://api.github.com"
+TOKEN_ENV = "GITHUB_TOKEN"  # noqa: S105 -- the variable's name, not a token
 PR_RULE = re.compile(r"^(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)#(?P<number>\d+)$")
 # A pull request's page as a browser shows it: <forge>/<owner>/<repo>/pull/<n>[/files|.diff...]
 PR_URL = re.compile(
@@ -58,3 +73,154 @@ def fetch_pr_diff(pr: str, forge: str | None = None) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise PayloadError("the forge's answer is not UTF-8 text", path=net.redact(url)) from None
+
+
+ForgeState = Literal["open", "merged", "closed", "gone"]
+
+
+class ForgeError(SourceError):
+    """The forge's API cannot answer: unreachable, a refused token, a spent rate limit, an
+    answer that is not the API's (exit 3)."""
+
+
+@dataclass(frozen=True)
+class PullState:
+    """What the forge says of one pull request."""
+
+    pr: str  # owner/repo#N
+    state: ForgeState  # "gone": the forge answered 404
+    merged_at: str | None = None
+    merge_commit: str | None = None
+    cached: bool = False  # the forge answered 304: the cached answer stands
+
+
+def api_url(explicit: str | None = None) -> str:
+    """The forge API's base URL: `explicit`, else $PATCHSET_FORGE_API_URL, else the default."""
+    return (explicit or os.environ.get(API_ENV) or DEFAULT_FORGE_API).rstrip("/")
+
+
+class ForgeAPI:
+    """The forge's pull-request API with an ETag cache under `cache_dir` (None: no cache)."""
+
+    def __init__(
+        self,
+        api: str | None = None,
+        *,
+        token: str | None = None,
+        cache_dir: Path | None = None,
+        timeout: float = net.DEFAULT_TIMEOUT,
+    ) -> None:
+        self.api = net.check_url(api_url(api), "the forge API URL")
+        self._token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self.cache_dir = cache_dir
+        self.timeout = timeout
+
+    def pull(self, pr: str) -> PullState:
+        """The state of `pr` (owner/repo#N); ForgeError when the forge cannot say."""
+        owner, repo, number = parse_pr(pr)
+        ref = f"{owner}/{repo}#{number}"
+        url = f"{self.api}/repos/{owner}/{repo}/pulls/{number}"
+        cached = self._cached(url)
+        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+        if cached is not None:
+            headers["If-None-Match"] = cached[0]
+        private = {"Authorization": f"Bearer {self._token}"} if self._token else None
+        try:
+            answer = net.fetch_answer(
+                url, headers=headers, private=private, timeout=self.timeout, what="the forge"
+            )
+        except ForgeError:
+            raise
+        except SourceError as exc:
+            raise ForgeError(str(exc)) from None
+        shown = net.redact(url)
+        if answer.status == 304 and cached is not None:
+            return _pull_state(ref, cached[1], shown, cached=True)
+        if answer.status == 404:
+            return PullState(ref, "gone")
+        if answer.status in (403, 429) and _rate_limited(answer):
+            raise ForgeError(_rate_message(answer, shown, bool(self._token)))
+        if answer.status == 401:
+            raise ForgeError(f"{shown}: HTTP 401: the forge refused the token in ${TOKEN_ENV}")
+        if answer.status != 200:
+            why = "access refused" if answer.status == 403 else "unexpected answer"
+            raise ForgeError(f"{shown}: HTTP {answer.status}: {why}")
+        data = _json(answer.body, shown)
+        state = _pull_state(ref, data, shown, cached=False)
+        if etag := answer.headers.get("etag"):
+            self._keep(url, etag, data)
+        return state
+
+    def _path(self, url: str) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        return self.cache_dir / f"{hashlib.sha256(url.encode()).hexdigest()[:32]}.json"
+
+    def _cached(self, url: str) -> tuple[str, dict[str, Any]] | None:
+        path = self._path(url)
+        if path is None:
+            return None
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            record = json.loads(path.read_bytes())
+            if record["url"] == url and isinstance(record["body"], dict):
+                return str(record["etag"]), record["body"]
+        return None
+
+    def _keep(self, url: str, etag: str, data: dict[str, Any]) -> None:
+        path = self._path(url)
+        if path is None:
+            return
+        keep = {
+            k: data.get(k) for k in ("number", "state", "merged", "merged_at", "merge_commit_sha")
+        }
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"url": url, "etag": etag, "body": keep}))
+            tmp.replace(path)
+
+
+def _json(body: bytes, shown: str) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        start = body.lstrip()[:1]
+        kind = "an HTML page" if start == b"<" else "not JSON"
+        raise ForgeError(f"{shown}: the forge's answer is {kind}, not the API's") from None
+    if not isinstance(data, dict):
+        raise ForgeError(f"{shown}: the forge's answer is not a pull request (a JSON object)")
+    return data
+
+
+def _pull_state(ref: str, data: dict[str, Any], shown: str, *, cached: bool) -> PullState:
+    state, merged = data.get("state"), data.get("merged")
+    if state not in ("open", "closed") or not isinstance(merged, bool | None):
+        raise ForgeError(
+            f"{shown}: the forge's answer is not a pull request"
+            f" (state {state!r}, merged {merged!r})"
+        )
+    merged_at = data.get("merged_at") if isinstance(data.get("merged_at"), str) else None
+    sha = data.get("merge_commit_sha") if isinstance(data.get("merge_commit_sha"), str) else None
+    if merged or (merged is None and merged_at):
+        return PullState(ref, "merged", merged_at, sha, cached)
+    return PullState(ref, "closed" if state == "closed" else "open", None, None, cached)
+
+
+def _rate_limited(answer: net.Answer) -> bool:
+    return (
+        answer.status == 429
+        or answer.headers.get("x-ratelimit-remaining") == "0"
+        or "retry-after" in answer.headers
+    )
+
+
+def _rate_message(answer: net.Answer, shown: str, token: bool) -> str:
+    reset = answer.headers.get("x-ratelimit-reset", "")
+    when = ""
+    if reset.isdigit():
+        at = datetime.datetime.fromtimestamp(int(reset), tz=datetime.UTC)
+        when = f" until {at:%H:%M} UTC"
+    elif (after := answer.headers.get("retry-after", "")).isdigit():
+        when = f" for {after} s"
+    hint = "wait, or ask less often" if token else f"set ${TOKEN_ENV}, or wait"
+    return f"{shown}: HTTP {answer.status}: the forge's rate limit is spent{when}; {hint}"

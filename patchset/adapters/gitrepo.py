@@ -13,35 +13,24 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where used: `patchset` starts without gitpython
     import git
 
+from patchset.adapters.closing import Closing
 from patchset.errors import SourceError
 
 _LINK_MODE = 0o120000  # a symlink's tree-entry mode
 _BLOB = "blob"
 
 
-class _Handle:
+class _Handle(Closing):
     """A gitpython repository held open; closed on `close()` or leaving a `with` block."""
 
     def __init__(self, repo: git.Repo, path: Path) -> None:
         self._repo = repo
         self.path = path
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._repo.close()
@@ -63,6 +52,42 @@ class GitRepo(_Handle):
         except (git.BadName, git.BadObject, ValueError):
             return None
         return bool(self._repo.is_ancestor(first, second))
+
+    def tags_containing(self, commit: str) -> list[str] | None:
+        """The tags whose history holds `commit` (``git tag --contains``); None when the clone
+        does not have the commit."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        if self.commit(commit) is None:
+            return None
+        try:
+            out = self._repo.git.tag("--contains", commit)
+        except git.GitCommandError:
+            return None
+        return [line.strip() for line in str(out).splitlines() if line.strip()]
+
+    def describe(self, rev: str) -> tuple[str, int, str] | None:
+        """The nearest tag like ``v0.33.0`` in the history of `rev`, the number of commits
+        since it and `rev`'s hex sha (``git describe --tags --long``); None when no such tag
+        is in the history (none fetched, or a shallow clone cut before it)."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        try:
+            out = str(self._repo.git.describe("--tags", "--long", "--match", "v[0-9]*", rev))
+            sha = str(self._repo.commit(rev).hexsha)
+        except (git.GitCommandError, git.BadName, git.BadObject, ValueError):
+            return None
+        tag, _, rest = out.strip().rpartition("-g")[0].rpartition("-")
+        return (tag, int(rest), sha) if tag and rest.isdigit() else None
+
+    def committed(self, rev: str) -> int | None:
+        """When `rev`'s commit was made (seconds since the epoch), or None."""
+        import git  # noqa: PLC0415 -- gitpython takes 25 ms to import: on use
+
+        try:
+            return int(self._repo.commit(rev).committed_date)
+        except (git.BadName, git.BadObject, ValueError):
+            return None
 
     def commit(self, rev: str) -> str | None:
         """The hex sha of the commit `rev` names (a tag is peeled), or None."""

@@ -2,16 +2,15 @@
 
 No nvidia-smi, or one that fails or answers nothing, means no GPU (None): a patch scoped to
 some compute capability is then left out of an unqualified apply, never applied blindly.
+nvidia-smi is read by `patchset.kernel.gpus`, which the image entrypoint uses too.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
 
 from patchset.errors import UsageError
-from patchset.kernel import capability
+from patchset.kernel import capability, gpus
 
 LOG = logging.getLogger(__name__)
 
@@ -26,23 +25,8 @@ def parse_capability(text: str) -> tuple[int, int]:
 
 def compute_capability() -> tuple[int, int] | None:
     """The first GPU's compute capability from nvidia-smi; None when there is none."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
+    found = gpus.query()
+    if not found.gpus:
+        LOG.info("GPU: %s", found.how)
         return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-            check=True,
-        ).stdout.split()
-    except (OSError, subprocess.SubprocessError) as exc:
-        LOG.info("nvidia-smi failed (%s): no GPU assumed", exc)
-        return None
-    for word in out:
-        try:
-            return capability.parse_capability(word)
-        except ValueError:
-            continue
-    return None
+    return found.gpus[0].capability

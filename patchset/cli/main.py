@@ -21,10 +21,12 @@ from patchset.cli.commands import cache as cache_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import completion as completion_cmd
 from patchset.cli.commands import image as image_cmd
+from patchset.cli.commands import import_ as import_cmd
 from patchset.cli.commands import project as project_cmd
 from patchset.cli.commands import refresh as refresh_cmd
 from patchset.cli.commands import registry as registry_cmd
 from patchset.cli.commands import runtime as runtime_cmd
+from patchset.cli.commands import upstream as upstream_cmd
 from patchset.cli.output import err_console, set_quiet
 from patchset.errors import ExitCode, PatchsetError, one_line
 from patchset.project import Project, resolve
@@ -41,29 +43,19 @@ COMMANDS = (
     runtime_cmd,
     completion_cmd,
     cache_cmd,
+    upstream_cmd,
+    import_cmd,
 )
-
-EPILOG = """\
-exit codes: 0 ok; 1 a conflict or partial patch (nothing written); 2 bad usage or input;
-3 a source, the index or Docker unavailable; 4 a target file missing; 5 out of the patch's
-release range; with apply/revert --strict only: 6 already applied (nothing to do), 7 applied
-with offsets or fuzz;
-70 an internal error (a bug); 130 interrupted; 141 output closed early (a broken pipe).
-See docs/exit-codes.md. `patchset COMMAND --help` names each command's own.
-
-example:
-  patchset check --since 0.19.0"""
 
 DEBUG_ENV = "PATCHSET_DEBUG"
 CACHE_ENV = "PATCHSET_CACHE_DIR"
-BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = options.Parser(
         prog="patchset",
         description="Patch registry, apply engine, release check and image builds for vLLM.",
-        epilog=EPILOG,
+        epilog=options.epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"patchset {__version__}")
@@ -88,10 +80,7 @@ def _finish_commands(sub: argparse._SubParsersAction[Any], path: list[str]) -> N
         for action in nested:
             _finish_commands(action, [*path, name])
         options.add_global_options(command, in_command=True)
-        if "exit codes:" not in (command.description or ""):
-            command.epilog = options.footer(full)
-        else:
-            command.epilog = "example:\n  " + options.COMMAND_HELP.get(full, ("", full))[1]
+        command.epilog = options.footer(full)
         command.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
@@ -202,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         _quiet_stdout()
-        return BROKEN_PIPE
+        return ExitCode.BROKEN_PIPE
     except Exception as exc:  # the catch-all: one line, and a traceback only on request
         if os.environ.get(DEBUG_ENV) or (args is not None and args.traceback):
             traceback.print_exc()

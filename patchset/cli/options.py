@@ -15,75 +15,88 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from patchset.errors import ExitCode, one_line
+from patchset.errors import COMMON, ExitCode, describe_codes, one_line
 from patchset.kernel.sites import parse_served
 
-COMMON_CODES = "70 an internal error (a bug: rerun with --traceback); 130 interrupted"
+E = ExitCode
+APPLY_CODES = (E.OK, E.ATTENTION, E.BAD_INPUT, E.MISSING_TARGET, E.OUT_OF_RANGE)
 
-# command -> (its exit codes, one example); shown at the foot of `patchset COMMAND --help`
-COMMAND_HELP: dict[str, tuple[str, str]] = {
-    "list": ("0 ok; 2 a malformed registry", "patchset list --format json"),
-    "show": ("0 ok; 2 a malformed registry or an unknown id", "patchset show fla-tma-sm12x"),
-    "validate": ("0 every patch valid; 2 a malformed patch", "patchset validate"),
+# command -> (its own exit codes, one example); shown at the foot of `patchset COMMAND --help`
+# with the codes' words from `errors.MEANING` and the codes every command shares after them.
+COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
+    "list": ((E.OK, E.BAD_INPUT), "patchset list --format json"),
+    "show": ((E.OK, E.BAD_INPUT), "patchset show fla-tma-sm12x"),
+    "validate": ((E.OK, E.BAD_INPUT), "patchset validate"),
     "apply": (
-        "0 applied; 1 a conflict (nothing written); 2 bad input; 4 a target file missing;"
-        " 5 out of range; 6 already applied; 7 applied with offsets or fuzz",
+        (*APPLY_CODES, E.ALREADY_APPLIED, E.APPLIED_WITH_WARNINGS, E.UPSTREAM),
         "patchset apply --target /usr/local/lib/python3.12/dist-packages --dry-run",
     ),
     "revert": (
-        "0 reverted; 1 a conflict (nothing written); 2 bad input; 6 nothing to take out;"
-        " 7 reverted, check by hand",
+        (*APPLY_CODES[:4], E.ALREADY_APPLIED, E.APPLIED_WITH_WARNINGS),
         "patchset revert --target /usr/local/lib/python3.12/dist-packages",
     ),
     "check": (
-        "0 nothing in range needs attention (or no release to check); 1 an in-range"
-        " conflict, partial or missing-target; 2 bad usage or input; 3 a release unavailable",
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset check --since 0.19.0 --format github",
     ),
     "build": (
-        "0 built and verified; 1 the build or its verification failed; 2 bad input;"
-        " 3 Docker or the base image unavailable",
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset build builds/0.19.1.toml --push",
     ),
     "inspect": (
-        "0 ok; 2 not a patchset image; 3 Docker unavailable",
+        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset inspect localhost:5000/vllm-openai:0.19.1-cu130",
     ),
     "verify": (
-        "0 every patch present; 1 a patch missing; 2 not a patchset image; 3 Docker unavailable",
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset verify localhost:5000/vllm-openai:0.19.1-cu130",
     ),
     "refresh": (
-        "0 written (or proposed); 1 a conflict to resolve; 2 bad input; 3 a release unavailable",
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset refresh fla-tma-sm12x --vllm 0.20.0 --write",
     ),
     "add": (
-        "0 added; 2 bad input (id taken, bad diff); 3 the forge or a release unavailable",
+        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset add fla-tma-sm12x --pr vllm-project/vllm#36325",
     ),
-    "init": ("0 laid out (or already there); 2 a malformed pyproject.toml", "patchset init ."),
-    "bake": ("0 written; 2 a malformed build definition", "patchset bake -o docker-bake.json"),
-    "runtime": (
-        "0 ok; 2 bad usage",
+    "init": ((E.OK, E.BAD_INPUT), "patchset init ."),
+    "bake": ((E.OK, E.BAD_INPUT), "patchset bake -o docker-bake.json"),
+    "runtime": ((E.OK, E.BAD_INPUT), "patchset runtime export out/ --build builds/0.19.1.toml"),
+    "runtime export": (
+        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset runtime export out/ --build builds/0.19.1.toml",
     ),
-    "runtime export": (
-        "0 written; 2 a malformed build definition or registry; 3 a release unavailable",
-        "patchset runtime export out/ --build builds/0.19.1.toml",
+    "upstream": (
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
+        "patchset upstream --format github",
     ),
     "completion": (
-        "0 printed; 2 an unknown shell",
+        (E.OK, E.BAD_INPUT),
         "patchset completion bash > ~/.local/share/bash-completion/completions/patchset",
     ),
 }
 
 
+def command_codes(command: str) -> tuple[ExitCode, ...]:
+    """Every exit code `command` can end with: its own, then those every command shares."""
+    own = COMMAND_HELP.get(command, ((E.OK, E.BAD_INPUT), ""))[0]
+    return (*own, *COMMON)
+
+
 def footer(command: str) -> str:
     """The `--help` footer of `command`: its exit codes and one example."""
-    codes, example = COMMAND_HELP.get(
-        command, ("0 ok; 2 bad usage or input", f"patchset {command}")
+    example = COMMAND_HELP.get(command, ((), f"patchset {command}"))[1] or f"patchset {command}"
+    codes = describe_codes(command_codes(command))
+    return f"{codes}\nSee docs/exit-codes.md.\n\nexample:\n  {example}"
+
+
+def epilog() -> str:
+    """The top-level `--help` footer: every exit code, and one example."""
+    codes = describe_codes(tuple(ExitCode))
+    return (
+        f"{codes}\nSee docs/exit-codes.md. `patchset COMMAND --help` names each command's"
+        " own.\n\nexample:\n  patchset check --since 0.19.0"
     )
-    return f"exit codes: {codes}; {COMMON_CODES}. See docs/exit-codes.md.\n\nexample:\n  {example}"
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, in_command: bool) -> None:

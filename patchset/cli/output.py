@@ -100,6 +100,7 @@ OUTCOME_STYLE = {
     "upstream": "cyan",
     "already-applied": "cyan",
     "not-applied": "cyan",
+    "plugin": "cyan",
     "conflict": "bold red",
     "partial": "red",
     "missing-target": "magenta",

@@ -22,10 +22,12 @@ Outcome = Literal[
     "applied",
     "already-applied",
     "conflict",
+    "partial",  # some hunks or sites fit and others do not: nothing was written
     "missing-target",
     "out-of-range",
     "reverted",
-    "not-applied",
+    "not-applied",  # revert: nothing of the patch is in the tree to take out
+    "plugin",  # a python patch: written into no file, vLLM's plugin hook runs it
     "skipped",
     "upstream",
     "blocked",  # it fits, but another patch's outcome stopped the run: nothing was written
@@ -36,17 +38,19 @@ SCHEMA = "patchset.apply/1"  # the JSON of apply and revert: patchset/schemas/ap
 # The exit code of a run is that of its most serious outcome, in this order. Without
 # `strict`, a run whose every selected patch ends as asked (present after apply, absent after
 # revert) exits 0 whatever it took: offsets and fuzz are shown as warnings, "already" is fine.
-_SEVERITY: tuple[tuple[str, int], ...] = (
+# `plugin`, `skipped` and `blocked` count for nothing (a blocked row's stopper counts).
+_SEVERITY: tuple[tuple[Outcome, int], ...] = (
     ("conflict", ExitCode.ATTENTION),
+    ("partial", ExitCode.ATTENTION),
     ("missing-target", ExitCode.MISSING_TARGET),
     ("out-of-range", ExitCode.OUT_OF_RANGE),
     ("upstream", ExitCode.UPSTREAM),
 )
-_STRICT_SEVERITY: tuple[tuple[str, int], ...] = (
-    *_SEVERITY,
-    ("warning", ExitCode.APPLIED_WITH_WARNINGS),
-    ("already-applied", ExitCode.ALREADY_APPLIED),
-    ("not-applied", ExitCode.ALREADY_APPLIED),
+# With `strict`, after those: a written patch with warnings (7), then nothing to do (6).
+_NOTHING_TO_DO: tuple[Outcome, ...] = ("already-applied", "not-applied")
+# The outcomes that stop a run: nothing is written when one of them is among the results.
+STOPPERS: frozenset[Outcome] = frozenset(
+    ("conflict", "partial", "missing-target", "out-of-range", "upstream")
 )
 DETECT: Literal["detect"] = "detect"  # find this machine's GPU with nvidia-smi
 
@@ -91,11 +95,15 @@ class ApplyReport:
     @property
     def exit_code(self) -> int:
         seen: set[str] = {r.outcome for r in self.results}
-        if any(r.warnings for r in self.results if r.outcome in ("applied", "reverted")):
-            seen.add("warning")
-        for outcome, code in _STRICT_SEVERITY if self.strict else _SEVERITY:
+        for outcome, code in _SEVERITY:
             if outcome in seen:
                 return code
+        if not self.strict:
+            return ExitCode.OK
+        if any(r.warnings for r in self.results if r.outcome in ("applied", "reverted")):
+            return ExitCode.APPLIED_WITH_WARNINGS
+        if seen.intersection(_NOTHING_TO_DO):
+            return ExitCode.ALREADY_APPLIED
         return ExitCode.OK
 
     def to_dict(self) -> dict[str, object]:
@@ -427,7 +435,7 @@ def _run(
             )
         return results, overlay, executable
 
-    blocked = {"conflict", "missing-target", "out-of-range", "upstream"}
+    blocked: set[str] = set(STOPPERS)
     results, overlay, executable = plan()
     if not dry_run and any(r.outcome in blocked for r in results) and _lock_used(root):
         # Another run may be writing just now, and a half-written tree reads as a conflict:
@@ -528,7 +536,7 @@ def _one(
             patch.id,
             patch.revision,
             variant.name,
-            "not-applied",
+            "plugin",
             (
                 "a python patch is not written into files: it reaches vLLM as a plugin"
                 " (patchset build, patchset runtime export)",
@@ -553,6 +561,7 @@ def _one(
         mapping: dict[str, Outcome] = {
             "applies": "applied",
             "already-applied": "already-applied",
+            "partial": "partial",
             "missing-target": "missing-target",
         }
     else:
@@ -560,6 +569,7 @@ def _one(
         mapping = {
             "applies": "reverted",
             "already-applied": "not-applied",
+            "partial": "partial",
             "missing-target": "missing-target",
         }
     outcome = mapping.get(ev.state, "conflict")

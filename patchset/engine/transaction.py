@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import stat
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,15 +26,11 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from patchset._fs import (
-    create_exclusive,
-    follow_folder_owner,
-    make_folder,
-    sha256_hex,
-    write_json_atomic,
-)
+from patchset._fs import resolve_inside, write_json_atomic
 from patchset.errors import LockedError, PayloadError, TargetError
-from patchset.registry.paths import check_relpath, resolve_inside
+from patchset.kernel import tree
+from patchset.kernel.tree import create_exclusive, follow_folder_owner, make_folder
+from patchset.registry.paths import check_relpath
 
 JOURNAL = ".patchset-journal"
 LOCK = ".patchset.lock"
@@ -73,6 +68,7 @@ def locked(root: Path, *, timeout: float | None = None) -> Iterator[None]:
 def check_writable(root: Path, relpaths: list[str]) -> None:
     """Open every file to be changed for writing, and check its folder; creates nothing (a
     probe file would be left behind by a kill). What this cannot see, `commit` rolls back."""
+    _fits(root, relpaths)
     _distinct(root, relpaths)
     for rel in relpaths:
         path = resolve_inside(root, rel)
@@ -112,40 +108,24 @@ def _existing_folder(root: Path, rel: str) -> Path:
     return folder
 
 
-def _missing_folders(root: Path, changes: Mapping[str, bytes | None]) -> list[str]:
-    """The folders to create for the new files in `changes`, outermost first."""
-    real_root = root.resolve()
-    found: list[str] = []
-    for rel, data in changes.items():
-        if data is None:
-            continue
-        folder = resolve_inside(root, rel).parent
-        chain = []
-        while not os.path.lexists(folder):
-            chain.append(folder.relative_to(real_root).as_posix())
-            folder = folder.parent
-        found += [f for f in reversed(chain) if f not in found]
-    return found
+def _folders(root: Path, changes: Mapping[str, bytes | None]) -> tuple[list[str], list[str]]:
+    """The folders `changes` creates (outermost first) and empties (deepest first), by the
+    kernel's rules (`patchset.kernel.tree`), seen through the tree's symlink guard."""
+
+    def exists(folder: str) -> bool:
+        return os.path.lexists(resolve_inside(root, folder))
+
+    entries = tree.folder_entries(root, lambda folder: _unresolved(root, folder))
+    return tree.created_folders(changes, exists), tree.emptied_folders(changes, entries)
 
 
-def _emptied_folders(root: Path, changes: Mapping[str, bytes | None]) -> list[str]:
-    """The folders the deletions in `changes` leave empty (a revert of a diff that created
-    them), deepest first; never `vllm/` itself."""
-    real_root = root.resolve()
-    top = {real_root, real_root / "vllm"}
-    gone = {resolve_inside(root, rel) for rel, data in changes.items() if data is None}
-    removed: list[Path] = []
-    for path in sorted(gone, key=lambda p: len(p.parts), reverse=True):
-        folder = path.parent
-        while folder not in top and folder not in removed:
-            if folder.is_symlink() or not folder.is_dir():
-                break
-            if any(e not in gone and e not in removed for e in folder.iterdir()):
-                break
-            removed.append(folder)
-            folder = folder.parent
-    removed.sort(key=lambda p: len(p.parts), reverse=True)
-    return [f.relative_to(real_root).as_posix() for f in removed]
+def _fits(root: Path, relpaths: Collection[str]) -> None:
+    """A name the file system cannot hold is bad input, found before anything is written."""
+    for rel in relpaths:
+        if not tree.name_fits(rel):
+            raise TargetError(
+                f"{rel}: a name longer than {tree.NAME_MAX} bytes cannot be written", path=root
+            )
 
 
 def _damaged(why: str, root: Path) -> TargetError:
@@ -180,6 +160,8 @@ def _read_journal(root: Path, journal: Path) -> list[dict[str, Any]]:
             raise _damaged(f"bad entry {entry!r}", root)
         if temp is not None and (not isinstance(temp, str) or not temp.endswith(TEMP_SUFFIX)):
             raise _damaged(f"bad entry {entry!r}", root)
+        if temp is not None and not tree.name_fits(temp):
+            entry["temp"] = temp = None  # an older patchset's name too long to exist: nothing
         try:
             for name in (rel, temp) if temp else (rel,):
                 check_relpath(name, file=journal)
@@ -236,7 +218,7 @@ def recover(root: Path) -> list[str]:
             if entry.get("temp"):  # journals of patchset 0.1.0 have no temp names
                 _unresolved(root, entry["temp"]).unlink(missing_ok=True)
             path = resolve_inside(root, entry["path"])
-            restore = path.with_name(f".{path.name}{RESTORE_SUFFIX}")
+            restore = path.with_name(tree.temp_name(path.name, RESTORE_SUFFIX))
             if entry["existed"]:
                 backup = journal / entry["backup"]
                 if path.is_file() and path.read_bytes() == backup.read_bytes():
@@ -277,11 +259,12 @@ def commit(
         raise TargetError(
             f"{JOURNAL} is present: an interrupted run must be rolled back", path=root
         )
+    _fits(root, changes)
     _distinct(root, list(changes))
     journal.mkdir()
     try:
         follow_folder_owner(journal, root)  # a kill leaves it: its owner can roll back
-        created, emptied = _missing_folders(root, changes), _emptied_folders(root, changes)
+        created, emptied = _folders(root, changes)
         entries: list[dict[str, Any]] = [{"folder": f, "created": True} for f in created]
         entries += [{"folder": f, "created": False} for f in reversed(emptied)]
         paths: dict[str, tuple[Path, Path | None]] = {}
@@ -292,7 +275,7 @@ def commit(
             if existed:
                 shutil.copy2(path, journal / backup)
                 _same_owner(journal / backup, path)
-            temp = None if data is None else path.with_name(f".{path.name}{TEMP_SUFFIX}")
+            temp = None if data is None else path.with_name(tree.temp_name(path.name, TEMP_SUFFIX))
             paths[rel] = (path, temp)
             entries.append(
                 {
@@ -308,10 +291,7 @@ def commit(
         for rel, data in changes.items():
             path, temp = paths[rel]
             if temp is not None and data is not None:
-                create_exclusive(temp, data, like=path)
-                if rel in executable and not path.exists():
-                    mode = stat.S_IMODE(temp.stat().st_mode)
-                    temp.chmod(mode | (mode & 0o444) >> 2)
+                create_exclusive(temp, data, like=path, executable=rel in executable)
         for path, temp in paths.values():
             if temp is None:
                 path.unlink()
@@ -319,13 +299,9 @@ def commit(
                 os.replace(temp, path)
         for folder in emptied:
             resolve_inside(root, folder).rmdir()
-        for rel, data in changes.items():
-            path = resolve_inside(root, rel)
-            now = path.read_bytes() if path.exists() else None
-            if (None if now is None else sha256_hex(now)) != (
-                None if data is None else sha256_hex(data)
-            ):
-                raise TargetError(f"{rel}: read back differs from what was written", path=root)
+        differs = tree.read_back(changes, lambda rel: _read(resolve_inside(root, rel)))
+        if differs is not None:
+            raise TargetError(f"{differs}: read back differs from what was written", path=root)
     except OSError as exc:  # a full disk, a read-only folder: rolled back, then one line
         recover(root)
         where = f" ({exc.filename})" if exc.filename else ""
@@ -336,6 +312,10 @@ def commit(
         recover(root)
         raise
     _remove(journal)
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None
 
 
 def _unresolved(root: Path, relpath: str) -> Path:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchset._fs import replace_folder
 from patchset.adapters import dockerengine
 from patchset.errors import UsageError
 from patchset.image.build import LogSink, prepare_context
@@ -110,9 +111,7 @@ def bake(
         text = json.dumps(data, indent=2) + "\n"
         tmp_file = staging / output.name
         tmp_file.write_text(text, encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(staging, final)
+        replace_folder(staging, final)
         os.replace(final / output.name, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -8,6 +8,7 @@ and execs `vllm serve`. Nothing is tagged unless the build and its verification 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import tempfile
@@ -15,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from patchset._fs import sha256_hex
 from patchset.adapters import dockerengine, gitrepo
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
@@ -27,7 +27,7 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
 from patchset.image.plugins import plugin_files
-from patchset.kernel import vllm
+from patchset.kernel import tree, vllm
 from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, Variant
 
@@ -127,7 +127,7 @@ def build(
     finally:
         if own_engine:
             engine.close()
-    report = BuildReport(**{**report.__dict__, "log": str(output / "build.log") if output else ""})
+    report = dataclasses.replace(report, log=str(output / "build.log") if output else "")
     _write_outputs(output, report, log_lines)
     return report
 
@@ -329,7 +329,7 @@ def patch_files(
         return _patch_tree(
             definition,
             registry,
-            Path(tmp) / "tree",
+            Path(tmp) / "scratch",
             variants=variants,
             originals=originals,
             log=log,
@@ -350,23 +350,30 @@ def series(registry: Registry, ids: tuple[str, ...] | list[str]) -> tuple[Patch,
 def _patch_tree(
     definition: BuildDefinition,
     registry: Registry,
-    tree: Path,
+    scratch: Path,
     *,
     variants: dict[str, Variant],
     originals: dict[str, bytes | None],
     log: LogSink,
 ) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
     patches = series(registry, definition.patches)
-    (tree / "vllm").mkdir(parents=True)
-    (tree / "vllm" / "__init__.py").write_bytes(b"")
+    (scratch / "vllm").mkdir(parents=True)
+    (scratch / "vllm" / "__init__.py").write_bytes(b"")
     for rel, data in originals.items():
         if data is not None:
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            (tree / rel).write_bytes(data)
+            (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+            (scratch / rel).write_bytes(data)
     build_ids = [p.id for p in patches if p.apply == "build"]
     served = served_from_args(definition.serve_args)  # what sites' `when` reads
     if build_ids:
-        result = apply(registry, tree, patches=build_ids, version=definition.vllm, served=served)
+        result = apply(  # the image checks the hardware scopes at start: no nvidia-smi here
+            registry,
+            scratch,
+            patches=build_ids,
+            version=definition.vllm,
+            served=served,
+            compute_capability=None,
+        )
         bad = [r for r in result.results if r.outcome != "applied"]
         if bad:
             first = bad[0]
@@ -379,7 +386,7 @@ def _patch_tree(
             log(f"patch {r.patch} r{r.revision} ({r.variant}): applied at build")
             for warning in r.warnings:
                 log(f"warning: {r.patch}: {warning}")
-    patched = {rel: (tree / rel).read_bytes() for rel in originals if (tree / rel).is_file()}
+    patched = {rel: (scratch / rel).read_bytes() for rel in originals if (scratch / rel).is_file()}
     # Each patch's files before and after it, in the series' order: a stacked patch is
     # evaluated on the files as the patches before it leave them, as the entrypoint meets them.
     current: dict[str, bytes | None] = dict(originals)
@@ -432,16 +439,11 @@ def _entry(
     for rel in variant.files:  # "" for no file: one the patch creates, or deletes
         before = current.get(rel)
         after = None if rel in ev.removed else ev.changes.get(rel, before)
-        files[rel] = (_digest(before), _digest(after))
+        files[rel] = (tree.digest(before), tree.digest(after))
         current[rel] = after
     if patch.apply != "build":
         log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup{on_top}")
     return patch_entry(patch, variant, "needed", files)
-
-
-def _digest(data: bytes | None) -> str:
-    """A file's sha256 as the manifest records it: "" for no file."""
-    return "" if data is None else sha256_hex(data)
 
 
 def _write_context(
@@ -456,8 +458,10 @@ def _write_context(
     plugins: dict[str, bytes],
     modes: dict[str, int] | None = None,
 ) -> None:
-    """The build context; `modes` holds the base's permission bits of the files it had (a
-    `COPY` gives each file the context's mode: a patched 755 file stays 755)."""
+    """The build context, laid out by the kernel's rules for vLLM's files (`kernel/tree.py`,
+    those of `apply` and the entrypoint): `modes` holds the base's permission bits of the
+    files it had, kept (a `COPY` gives each file the context's mode); a new file gets 644, or
+    755 when the payload makes it executable; a deletion's emptied folders go after it."""
     runtime = context / "runtime"
     for rel, data in runtime_sources().items():
         (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -470,8 +474,8 @@ def _write_context(
         for rel in sorted(built & patched.keys()):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
-            mode = 0o755 if rel in executable else (modes or {}).get(rel, 0o644)
-            (context / "files" / rel).chmod(mode & 0o777)  # COPY takes the context's mode
+            mode = tree.file_mode((modes or {}).get(rel), executable=rel in executable)
+            (context / "files" / rel).chmod(mode)  # COPY takes the context's mode
         if built & patched.keys():
             lines.append(f"COPY files/ {root}/")
         if deleted := sorted(built - patched.keys()):  # a diff deleted them
@@ -492,11 +496,10 @@ def _write_context(
 
 
 def _removal(root: str, deleted: list[str]) -> str:
-    """The RUN line deleting files a build patch deletes, then the folders that leaves empty
-    (deepest first, as git removes them; `rmdir` takes only an empty one, POSIX sh)."""
-    folders = {str(parent) for rel in deleted for parent in PurePosixPath(rel).parents}
-    folders -= {".", "vllm"}
-    emptied = sorted(folders, key=lambda f: (-f.count("/"), f))
+    """The RUN line deleting files a build patch deletes, then the folders that may leave
+    empty (the kernel's `emptied_candidates`, deepest first; `rmdir` takes only an empty one,
+    so each goes exactly when `emptied_folders` says it would; POSIX sh)."""
+    emptied = tree.emptied_candidates(deleted)
     line = "RUN rm -f -- " + " ".join(shlex.quote(f"{root}/{r}") for r in deleted)
     if emptied:
         quoted = " ".join(shlex.quote(f"{root}/{f}") for f in emptied)

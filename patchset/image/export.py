@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchset._fs import replace_folder
 from patchset.errors import TargetError, UsageError
 from patchset.image.build import (
     LogSink,
@@ -213,7 +214,6 @@ def _write_bundle(folder: Path, files: dict[str, bytes]) -> None:
     container may run as another one), never half-written."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    old = folder.with_name(f".{folder.name}.old")
     try:
         for rel, data in files.items():
             path = staging / rel
@@ -223,17 +223,10 @@ def _write_bundle(folder: Path, files: dict[str, bytes]) -> None:
         for sub in sorted({p for p in staging.rglob("*") if p.is_dir()}):
             sub.chmod(0o755)
         staging.chmod(0o755)
-        if folder.exists():
-            if old.exists():
-                shutil.rmtree(old)
-            folder.rename(old)
-        staging.rename(folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        if old.exists() and not folder.exists():
-            old.rename(folder)
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    replace_folder(staging, folder)
 
 
 def default_definition(builds: Path) -> Path:

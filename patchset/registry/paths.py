@@ -1,10 +1,14 @@
-"""Path rules shared by the registry and the engine: relative, under vllm/, never outside."""
+"""Path rules shared by the registry and the engine: relative, under vllm/, no `..`.
+
+(The symlink guard of a target tree, `resolve_inside`, is a file-system rule: `patchset._fs`.)
+"""
 
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from patchset.errors import PayloadError, TargetError
+from patchset.errors import PayloadError
+from patchset.kernel.tree import NAME_MAX, name_fits
 
 
 def check_relpath(relpath: str, *, file: Path | str) -> str:
@@ -18,15 +22,8 @@ def check_relpath(relpath: str, *, file: Path | str) -> str:
         raise PayloadError(f"{relpath}: '..' is refused", path=file)
     if pure.parts[0] != "vllm" or len(pure.parts) < 2:
         raise PayloadError(f"{relpath}: targets must lie under vllm/", path=file)
+    if not name_fits(relpath):  # no file system holds it: refused before anything is written
+        raise PayloadError(f"{relpath}: a name longer than {NAME_MAX} bytes", path=file)
     if pure.as_posix() != relpath:  # `vllm/./x.py`, `vllm//x.py`: one file, two spellings
         raise PayloadError(f"{relpath}: write it plainly, as {pure.as_posix()}", path=file)
     return relpath
-
-
-def resolve_inside(root: Path, relpath: str) -> Path:
-    """The real path of `relpath` under `root`; a symlink leading outside `root` is refused."""
-    real_root = root.resolve()
-    candidate = (root / relpath).resolve()
-    if candidate != real_root and real_root not in candidate.parents:
-        raise TargetError(f"{relpath}: leads outside the target through a symlink", path=root)
-    return candidate

@@ -60,7 +60,8 @@ class RegistryChange:
             edit(doc)
             text = tomlkit.dumps(doc)
         except (TOMLKitError, UnicodeDecodeError, RecursionError) as exc:
-            raise RegistryError(f"cannot edit: {exc or 'nested too deeply'}", path=path) from None
+            reason = str(exc) or "nested too deeply"  # a RecursionError may say nothing
+            raise RegistryError(f"cannot edit: {reason}", path=path) from None
         self._planned[path] = text.encode("utf-8")
 
     def add_file(self, patch: Patch, name: str, data: bytes) -> Path:

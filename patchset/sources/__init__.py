@@ -37,34 +37,64 @@ class SourceFactory(Protocol):
     empty for the index); only the index uses `index_url` and `offline`."""
 
     def __call__(
-        self, where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+        self,
+        where: str,
+        *,
+        index_url: str | None,
+        offline: bool,
+        prereleases: bool = False,
+        version: str | None = None,
     ) -> ReleaseSource: ...
 
 
 def _index(
-    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+    where: str,
+    *,
+    index_url: str | None,
+    offline: bool,
+    prereleases: bool = False,
+    version: str | None = None,
 ) -> ReleaseSource:
     return parse_source(None, index_url=index_url, offline=offline, prereleases=prereleases)
 
 
 def _folder(
-    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+    where: str,
+    *,
+    index_url: str | None,
+    offline: bool,
+    prereleases: bool = False,
+    version: str | None = None,
 ) -> ReleaseSource:
     from patchset.sources.folder import FolderSource  # noqa: PLC0415
 
-    return FolderSource(Path(where).expanduser())
+    return FolderSource(Path(where).expanduser(), version=version)
 
 
 def _git(
-    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+    where: str,
+    *,
+    index_url: str | None,
+    offline: bool,
+    prereleases: bool = False,
+    version: str | None = None,
 ) -> ReleaseSource:
     from patchset.sources.git import GitSource  # noqa: PLC0415
 
-    return GitSource(Path(where).expanduser(), prereleases=prereleases)
+    if version is not None:
+        from patchset.sources.folder import checked_version  # noqa: PLC0415
+
+        version = checked_version(version)
+    return GitSource(Path(where).expanduser(), prereleases=prereleases, version=version)
 
 
 def _image(
-    where: str, *, index_url: str | None, offline: bool, prereleases: bool = False
+    where: str,
+    *,
+    index_url: str | None,
+    offline: bool,
+    prereleases: bool = False,
+    version: str | None = None,
 ) -> ReleaseSource:
     from patchset.sources.image import ImageSource  # noqa: PLC0415
 
@@ -88,10 +118,17 @@ def parse_source(
     artifact: Artifact | None = None,
     verify_full: bool = False,
     timeout: float | None = None,
+    version: str | None = None,
 ) -> ReleaseSource:
     """The source a command-line spec names; None or ``index`` is the package index (the one
     place the default source is built), which lists pre-releases only with `prereleases`.
-    `artifact`, `verify_full` and `timeout` are the index's only (a UsageError elsewhere)."""
+    `artifact`, `verify_full` and `timeout` are the index's only (a UsageError elsewhere).
+    `version` (``--source-version``) says which release a folder or a ``git:PATH@REF`` tree
+    holds."""
+    text = (spec or "").strip()
+    tagged = text in {"", "index"} or text.startswith("image:")
+    if version is not None and (tagged or (text.startswith("git:") and "@" not in text)):
+        raise UsageError("--source-version: only with a folder or git:PATH@REF source")
     if spec is None or spec.strip() in {"", "index"}:
         from patchset.adapters import net  # noqa: PLC0415 -- see the module docstring
         from patchset.sources.package_index import IndexSource  # noqa: PLC0415
@@ -113,7 +150,11 @@ def parse_source(
             if not rest:
                 raise UsageError(f"{spec!r}: say which {'image' if kind == 'image' else 'folder'}")
             return SOURCES[known](
-                rest, index_url=index_url, offline=offline, prereleases=prereleases
+                rest,
+                index_url=index_url,
+                offline=offline,
+                prereleases=prereleases,
+                version=version,
             )
     if sep and kind.isalpha() and len(kind) > 1 and not Path(spec).exists():
         hint = difflib.get_close_matches(kind, SOURCES, n=1)
@@ -122,4 +163,4 @@ def parse_source(
             f"{spec!r}: unknown source kind {kind!r} (use PATH, git:PATH, image:REF"
             f" or index){did_you_mean}"
         )
-    return SOURCES["folder"](spec, index_url=index_url, offline=offline)
+    return SOURCES["folder"](spec, index_url=index_url, offline=offline, version=version)

@@ -1,4 +1,10 @@
-"""A release in a folder: a checkout, an unpacked sdist or a site-packages folder."""
+"""A release in a folder: a checkout, an unpacked sdist or a site-packages folder.
+
+Its version is the one the folder says (`patchset.kernel.vllm.read_version`), else, in a git
+checkout, its nearest release tag with the commit (``0.33.0+g1a2b3c4``, see
+`patchset.sources.git`), else the caller's (``--source-version``); with none of them the
+folder is refused (exit 2), since a release nobody can place is checked against no range.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from pathlib import Path, PurePosixPath
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.errors import SourceError
+from patchset.errors import SourceError, UsageError
 from patchset.kernel.vllm import read_version
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
 
@@ -72,7 +78,11 @@ class FolderSource(ReleaseSource):
             raise SourceError("no such folder", path=self.path)
         if not (self.path / "vllm").is_dir():
             raise SourceError("no vllm/ package here", path=self.path)
-        self.version = version or folder_version(self.path)
+        if version is not None:
+            self.version = checked_version(version)
+        else:
+            found = folder_version(self.path)
+            self.version = found if found != UNKNOWN else _checkout_version(self.path)
 
     def versions(self) -> list[str]:
         return [self.version]
@@ -83,6 +93,32 @@ class FolderSource(ReleaseSource):
             raise SourceError(f"holds vllm {self.version}, not {version}", path=self.path)
         info = ReleaseInfo(version=self.version, origin=f"folder {self.path}")
         yield FolderTree(info, self.path)
+
+
+def checked_version(text: str, option: str = "--source-version") -> str:
+    """`text` as a PEP 440 version (normalised); UsageError otherwise."""
+    try:
+        return str(Version(text))
+    except InvalidVersion:
+        raise UsageError(f"{option} {text!r} is not a version (e.g. 0.20.0)") from None
+
+
+def _checkout_version(root: Path) -> str:
+    """The version of a git checkout at `root` (its nearest release tag, with the commit);
+    UsageError, one line, when it has none or is no checkout."""
+    from patchset.adapters.gitrepo import open_repo, toplevel  # noqa: PLC0415 -- gitpython: on use
+    from patchset.sources.git import VERSION_HINT, checkout_version  # noqa: PLC0415
+
+    top = toplevel(root)
+    if top is None or top.resolve() != root.resolve():  # vllm/ at a checkout's top only
+        why = "no version file or dist-info, and not a git checkout"
+    else:
+        with open_repo(top) as repo:
+            found = checkout_version(repo)
+        if found is not None:
+            return found
+        why = "a git checkout with no release tag before HEAD"
+    raise UsageError(f"the vLLM version cannot be read ({why}); {VERSION_HINT}", path=root)
 
 
 def folder_version(root: Path) -> str:

@@ -17,6 +17,7 @@ when its sha256 is the expected one, so a bad file is never left where the calle
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import http
 import http.client
@@ -404,12 +405,20 @@ _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 
 
 def _open_web(
-    url: str, headers: dict[str, str], wait: _Patience, transport: Transport
+    url: str,
+    headers: dict[str, str],
+    wait: _Patience,
+    transport: Transport,
+    private: dict[str, str] | None = None,
 ) -> _Response:
     """GET `url` on a kept-alive connection, following redirects here (so the final URL is
-    known, and each host gets only its own credentials)."""
+    known, and each host gets only its own credentials: `private` headers, a token, go only
+    to the first URL's host)."""
+    host = urllib.parse.urlsplit(url).netloc
     for _ in range(MAX_REDIRECTS + 1):
         sent = dict(headers)
+        if private and urllib.parse.urlsplit(url).netloc == host:
+            sent.update(private)
         timeout = max(wait.left(), 0.001)  # what is left of the time without an answer
         if (auth := transport.authorization(url)) is not None:
             sent["Authorization"] = auth
@@ -489,3 +498,48 @@ def _check_length(response: _Response, received: int) -> None:
     declared = response.headers.get("Content-Length")
     if declared is not None and declared.isdigit() and received < int(declared):
         raise _TransientError(f"connection closed after {received} of {declared} bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """A server's answer whatever its status (an API's 304 or 404 is data, not a failure)."""
+
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+def fetch_answer(
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    private: dict[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    retries: int = 3,
+    max_bytes: int = 8 << 20,
+    what: str = "the server",
+    transport: Transport = DEFAULT_TRANSPORT,
+) -> Answer:
+    """GET `url` (http or https) and return its answer with any status below 500; a 5xx, no
+    connection or a body cut short is tried again (`retries` more times), as elsewhere.
+    `private` headers (a token) are sent only to `url`'s own host, never after a redirect
+    to another."""
+
+    def attempt(wait: _Patience) -> Answer:
+        check_url(url)
+        response = _open_web(
+            url, {"User-Agent": USER_AGENT, **(headers or {})}, wait, transport, private
+        )
+        try:
+            if response.status >= 500:
+                raise _TransientError(f"HTTP {response.status}")
+            body = response.read(max_bytes + 1)
+            if len(body) > max_bytes:
+                raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
+            _check_length(response, len(body))
+            found = {str(k).lower(): str(v) for k, v in response.headers.items()}
+            return Answer(response.status, found, body)
+        finally:
+            response.close()
+
+    return _with_retries(url, attempt, retries=retries, timeout=timeout, what=what, hint="")

@@ -4,21 +4,18 @@ vLLM tree or whole-file overlays (or a runtime skeleton); a new payload for an e
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
-from patchset import add
 from patchset.adapters import forge
-from patchset.authoring import tree as trees
+from patchset.authoring import add
 from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
+from patchset.authoring.payload import PayloadRequest, Prepared, prepare
 from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
+from patchset.cli.sourceopts import add_source_options
 from patchset.errors import ExitCode, UsageError
 from patchset.registry import STATES, WHENS, load_registry
-from patchset.sources import parse_source, select
-from patchset.sources.base import ReleaseSource
 
 DESCRIPTION = """\
 Add a patch to the registry: the diff of a pull request (--pr OWNER/REPO#N or its URL, fetched
@@ -94,12 +91,7 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
     p.add_argument(
         "--since", metavar="VERSION", help="check every release from VERSION on (VERSION included)"
     )
-    p.add_argument(
-        "--pre", action="store_true", help="let --since pick pre-releases too (as pip --pre)"
-    )
-    p.add_argument("--source", metavar="SPEC", help="where releases come from (see check)")
-    p.add_argument("--index-url", metavar="URL")
-    p.add_argument("--offline", action="store_true", help="use the release cache only")
+    add_source_options(p)
     p.add_argument("--no-check", action="store_true", help="check no release")
     p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -159,127 +151,30 @@ def _progress(fmt: str) -> Callable[[int], Callable[[str], None]]:
     return start
 
 
-def _releases(args: argparse.Namespace) -> tuple[ReleaseSource | None, list[str]]:
-    if args.no_check and not (args.from_tree or getattr(args, "overlay", None)):
-        return None, []
-    cached_only = not (args.vllm or args.since or args.source)
-    source = parse_source(
-        args.source,
-        index_url=args.index_url,
-        offline=args.offline or cached_only,
-        prereleases=args.pre,
+def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None) -> Prepared:
+    """The releases to check, the new payload, where it came from and the notes on it, the
+    notes shown on stderr (`add` and `update`)."""
+    prepared = prepare(
+        PayloadRequest(
+            from_tree=args.from_tree,
+            files=tuple(args.file),
+            overlay=tuple(getattr(args, "overlay", None) or ()),
+            diff=args.diff,
+            pr=pr,
+            forge_url=forge_url,
+            layout=Layout(strip=args.strip, root=args.root),
+            vllm=tuple(args.vllm),
+            since=args.since,
+            pre=args.pre,
+            source=args.source,
+            index_url=args.index_url,
+            offline=args.offline,
+            no_check=args.no_check,
+        )
     )
-    if args.no_check:
-        return source, []
-    return source, select.for_add(source, versions=args.vllm, since=args.since, pre=args.pre)
-
-
-def _prepared(
-    args: argparse.Namespace, *, pr: str | None, forge_url: str | None
-) -> tuple[ReleaseSource | None, list[str], add.DiffPayload, str, list[str]]:
-    """The releases to check, the new payload, where it came from and the notes on it,
-    shown on stderr (`add` and `update`)."""
-    today = datetime.now(UTC).strftime("%Y-%m-%d")
-    source, versions = _releases(args)
-    payload, origin, notes = _payload(
-        args, source, versions, pr=pr, forge_url=forge_url, today=today
-    )
-    for note in notes:
+    for note in prepared.notes:
         err_console().print(note, markup=False, soft_wrap=True)
-    return source, versions, payload, origin, notes
-
-
-def _payload(
-    args: argparse.Namespace,
-    source: ReleaseSource | None,
-    versions: list[str],
-    *,
-    pr: str | None,
-    forge_url: str | None,
-    today: str,
-) -> tuple[add.DiffPayload, str, list[str]]:
-    """The new payload, where it came from, and notes for the user."""
-    notes: list[str] = []
-    if args.from_tree is not None:
-        if not args.vllm or source is None:
-            raise UsageError("--from-tree needs --vllm X: the release the tree was installed from")
-        with source.open(args.vllm[0]) as pristine:
-            found = trees.diff_tree(args.from_tree, pristine, args.file)
-        if not found.files:
-            raise UsageError(
-                f"no file differs from vLLM {args.vllm[0]}"
-                + (
-                    f" (not text, left out: {', '.join(found.unreadable)})"
-                    if found.unreadable
-                    else ""
-                ),
-                path=args.from_tree,
-            )
-        if found.unreadable:
-            notes.append(f"left out (not UTF-8 text): {', '.join(found.unreadable)}")
-        if found.deleted:
-            notes.append(
-                f"deletes (in vLLM {args.vllm[0]}, absent from the edited tree):"
-                f" {', '.join(found.deleted)}"
-                + ("" if args.file else "; --file vllm/PATH limits the patch to the files named")
-            )
-        payload = add.normalize_diff(found.text, file=args.from_tree)
-        return (
-            payload,
-            f"the edits in {args.from_tree.name}/ against vLLM {args.vllm[0]} (added {today})",
-            notes,
-        )
-    if getattr(args, "overlay", None):
-        if source is None:
-            raise UsageError("--overlay needs releases to compare with: drop --no-check")
-        candidates = list(args.vllm) or versions
-        if not candidates:
-            raise UsageError(
-                "--overlay: no release in the cache to compare with; give --vllm X or --since X"
-            )
-        parts = []
-        for spec in args.overlay:
-            name, _, target = spec.partition("=")
-            path = Path(name)
-            text = add.read_diff_file(path)
-            match, old = trees.match_overlay(path, text, source, candidates, target or None)
-            also = [v for v in match.same if v != match.version]
-            chosen = ""
-            if match.next_best is not None:
-                chosen = (
-                    f"; chosen by content among {match.compared} files named {path.name},"
-                    f" next {match.next_best[0]} at {match.next_best[1]:.0%}"
-                )
-            notes.append(
-                f"{path}: a copy of {match.target} from vLLM {match.version}"
-                f" ({match.likeness:.0%} of lines alike"
-                + (f"; as alike in {', '.join(also)}" if also else "")
-                + chosen
-                + ")"
-            )
-            parts.append(trees.unified(match.target, old, text))
-        payload = add.normalize_diff("".join(parts), file=args.overlay[0])
-        names = ", ".join(Path(s.partition("=")[0]).name for s in args.overlay)
-        return payload, f"overlays {names} (added {today})", notes
-    layout = Layout(strip=args.strip, root=args.root)
-    if args.diff is not None:
-        name = "<stdin>" if args.diff == "-" else args.diff
-        text = sys.stdin.read() if args.diff == "-" else add.read_diff_file(Path(args.diff))
-        origin = f"{pr + ', ' if pr else ''}diff {Path(name).name} (added {today})"
-    else:
-        assert pr is not None
-        name = forge.pr_diff_url(pr, forge_url)
-        text = forge.fetch_pr_diff(pr, forge_url)
-        origin = f"{pr} (its diff, fetched {today})"
-    detect = add.detector(source, versions) if source is not None and versions else None
-    payload = add.normalize_diff(text, file=name, layout=layout, detect=detect)
-    if payload.detected is not None:
-        notes.append(
-            "detected: the diff's paths are relative to the vllm/ package (every file it"
-            f" changes is under vllm/ in {payload.detected.version}); --root/--strip say"
-            " otherwise"
-        )
-    return payload, origin, notes
+    return prepared
 
 
 def run(args: argparse.Namespace) -> int:
@@ -306,7 +201,8 @@ def run(args: argparse.Namespace) -> int:
             " --overlay FILE or --runtime"
         )
     add.check_new_id(root, args.id)  # before any download
-    source, versions, payload, origin, notes = _prepared(args, pr=pr, forge_url=forge_url)
+    prepared = _prepared(args, pr=pr, forge_url=forge_url)
+    payload, versions = prepared.payload, prepared.versions
     result = add.add_diff(
         root,
         args.id,
@@ -314,11 +210,11 @@ def run(args: argparse.Namespace) -> int:
         pr=pr,
         state=args.state,
         title=args.title,
-        origin=origin,
+        origin=prepared.origin,
         credit=args.credit,
         apply=args.apply or "build",
         vllm=args.range,
-        source=source,
+        source=prepared.source,
         versions=versions,
         on_release=_progress(args.format)(len(versions)),
         requires=args.requires,
@@ -333,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
                 "targets": list(patch.targets),
                 "dropped": list(result.dropped),
                 "detected_root": "vllm" if payload.detected else None,
-                "notes": notes,
+                "notes": list(prepared.notes),
                 "upstream": {"pr": patch.upstream.pr, "state": patch.upstream.state},
                 "vllm": result.range,
                 "range_note": result.range_note,
@@ -372,14 +268,15 @@ def run_update(args: argparse.Namespace) -> int:
                 f"{args.id} records no upstream.pr: give --pr, --diff FILE or --from-tree DIR",
                 path=patch.folder,
             )
-    source, versions, payload, origin, _ = _prepared(args, pr=pr, forge_url=forge_url)
+    prepared = _prepared(args, pr=pr, forge_url=forge_url)
+    origin, versions = prepared.origin, prepared.versions
     result = updates.update(
         root,
         args.id,
-        payload.text,
-        payload.targets,
+        prepared.payload.text,
+        prepared.payload.targets,
         pr=pr if args.pr else None,
-        source=source,
+        source=prepared.source,
         versions=versions,
         on_release=_progress(args.format)(len(versions)),
     )

@@ -35,10 +35,7 @@ DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
 needed (applies, release lacks the fix), upstream (reverse applies or the upstream probe
 matches), conflict, partial (some runtime sites match), missing-target (file absent; a
-moved file is named). Whether the release is in the patch's declared range is shown beside.
-
-exit codes: 0 nothing in range needs attention; 1 an in-range patch is conflict, partial
-or missing-target; 2 bad usage or input; 3 a source could not be had."""
+moved file is named). Whether the release is in the patch's declared range is shown beside."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,7 +66,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--source",
         metavar="SPEC",
         help="where releases come from: the package index (default), PATH (a checkout,"
-        " unpacked sdist or site-packages), git:PATH (a vLLM clone) or image:REF",
+        " unpacked sdist or site-packages), git:PATH (a vLLM clone), git:PATH@REF (one"
+        " branch tip, as the next release after its tag) or image:REF",
+    )
+    p.add_argument(
+        "--source-version",
+        metavar="X",
+        help="the release a folder or git:PATH@REF tree holds, when it cannot be read",
     )
     p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
     p.add_argument("--offline", action="store_true", help="use the cache only")
@@ -150,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         artifact=args.artifact,
         verify_full=args.verify_full,
         timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
+        version=args.source_version,
     )
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     # The collector paused for the whole run (a library call leaves the caller's alone): each

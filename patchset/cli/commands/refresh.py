@@ -8,9 +8,10 @@ from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, print_json
+from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
 from patchset.refresh import RefreshResult, SiteRefresh, abort, finish, refresh
-from patchset.sources import parse_source, select
+from patchset.sources import select
 from patchset.sources.select import LATEST
 
 DESCRIPTION = """\
@@ -26,11 +27,7 @@ with conflict markers, in a work folder: edit them, then `patchset refresh ID --
 
 runtime patches: for each site whose anchor no longer matches, the nearest candidates in X;
 where one is clearly best it is proposed as the new anchor. --write records the proposal;
---pick SITE=N takes candidate N instead.
-
-exit codes: 0 written (or proposed); 1 a conflict to resolve or a site without a clear
-anchor; 2 bad input (the patch already fits X, an unknown release, a read-only registry,
-conflict markers left); 3 a release could not be had."""
+--pick SITE=N takes candidate N instead."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,9 +47,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     what.add_argument("--abort", action="store_true", help="drop an unfinished refresh")
     p.add_argument(
-        "--pre", action="store_true", help="let --vllm latest pick a pre-release (as pip --pre)"
-    )
-    p.add_argument(
         "--workdir",
         type=Path,
         metavar="DIR",
@@ -69,13 +63,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="SITE=N",
         help="runtime patches: take candidate N (1-based) as SITE's new anchor (repeatable)",
     )
-    p.add_argument(
-        "--source",
-        metavar="SPEC",
-        help="where releases come from: the package index (default), PATH, git:PATH or image:REF",
-    )
-    p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
-    p.add_argument("--offline", action="store_true", help="use the cache only")
+    add_source_options(p)
     p.add_argument("--format", choices=FORMATS, default="table")
     p.set_defaults(handler=run)
 
@@ -109,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--write and --pick are for runtime patches; diff patches write")
         if patch.kind == "runtime" and args.dry_run:
             raise UsageError("--dry-run is for diff patches; runtime patches write with --write")
-        source = parse_source(
-            args.source, index_url=args.index_url, offline=args.offline, prereleases=args.pre
-        )
+        source = source_from(args)
         target = select.one(source, args.vllm, pre=args.pre)[0] if args.vllm == LATEST else None
         write = args.write if patch.kind == "runtime" else not args.dry_run
         result = refresh(

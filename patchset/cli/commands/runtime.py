@@ -7,6 +7,7 @@ from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
 
@@ -34,24 +35,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="BUILD_TOML",
         help="the build definition (default: the only one in the builds folder)",
     )
-    e.add_argument(
-        "--source",
-        metavar="SPEC",
-        help="where the release's files come from: index (default), PATH, git:PATH, image:REF",
-    )
-    e.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
-    e.add_argument("--offline", action="store_true", help="use the cache only")
+    add_source_options(e, pre=False)
     e.add_argument("--format", choices=FORMATS, default="table")
     e.set_defaults(handler=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
     from patchset.image.export import default_definition, export_runtime  # noqa: PLC0415
-    from patchset.sources import parse_source  # noqa: PLC0415
 
     definition = load_definition(args.build or default_definition(args.builds))
     registry = load(args.registry)
-    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+    source = source_from(args)
     err = err_console()
     report = export_runtime(
         definition,

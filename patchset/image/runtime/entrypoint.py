@@ -22,13 +22,9 @@ program exec'd (for tests).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +38,8 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
-    from patchset.kernel import vllm
+    from patchset.kernel import gpus as gpu_query
+    from patchset.kernel import tree, vllm
     from patchset.kernel.capability import Capability, in_scope, parse_capability
     from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset.kernel.order import in_order
@@ -50,7 +47,8 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
 else:
-    from patchset_kernel import vllm
+    from patchset_kernel import gpus as gpu_query
+    from patchset_kernel import tree, vllm
     from patchset_kernel.capability import Capability, in_scope, parse_capability
     from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
     from patchset_kernel.order import in_order
@@ -72,14 +70,7 @@ class StartRefusedError(Exception):
     """The start cannot go on as asked: no manifest, another vLLM release, an unknown id."""
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def digest(data: bytes | None) -> str:
-    """A file's sha256 as the manifest records it: "" for no file (one a patch creates, or
-    one it deletes)."""
-    return "" if data is None else sha256(data)
+TEMP_SUFFIX = ".patchset-new"  # the new bytes, beside the file, until the rename
 
 
 def vllm_root() -> Path:
@@ -95,9 +86,8 @@ def vllm_root() -> Path:
 def detect_gpus() -> tuple[list[Capability], str]:
     """Every GPU's compute capability, and how it was found (for the start-up line).
 
-    `PATCHSET_COMPUTE_CAPABILITY` wins ("none" or empty: no GPU); else nvidia-smi, as a real
-    one answers ``--query-gpu=name,compute_cap --format=csv,noheader``: one
-    ``NVIDIA GeForce RTX 5090, 12.0`` line per GPU.
+    `PATCHSET_COMPUTE_CAPABILITY` wins ("none" or empty: no GPU); else nvidia-smi, read by
+    the kernel's `gpus.query` (the host's reader too).
     """
     forced = os.environ.get("PATCHSET_COMPUTE_CAPABILITY")
     if forced is not None:
@@ -110,34 +100,8 @@ def detect_gpus() -> tuple[list[Capability], str]:
                 f"PATCHSET_COMPUTE_CAPABILITY={forced!r} is not a compute capability (e.g. 12.0)"
             ) from None
         return [found], f"{found[0]}.{found[1]} (PATCHSET_COMPUTE_CAPABILITY)"
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return [], "none (no nvidia-smi)"
-    try:
-        done = subprocess.run(
-            [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return [], f"none (nvidia-smi: {exc})"
-    if done.returncode != 0:
-        said = (done.stdout + done.stderr).strip().splitlines() or ["no output"]
-        return [], f"none (nvidia-smi exit {done.returncode}: {said[0]})"
-    gpus: list[Capability] = []
-    names: list[str] = []
-    for line in done.stdout.splitlines():
-        name, _, cap = line.rpartition(",")
-        if not line.strip():
-            continue
-        try:
-            gpus.append(parse_capability(cap))
-        except ValueError:
-            return [], f"none (nvidia-smi said {line.strip()!r})"
-        names.append(f"{cap.strip()} ({name.strip()})")
-    return gpus, ", ".join(names) or "none (nvidia-smi lists no GPU)"
+    smi = gpu_query.query()
+    return [g.capability for g in smi.gpus], smi.how
 
 
 def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
@@ -168,27 +132,6 @@ def patched_text(
             if found.status not in GOOD:
                 raise PatchFailedError(found.describe())
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
-
-
-def write_atomically(path: Path, data: bytes | None, *, executable: bool = False) -> None:
-    """Replace the file at `path` by rename (its mode kept), create it (755 when
-    `executable`, else 644), or (None) delete it."""
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if path.exists():
-            shutil.copymode(path, tmp)
-        else:
-            Path(tmp).chmod(0o755 if executable else 0o644)  # readable by vLLM's user
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Plan:
@@ -240,7 +183,7 @@ def check_build_patch(
     series (stacked on it, or a startup patch of an earlier start) left them."""
     for rel, digests in patch["files"].items():
         found = plan.get(rel)
-        current = digest(found)
+        current = tree.digest(found)
         if current != digests["after"] and current not in later.get(rel, set()):
             if found is not None and not digests["after"]:
                 raise PatchFailedError(f"{rel} is still there, though deleted at build time")
@@ -277,7 +220,7 @@ def apply_patch(
     already = 0
     for rel, digests in patch["files"].items():
         data = plan.get(rel)
-        current = digest(data)
+        current = tree.digest(data)
         if current == digests["after"] or current in later.get(rel, set()):
             already += 1
             continue
@@ -288,7 +231,7 @@ def apply_patch(
             new_files[rel] = None
             continue
         new = patched_text(patch, rel, data or b"", served)
-        if sha256(new) != digests["after"]:
+        if tree.sha256(new) != digests["after"]:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
         _compiles(rel, new, before=data)
         new_files[rel] = new
@@ -332,7 +275,7 @@ def check_payload(patch: dict[str, Any]) -> None:
     path = HERE / "payloads" / patch["id"] / patch["variant"]
     if not path.is_file():
         raise PatchFailedError(f"payload {path} is missing from the bundle")
-    if sha256(path.read_bytes()) != patch["payload_sha256"]:
+    if tree.sha256(path.read_bytes()) != patch["payload_sha256"]:
         raise PatchFailedError(f"payload {path} differs from the one exported (sha256)")
 
 
@@ -403,7 +346,7 @@ def held_back(
         out[patch["id"]] = f"which is {state}"
         files = patch.get("files", {})
         if files and all(
-            digest((root / rel).read_bytes() if (root / rel).is_file() else None) == d["after"]
+            tree.digest((root / rel).read_bytes() if (root / rel).is_file() else None) == d["after"]
             for rel, d in files.items()
         ):  # a container started before with the patch keeps its files
             state += ", yet its files are patched (an earlier start or the build)"
@@ -468,10 +411,13 @@ def run_patches(
 
 
 def commit(plan: Plan) -> None:
-    """Write every planned file by rename, all or none: a failure puts back what was written."""
-    changed = plan.changed()
+    """Write every planned file by the kernel's rules (`patchset_kernel.tree`, those of
+    `patchset apply` and of image builds), all or none: the new bytes beside each file first,
+    then the renames and deletions, the read-back, and the folders that leaves empty; a
+    failure puts back what was renamed and removes what was created."""
+    changed, root = plan.changed(), plan.root
     for rel in changed:
-        path = plan.root / rel
+        path = root / rel
         folder = next(p for p in path.parents if p.exists())
         if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
             raise PatchFailedError(
@@ -479,32 +425,55 @@ def commit(plan: Plan) -> None:
                 " user that owns vLLM's files (root in the official image), or build an image"
                 " with `patchset build`"
             )
-    written: list[str] = []
+    created = tree.created_folders(changed, lambda folder: (root / folder).exists())
+    emptied = tree.emptied_folders(changed, tree.folder_entries(root))
+    made: list[Path] = []
+    temps: dict[str, Path] = {}
+    done: list[str] = []
     try:
+        for name in created:
+            tree.make_folder(root / name)
+            made.append(root / name)
         for rel, data in changed.items():
-            write_atomically(plan.root / rel, data, executable=rel in plan.executable)
-            written.append(rel)
-            path = plan.root / rel
-            if digest(path.read_bytes() if path.is_file() else None) != digest(data):
-                raise PatchFailedError(f"{plan.root / rel}: read back differs after writing")
+            if data is not None:
+                temps[rel] = _temp(root / rel)
+                tree.create_exclusive(
+                    temps[rel], data, like=root / rel, executable=rel in plan.executable
+                )
+        for rel, data in changed.items():
+            if data is None:
+                (root / rel).unlink(missing_ok=True)
+            else:
+                os.replace(temps.pop(rel), root / rel)
+            done.append(rel)
+        differs = tree.read_back(changed, lambda rel: _read(root / rel))
+        if differs is not None:
+            raise PatchFailedError(f"{root / differs}: read back differs after writing")
     except BaseException:
-        for rel in written:
-            write_atomically(plan.root / rel, plan.original[rel])
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
+        for rel in done:
+            _put_back(root / rel, plan.original[rel])
+        for folder in reversed(made):
+            folder.rmdir()
         raise
-    for rel in (rel for rel, data in changed.items() if data is None):
-        _remove_emptied(plan.root, rel)
+    tree.remove_emptied(root, emptied)
 
 
-def _remove_emptied(root: Path, rel: str) -> None:
-    """The folders a deleted file leaves empty, removed as git removes them; never `vllm/`
-    itself (the rule of `patchset apply`'s transaction and of image builds)."""
-    for folder in (root / rel).parents:
-        if folder in (root, root / "vllm") or root not in folder.parents:
-            return
-        try:
-            folder.rmdir()  # only an empty folder goes
-        except OSError:
-            return
+def _temp(path: Path) -> Path:
+    return path.with_name(tree.temp_name(path.name, TEMP_SUFFIX))
+
+
+def _read(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def _put_back(path: Path, data: bytes | None) -> None:
+    if data is None:
+        path.unlink(missing_ok=True)
+        return
+    tree.create_exclusive(_temp(path), data, like=path)
+    os.replace(_temp(path), path)
 
 
 def _say(line: str, *, err: bool = False) -> None:
@@ -514,7 +483,7 @@ def _say(line: str, *, err: bool = False) -> None:
 def load_manifest() -> dict[str, Any]:
     path = Path(os.environ.get("PATCHSET_MANIFEST", str(MANIFEST)))
     try:
-        manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        manifest: object = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise StartRefusedError(
             f"cannot read {path}: {exc.strerror} (is the bundle mounted?)"
@@ -576,8 +545,7 @@ def main(argv: list[str]) -> int:
     args = [program, "serve", *manifest["serve_args"], *argv]
     elapsed = (time.perf_counter() - started) * 1000
     _say(f"patchset: ready in {elapsed:.0f} ms; exec {program} serve")
-    os.execvp(program, args)  # noqa: S606 - exec is the point: vllm replaces this process
-    return 127  # not reached
+    return os.execvp(program, args)  # noqa: S606 - exec is the point: vllm replaces this process
 
 
 if __name__ == "__main__":

@@ -1,0 +1,108 @@
+"""`patchset import genesis|club-3090 DIR`: a whole collection into the current project."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from patchset.cli.output import FORMATS, console, print_json
+from patchset.importers import COLLECTIONS, ImportReport, import_collection
+
+DESCRIPTION = """\
+Import a whole patch collection from a checkout DIR into this project's registry, landing
+whole or not at all: genesis (Sandermage's Genesis: its registry and patch modules, read
+statically) or club-3090 (its PR diffs, overlays, sitecustomize hooks and patches.yml; its
+anchor scripts only with --run-scripts). Run again on a newer checkout: changed patches are
+updated (revision bumped), new ones added, removed ones reported, and your own edits to
+imported patches kept and named. Exit 1 when a collection file did not parse (named and
+skipped); exit 2 when DIR is not the named collection."""
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "import",
+        help="import a whole collection (genesis, club-3090) into the registry",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "collection", choices=COLLECTIONS, metavar="COLLECTION", help="genesis | club-3090"
+    )
+    p.add_argument("dir", type=Path, metavar="DIR", help="a checkout of the collection")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="ID",
+        help="only these patches (the collection's ids or patchset's)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
+    p.add_argument(
+        "--run-scripts",
+        action="store_true",
+        help="club-3090: run its anchor scripts (the collection's own code) in scratch copies"
+        " of each release",
+    )
+    p.add_argument(
+        "--script-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds per script run (default 60)",
+    )
+    p.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="club-3090: where the releases that overlays are compared with come from"
+        " (default: the index); repeatable",
+    )
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = import_collection(
+        args.collection,
+        args.dir,
+        args.registry,
+        only=args.only,
+        dry_run=args.dry_run,
+        run_scripts=args.run_scripts,
+        builds=args.builds,
+        script_timeout=args.script_timeout,
+        sources=args.source,
+    )
+    if args.format == "json":
+        print_json(report.to_dict())
+    else:
+        _render(report)
+    return report.exit_code
+
+
+def _render(report: ImportReport) -> None:
+    con = console()
+
+    def say(text: str) -> None:
+        con.print(text, markup=False, soft_wrap=True, highlight=False)
+
+    for entry in report.entries:
+        what = entry.patch or "-"
+        line = f"{entry.status:<19} {entry.action:<9} {entry.source_id} -> {what}"
+        if entry.reasons:
+            line += ": " + "; ".join(entry.reasons)
+        if entry.kept:
+            line += f" (kept your edits: {', '.join(entry.kept)})"
+        say(line)
+    for file, why in report.broken.items():
+        say(f"skipped {file}: {why}")
+    for name in report.builds:
+        say(f"build definition builds/{name}")
+    prefix = "would import" if report.dry_run else "imported"
+    say(
+        f"{report.collection} @ {(report.commit or 'unknown')[:12]}: {prefix}"
+        f" {report.count('imported')}, with loss {report.count('imported-with-loss')},"
+        f" not imported {report.count('not-imported')}, out of scope {report.count('out-of-scope')}"
+        f" ({report.seconds:.1f} s)"
+    )

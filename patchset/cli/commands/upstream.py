@@ -1,0 +1,173 @@
+"""`patchset upstream`: the pull-request audit (what the forge says of each patch's PR)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from patchset.adapters.actions import workflow_command
+from patchset.adapters.forge import API_ENV, TOKEN_ENV, ForgeAPI
+from patchset.cli.github import repo_root, shown
+from patchset.cli.loading import load
+from patchset.cli.output import console, print_json, styled, table, text
+from patchset.errors import UsageError
+from patchset.registry import PATCH_FILE, Registry
+from patchset.sources.package_index.cache import cache_location
+from patchset.upstream import Finding, UpstreamReport, audit, record
+
+FORMATS = ("table", "json", "markdown", "github")
+SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+_STATE_LINE = re.compile(r"^\s*state\s*=")
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "upstream",
+        help="ask the forge about each patch's pull request; say what changed",
+        description="For each patch with [upstream] pr, the forge's answer (GitHub's REST API:"
+        f" the base from ${API_ENV}, default GitHub's; a token from ${TOKEN_ENV}, never"
+        " printed) beside the recorded state: newly merged (and its first release, with"
+        " --source git:PATH), closed without merging, still open, registry out of date."
+        " Answers are cached with their ETag (a 304 costs no rate limit).",
+    )
+    p.add_argument("--patch", action="append", default=[], metavar="ID", help="only this one")
+    p.add_argument(
+        "--source",
+        metavar="git:PATH",
+        help="a local vLLM clone: the first release tag holding each merged PR's commit",
+    )
+    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument(
+        "--write", action="store_true", help="record the forge's state in each patch.toml"
+    )
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    git = None
+    if args.source is not None:
+        if not args.source.startswith("git:"):
+            raise UsageError(f"--source {args.source!r}: expected git:PATH (a local vLLM clone)")
+        git = Path(args.source[4:]).expanduser()
+    registry = load(args.registry, args.patch)
+    forge = ForgeAPI(cache_dir=cache_location()[0] / "forge", timeout=args.timeout)
+    report = audit(registry, forge, patches=args.patch, git=git)
+    if args.write:
+        report = record(registry, report)
+    if args.format == "json":
+        print_json(report.to_dict())
+    elif args.format == "markdown":
+        console().print(markdown(report), markup=False, soft_wrap=True, highlight=False)
+    elif args.format == "github":
+        for line in workflow_lines(report, registry):
+            print(line)
+        if summary := os.environ.get(SUMMARY_ENV):
+            with Path(summary).open("a", encoding="utf-8") as out:
+                out.write(markdown(report) + "\n")
+    else:
+        _table(report)
+    return report.exit_code
+
+
+def _note(f: Finding) -> str:
+    bits = [f.advice]
+    if f.merged_at:
+        bits.append(f"merged {f.merged_at}")
+    if f.merge_commit:
+        bits.append(f"commit {f.merge_commit[:12]}")
+    return "; ".join(bits)
+
+
+def _table(report: UpstreamReport) -> None:
+    out = table(None, ["patch", "pull request", "recorded", "forge", "status", "note"])
+    for f in report.findings:
+        out.add_row(
+            text(f.patch),
+            text(f.pr),
+            text(f.recorded),
+            text(f.forge),
+            styled(f.status),
+            text(_note(f)),
+        )
+    con = console()
+    if report.findings:
+        con.print(out)
+    con.print(_summary_line(report), markup=False)
+
+
+def _summary_line(report: UpstreamReport) -> str:
+    counts = report.to_dict()["counts"]
+    if not report.findings:
+        return "no patch has an upstream pull request"
+    said = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    tail = f"; recorded in {len(report.written)} patch.toml" if report.written else ""
+    return f"{len(report.findings)} pull requests: {said}{tail}"
+
+
+def markdown(report: UpstreamReport) -> str:
+    """A markdown table of the findings (attention first), for an issue or a step summary."""
+    lines = ["### Upstream pull requests", ""]
+    if not report.findings:
+        return "\n".join([*lines, "No patch has an upstream pull request."])
+    lines += [
+        "| patch | pull request | recorded | forge | status | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    ordered = sorted(report.findings, key=lambda f: (not f.attention, f.patch))
+    for f in ordered:
+        cells = [
+            f.patch,
+            f.pr,
+            f.recorded,
+            f.forge,
+            f"**{f.status}**" if f.attention else f.status,
+            _note(f),
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += ["", _summary_line(report)]
+    return "\n".join(lines)
+
+
+def _cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def workflow_lines(report: UpstreamReport, registry: Registry) -> list[str]:
+    """One `::error` per finding that needs attention, on its patch.toml's `state` line; one
+    `::notice` with the counts."""
+    root = repo_root()
+    lines = []
+    for f in report.findings:
+        if not f.attention:
+            continue
+        path = registry.get(f.patch).folder / PATCH_FILE
+        lines.append(
+            workflow_command(
+                "error",
+                f"{f.pr}: {f.status}: {_note(f)}",
+                file=shown(path, root),
+                line=_state_line(path),
+                title=f"patchset upstream: {f.patch}",
+            )
+        )
+    lines.append(workflow_command("notice", _summary_line(report), title="patchset upstream"))
+    return lines
+
+
+def _state_line(path: Path) -> int | None:
+    """The line of `state =` in the patch.toml's [upstream] table."""
+    try:
+        rows = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    inside = False
+    for number, row in enumerate(rows, 1):
+        stripped = row.strip()
+        if stripped.startswith("["):
+            inside = stripped.replace(" ", "") == "[upstream]"
+        elif inside and _STATE_LINE.match(row):
+            return number
+    return None

@@ -1,0 +1,546 @@
+"""`patchset import club-3090 DIR`: the club's vLLM patches, in their five forms.
+
+Facts of the collection this relies on:
+- `scripts/lib/profiles/patches.yml` (`schema_version: 1`) lists `patches:` with `id`,
+  `model` (model folders), `files` (paths in the repository: a patch folder or files),
+  `upstream: {ref, status, drop_when}`, `load_bearing_when`, `drift_guard` (a check and
+  what to do when it fails), `delivery_mechanism`, `deprecated_on`. `arch_patches.yml` names
+  which patches each architecture requires.
+- Patch folders are `models/<model>/vllm/patches/<name>/`. Their forms: a PR diff (`*.patch`
+  or `*.diff`, applied by `install.sh` with `patch -p1` from site-packages or from inside
+  `vllm/`, helper files copied in with `cp "$PATCHDIR/x.py" "$VLLM/<path>"`); whole-file
+  overlays (files laid out as under `vllm/`, or flat files mounted by a compose file onto
+  `.../vllm/<path>`); anchor scripts (`patch_*.py`, or a `python3 - <<'PY'` block inside
+  `install.sh`) that edit installed files in place; `sitecustomize.py` import hooks.
+- Composes `models/<model>/vllm/compose/**.yml` pin `vllm/vllm-openai:v<release>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from patchset.authoring.tree import unified
+from patchset.errors import PatchsetError
+from patchset.importers.common import origin_of
+from patchset.importers.genesis import rebinds
+from patchset.importers.model import Collected, CollectionError, Draft, Entry, patch_id
+from patchset.importers.pystatic import Package, Scope
+from patchset.sources.base import ReleaseSource, ReleaseTree
+
+NAME = "club-3090"
+REPOSITORY = "noonghunna/club-3090"
+PATCHES_YML = "scripts/lib/profiles/patches.yml"
+ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
+PREFIX = "club"
+_MOUNT = re.compile(
+    r"-\s*['\"]?([^\s:'\"]+/patches/[^\s:'\"]+):[^\s:'\"]*?/(vllm/[^\s:'\"]+?)(?::ro)?['\"]?\s*$",
+    re.M,
+)
+_IMAGE = re.compile(r"vllm/vllm-openai:v(\d+\.\d+\.\d+)")
+_CP = re.compile(r'cp\s+"?\$(?:PATCHDIR|DIR)/([\w.-]+)"?\s+"?\$(?:VLLM|SITE)/([\w./-]+)"?')
+
+
+@dataclass
+class Releases:
+    """The releases overlays are compared with, each tree opened once."""
+
+    sources: Sequence[ReleaseSource]
+    _stack: ExitStack = field(default_factory=ExitStack)
+    _trees: dict[str, ReleaseTree] = field(default_factory=dict)
+    _versions: list[tuple[str, ReleaseSource]] | None = None
+
+    def versions(self) -> list[str]:
+        if self._versions is None:
+            found: dict[str, ReleaseSource] = {}
+            for source in self.sources:
+                for version in source.cached_versions() or source.versions():
+                    found.setdefault(version, source)
+            self._versions = sorted(found.items(), key=lambda kv: _key(kv[0]))
+        return [v for v, _ in self._versions]
+
+    def read(self, version: str, path: str) -> bytes | None:
+        if version not in self._trees:
+            self.versions()
+            assert self._versions is not None
+            source = dict(self._versions)[version]
+            self._trees[version] = self._stack.enter_context(source.open(version))
+        return self._trees[version].read(path)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _key(version: str) -> Version:
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return Version("0")
+
+
+def detect(folder: Path) -> Path:
+    path = folder / PATCHES_YML
+    if not path.is_file() or not (folder / "models").is_dir():
+        raise CollectionError(
+            f"{folder}: not a club-3090 checkout (looked for {PATCHES_YML} and models/)"
+        )
+    return path
+
+
+def _yaml(path: Path) -> object:
+    import yaml  # noqa: PLC0415 - only this importer reads YAML
+
+    return yaml.safe_load(path.read_text())
+
+
+def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
+    folder: Path,
+    *,
+    only: set[str] | None = None,
+    run_scripts: bool = False,
+    timeout: float = 60.0,
+    sources: Sequence[ReleaseSource] = (),
+) -> Collected:
+    path = detect(folder)
+    broken: dict[str, str] = {}
+    try:
+        data = _yaml(path)
+    except Exception as exc:
+        raise CollectionError(f"{path}: does not parse: {str(exc).splitlines()[0]}") from None
+    if (
+        not isinstance(data, dict)
+        or data.get("schema_version") != 1
+        or not isinstance(data.get("patches"), list)
+    ):
+        raise CollectionError(
+            f"{path}: an unknown layout (looked for schema_version: 1 and patches:)"
+        )
+    repository, commit = origin_of(folder, REPOSITORY)
+    mounts, pins = _composes(folder, broken)
+    releases = Releases(sources)
+    drafts: list[Draft] = []
+    entries: list[Entry] = []
+    seen_folders: dict[str, str] = {}
+    digests: dict[str, str] = {}
+    try:
+        listed = {str(p.get("id")): p for p in data["patches"] if isinstance(p, dict)}
+        for raw, meta in listed.items():
+            if only and raw not in only and patch_id(PREFIX, raw) not in only:
+                continue
+            files = [str(f) for f in meta.get("files") or []]
+            scope = _scope(files, meta)
+            if scope is not None:
+                entries.append(Entry(raw, "out-of-scope", reasons=[scope]))
+                continue
+            target = _folder(folder, files)
+            if target is None:
+                entries.append(
+                    Entry(raw, "not-imported", reasons=[f"files {files} not found in the checkout"])
+                )
+                continue
+            rel = str(target.relative_to(folder))
+            if rel in seen_folders:
+                entries.append(
+                    Entry(raw, "not-imported", reasons=[f"the same folder as {seen_folders[rel]}"])
+                )
+                continue
+            seen_folders[rel] = raw
+            try:
+                draft = _draft(
+                    raw,
+                    meta,
+                    folder,
+                    target,
+                    mounts,
+                    releases,
+                    repository,
+                    commit,
+                    run_scripts,
+                    timeout,
+                )
+            except _Skip as why:
+                entries.append(
+                    Entry(raw, "out-of-scope" if why.scope else "not-imported", reasons=[str(why)])
+                )
+                continue
+            except PatchsetError as exc:
+                entries.append(Entry(raw, "not-imported", reasons=[str(exc)]))
+                continue
+            same = digests.get(_digest(draft))
+            if same:
+                entries.append(Entry(raw, "not-imported", reasons=[f"the same patch as {same}"]))
+                continue
+            digests[_digest(draft)] = draft.id
+            drafts.append(draft)
+    finally:
+        releases.close()
+    builds = _builds(pins, drafts, listed if "listed" in locals() else {})
+    docs = [] if only else sorted(folder.glob("models/*/vllm/patches/**/*.md"))
+    entries.extend(
+        Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
+        for doc in docs
+    )
+    return Collected(NAME, repository, commit, drafts, entries, broken=broken, builds=builds)
+
+
+def _digest(draft: Draft) -> str:
+    return "\0".join(f"{k}\0{v}" for k, v in sorted(draft.payloads.items()))
+
+
+class _Skip(Exception):  # noqa: N818 - a reason, not an error
+    def __init__(self, message: str, *, scope: bool = False) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
+def _scope(files: list[str], meta: dict[str, object]) -> str | None:
+    if not files:
+        upstream = meta.get("upstream")
+        if isinstance(upstream, dict) and str(upstream.get("status", "")).startswith("genesis"):
+            return "a Genesis switch, not a patch of the club (import Genesis)"
+        return "no files"
+    if (
+        all(f.endswith(".jinja") for f in files)
+        or meta.get("delivery_mechanism") == "chat_template"
+    ):
+        return "a chat template"
+    if not any("/vllm/" in f for f in files):
+        return "not a vLLM patch (another engine)"
+    return None
+
+
+def _folder(root: Path, files: list[str]) -> Path | None:
+    for file in files:
+        path = root / file
+        if path.is_dir():
+            return path
+        if path.is_file():
+            return path.parent if path.parent.name != "patches" else path
+    return None
+
+
+def _composes(root: Path, broken: dict[str, str]) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """Overlay mounts (patch file in the repository -> path under vllm/) and the releases
+    each model's composes pin."""
+    mounts: dict[str, str] = {}
+    pins: dict[str, set[str]] = {}
+    for compose in sorted(root.glob("models/*/vllm/compose/**/*.yml")):
+        try:
+            text = compose.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            broken[str(compose.relative_to(root))] = f"cannot read: {exc}"
+            continue
+        model = compose.relative_to(root).parts[1]
+        if "_archive" not in compose.parts:
+            for version in _IMAGE.findall(text):
+                pins.setdefault(model, set()).add(version)
+        for source, dest in _MOUNT.findall(text):
+            resolved = (compose.parent / source).resolve()
+            with contextlib.suppress(ValueError):
+                mounts[str(resolved.relative_to(root.resolve()))] = dest
+    return mounts, pins
+
+
+def _metadata(
+    raw: str, meta: dict[str, object], repository: str, commit: str | None, rel: str
+) -> dict[str, object]:
+    upstream = meta.get("upstream") if isinstance(meta.get("upstream"), dict) else {}
+    assert isinstance(upstream, dict)
+    ref = str(upstream.get("ref") or "")
+    status = str(upstream.get("status") or "")
+    number = re.search(r"(?:#|pr)(\d{2,6})", ref + " " + raw)
+    state = {"open": "open", "merged": "merged", "closed": "closed"}.get(
+        status.split("-", maxsplit=1)[0], "unsubmitted"
+    )
+    up: dict[str, object] = {"state": state if number or state == "unsubmitted" else "unsubmitted"}
+    if number and up["state"] != "unsubmitted":
+        up["pr"] = f"vllm-project/vllm#{number.group(1)}"
+    elif number:
+        up["note"] = f"vllm#{number.group(1)} ({status})"
+    x: dict[str, object] = {"club_id": raw, "upstream_status": status, "upstream_ref": ref}
+    for key in ("drop_when",):
+        if upstream.get(key):
+            x[key] = str(upstream[key])
+    for key in (
+        "load_bearing_when",
+        "model",
+        "deprecated_on",
+        "deprecation_reason",
+        "delivery_mechanism",
+        "status",
+    ):
+        value = meta.get(key)
+        if value not in (None, [], ""):
+            x[key] = value if isinstance(value, str | list) else str(value)
+    guard = meta.get("drift_guard")
+    if isinstance(guard, dict):
+        x["drift_guard"] = {str(k): str(v) for k, v in guard.items()}
+    elif guard:
+        x["drift_guard"] = str(guard)
+    lifecycle = {"state": "deprecated" if meta.get("deprecated_on") else "stable"}
+    out: dict[str, object] = {
+        "id": patch_id(PREFIX, raw),
+        "title": f"club-3090 {raw}",
+        "description": f"Imported from club-3090 ({repository}) patch {raw}.\n",
+        "revision": 1,
+        "vllm": ">=0.0",
+        "apply": "build",
+        "origin": f"club-3090 {raw} ({repository} {rel})",
+        "credit": ["noonghunna (club-3090)"],
+        "lifecycle": lifecycle,
+        "upstream": up,
+        "provenance": {
+            "collection": NAME,
+            "repository": repository,
+            **({"commit": commit} if commit else {}),
+            "file": PATCHES_YML,
+            "line": 1,
+        },
+        "x": x,
+    }
+    return out
+
+
+def _draft(  # noqa: PLR0917 - one patch and what it is read against
+    raw: str,
+    meta: dict[str, object],
+    root: Path,
+    target: Path,
+    mounts: dict[str, str],
+    releases: Releases,
+    repository: str,
+    commit: str | None,
+    run_scripts: bool,
+    timeout: float,
+) -> Draft:
+    rel = str(target.relative_to(root))
+    out = _metadata(raw, meta, repository, commit, rel)
+    out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
+    lost: list[str] = []
+    files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
+    code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]
+    diffs = [f for f in code if f.suffix in (".patch", ".diff")]
+    scripts = [
+        f
+        for f in code
+        if (f.name.startswith("patch") and f.suffix == ".py") or f.name.startswith("_check")
+    ]
+    install = next((f for f in code if f.name == "install.sh"), None)
+    heredoc = install is not None and "<<'PY'" in install.read_text(errors="replace")
+    hooks = [f for f in code if f.name == "sitecustomize.py" or "local" in f.parts[-2:-1]]
+    if hooks and not diffs:
+        return _python(raw, out, hooks[0], root, lost)
+    if diffs:
+        payload = _diff_payload(target, diffs, install, lost)
+        if scripts or heredoc:
+            lost.append(
+                "its anchor script (run by install.sh besides the diff) is not carried:"
+                " needs --run-scripts"
+            )
+        out.update(kind="diff", payload="patch.diff", targets=_diff_targets(payload))
+        version = re.search(r"v(\d+\.\d+\.\d+)", target.name)
+        if version:
+            out["vllm"] = f">={version.group(1)}"
+            out["base"] = version.group(1)
+        return Draft(str(out["id"]), raw, out, {"patch.diff": payload}, lost)
+    if scripts or heredoc:
+        if not run_scripts:
+            raise _Skip(
+                "an anchor script (the collection's code): run with --run-scripts to import it"
+            )
+        raise _Skip("an anchor script: running it under --run-scripts is not implemented yet")
+    overlay = [f for f in files if f.suffix == ".py"]
+    if not overlay:
+        raise _Skip("no vLLM code in the folder", scope=True)
+    return _overlay(raw, out, root, target, overlay, mounts, releases, lost)
+
+
+def _vllm_path(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] in (["a"], ["b"]):
+        parts = parts[1:]
+    if parts[:1] != ["vllm"]:
+        parts = ["vllm", *parts]
+    return "/".join(parts)
+
+
+def _diff_payload(folder: Path, diffs: list[Path], install: Path | None, lost: list[str]) -> str:
+    """The PR diffs with package-relative paths (`vllm/...`), and the helper files install.sh
+    copies in as created files."""
+    out: list[str] = []
+    for diff in diffs:
+        out.extend(_rooted(line) for line in diff.read_text().splitlines(keepends=True))
+    if install is not None:
+        for name, dest in _CP.findall(install.read_text(errors="replace")):
+            helper = folder / name
+            if helper.is_file():
+                path = _vllm_path(dest)
+                out.append(unified(path, None, helper.read_text()))
+            else:
+                lost.append(f"install.sh copies {name}, not in the folder")
+    text = "".join(out)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _rooted(line: str) -> str:
+    """A diff header line with its path under vllm/ (the root the install script patches
+    from: site-packages, or inside vllm/)."""
+    if line.startswith(("--- ", "+++ ")) and not line[4:].startswith("/dev/null"):
+        name = line[4:].split("\t", 1)[0].strip()
+        return f"{line[:4]}{'a' if line[0] == '-' else 'b'}/{_vllm_path(name)}\n"
+    parts = line.split()
+    if line.startswith("diff --git ") and len(parts) == 4:
+        return f"diff --git a/{_vllm_path(parts[2])} b/{_vllm_path(parts[3])}\n"
+    return line
+
+
+def _diff_targets(payload: str) -> list[str]:
+    found = [
+        line[6:].strip() for line in payload.splitlines() if line.startswith(("+++ b/", "--- a/"))
+    ]
+    return list(dict.fromkeys(found))
+
+
+def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list[str]) -> Draft:
+    text = hook.read_text()
+    try:
+        import ast  # noqa: PLC0415 - only for this form
+
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise _Skip(f"{hook.relative_to(root)} does not parse: {exc}") from None
+    scope = Scope(raw, tree, Package(hook.parent), hook)
+    touches, approximate = rebinds(scope)
+    named = sorted(set(re.findall(r"[\"'](vllm(?:\.\w+)+)[\"']", text)))
+    if not touches and named:
+        # an import hook: the module it waits for, and the names it sets on its classes
+        attrs = re.findall(r"^\s+\w+\.(\w+)\s*=\s*\w+\s*$", text, re.M)
+        touches = [f"{named[0]}:{a}" for a in dict.fromkeys(attrs)][:1] or []
+        lost.append("touches read from the module name the hook waits for")
+    if not touches:
+        raise _Skip(f"{hook.relative_to(root)}: rebinds no vLLM name that can be read statically")
+    if approximate:
+        lost.append("touches are the vLLM names it imports")
+    body = (
+        text
+        if re.search(r"^def apply\(", text, re.M)
+        else (
+            text.rstrip("\n")
+            + '\n\n\ndef apply():\n    """Importing this module installed the hooks."""\n'
+            + "    return None\n"
+        )
+    )
+    out.update(
+        kind="python",
+        apply="startup",
+        touches=touches,
+        targets=list(dict.fromkeys(t.partition(":")[0].replace(".", "/") + ".py" for t in touches)),
+    )
+    header = f'"""club-3090 {raw}: {hook.name}, imported by `patchset import club-3090`."""\n'
+    return Draft(str(out["id"]), raw, out, {"plugin.py": header + body}, lost)
+
+
+def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
+    raw: str,
+    out: dict[str, object],
+    root: Path,
+    folder: Path,
+    files: list[Path],
+    mounts: dict[str, str],
+    releases: Releases,
+    lost: list[str],
+) -> Draft:
+    where: dict[str, Path] = {}
+    for file in files:
+        rel = str(file.relative_to(root))
+        inner = file.relative_to(folder).as_posix() if folder.is_dir() else file.name
+        if rel in mounts:
+            where[mounts[rel]] = file
+        elif "/" in inner:
+            where[_vllm_path(inner)] = file
+        else:
+            lost.append(f"{file.name}: no compose mounts it and it is not laid out under vllm/")
+    if not where:
+        raise _Skip("overlay files whose place under vllm/ is not known")
+    versions = releases.versions()
+    if not versions:
+        raise _Skip("an overlay: no release to compare it with (give --source)")
+    best: tuple[int, str] | None = None
+    contents = {p: f.read_text() for p, f in where.items()}
+    for version in versions:
+        cost = 0
+        for path, text in contents.items():
+            old = releases.read(version, path)
+            if old is None:
+                cost += len(text.splitlines())
+                continue
+            old_lines = old.decode(errors="replace").splitlines()
+            cost += sum(1 for d in difflib.ndiff(old_lines, text.splitlines()) if d[:1] in "+-")
+        if best is None or cost < best[0] or (cost == best[0] and _key(version) > _key(best[1])):
+            best = (cost, version)
+    assert best is not None
+    cost, base = best
+    if cost == 0:
+        raise _Skip(f"identical to vLLM {base}: nothing to import")
+    parts = []
+    for path, text in contents.items():
+        old = releases.read(base, path)
+        old_text = None if old is None else old.decode(errors="replace")
+        if old_text != text:
+            parts.append(unified(path, old_text, text))
+    out.update(
+        kind="diff", payload="patch.diff", targets=sorted(contents), base=base, vllm=f">={base}"
+    )
+    out["x"] = {**out["x"], "overlay_base": base}  # type: ignore[dict-item]
+    return Draft(str(out["id"]), raw, out, {"patch.diff": "".join(parts)}, lost)
+
+
+def _builds(
+    pins: dict[str, set[str]], drafts: list[Draft], listed: dict[str, dict[str, object]]
+) -> dict[str, str]:
+    from patchset.importers.tomlout import dumps  # noqa: PLC0415
+
+    out: dict[str, str] = {}
+    for model, versions in sorted(pins.items()):
+        ids = [
+            d.id
+            for d in drafts
+            if model in _models(listed.get(d.source_id, {})) and d.meta.get("kind") != "python"
+        ]
+        for version in sorted(versions, key=_key):
+            name = f"club-{model}-{version}.toml".replace("/", "-")
+            data: dict[str, object] = {
+                "vllm": version,
+                "base": f"vllm/vllm-openai:v{version}",
+                "repository": f"club3090/{model}".lower(),
+                "tags": ["{vllm}", "{vllm}-ps{registry}"],
+                "patches": [i for i in ids if _fits(drafts, i, version)],
+            }
+            out[name] = dumps(data, header=f"club-3090 {model}: its composes pin vLLM {version}.")
+    return out
+
+
+def _models(meta: dict[str, object]) -> list[str]:
+    model = meta.get("model")
+    return [str(m) for m in model] if isinstance(model, list) else [str(model)] if model else []
+
+
+def _fits(drafts: list[Draft], pid: str, version: str) -> bool:
+    from packaging.specifiers import SpecifierSet  # noqa: PLC0415
+
+    for draft in drafts:
+        if draft.id == pid:
+            return Version(version) in SpecifierSet(str(draft.meta.get("vllm", "")))
+    return False
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield

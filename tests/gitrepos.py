@@ -1,0 +1,42 @@
+"""Real git repositories for tests: git run with no user or system configuration."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+def git(repo: Path, *args: str, when: int | None = None) -> str:
+    """`git -C repo ARGS`, its output stripped; `when` dates the commit (epoch seconds)."""
+    env = {**os.environ, **GIT_ENV}
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"@{when} +0000"
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    )
+    return done.stdout.strip()
+
+
+def commit(
+    repo: Path, files: dict[str, str], tag: str | None = None, when: int | None = None
+) -> str:
+    """Write `files`, commit them all (tagged `tag`), and return the commit's sha."""
+    for rel, text in files.items():
+        path = repo / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", f"commit {when or ''}".strip(), when=when)
+    if tag:
+        git(repo, "tag", tag)
+    return git(repo, "rev-parse", "HEAD")
