@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from patchset.kernel.manifest import Manifest
 
 # A small tree and diffs for it, shared by the engine, fault and hostile-input tests.
 BODY = "".join(f"line {i}\n" for i in range(1, 21))
@@ -104,3 +110,43 @@ def exported_bundle(
     build = load_definition(tmp_path / "builds" / "0.20.0.toml")
     export_runtime(build, load_registry(registry), bundle, source=FolderSource(release))
     return bundle, site
+
+
+def build_manifest(
+    patch_id: str, files: list[str], *, executable: tuple[str, ...] = ()
+) -> Manifest:
+    """A one-patch image manifest of a build-time diff patch touching `files` (digests left
+    empty): what `image.build._write_context` reads to lay out a context."""
+    from patchset.kernel.manifest import Base, FileDigests, Manifest, PatchEntry
+
+    entry = PatchEntry(
+        id=patch_id,
+        revision=1,
+        kind="diff",
+        apply="build",
+        variant="patch.diff",
+        payload_sha256="",
+        verdict="needed",
+        files={rel: FileDigests("", "") for rel in files},
+        executable=executable,
+    )
+    return Manifest("image", "0" * 64, "0.20.0", Base("base"), (entry,), vllm_root="/site")
+
+
+def run_entrypoint(
+    bundle: Path, site: Path, bin_dir: Path, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """A bundle's entrypoint run by this Python on `site`, with `bin_dir` (a stand-in `vllm`)
+    first on PATH and `$PYTHON` naming this interpreter."""
+    return subprocess.run(
+        [sys.executable, str(bundle / "entrypoint.py"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "PYTHON": sys.executable,
+            "PATCHSET_VLLM_ROOT": str(site),
+            **env,
+        },
+    )

@@ -143,7 +143,7 @@ def test_bake_file_contexts_build_with_the_engine(
         # every context builds on the local engine, and the image passes verification
         image_id = engine.build(context, (), labels=target["labels"], network=False)
         try:
-            assert verify_image(engine, image_id)["ok"]
+            assert verify_image(engine, image_id).ok
             labels = engine.inspect(image_id).labels
             assert {k: labels[k] for k in target["labels"]} == target["labels"]
         finally:

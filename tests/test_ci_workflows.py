@@ -45,7 +45,7 @@ def on_schedule(workflow: dict[str, Any]) -> None:
 
 def test_the_documented_workflows_parse_and_run_on_a_schedule() -> None:
     found = workflows()
-    assert {"vllm-main.yml", "vllm-upstream.yml"} <= set(found)
+    assert {"vllm-main.yml", "vllm-upstream.yml", "vllm-bump.yml"} <= set(found)
     for workflow in found.values():
         on_schedule(workflow)
     main = steps(found["vllm-main.yml"])
@@ -56,6 +56,11 @@ def test_the_documented_workflows_parse_and_run_on_a_schedule() -> None:
     upstream = steps(found["vllm-upstream.yml"])
     (audit,) = [step for step in upstream if "patchset upstream" in step.get("run", "")]
     assert "--format github" in audit["run"] and audit["env"]["GITHUB_TOKEN"]
+    bump = "\n".join(step.get("run", "") for step in steps(found["vllm-bump.yml"]))
+    line = next(row for row in bump.splitlines() if "patchset bump" in row)
+    assert all(word in line for word in ("--to latest", "--write", "--format markdown"))
+    assert "gh pr create" in bump and "--body-file body.md" in bump
+    assert found["vllm-bump.yml"]["permissions"]["pull-requests"] == "write"
 
 
 def commit(repo: Path, body: str, tag: str | None = None) -> None:

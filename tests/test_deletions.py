@@ -33,7 +33,7 @@ from patchset.release_check import CheckResult, check
 from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 from patchset.sources.folder import FolderSource
 from tests.releases import tree_digest
-from tests.synthetic import BODY, add_patch, exported_bundle, make_tree
+from tests.synthetic import BODY, add_patch, build_manifest, exported_bundle, make_tree
 
 Completed = subprocess.CompletedProcess[str]
 GONE = "vllm/sub/gone.py"
@@ -501,12 +501,6 @@ def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> No
     (tmp_path / "builds").mkdir()
     (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION)
     definition = load_definition(tmp_path / "builds" / "0.20.0.toml")
-    entry = {
-        "id": "drop-it",
-        "apply": "build",
-        "files": {MOD: {}, SCRIPT: {}, GONE: {}},
-        "executable": [SCRIPT],
-    }
     context = tmp_path / "context"
     _write_context(
         context,
@@ -515,7 +509,7 @@ def test_a_build_context_keeps_a_created_script_executable(tmp_path: Path) -> No
         root="/site",
         build_ids=["drop-it"],
         patched={MOD: b"x = 1\n", SCRIPT: b"#!/bin/sh\n"},
-        manifest={"patches": [entry]},
+        manifest=build_manifest("drop-it", [MOD, SCRIPT, GONE], executable=(SCRIPT,)),
         plugins={},
     )
     assert stat.S_IMODE((context / "files" / SCRIPT).stat().st_mode) == 0o755

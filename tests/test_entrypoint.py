@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, exported_bundle
+from tests.synthetic import (
+    BODY,
+    MOD_DIFF,
+    OTHER,
+    OTHER_DIFF,
+    add_patch,
+    exported_bundle,
+    run_entrypoint,
+)
 
 STARTUP = "a = 1\nb = 2\nc = 3\n"
 STARTUP_DIFF = OTHER_DIFF.replace("other", "start").replace("alpha", "a = 1")
@@ -63,18 +70,7 @@ def start(
 ) -> subprocess.CompletedProcess[str]:
     """The entrypoint, with breaks-it (whose result does not compile) disabled unless asked."""
     env.setdefault("PATCHSET_DISABLE", "breaks-it")
-    return subprocess.run(
-        [sys.executable, str(bundle / "entrypoint.py"), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={
-            "PATH": f"{bin_dir}:/usr/bin:/bin",
-            "PYTHON": sys.executable,
-            "PATCHSET_VLLM_ROOT": str(tree),
-            **env,
-        },
-    )
+    return run_entrypoint(bundle, tree, bin_dir, *args, **env)
 
 
 def test_start_applies_then_finds_present(setup: tuple[Path, Path, Path]) -> None:

@@ -103,8 +103,10 @@ def test_build_0191_recipe(
     assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.19.1-cu130"
     assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
     assert labels["org.opencontainers.image.version"] == f"0.19.1-cu130-ps{short}"
-    for key in ("created", "revision", "source"):
+    for key in ("created", "revision"):
         assert labels[f"org.opencontainers.image.{key}"]
+    # the registry's checkout has no remote: no source label (never a local path)
+    assert "org.opencontainers.image.source" not in labels
     assert labels["io.patchset.registry.digest"] == REGISTRY.digest
     (entry,) = json.loads(labels["io.patchset.patches"])
     tma = REGISTRY.get("fla-tma-sm12x")
@@ -394,8 +396,8 @@ def test_build_installs_python_patch_as_plugin_distribution(
     from patchset.image.build import verify_image
 
     result = verify_image(engine, report.image_id)
-    states = {r["patch"]: r["state"] for r in result["results"]}
-    assert result["ok"], result
+    states = {r.patch: r.state for r in result.results}
+    assert result.ok, result
     assert states["envs-probe r1"].startswith("plugin registered (vllm.general_plugins: envs-probe")
     root = json.loads(
         engine.copy_out(report.image_id, ["/opt/patchset/manifest.json"])[
@@ -454,7 +456,7 @@ def test_a_stacked_series_builds_and_starts(  # noqa: PLR0917 - pytest fixtures
     )
     logged: list[str] = []
     report = build(d, load_registry(patches), engine=engine, on_log=logged.append)
-    assert [p["id"] for p in report.patches] == ["z-stack-bottom", "a-stack-top"]
+    assert [p.id for p in report.patches] == ["z-stack-bottom", "a-stack-top"]
     assert any("a-stack-top r1 (patch.diff): checked for startup on top of z" in x for x in logged)
     check = (
         "import hashlib,importlib.util,pathlib,subprocess,sys;"

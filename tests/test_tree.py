@@ -26,7 +26,7 @@ from patchset.image import build
 from patchset.image.definition import load_definition
 from patchset.kernel import tree
 from patchset.registry import load_registry
-from tests.synthetic import add_patch, make_tree
+from tests.synthetic import add_patch, build_manifest, make_tree
 
 ENTRYPOINT = Path(build.__file__).parent / "runtime" / "entrypoint.py"
 GONE = "vllm/sub/deep/gone.py"
@@ -88,7 +88,6 @@ def _three_paths(tmp_path: Path, entrypoint: ModuleType) -> dict[str, tuple[bool
         'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b:1"\nrepository = "r"\ntags = ["t"]\n'
         'patches = ["p"]\n[serve]\nargs = []\n'
     )
-    entry = {"id": "p", "apply": "build", "files": {GONE: {}, NEW: {}}, "executable": [NEW]}
     build._write_context(
         context,
         definition=load_definition(definition),
@@ -96,7 +95,7 @@ def _three_paths(tmp_path: Path, entrypoint: ModuleType) -> dict[str, tuple[bool
         root="/site",
         build_ids=["p"],
         patched={NEW: b"#!/bin/sh\n"},
-        manifest={"patches": [entry]},
+        manifest=build_manifest("p", [GONE, NEW], executable=(NEW,)),
         plugins={},
     )
     dockerfile = (context / "Dockerfile").read_text()

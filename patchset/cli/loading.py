@@ -17,8 +17,9 @@ def load(root: Path, asked: Sequence[str] | None = None) -> Registry:
     for patch_id, problem in registry.problems.items():
         if asked and patch_id in asked:
             continue
+        what = "support package" if patch_id.startswith("_") else "patch"
         err_console().print(
-            f"patchset: warning: skipped patch {patch_id!r}: {problem}",
+            f"patchset: warning: skipped {what} {patch_id!r}: {problem}",
             markup=False,
             soft_wrap=True,
         )

@@ -17,6 +17,7 @@ from patchset.cli import options
 from patchset.cli.commands import add as add_cmd
 from patchset.cli.commands import apply as apply_cmd
 from patchset.cli.commands import bake as bake_cmd
+from patchset.cli.commands import bump as bump_cmd
 from patchset.cli.commands import cache as cache_cmd
 from patchset.cli.commands import check as check_cmd
 from patchset.cli.commands import completion as completion_cmd
@@ -44,6 +45,7 @@ COMMANDS = (
     completion_cmd,
     cache_cmd,
     upstream_cmd,
+    bump_cmd,
     import_cmd,
 )
 

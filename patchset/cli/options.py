@@ -66,6 +66,10 @@ COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
         (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset runtime export out/ --build builds/0.19.1.toml",
     ),
+    "bump": (
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
+        "patchset bump builds/0.19.1.toml --to 0.20.0 --format markdown",
+    ),
     "upstream": (
         (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset upstream --format github",

@@ -25,13 +25,15 @@ from patchset.engine.evaluate import evaluate
 from patchset.engine.order import in_order
 from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
-from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry
+from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry, public_source
 from patchset.image.plugins import plugin_files
 from patchset.kernel import tree, vllm
+from patchset.kernel.manifest import Base, Manifest, ManifestError, PatchEntry, StartReport
 from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
+REPORT_KEYS = ("id", "revision", "apply", "variant", "payload_sha256", "verdict")
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class BuildReport:
     registry: str
     image_id: str
     tags: tuple[str, ...]
-    patches: tuple[dict[str, Any], ...]
+    patches: tuple[PatchEntry, ...]
     added_bytes: int
     pushed: dict[str, str] = field(default_factory=dict)
     log: str = ""
@@ -60,7 +62,7 @@ class BuildReport:
             "registry": self.registry,
             "image_id": self.image_id,
             "tags": list(self.tags),
-            "patches": list(self.patches),
+            "patches": [p.summary(REPORT_KEYS) for p in self.patches],
             "added_bytes": self.added_bytes,
             "pushed": self.pushed,
             "log": self.log,
@@ -99,8 +101,11 @@ def build(
     output: Path | None = None,
     on_log: LogSink | None = None,
     engine: dockerengine.Engine | None = None,
+    strict: bool = False,
 ) -> BuildReport:
-    """Build, verify and tag (and push) the image of `definition`; raise on any failure."""
+    """Build, verify and tag (and push) the image of `definition`; raise on any failure.
+    A patch whose upstream fix the base already holds is left out with a line (`strict`:
+    refused)."""
     definition.check_patches(registry)
     log_lines: list[str] = []
 
@@ -120,6 +125,7 @@ def build(
             push=push,
             nocache=nocache,
             log=log,
+            strict=strict,
         )
     except BaseException:
         _write_outputs(output, None, log_lines)
@@ -151,7 +157,7 @@ class PreparedContext:
     vllm_root: str  # the folder holding vllm/ in the base
     labels: dict[str, str]
     tags: tuple[str, ...]  # the definition's tags (no extra ones)
-    entries: tuple[dict[str, Any], ...]  # the manifest's patch entries
+    entries: tuple[PatchEntry, ...]  # the manifest's patch entries
 
 
 def prepare_context(
@@ -162,6 +168,7 @@ def prepare_context(
     *,
     from_ref: str | None = None,
     log: LogSink | None = None,
+    strict: bool = False,
 ) -> PreparedContext:
     """Write the build context of `definition` into `folder`: find vLLM in the base, copy its
     target files out, patch them, and lay out the Dockerfile, files and runtime.
@@ -186,11 +193,12 @@ def prepare_context(
     copied = engine.copy_files(base.id, [f"{root}/{rel}" for rel in wanted])
     found = {rel: copied[f"{root}/{rel}"] for rel in wanted}
     originals = {rel: None if f is None else f.data for rel, f in found.items()}
+    variants = without_upstream(definition, registry, variants, originals, strict=strict, log=sink)
     modes = {rel: f.mode for rel, f in found.items() if f is not None}
     patched, entries = patch_files(
         definition, registry, variants=variants, originals=originals, log=sink
     )
-    build_ids = [e["id"] for e in entries if e["apply"] == "build"]
+    build_ids = [e.id for e in entries if e.apply == "build"]
     short = registry.short_digest
     revision, source = gitrepo.provenance(registry.root)
     image_labels = labels(
@@ -199,21 +207,22 @@ def prepare_context(
         version=f"{definition.vllm}-{definition.cuda}-ps{short}",
         created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         revision=revision,
-        source=source,
+        source=public_source(source),
         registry=registry.digest,
         entries=entries,
     )
-    manifest = {
-        "schema": "patchset.manifest/1",
-        "delivery": "image",
-        "registry": registry.digest,
-        "vllm": definition.vllm,
-        "vllm_root": root,
-        "base": {"name": definition.base, "id": base.id, "digest": base_digest},
-        "serve_args": list(definition.serve_args),
-        "env": dict(definition.env),
-        "patches": entries,
-    }
+    plugins = plugin_files(python_patches(registry, variants))
+    manifest = Manifest(
+        delivery="image",
+        registry=registry.digest,
+        vllm=definition.vllm,
+        vllm_root=root,
+        base=Base(definition.base, base.id, base_digest),
+        serve_args=tuple(definition.serve_args),
+        env=dict(definition.env),
+        patches=tuple(entries),
+        plugins={rel: tree.sha256(data) for rel, data in plugins.items()},
+    )
     _write_context(
         folder,
         definition=definition,
@@ -222,7 +231,7 @@ def prepare_context(
         build_ids=build_ids,
         patched=patched,
         manifest=manifest,
-        plugins=plugin_files(python_patches(registry, variants)),
+        plugins=plugins,
         modes=modes,
     )
     return PreparedContext(
@@ -245,9 +254,12 @@ def _build(
     push: bool,
     nocache: bool,
     log: LogSink,
+    strict: bool = False,
 ) -> BuildReport:
     with tempfile.TemporaryDirectory(prefix="patchset-build-") as tmp:
-        context = prepare_context(definition, registry, engine, Path(tmp) / "context", log=log)
+        context = prepare_context(
+            definition, registry, engine, Path(tmp) / "context", log=log, strict=strict
+        )
         base, base_digest, root = context.base, context.base_digest, context.vllm_root
         entries = context.entries
         tags = (*context.tags, *extra_tags)
@@ -282,10 +294,7 @@ def _build(
         registry=registry.digest,
         image_id=image_id,
         tags=tags,
-        patches=tuple(
-            {k: e[k] for k in ("id", "revision", "apply", "variant", "payload_sha256", "verdict")}
-            for e in entries
-        ),
+        patches=entries,
         added_bytes=added,
         pushed=pushed,
     )
@@ -308,7 +317,37 @@ def wanted_files(registry: Registry, variants: dict[str, Variant]) -> list[str]:
     files |= {
         t for i in variants if registry.get(i).kind == "python" for t in registry.get(i).targets
     }
+    files |= {p.upstream.probe.file for p in registry.select(list(variants)) if p.upstream.probe}
     return sorted(files)
+
+
+def without_upstream(
+    definition: BuildDefinition,
+    registry: Registry,
+    variants: dict[str, Variant],
+    originals: dict[str, bytes | None],
+    *,
+    strict: bool,
+    log: LogSink,
+) -> dict[str, Variant]:
+    """`variants` less the patches whose upstream fix the release holds already (their probe
+    matches its file): each left out with a line, as `apply` reports it `upstream`; with
+    `strict`, refused."""
+    kept: dict[str, Variant] = {}
+    for patch_id, variant in variants.items():
+        probe = registry.get(patch_id).upstream.probe
+        data = None if probe is None else originals.get(probe.file)
+        text = None if data is None else data.decode("utf-8", errors="surrogateescape")
+        if probe is None or not probe.matches(text):
+            kept[patch_id] = variant
+            continue
+        why = f"{patch_id}: upstream in {definition.vllm}: nothing to apply ({probe.describe()})"
+        if strict:
+            raise BuildError(
+                f"{why}; --strict refuses it: take it out of patches", path=definition.file
+            )
+        log(f"{why}; left out")
+    return kept
 
 
 def python_patches(registry: Registry, variants: dict[str, Variant]) -> list[tuple[Patch, Variant]]:
@@ -322,7 +361,7 @@ def patch_files(
     variants: dict[str, Variant],
     originals: dict[str, bytes | None],
     log: LogSink,
-) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
+) -> tuple[dict[str, bytes], list[PatchEntry]]:
     """Apply the build patches to copies of the base's files (in a scratch tree of their own)
     and check the startup ones."""
     with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
@@ -355,8 +394,8 @@ def _patch_tree(
     variants: dict[str, Variant],
     originals: dict[str, bytes | None],
     log: LogSink,
-) -> tuple[dict[str, bytes], list[dict[str, Any]]]:
-    patches = series(registry, definition.patches)
+) -> tuple[dict[str, bytes], list[PatchEntry]]:
+    patches = series(registry, list(variants))
     (scratch / "vllm").mkdir(parents=True)
     (scratch / "vllm" / "__init__.py").write_bytes(b"")
     for rel, data in originals.items():
@@ -375,11 +414,13 @@ def _patch_tree(
             compute_capability=None,
         )
         bad = [r for r in result.results if r.outcome != "applied"]
-        if bad:
-            first = bad[0]
+        if bad:  # the patch that stopped the run first, then those it kept out
+            first = next((r for r in bad if r.outcome != "blocked"), bad[0])
+            held = [r.patch for r in bad if r.outcome == "blocked"]
             raise BuildError(
                 f"{first.patch} does not apply to {definition.base}: {first.outcome}: "
-                + "; ".join(first.details[:2]),
+                + "; ".join(first.details[:2])
+                + (f"; it blocked {', '.join(held)} (nothing written)" if held else ""),
                 path=definition.file,
             )
         for r in result.results:
@@ -390,7 +431,7 @@ def _patch_tree(
     # Each patch's files before and after it, in the series' order: a stacked patch is
     # evaluated on the files as the patches before it leave them, as the entrypoint meets them.
     current: dict[str, bytes | None] = dict(originals)
-    entries: list[dict[str, Any]] = []
+    entries: list[PatchEntry] = []
     first_startup = next((p.id for p in patches if p.apply != "build"), None)
     for patch in patches:
         if patch.id == first_startup and any(
@@ -414,7 +455,7 @@ def _entry(
     *,
     served: dict[str, str],
     log: LogSink,
-) -> dict[str, Any]:
+) -> PatchEntry:
     """`patch`'s manifest entry, evaluated on `current` (updated with its changes)."""
     on_top = f" on top of {', '.join(patch.requires)}" if patch.requires else ""
     files: dict[str, tuple[str, str]] = {}
@@ -454,7 +495,7 @@ def _write_context(
     root: str,
     build_ids: list[str],
     patched: dict[str, bytes],
-    manifest: dict[str, Any],
+    manifest: Manifest,
     plugins: dict[str, bytes],
     modes: dict[str, int] | None = None,
 ) -> None:
@@ -466,11 +507,11 @@ def _write_context(
     for rel, data in runtime_sources().items():
         (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
         (runtime / rel).write_bytes(data)
-    (runtime / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    built = {f for e in manifest["patches"] if e["apply"] == "build" for f in e["files"]}
+    (runtime / "manifest.json").write_text(manifest.dumps())
+    built = {f for e in manifest.patches if e.apply == "build" for f in e.files}
     lines = [f"FROM {from_ref}"]
     if build_ids:
-        executable = {f for e in manifest["patches"] for f in e.get("executable", ())}
+        executable = {f for e in manifest.patches for f in e.executable}
         for rel in sorted(built & patched.keys()):
             (context / "files" / rel).parent.mkdir(parents=True, exist_ok=True)
             (context / "files" / rel).write_bytes(patched[rel])
@@ -507,7 +548,7 @@ def _removal(root: str, deleted: list[str]) -> str:
     return line
 
 
-def verify_image(engine: dockerengine.Engine, image: str) -> dict[str, Any]:
+def verify_image(engine: dockerengine.Engine, image: str) -> StartReport:
     """Re-check, in a throwaway container with no network, that every patch is present."""
     code = (
         "import runpy, sys\n"
@@ -524,16 +565,17 @@ def verify_image(engine: dockerengine.Engine, image: str) -> dict[str, Any]:
     lines = out.strip().splitlines()
     if not lines or not lines[-1].startswith("{"):
         raise BuildError(f"{image}: no patchset manifest/runtime in this image")
-    parsed: dict[str, Any] = json.loads(lines[-1])
-    return parsed
+    try:
+        return StartReport.loads(lines[-1])
+    except ManifestError as exc:
+        raise BuildError(f"{image}: {exc}") from None
 
 
 def _verify(engine: dockerengine.Engine, image_id: str, log: LogSink) -> None:
     result = verify_image(engine, image_id)
-    for r in result["results"]:
-        log(f"verify {r['patch']} ({r['apply']}): {r['state']}")
-    if not result["ok"]:
-        failed = [r for r in result["results"] if r.get("ok") is False]
-        raise BuildError(
-            f"the built image fails verification: {failed[0]['patch']}: {failed[0]['state']}"
-        )
+    for r in result.results:
+        log(f"verify {r.patch} ({r.apply}): {r.state}")
+    if not result.ok:
+        first = result.failed[0] if result.failed else None
+        why = f"{first.patch}: {first.state}" if first else result.error
+        raise BuildError(f"the built image fails verification: {why}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset._fs import replace_folder
+from patchset._fs import replace_folder, sha256_hex
 from patchset.errors import TargetError, UsageError
 from patchset.image.build import (
     LogSink,
@@ -32,15 +32,18 @@ from patchset.image.build import (
     python_patches,
     runtime_sources,
     wanted_files,
+    without_upstream,
 )
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
 from patchset.image.plugins import plugin_files
+from patchset.kernel.manifest import Base, Manifest, PatchEntry
 from patchset.registry import Registry
 from patchset.sources import ReleaseSource, parse_source
 
 SERVICE = "vllm"
 PORT = "8000"
+REPORT_KEYS = ("id", "revision", "kind", "apply", "variant", "payload_sha256")
 HF_CACHE = "~/.cache/huggingface:/root/.cache/huggingface"
 
 
@@ -52,7 +55,7 @@ class ExportReport:
     base: str
     registry: str
     release_files: str  # where the release's files came from (the source's origin)
-    patches: tuple[dict[str, Any], ...]
+    patches: tuple[PatchEntry, ...]
     files: tuple[str, ...]  # every file written, relative to `folder`
     docker_run: str
 
@@ -65,7 +68,7 @@ class ExportReport:
             "base": self.base,
             "registry": self.registry,
             "release_files": self.release_files,
-            "patches": list(self.patches),
+            "patches": [p.summary(REPORT_KEYS) for p in self.patches],
             "files": list(self.files),
             "docker_run": self.docker_run,
         }
@@ -156,8 +159,11 @@ def export_runtime(
     *,
     source: ReleaseSource | None = None,
     log: LogSink | None = None,
+    strict: bool = False,
 ) -> ExportReport:
-    """Write the stock-image bundle of `definition` to `folder`; nothing half-written."""
+    """Write the stock-image bundle of `definition` to `folder`; nothing half-written. A
+    patch whose upstream fix the release already holds is left out with a line (`strict`:
+    refused)."""
     sink: LogSink = log or (lambda _line: None)
     definition.check_patches(registry)
     _check_folder(folder)
@@ -168,26 +174,28 @@ def export_runtime(
         originals = {rel: tree.read(rel) for rel in wanted}
         origin = tree.info.origin
     sink(f"release files: {origin}")
+    variants = without_upstream(definition, registry, variants, originals, strict=strict, log=sink)
     _, entries = patch_files(definition, registry, variants=variants, originals=originals, log=sink)
-    manifest = {
-        "schema": "patchset.manifest/1",
-        "delivery": "stock",
-        "registry": registry.digest,
-        "vllm": definition.vllm,
-        "vllm_root": None,  # found at start by the image's own python3
-        "base": {"name": definition.base},
-        "release_files": origin,
-        "serve_args": list(definition.serve_args),
-        "env": dict(definition.env),
-        "patches": entries,
-    }
+    plugins = plugin_files(python_patches(registry, variants))
+    manifest = Manifest(
+        delivery="stock",
+        registry=registry.digest,
+        vllm=definition.vllm,
+        vllm_root=None,  # found at start by the image's own python3
+        base=Base(definition.base),
+        release_files=origin,
+        serve_args=tuple(definition.serve_args),
+        env=dict(definition.env),
+        patches=tuple(entries),
+        plugins={rel: sha256_hex(data) for rel, data in plugins.items()},
+    )
     files: dict[str, bytes] = dict(runtime_sources())
-    files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
+    files["manifest.json"] = manifest.dumps().encode()
     for patch_id, variant in variants.items():
         patch = registry.get(patch_id)
         for name in ("patch.toml", variant.name):
             files[f"payloads/{patch_id}/{name}"] = (patch.folder / name).read_bytes()
-    for rel, data in plugin_files(python_patches(registry, variants)).items():
+    for rel, data in plugins.items():
         files[f"plugins/{rel}"] = data
     files["compose.yaml"] = compose_yaml(definition, registry).encode()
     files["docker-run.sh"] = _run_script(definition).encode()
@@ -200,10 +208,7 @@ def export_runtime(
         base=definition.base,
         registry=registry.digest,
         release_files=origin,
-        patches=tuple(
-            {k: e[k] for k in ("id", "revision", "kind", "apply", "variant", "payload_sha256")}
-            for e in entries
-        ),
+        patches=tuple(entries),
         files=tuple(sorted(files)),
         docker_run=shell_line(docker_run_args(definition, str(folder.resolve()))),
     )

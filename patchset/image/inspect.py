@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from patchset.adapters import dockerengine
 from patchset.errors import BuildError
 from patchset.image.manifest import LABEL_PREFIX, MANIFEST_PATH
+from patchset.kernel.manifest import Manifest, ManifestError
 
 PATCHES_LABEL = f"{LABEL_PREFIX}.patches"
 
@@ -25,17 +25,19 @@ class Inspection:
     image: str
     tags: tuple[str, ...]
     labels: Mapping[str, str]
-    manifest: dict[str, Any] | None
+    manifest: Manifest | None
 
     @property
-    def patches(self) -> list[dict[str, Any]]:
-        """The patch entries of the patches label (id, revision, apply, upstream, sha256)."""
+    def patches(self) -> list[Labelled]:
+        """The patches the patches label lists (id, revision, apply, upstream, sha256)."""
         raw = self.labels.get(PATCHES_LABEL, "[]")
         try:
             found = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BuildError(f"{self.image}: the label {PATCHES_LABEL} is not JSON") from None
-        return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else []
+        if not isinstance(found, list):
+            raise BuildError(f"{self.image}: the label {PATCHES_LABEL} is not a list")
+        return [_labelled(self.image, item) for item in found]
 
     @property
     def described_by(self) -> dict[str, str]:
@@ -51,8 +53,34 @@ class Inspection:
             "image": self.image,
             "tags": list(self.tags),
             "labels": dict(self.labels),
-            "manifest": self.manifest,
+            "manifest": None if self.manifest is None else self.manifest.to_json(),
         }
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One patch as the image's patches label lists it."""
+
+    id: str
+    revision: int
+    apply: str
+    upstream: str | None
+    payload_sha256: str
+
+
+def _labelled(image: str, item: object) -> Labelled:
+    got = item if isinstance(item, dict) else {}
+    patch_id, revision, apply = got.get("id"), got.get("revision"), got.get("apply")
+    sha, upstream = got.get("payload_sha256"), got.get("upstream")
+    if (
+        isinstance(patch_id, str)
+        and isinstance(revision, int)
+        and isinstance(apply, str)
+        and isinstance(sha, str)
+        and (upstream is None or isinstance(upstream, str))
+    ):
+        return Labelled(patch_id, revision, apply, upstream, sha)
+    raise BuildError(f"{image}: the label {PATCHES_LABEL} holds an entry that is no patch")
 
 
 def inspect_image(ref: str, *, engine: dockerengine.Engine | None = None) -> Inspection:
@@ -67,7 +95,7 @@ def inspect_image(ref: str, *, engine: dockerengine.Engine | None = None) -> Ins
             engine.close()
     raw = copied.get(MANIFEST_PATH)
     try:
-        manifest = json.loads(raw) if raw else None
-    except ValueError:
-        raise BuildError(f"{ref}: {MANIFEST_PATH} is not JSON") from None
+        manifest = Manifest.loads(raw) if raw else None
+    except ManifestError as exc:
+        raise BuildError(f"{ref}: {MANIFEST_PATH}: {exc}") from None
     return Inspection(info.id, tuple(info.tags), dict(info.labels), manifest)

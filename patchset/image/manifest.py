@@ -1,17 +1,23 @@
-"""What a patched image says about itself: the in-image manifest and the OCI labels."""
+"""What a patched image says about itself: the in-image manifest and the OCI labels.
+
+The manifest's types, and its reading and writing, are the kernel's
+(`patchset.kernel.manifest`, shipped into the image so the entrypoint reads the same types);
+this module makes a patch's entry from the registry and the labels from the entries.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from patchset.image.plugins import impl_module
+from patchset.kernel.manifest import FileDigests, PatchEntry
 from patchset.registry import Patch, Variant
 
 LABEL_PREFIX = "io.patchset"
 MANIFEST_PATH = "/opt/patchset/manifest.json"
 RUNTIME_DIR = "/opt/patchset"
+LABEL_KEYS = ("id", "revision", "apply", "variant", "payload_sha256", "upstream", "verdict")
 
 
 def patch_entry(
@@ -19,35 +25,30 @@ def patch_entry(
     variant: Variant,
     verdict: str,
     files: dict[str, tuple[str, str]],
-) -> dict[str, Any]:
+) -> PatchEntry:
     """One patch in the manifest: identity, provenance, and what the runtime needs."""
-    entry: dict[str, Any] = {
-        "id": patch.id,
-        "revision": patch.revision,
-        "kind": patch.kind,
-        "apply": patch.apply,
-        "variant": variant.name,
-        "payload_sha256": variant.sha256,
-        "upstream": patch.upstream.pr,
-        "upstream_state": patch.upstream.state,
-        "verdict": verdict,
-        "compute_capability": (
-            str(patch.hardware.compute_capability) if patch.hardware.compute_capability else None
-        ),
-        "files": {rel: {"before": b, "after": a} for rel, (b, a) in files.items()},
-        # applied before this one; the entrypoint skips it when one of them is not in
-        "requires": list(patch.requires),
-    }
-    if patch.kind == "python":
-        entry["touches"] = list(patch.touches)
-        entry["module"] = impl_module(patch.id)
-    elif patch.kind == "diff":
-        entry["hunks"] = {d.path: [h.to_json() for h in d.hunks] for d in variant.diffs}
+    python, diff = patch.kind == "python", patch.kind == "diff"
+    scope = patch.hardware.compute_capability
+    return PatchEntry(
+        id=patch.id,
+        revision=patch.revision,
+        kind=patch.kind,
+        apply=patch.apply,
+        variant=variant.name,
+        payload_sha256=variant.sha256,
+        verdict=verdict,
+        files={rel: FileDigests(b, a) for rel, (b, a) in files.items()},
+        upstream=patch.upstream.pr,
+        upstream_state=patch.upstream.state,
+        compute_capability=str(scope) if scope else None,
+        requires=tuple(patch.requires),
+        touches=tuple(patch.touches) if python else (),
+        module=impl_module(patch.id) if python else None,
+        hunks={d.path: tuple(d.hunks) for d in variant.diffs} if diff else {},
         # files the diff creates 755 (git's `new file mode 100755`): written executable
-        entry["executable"] = [d.path for d in variant.diffs if d.added and d.executable]
-    else:
-        entry["sites"] = [asdict(site) for site in variant.sites]
-    return entry
+        executable=tuple(d.path for d in variant.diffs if d.added and d.executable) if diff else (),
+        sites=tuple(variant.sites) if patch.kind == "runtime" else (),
+    )
 
 
 def labels(
@@ -57,27 +58,14 @@ def labels(
     version: str,
     created: str,
     revision: str,
-    source: str,
+    source: str | None,
     registry: str,
-    entries: list[dict[str, Any]],
+    entries: list[PatchEntry] | tuple[PatchEntry, ...],
 ) -> dict[str, str]:
-    """OCI annotations plus patchset's own, all strings as labels must be."""
-    summary = [
-        {
-            key: e[key]
-            for key in (
-                "id",
-                "revision",
-                "apply",
-                "variant",
-                "payload_sha256",
-                "upstream",
-                "verdict",
-            )
-        }
-        for e in entries
-    ]
-    return {
+    """OCI annotations plus patchset's own, all strings as labels must be. `source` (where
+    the registry's repository lives) is left out when there is none to point at."""
+    summary = [e.summary(LABEL_KEYS) for e in entries]
+    found = {
         "org.opencontainers.image.base.name": base,
         "org.opencontainers.image.base.digest": base_digest,
         "org.opencontainers.image.version": version,
@@ -88,3 +76,22 @@ def labels(
         f"{LABEL_PREFIX}.patches": json.dumps(summary, separators=(",", ":")),
         f"{LABEL_PREFIX}.manifest": MANIFEST_PATH,
     }
+    return {key: value for key, value in found.items() if value is not None}
+
+
+def public_source(source: str | None) -> str | None:
+    """Where the registry's repository can be found, fit for a pushed image's label: a remote
+    URL with any credentials taken out; None for what is no URL (a folder of the build
+    machine, which would leak its path and point nowhere)."""
+    if not source:
+        return None
+    if "://" not in source:  # scp-like `git@host:owner/repo.git` names a host; a path does not
+        user_host, colon, path = source.partition(":")
+        if colon and "/" not in user_host and path and not source.startswith("/"):
+            return source  # scp-like syntax holds no password
+        return None
+    parts = urlsplit(source)
+    if parts.scheme == "file" or not parts.hostname:
+        return None
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -98,6 +98,7 @@ class Site:
     alternatives: tuple[Alternative, ...] = ()
     probe: SiteProbe | None = None
     when: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    requires_modules: tuple[str, ...] = ()  # modules its text imports (support packages)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Site:
@@ -117,6 +118,7 @@ class Site:
             if probe is None
             else SiteProbe(tuple(probe["contains"]), tuple(probe["any"]), probe.get("regex")),
             when=tuple((key, tuple(values)) for key, values in data.get("when", ())),
+            requires_modules=tuple(data.get("requires_modules", ())),
         )
 
     @property

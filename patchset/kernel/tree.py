@@ -106,6 +106,25 @@ def temp_name(name: str, suffix: str) -> str:
     return f".{sha256(os.fsencode(name))[:24]}{suffix}"
 
 
+def relpath_problem(relpath: str) -> str | None:
+    """What makes `relpath` unusable as a path of vLLM's files, or None: it must be relative,
+    under vllm/, free of `..` and backslashes, written plainly, each name fitting."""
+    pure = PurePosixPath(relpath)
+    if not relpath or "\\" in relpath or not relpath.isprintable():
+        return "not a usable path"
+    if pure.is_absolute():
+        return "absolute paths are refused"
+    if ".." in pure.parts:
+        return "'..' is refused"
+    if pure.parts[0] != "vllm" or len(pure.parts) < 2:
+        return "targets must lie under vllm/"
+    if not name_fits(relpath):
+        return f"a name longer than {NAME_MAX} bytes"
+    if pure.as_posix() != relpath:
+        return f"write it plainly, as {pure.as_posix()}"
+    return None
+
+
 def name_fits(relpath: str) -> bool:
     """Every part of `relpath` fits the file system's name limit."""
     return all(len(os.fsencode(part)) <= NAME_MAX for part in PurePosixPath(relpath).parts)
@@ -223,6 +242,7 @@ __all__ = [
     "make_folder",
     "name_fits",
     "read_back",
+    "relpath_problem",
     "removable",
     "remove_emptied",
     "set_attributes",

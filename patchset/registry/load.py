@@ -21,27 +21,35 @@ from patchset.errors import PayloadError, RegistryError
 from patchset.kernel.capability import parse_scope
 from patchset.kernel.pycompile import compile_error
 from patchset.kernel.touches import defines, module_files, parse_touch
+from patchset.registry import semantics
 from patchset.registry.diffs import parse_diff
 from patchset.registry.model import (
     KINDS,
     PATCH_FILE,
     STATES,
+    SUPPORT_FOLDER,
     WHENS,
+    Failure,
     Hardware,
     Kind,
+    Lifecycle,
     Patch,
     Probe,
     Registry,
+    SupportPackage,
     Upstream,
     UpstreamState,
     Variant,
+    Verify,
     When,
     check_relations,
 )
 from patchset.registry.problems import Problems
 from patchset.registry.problems import inside as _inside
 from patchset.registry.problems import relpath as _relpath
+from patchset.registry.semantics import read_modules
 from patchset.registry.sites import probe_strings, read_sites
+from patchset.registry.support import load_support, module_problems
 from patchset.registry.toml import Table, key_line, load_toml
 
 DEFAULT_PAYLOAD: dict[str, str] = {
@@ -60,9 +68,11 @@ def load_registry(root: Path | str, *, tolerant: bool = False) -> Registry:
     root = Path(root)
     if not root.is_dir():
         raise RegistryError("registry folder does not exist", path=root)
+    support, problems = load_support(root)
+    if problems and not tolerant:
+        raise next(iter(problems.values()))
     patches = []
-    problems: dict[str, RegistryError] = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name[0] not in "._"):
         try:
             _inside(folder, root, "the registry folder")
             if not (folder / PATCH_FILE).is_file():
@@ -72,7 +82,10 @@ def load_registry(root: Path | str, *, tolerant: bool = False) -> Registry:
             if not tolerant:
                 raise
             problems[folder.name] = exc
-    for patch_id, problem in check_relations(patches, set(problems)).items():
+    found = check_relations(patches, set(problems))
+    for patch_id, problem in registry_problems(patches, support).items():
+        found.setdefault(patch_id, problem)
+    for patch_id, problem in found.items():
         if not tolerant:
             raise problem
         problems[patch_id] = problem
@@ -80,12 +93,41 @@ def load_registry(root: Path | str, *, tolerant: bool = False) -> Registry:
     whole = hashlib.sha256()
     for patch in patches:
         whole.update(f"{patch.id}\0{patch.digest}\0".encode())
+    for package in support:
+        whole.update(f"{SUPPORT_FOLDER}/{package.name}\0{package.digest}\0".encode())
     return Registry(
         root=root,
         patches=tuple(patches),
         digest=f"sha256:{whole.hexdigest()}",
         problems=problems,
+        support=tuple(support),
     )
+
+
+def registry_problems(
+    patches: Sequence[Patch], support: Sequence[SupportPackage]
+) -> dict[str, RegistryError]:
+    """What holds across patches: no two share a switch, and every module a patch or site
+    requires comes from a support package (or needs none)."""
+    bad: dict[str, RegistryError] = {}
+    switches: dict[str, str] = {}
+    for patch in patches:
+        if patch.switch is None:
+            continue
+        other = switches.setdefault(patch.switch.env, patch.id)
+        if other != patch.id:
+            error = RegistryError(
+                f"switch.env: {patch.switch.env} is already the switch of patch {other!r}"
+                " (one variable per patch)",
+                path=patch.folder / PATCH_FILE,
+            )
+            error.key = "switch.env"
+            bad[patch.id] = error
+    for patch in patches:
+        missing = module_problems(patch, support)
+        if missing and patch.id not in bad:
+            bad[patch.id] = missing[0]
+    return bad
 
 
 def load_patch(folder: Path) -> Patch:
@@ -173,6 +215,15 @@ def _load_patch(folder: Path, problems: Problems) -> Patch | None:
     requires: tuple[str, ...] = step(lambda: _ids(top, "requires"), ())
     conflicts: tuple[str, ...] = step(lambda: _ids(top, "conflicts"), ())
     x: Mapping[str, object] = step(lambda: top.free_table("x"), {})
+    switch = step(lambda: semantics.read_switch(top), None)
+    applies = step(lambda: semantics.read_applies(top), None)
+    failure = step(lambda: semantics.read_failure(top), Failure())
+    modules: tuple[str, ...] = step(lambda: read_modules(top, "requires_modules"), ())
+    verify: tuple[Verify, ...] = step(lambda: semantics.read_verify(top), ())
+    lifecycle = step(lambda: semantics.read_lifecycle(top), Lifecycle())
+    provenance = step(lambda: semantics.read_provenance(top), None)
+    if lifecycle.superseded_by == patch_id and patch_id:
+        problems.add(top.error("names the patch itself", "lifecycle.superseded_by"))
     problems.finish(top)
     if problems.errors:
         return None
@@ -198,6 +249,13 @@ def _load_patch(folder: Path, problems: Problems) -> Patch | None:
         requires=requires,
         conflicts=conflicts,
         x=x,
+        switch=switch,
+        applies=applies,
+        failure=failure,
+        requires_modules=modules,
+        verify=verify,
+        lifecycle=lifecycle,
+        provenance=provenance,
     )
 
 

@@ -6,7 +6,7 @@ The loader that builds them from `patches/<id>/patch.toml` is `patchset.registry
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchset.errors import RegistryError, UnknownPatchError
+from patchset.kernel.predicates import Node, switch_on
 from patchset.kernel.sites import Site, SiteProbe
 from patchset.registry.diffs import FileDiff
 from patchset.registry.toml import did_you_mean
@@ -24,7 +25,13 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 WHENS: tuple[When, ...] = get_args(When)
 UpstreamState = Literal["open", "merged", "closed", "superseded", "unsubmitted"]
 STATES: tuple[UpstreamState, ...] = get_args(UpstreamState)
+LifecycleState = Literal["experimental", "stable", "deprecated", "retired"]
+LIFECYCLE_STATES: tuple[LifecycleState, ...] = get_args(LifecycleState)
+Policy = Literal["fail", "warn"]
+POLICIES: tuple[Policy, ...] = get_args(Policy)
 PATCH_FILE = "patch.toml"
+SUPPORT_FOLDER = "_support"  # patches/_support/<name>/support.toml; "_" is never a patch id
+SUPPORT_FILE = "support.toml"
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,142 @@ class Hardware:
     # over "major.minor", e.g. ">=12.0"; evaluated by `patchset.kernel.capability.in_scope`
     compute_capability: SpecifierSet | None = None
     note: str | None = None
+
+
+@dataclass(frozen=True)
+class Switch:
+    """`[switch]`: the environment variable that turns the patch on or off, and whether it
+    is on while the variable is unset."""
+
+    env: str
+    default: bool = True
+
+    def line(self, *, on: bool = True) -> str:
+        """The line that turns it on (or off): ``GENESIS_ENABLE_PN351=1``."""
+        return f"{self.env}={'1' if on else '0'}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """`[failure]`: what a failure of this patch does at container start (None: the global
+    PATCHSET_ON_FAILURE), and a variable that overrides it."""
+
+    policy: Policy | None = None
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class Verify:
+    """One `[[verify]]`: proof the patch took effect, run after the start applied it.
+    Exactly one kind: `attribute` (module:attribute must exist), `file` + `contains` (the
+    file, relative to the folder holding vllm/, holds the text) or `module` + `expr` (an
+    expression over the imported module `m` is true)."""
+
+    attribute: str | None = None
+    file: str | None = None
+    contains: str | None = None
+    module: str | None = None
+    expr: str | None = None
+    timeout: float = 10.0  # seconds
+
+    @property
+    def kind(self) -> str:
+        return "attribute" if self.attribute else "file" if self.file else "expr"
+
+    def describe(self) -> str:
+        if self.attribute:
+            return f"{self.attribute} exists"
+        if self.file:
+            return f"{self.file} contains {self.contains!r}"
+        return f"{self.module}: {self.expr}"
+
+    def to_dict(self) -> dict[str, object]:
+        found: dict[str, object] = {
+            k: v
+            for k, v in (
+                ("attribute", self.attribute),
+                ("file", self.file),
+                ("contains", self.contains),
+                ("module", self.module),
+                ("expr", self.expr),
+            )
+            if v is not None
+        }
+        found["timeout"] = self.timeout
+        return found
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """`[lifecycle]`: experimental, stable (the default), deprecated or retired; retired
+    for releases after `retire_after`; `superseded_by` another patch of the registry."""
+
+    state: LifecycleState = "stable"
+    retire_after: str | None = None
+    superseded_by: str | None = None
+
+    def retired(self, release: str | None) -> bool:
+        """Whether the patch is retired for `release` (None: not known, only the state)."""
+        if self.state == "retired":
+            return True
+        if self.retire_after is None or release is None:
+            return False
+        return Version(release) > Version(self.retire_after)
+
+    def describe(self, release: str | None = None) -> str:
+        words: list[str] = ["retired" if self.retired(release) else self.state]
+        if self.retire_after:
+            words.append(f"retired after {self.retire_after}")
+        if self.superseded_by:
+            words.append(f"superseded by {self.superseded_by}")
+        return ", ".join(words)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """`[provenance]`: where an importer took the patch from."""
+
+    collection: str | None = None
+    repository: str | None = None
+    commit: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class SupportPackage:
+    """`patches/_support/<name>/support.toml`: Python packages patches import at run time,
+    as a folder (`path`) or a pinned wheel or sdist (`file` + `sha256`) beside it."""
+
+    name: str
+    folder: Path  # the folder holding support.toml
+    modules: tuple[str, ...]  # the top-level import names it provides
+    path: str | None = None
+    file: str | None = None
+    sha256: str | None = None
+    digest: str = ""  # sha256 over support.toml and what it carries
+
+    @property
+    def kind(self) -> Literal["folder", "wheel", "sdist"]:
+        if self.path is not None:
+            return "folder"
+        return "wheel" if (self.file or "").endswith(".whl") else "sdist"
+
+    @property
+    def source(self) -> Path:
+        """The folder on the import path, or the pinned file."""
+        return self.folder / (self.path if self.path is not None else self.file or "")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "modules": list(self.modules),
+            "path": self.path,
+            "file": self.file,
+            "sha256": self.sha256,
+            "digest": self.digest,
+        }
 
 
 @dataclass(frozen=True)
@@ -102,6 +245,28 @@ class Patch:
     x: Mapping[str, object] = field(default_factory=dict, compare=False)  # [x]: free-form
     # kind "python": the names it rebinds at run time, "module:attribute" (vllm.envs:is_set)
     touches: tuple[str, ...] = ()
+    switch: Switch | None = None  # [switch]; None: always on (PATCHSET_DISABLE/ONLY aside)
+    applies: Node | None = None  # [applies]: the predicate (kernel/predicates.py)
+    failure: Failure = field(default_factory=Failure)
+    requires_modules: tuple[str, ...] = ()  # modules a support package (or vLLM) provides
+    verify: tuple[Verify, ...] = ()
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    provenance: Provenance | None = None
+
+    def modules_needed(self) -> tuple[str, ...]:
+        """`requires_modules` of the patch and of every site of its variants."""
+        found = list(self.requires_modules)
+        for variant in self.variants:
+            for site in variant.sites:
+                found += site.requires_modules
+        return tuple(dict.fromkeys(found))
+
+    def switched_on(self, environ: Mapping[str, str]) -> bool:
+        """Whether the switch is on in `environ` (no switch: on); ValueError, naming the
+        variable, for a value that is no switch word."""
+        if self.switch is None:
+            return True
+        return switch_on(self.switch.env, self.switch.default, environ)
 
     def in_range(self, version: str) -> bool:
         """Inside the declared range and inside one of the variants' ranges.
@@ -158,6 +323,19 @@ class Patch:
             ],
             "requires": list(self.requires),
             "conflicts": list(self.conflicts),
+            "switch": (
+                {"env": self.switch.env, "default": self.switch.default} if self.switch else None
+            ),
+            "applies": self.applies.to_data() if self.applies else None,
+            "failure": {"policy": self.failure.policy, "env": self.failure.env},
+            "requires_modules": list(self.modules_needed()),
+            "verify": [v.to_dict() for v in self.verify],
+            "lifecycle": {
+                "state": self.lifecycle.state,
+                "retire_after": self.lifecycle.retire_after,
+                "superseded_by": self.lifecycle.superseded_by,
+            },
+            "provenance": asdict(self.provenance) if self.provenance else None,
             "x": dict(self.x),
             "digest": self.digest,
         }
@@ -177,8 +355,10 @@ class Registry:
     root: Path
     patches: tuple[Patch, ...]
     digest: str  # "sha256:<hex>" over every patch's metadata and payload
-    # With tolerant loading: each patch folder that did not load, and why (its first problem).
+    # With tolerant loading: each patch folder that did not load, and why (its first problem);
+    # a support package that did not load is keyed "_support/<name>".
     problems: Mapping[str, RegistryError] = field(default_factory=dict, compare=False)
+    support: tuple[SupportPackage, ...] = ()  # patches/_support/*/support.toml
 
     @property
     def short_digest(self) -> str:
@@ -219,6 +399,20 @@ def check_relations(patches: list[Patch], invalid: set[str]) -> dict[str, Regist
                 elif other not in by_id and other not in invalid:
                     hint = did_you_mean(other, by_id)
                     bad[patch.id] = RegistryError(f"{key}: no patch {other!r}{hint}", path=file)
+        file = patch.folder / PATCH_FILE
+        both = sorted(set(patch.requires) & set(patch.conflicts))
+        if both:
+            bad[patch.id] = RegistryError(
+                f"conflicts: {', '.join(both)} is also in requires (a patch cannot need and"
+                " refuse the same patch)",
+                path=file,
+            )
+        successor = patch.lifecycle.superseded_by
+        if successor is not None and successor not in by_id and successor not in invalid:
+            hint = did_you_mean(successor, by_id)
+            bad[patch.id] = RegistryError(
+                f"lifecycle.superseded_by: no patch {successor!r}{hint}", path=file
+            )
     for patch in patches:
         cycle = _cycle(patch, by_id)
         if cycle and patch.id not in bad:

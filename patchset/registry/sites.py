@@ -10,6 +10,7 @@ from patchset.errors import RegistryError
 from patchset.kernel.sites import ACTIONS, WHEN_KEYS, Action, Alternative, Site, SiteProbe
 from patchset.registry.problems import Problems
 from patchset.registry.problems import relpath as _relpath
+from patchset.registry.semantics import read_modules
 from patchset.registry.toml import Table, did_you_mean, load_toml
 
 
@@ -67,6 +68,7 @@ def _site(table: Table, names: set[str], problems: Problems) -> Site | None:
     probe = step(lambda: _site_probe(table, name), None)
     always: tuple[tuple[str, tuple[str, ...]], ...] = ()
     when = step(lambda: _when(table, name), always)
+    modules: tuple[str, ...] = step(lambda: read_modules(table, "requires_modules"), ())
     site = Site(
         name=name,
         file=file,
@@ -79,6 +81,7 @@ def _site(table: Table, names: set[str], problems: Problems) -> Site | None:
         alternatives=alternatives,
         probe=probe,
         when=when,
+        requires_modules=modules,
     )
     if anchor and not site.anchor_lines:
         problems.add(table.error("must hold at least one non-blank line", "anchor"))

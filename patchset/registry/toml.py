@@ -93,6 +93,22 @@ class Table:
             raise self.error(f"must be >= {minimum}, got {value}", key)
         return value
 
+    def number(self, key: str, *, default: float, minimum: float, maximum: float) -> float:
+        """An integer or float within [minimum, maximum]; `default` when absent."""
+        value = self._get(key, False)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(f"expected a number, got {_kind(value)}", key)
+        if not minimum <= value <= maximum:
+            raise self.error(f"must be between {minimum:g} and {maximum:g}, got {value}", key)
+        return float(value)
+
+    def raw(self, key: str) -> Any:
+        """The value as TOML gives it (None when absent), for a reader of its own (the
+        `[applies]` predicate); counted as read."""
+        return self._get(key, False)
+
     def flag(self, key: str, *, default: bool) -> bool:
         value = self._get(key, False)
         if value is None:

@@ -5,7 +5,8 @@ json`, ``CheckReport.to_dict()``); ``load("build")`` that of ``patchset.build/1`
 (report.json); ``load("apply")`` that of ``patchset.apply/1`` (`apply`/`revert --format json`).
 
 Files: ``load("patch")`` (patches/<id>/patch.toml), ``load("sites")`` (a runtime payload),
-``load("build-definition")`` (builds/<name>.toml) and ``load("tool-patchset")`` (the
+``load("support")`` (patches/_support/<name>/support.toml), ``load("build-definition")``
+(builds/<name>.toml) and ``load("tool-patchset")`` (the
 `[tool.patchset]` table of pyproject.toml). `patchset validate` checks every such file
 against them (`check_document`) besides loading it, so the schemas cannot drift from what
 loads; `patchset init` points editors at them.
@@ -21,7 +22,7 @@ from typing import Any
 from patchset.errors import RegistryError
 
 REPORTS = ("check", "build", "apply")  # schemas of what patchset writes (a "schema" tag each)
-FILES = ("patch", "sites", "build-definition", "tool-patchset")  # of files people write
+FILES = ("patch", "sites", "support", "build-definition", "tool-patchset")  # of files people write
 NAMES = REPORTS + FILES
 
 
@@ -76,7 +77,11 @@ def check_project(
     from patchset.registry.toml import load_toml  # noqa: PLC0415  (schemas stay import-light)
 
     checked = 0
-    folders = sorted(p for p in registry_root.iterdir() if p.is_dir() and p.name[0] != ".")
+    folders = sorted(p for p in registry_root.iterdir() if p.is_dir() and p.name[0] not in "._")
+    support = registry_root / "_support"
+    for file in sorted(support.glob("*/support.toml")) if support.is_dir() else []:
+        check_document("support", load_toml(file), path=file)
+        checked += 1
     for folder in folders:
         data = load_toml(folder / "patch.toml")
         check_document("patch", data, path=folder / "patch.toml")

@@ -28,6 +28,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
     p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
     p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a patch whose upstream fix the base holds (default: left out, a line)",
+    )
+    p.add_argument(
         "--output",
         type=Path,
         default=None,
@@ -61,6 +66,7 @@ def run_build(args: argparse.Namespace) -> int:
         nocache=args.no_cache,
         output=output,
         on_log=lambda line: err.print(line, markup=False, highlight=False),
+        strict=args.strict,
     )
     if args.format == "json":
         print_json(report.to_dict())
@@ -68,7 +74,7 @@ def run_build(args: argparse.Namespace) -> int:
     con = console()
     out = table(f"built {report.image_id[:19]} on {report.base}", ["patch", "rev", "apply"])
     for p in report.patches:
-        out.add_row(p["id"], str(p["revision"]), p["apply"])
+        out.add_row(p.id, str(p.revision), p.apply)
     con.print(out)
     for tag in report.tags:
         con.print(
@@ -93,9 +99,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         con.print(f"{key}: {value}", markup=False)
     out = table(f"patches in {args.image}", ["patch", "rev", "apply", "upstream", "payload sha256"])
     for p in found.patches:
-        out.add_row(
-            p["id"], str(p["revision"]), p["apply"], p["upstream"] or "-", p["payload_sha256"][:16]
-        )
+        out.add_row(p.id, str(p.revision), p.apply, p.upstream or "-", p.payload_sha256[:16])
     con.print(out)
     if found.manifest is None:
         con.print(f"no {MANIFEST_PATH} in this image", markup=False)
@@ -110,13 +114,15 @@ def run_verify(args: argparse.Namespace) -> int:
     with dockerengine.connect() as engine:
         result = verify_image(engine, engine.inspect(args.image).id)
     if args.format == "json":
-        print_json(result)
+        print_json(result.to_json())
     else:
         con = console()
-        for r in result["results"]:
-            con.print(f"{r['patch']} ({r['apply']}): {r['state']}", markup=False)
+        for r in result.results:
+            con.print(f"{r.patch} ({r.apply}): {r.state}", markup=False)
+        if result.error:
+            con.print(f"refused: {result.error}", markup=False)
         con.print(
-            "verified: every patch is present" if result["ok"] else "verification FAILED",
+            "verified: every patch is present" if result.ok else "verification FAILED",
             markup=False,
         )
-    return ExitCode.OK if result["ok"] else ExitCode.ATTENTION
+    return ExitCode.OK if result.ok else ExitCode.ATTENTION

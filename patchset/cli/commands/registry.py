@@ -13,6 +13,7 @@ from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
 from patchset.registry import PATCH_FILE, LoadProblem, leftovers, load_registry, patch_problems
+from patchset.registry.support import import_problems
 from patchset.registry.toml import load_toml
 from patchset.schemas import check_project, document_problems
 
@@ -125,10 +126,21 @@ def run_validate(args: argparse.Namespace) -> int:
     removed = leftovers.sweep(root) if root.is_dir() else []
     registry = load_registry(args.registry, tolerant=True)
     problems = {
-        patch_id: patch_problems(registry.root / patch_id, also=[first])
+        patch_id: (
+            [LoadProblem(first)]
+            if patch_id.startswith("_")  # a support package: its one problem
+            else patch_problems(registry.root / patch_id, also=[first])
+        )
         for patch_id, first in registry.problems.items()
     }
-    schema_only = {k: _more_problems(registry.root / k, found) for k, found in problems.items()}
+    for patch in registry.patches:  # what the patches' inserted text imports
+        found = [LoadProblem(e) for e in import_problems(patch, registry.support)]
+        if found:
+            problems[patch.id] = found
+    schema_only = {
+        k: [] if k.startswith("_") else _more_problems(registry.root / k, found)
+        for k, found in problems.items()
+    }
     definitions = load_definitions(args.builds) if args.builds.is_dir() else []
     checked = 0
     if not problems:
@@ -168,9 +180,10 @@ def run_validate(args: argparse.Namespace) -> int:
             lines = [str(p) for p in found] + schema_only[patch_id]
             for line in lines:
                 err_console().print(f"patchset: error: {line}", markup=False, soft_wrap=True)
-        total = len(registry.patches) + len(problems)
+        loaded_bad = len(problems.keys() & {p.id for p in registry.patches})
+        total = len(registry.patches) + len(problems) - loaded_bad
         console().print(
-            f"{registry.root}: {len(registry.patches)} of {total} patches valid"
+            f"{registry.root}: {len(registry.patches) - loaded_bad} of {total} patches valid"
             + (f", {len(problems)} with problems" if problems else "")
             + f"; digest {registry.digest}"
             + (

@@ -36,6 +36,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="the build definition (default: the only one in the builds folder)",
     )
     add_source_options(e, pre=False)
+    e.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a patch whose upstream fix the release holds (default: left out, a line)",
+    )
     e.add_argument("--format", choices=FORMATS, default="table")
     e.set_defaults(handler=run_export)
 
@@ -53,6 +58,7 @@ def run_export(args: argparse.Namespace) -> int:
         args.folder,
         source=source,
         log=lambda line: err.print(line, markup=False, highlight=False),
+        strict=args.strict,
     )
     if args.format == "json":
         print_json(report.to_dict())
@@ -63,7 +69,7 @@ def run_export(args: argparse.Namespace) -> int:
         ["patch", "rev", "kind", "apply"],
     )
     for p in report.patches:
-        out.add_row(p["id"], str(p["revision"]), p["kind"], p["apply"])
+        out.add_row(p.id, str(p.revision), p.kind, p.apply)
     con.print(out)
     con.print(f"compose: {report.folder}/compose.yaml", markup=False)
     con.print(f"docker run: {report.docker_run}", markup=False, soft_wrap=True)

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
 # An exported bundle (it has payloads/) lives in the user's folder, mounted read-only as the
@@ -41,19 +42,21 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import gpus as gpu_query
     from patchset.kernel import tree, vllm
     from patchset.kernel.capability import Capability, in_scope, parse_capability
-    from patchset.kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset.kernel.hunks import apply_hunks, join_text, split_text
+    from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset.kernel.order import in_order
     from patchset.kernel.pycompile import broken_by, compile_error
-    from patchset.kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
+    from patchset.kernel.sites import GOOD, apply_site, check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
 else:
     from patchset_kernel import gpus as gpu_query
     from patchset_kernel import tree, vllm
     from patchset_kernel.capability import Capability, in_scope, parse_capability
-    from patchset_kernel.hunks import Hunk, apply_hunks, join_text, split_text
+    from patchset_kernel.hunks import apply_hunks, join_text, split_text
+    from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset_kernel.order import in_order
     from patchset_kernel.pycompile import broken_by, compile_error
-    from patchset_kernel.sites import GOOD, Site, apply_site, check_site, served_from_args
+    from patchset_kernel.sites import GOOD, apply_site, check_site, served_from_args
     from patchset_kernel.touches import defines, module_files
 
 MANIFEST = HERE / "manifest.json"
@@ -80,7 +83,17 @@ def vllm_root() -> Path:
     try:
         return vllm.find_installed()
     except vllm.NotATargetError:
-        raise PatchFailedError("no vllm package is importable in this image") from None
+        raise StartRefusedError("no vllm package is importable in this image") from None
+
+
+def check_root(root: Path) -> None:
+    """vLLM's package folder is a real folder: through a symlink the start would write
+    wherever it leads."""
+    package = root / "vllm"
+    if package.is_symlink():
+        raise StartRefusedError(f"{package} is a symlink; refusing to patch through it")
+    if not package.is_dir():
+        raise StartRefusedError(f"{package} is not a folder")
 
 
 def detect_gpus() -> tuple[list[Capability], str]:
@@ -104,27 +117,19 @@ def detect_gpus() -> tuple[list[Capability], str]:
     return [g.capability for g in smi.gpus], smi.how
 
 
-def _hunks(data: list[dict[str, Any]]) -> tuple[Hunk, ...]:
-    return tuple(Hunk.from_json(h) for h in data)
-
-
-def _sites(data: list[dict[str, Any]]) -> list[Site]:
-    return [Site.from_dict(site) for site in data]
-
-
 def patched_text(
-    patch: dict[str, Any], rel: str, data: bytes, served: dict[str, str] | None = None
+    patch: PatchEntry, rel: str, data: bytes, served: dict[str, str] | None = None
 ) -> bytes:
     """The file after the patch's edits to it, computed with the engine."""
     lines, eol, eof = split_text(data.decode("utf-8", errors="surrogateescape"))
-    if patch["kind"] == "diff":
-        result = apply_hunks(lines, _hunks(patch["hunks"][rel]), eof_newline=eof)
+    if patch.kind == "diff":
+        result = apply_hunks(lines, patch.hunks.get(rel, ()), eof_newline=eof)
         if result.lines is None:
             failed = [h.describe() for h in result.hunks if h.status == "failed"]
             raise PatchFailedError(f"{rel}: {'; '.join(failed)}")
         lines, eof = list(result.lines), result.eof_newline
     else:
-        for site in _sites(patch["sites"]):
+        for site in patch.sites:
             if site.file != rel:
                 continue
             # `when` reads the manifest's serve arguments, as the build did.
@@ -172,7 +177,7 @@ def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
 
 
 def check_build_patch(
-    patch: dict[str, Any],
+    patch: PatchEntry,
     plan: Plan,
     later: dict[str, set[str]],
     *,
@@ -181,19 +186,19 @@ def check_build_patch(
 ) -> str:
     """A patch applied at build: its files are as it left them, or as a later patch of the
     series (stacked on it, or a startup patch of an earlier start) left them."""
-    for rel, digests in patch["files"].items():
+    for rel, digests in patch.files.items():
         found = plan.get(rel)
         current = tree.digest(found)
-        if current != digests["after"] and current not in later.get(rel, set()):
-            if found is not None and not digests["after"]:
+        if current != digests.after and current not in later.get(rel, set()):
+            if found is not None and not digests.after:
                 raise PatchFailedError(f"{rel} is still there, though deleted at build time")
             raise PatchFailedError(f"{rel} is not the file patched at build time (sha256 differs)")
         if found is None:
             continue  # deleted at build time, and gone: as it should be
         data = found
-        if patch["kind"] == "runtime":
+        if patch.kind == "runtime":
             lines = split_text(data.decode("utf-8", errors="surrogateescape"))[0]
-            for site in _sites(patch["sites"]):
+            for site in patch.sites:
                 if site.file != rel:
                     continue
                 if check_site(site, lines, served).status not in ("already-applied", *SKIPS):
@@ -204,7 +209,7 @@ def check_build_patch(
 
 
 def apply_patch(
-    patch: dict[str, Any],
+    patch: PatchEntry,
     plan: Plan,
     later: dict[str, set[str]],
     *,
@@ -218,36 +223,36 @@ def apply_patch(
     """
     new_files: dict[str, bytes | None] = {}
     already = 0
-    for rel, digests in patch["files"].items():
+    for rel, digests in patch.files.items():
         data = plan.get(rel)
         current = tree.digest(data)
-        if current == digests["after"] or current in later.get(rel, set()):
+        if current == digests.after or current in later.get(rel, set()):
             already += 1
             continue
-        if current != digests["before"]:
+        if current != digests.before:
             what = "differs from the file checked at build time (sha256)"
             raise PatchFailedError(f"{rel} {'is missing' if data is None else what}")
-        if not digests["after"]:  # the diff deletes it: `before` pinned its very bytes
+        if not digests.after:  # the diff deletes it: `before` pinned its very bytes
             new_files[rel] = None
             continue
         new = patched_text(patch, rel, data or b"", served)
-        if tree.sha256(new) != digests["after"]:
+        if tree.sha256(new) != digests.after:
             raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
         _compiles(rel, new, before=data)
         new_files[rel] = new
     if not new_files:
         return "already-applied"
     plan.current.update(new_files)
-    plan.executable.update(rel for rel in patch.get("executable", ()) if rel in new_files)
+    plan.executable.update(rel for rel in patch.executable if rel in new_files)
     if dry_run:
         return "applies"
     return "applied" if not already else "applied (some files were already patched)"
 
 
-def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
+def check_plugin(patch: PatchEntry, plan: Plan, *, registered: bool) -> str:
     """A python patch: every name it touches is still in vLLM; with `registered`, vLLM's
     plugin lookup (importlib.metadata, as vllm.plugins does it) finds its entry point."""
-    for touch in patch["touches"]:
+    for touch in patch.touches:
         module, _, attr = touch.partition(":")
         rel = next((f for f in module_files(module) if (plan.root / f).is_file()), None)
         if rel is None:
@@ -259,10 +264,10 @@ def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
     import importlib.metadata  # noqa: PLC0415 - 60 ms at every start otherwise; --verify only
 
     found = [
-        ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP) if ep.name == patch["id"]
+        ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP) if ep.name == patch.id
     ]
     if len(found) != 1:
-        raise PatchFailedError(f"{len(found)} {PLUGIN_GROUP} entry points named {patch['id']}")
+        raise PatchFailedError(f"{len(found)} {PLUGIN_GROUP} entry points named {patch.id}")
     try:
         found[0].load()
     except Exception as exc:
@@ -270,43 +275,69 @@ def check_plugin(patch: dict[str, Any], plan: Plan, *, registered: bool) -> str:
     return f"plugin registered ({PLUGIN_GROUP}: {found[0].name} = {found[0].value})"
 
 
-def check_payload(patch: dict[str, Any]) -> None:
+def check_plugin_files(manifest: Manifest, root: Path) -> None:
+    """The plugin distribution vLLM imports in each of its processes is the one the manifest
+    names, file by file: none missing, none different, none added (under plugins/ in a
+    bundle; in vLLM's site folder, in the distribution's own folders, in a built image). Its
+    entry_points.txt is one of them: an entry point added to it is refused with it (another
+    distribution of the same name is shadowed by this one, as importlib.metadata dedupes)."""
+    base = HERE / "plugins" if manifest.delivery == "stock" else root
+    for rel, want in manifest.plugins.items():
+        data = _read(base / rel)
+        if data is None or tree.sha256(data) != want:
+            what = "is missing" if data is None else "differs from the one exported (sha256)"
+            raise StartRefusedError(f"plugin file {base / rel} {what}")
+    if manifest.delivery == "stock":
+        folders = [base] if base.is_dir() else []
+    else:
+        folders = [base / top for top in sorted({rel.split("/")[0] for rel in manifest.plugins})]
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(base).as_posix()
+            if "__pycache__" in path.parts or path.is_dir() or rel in manifest.plugins:
+                continue
+            raise StartRefusedError(f"plugin file {path} is not in the manifest")
+
+
+def check_payload(patch: PatchEntry) -> None:
     """A stock bundle carries each payload beside the manifest: it must be the one exported."""
-    path = HERE / "payloads" / patch["id"] / patch["variant"]
+    path = HERE / "payloads" / patch.id / patch.variant
     if not path.is_file():
         raise PatchFailedError(f"payload {path} is missing from the bundle")
-    if tree.sha256(path.read_bytes()) != patch["payload_sha256"]:
+    if tree.sha256(path.read_bytes()) != patch.payload_sha256:
         raise PatchFailedError(f"payload {path} differs from the one exported (sha256)")
 
 
-def _later_digests(patches: list[dict[str, Any]]) -> list[dict[str, set[str]]]:
+def _later_digests(patches: list[PatchEntry]) -> list[dict[str, set[str]]]:
     out: list[dict[str, set[str]]] = []
     for index in range(len(patches)):
         later: dict[str, set[str]] = {}
         for patch in patches[index + 1 :]:
-            for rel, digests in patch.get("files", {}).items():
-                later.setdefault(rel, set()).add(digests["after"])
+            for rel, digests in patch.files.items():
+                later.setdefault(rel, set()).add(digests.after)
         out.append(later)
     return out
 
 
-def series(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def series(manifest: Manifest) -> list[PatchEntry]:
     """The manifest's patches in the order they go in: each after those it `requires` (the
     order the build wrote them in; the same rule as patchset's engine)."""
-    patches: list[dict[str, Any]] = manifest["patches"]
-    return in_order(patches, lambda p: str(p["id"]), lambda p: p.get("requires", ()))
+    return in_order(list(manifest.patches), lambda p: p.id, lambda p: p.requires)
 
 
 def _ids(name: str) -> list[str] | None:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return None
-    return [part.strip() for part in raw.split(",") if part.strip()]
+    ids = [part.strip() for part in raw.split(",") if part.strip()]
+    if not ids:
+        raise StartRefusedError(f"{name}={raw!r} names no patch (give ids, comma-separated)")
+    return ids
 
 
-def selection(manifest: dict[str, Any]) -> dict[str, str]:
+def selection(manifest: Manifest) -> dict[str, str]:
     """Why each patch is left out at this start (PATCHSET_DISABLE, PATCHSET_ONLY), by id."""
-    known = [p["id"] for p in manifest["patches"]]
+    known = [p.id for p in manifest.patches]
     disabled, only = _ids("PATCHSET_DISABLE"), _ids("PATCHSET_ONLY")
     for name, ids in (("PATCHSET_DISABLE", disabled), ("PATCHSET_ONLY", only)):
         unknown = [i for i in ids or [] if i not in known]
@@ -321,11 +352,11 @@ def selection(manifest: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def release_check(manifest: dict[str, Any], root: Path) -> str:
+def release_check(manifest: Manifest, root: Path) -> str:
     """The vLLM release in this image is the one the manifest was made for."""
     read = vllm.read_version(root)
     found = read[0] if read else None
-    wanted = manifest["vllm"]
+    wanted = manifest.vllm
     if found is None:
         raise StartRefusedError(f"cannot tell which vLLM release is at {root}")
     if found.split("+")[0] != wanted:
@@ -333,80 +364,98 @@ def release_check(manifest: dict[str, Any], root: Path) -> str:
             f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
             f" ({root}); export one for {found}"
         )
+    for info in sorted(root.glob("vllm-*.dist-info")):
+        said = _metadata_version(info)
+        if said is not None and said.split("+")[0] != found.split("+")[0]:
+            raise StartRefusedError(
+                f"{read[1] if read else root} says vLLM {found}, but {info.name} says {said}:"
+                " this is not one installed release"
+            )
     return found
 
 
+def _metadata_version(info: Path) -> str | None:
+    """The `Version:` of a dist-info's METADATA, read as text (importlib costs 60 ms)."""
+    try:
+        with (info / "METADATA").open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    return None  # the headers end at the first blank line
+                if line.startswith("Version:"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        return None
+    return None
+
+
 def held_back(
-    patch: dict[str, Any], left_out: dict[str, str], out: dict[str, str], root: Path
+    patch: PatchEntry, left_out: dict[str, str], out: dict[str, str], root: Path
 ) -> str | None:
     """Why `patch` stays out at this start: the switches leave it out, or a patch it requires
     is out (`out`: those so far, and why; updated). None: it goes in."""
-    if patch["id"] in left_out:
-        state = left_out[patch["id"]]
-        out[patch["id"]] = f"which is {state}"
-        files = patch.get("files", {})
-        if files and all(
-            tree.digest((root / rel).read_bytes() if (root / rel).is_file() else None) == d["after"]
-            for rel, d in files.items()
+    if patch.id in left_out:
+        state = left_out[patch.id]
+        out[patch.id] = f"which is {state}"
+        if patch.files and all(
+            tree.digest(_read(root / rel)) == d.after for rel, d in patch.files.items()
         ):  # a container started before with the patch keeps its files
             state += ", yet its files are patched (an earlier start or the build)"
         return state
-    missing = [r for r in patch.get("requires", []) if r in out]
+    missing = [r for r in patch.requires if r in out]
     if missing:
-        out[patch["id"]] = "which is skipped too"
+        out[patch.id] = "which is skipped too"
         return f"skipped (requires {missing[0]}, {out[missing[0]]})"
     return None
 
 
-def run_patches(
-    manifest: dict[str, Any], *, verify: bool
-) -> tuple[list[dict[str, Any]], bool, Plan, list[str]]:
+def run_patches(manifest: Manifest, *, verify: bool) -> tuple[list[Outcome], bool, Plan, list[str]]:
     """Check, plan and (unless `verify`) write every patch; the python patches selected."""
     root = vllm_root()
-    stock = manifest.get("delivery") == "stock"
+    stock = manifest.delivery == "stock"
+    check_plugin_files(manifest, root)
     gpus, gpu = detect_gpus()
     left_out = selection(manifest)
     plan = Plan(root)
-    results: list[dict[str, Any]] = []  # "ok": False where the patch failed
+    results: list[Outcome] = []
     plugins: list[str] = []
     ok = True
-    served = served_from_args(manifest.get("serve_args", []))
+    served = served_from_args(list(manifest.serve_args))
     patches = series(manifest)
     out: dict[str, str] = {}  # the patches not in at this start, and why
     for patch, later in zip(patches, _later_digests(patches), strict=True):
-        name = f"{patch['id']} r{patch['revision']}"
-        scope = patch.get("compute_capability")
+        name = f"{patch.id} r{patch.revision}"
+        scope = patch.compute_capability
         fits = all(in_scope(scope, c) for c in gpus) if gpus else in_scope(scope, None)
         try:
             state = held_back(patch, left_out, out, root)
             if state is not None:
-                results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": True})
+                results.append(Outcome(name, patch.apply, state))
                 continue
             if stock:
                 check_payload(patch)
-            if patch["kind"] == "python":
+            if patch.kind == "python":
                 state = check_plugin(patch, plan, registered=verify)
                 if not fits and not verify:
                     state = f"skipped (scope cc {scope}, this GPU: {gpu})"
-                    out[patch["id"]] = "which is skipped on this GPU"
+                    out[patch.id] = "which is skipped on this GPU"
                 else:
-                    plugins.append(patch["id"])
-            elif patch["apply"] == "build" and not stock:
+                    plugins.append(patch.id)
+            elif patch.apply == "build" and not stock:
                 state = check_build_patch(patch, plan, later, compile_check=verify, served=served)
                 if not fits:
                     state += f" (built in; scope cc {scope}, this GPU: {gpu})"
             elif not fits and not verify:
                 state = f"skipped (scope cc {scope}, this GPU: {gpu})"
-                out[patch["id"]] = "which is skipped on this GPU"
+                out[patch.id] = "which is skipped on this GPU"
             else:
                 state = apply_patch(patch, plan, later, dry_run=verify, served=served)
             failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
             ok, failed = False, True
             state = f"FAILED: {exc}"
-            out[patch["id"]] = "which failed"
-        results.append({"patch": name, "apply": patch["apply"], "state": state, "ok": not failed})
-    results.insert(0, {"patch": "gpu", "apply": "-", "state": gpu, "ok": True})
+            out[patch.id] = "which failed"
+        results.append(Outcome(name, patch.apply, state, not failed))
+    results.insert(0, Outcome("gpu", "-", gpu))
     return results, ok, plan, plugins
 
 
@@ -480,72 +529,87 @@ def _say(line: str, *, err: bool = False) -> None:
     print(line, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def load_manifest() -> dict[str, Any]:
+def load_manifest() -> Manifest:
     path = Path(os.environ.get("PATCHSET_MANIFEST", str(MANIFEST)))
     try:
-        manifest: object = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_bytes()
     except OSError as exc:
         raise StartRefusedError(
             f"cannot read {path}: {exc.strerror} (is the bundle mounted?)"
         ) from None
-    except ValueError as exc:
-        raise StartRefusedError(f"{path} is not a patchset manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("schema") != "patchset.manifest/1":
-        raise StartRefusedError(f"{path} is not a patchset manifest (schema patchset.manifest/1)")
-    return manifest
+    try:
+        return Manifest.loads(text)
+    except ManifestError as exc:
+        raise StartRefusedError(f"{path} is not a usable patchset manifest: {exc}") from None
 
 
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     verify = argv[:1] == ["--verify"]
     policy = os.environ.get("PATCHSET_ON_FAILURE", "fail")
-    manifest: dict[str, Any] = {"serve_args": [], "env": {}}
-    ok, refusal = True, None
+    program = os.environ.get("PATCHSET_EXEC", "vllm")
+    manifest: Manifest | None = None
+    ok, refusal, root = True, None, None
     plugins: list[str] = []
+    results: list[Outcome] = []
     try:
         manifest = load_manifest()
-        stock = manifest.get("delivery") == "stock"
+        root = vllm_root()
+        check_root(root)
+        stock = manifest.delivery == "stock"
         if stock and (HERE / "plugins").is_dir():
             sys.path.insert(0, str(HERE / "plugins"))
-        version = release_check(manifest, vllm_root()) if stock else manifest["vllm"]
+        version = release_check(manifest, root) if stock else manifest.vllm
+        if not verify and shutil.which(program) is None:
+            raise StartRefusedError(f"no {program} program on PATH: nothing to start")
         results, ok, plan, plugins = run_patches(manifest, verify=verify)
         if ok and not verify:
             try:
                 commit(plan)
             except (PatchFailedError, OSError) as exc:
                 ok = False
-                results.append(
-                    {"patch": "write", "apply": "-", "state": f"FAILED: {exc}", "ok": False}
-                )
-    except StartRefusedError as exc:
+                results.append(Outcome("write", "-", f"FAILED: {exc}", ok=False))
+    except (StartRefusedError, PatchFailedError) as exc:
         ok, refusal, results, version = False, str(exc), [], "?"
     if verify:
-        print(json.dumps({"ok": ok, "registry": manifest.get("registry"), "error": refusal,
-                          "results": results}))  # fmt: skip
+        registry = None if manifest is None else manifest.registry
+        print(json.dumps(StartReport(ok, registry, refusal, tuple(results)).to_json()))
         return 0 if ok else 1
     if refusal is None:
-        _say(f"patchset: vLLM {version} at {vllm_root()}; GPU: {results[0]['state']}")
+        _say(f"patchset: vLLM {version} at {root}; GPU: {results[0].state}")
     for result in results[1:]:
-        _say(f"patchset: {result['patch']} ({result['apply']}): {result['state']}")
+        _say(f"patchset: {result.patch} ({result.apply}): {result.state}")
     if not ok:
         reason = refusal or "a patch failed; vLLM's files are left as they were"
-        if policy != "warn":
+        if policy != "warn" or shutil.which(program) is None:
             _say(f"patchset: {reason}; not starting vllm (PATCHSET_ON_FAILURE=warn to go on)",
                  err=True)  # fmt: skip
             return REFUSED
         _say(f"patchset: {reason}; starting vllm unpatched (PATCHSET_ON_FAILURE=warn)", err=True)
         plugins = []
-    for key, value in manifest.get("env", {}).items():
+    return run_vllm(manifest, program, argv, plugins, started)
+
+
+def run_vllm(
+    manifest: Manifest | None, program: str, argv: list[str], plugins: list[str], started: float
+) -> int:
+    """Exec `program serve` with the manifest's arguments and environment; returns only
+    when the exec fails (one line, exit 9)."""
+    for key, value in ({} if manifest is None else manifest.env).items():
         os.environ.setdefault(key, value)
     os.environ["PATCHSET_ACTIVE_PLUGINS"] = ",".join(plugins)
-    if (HERE / "plugins").is_dir() and manifest.get("delivery") == "stock":
+    stock = manifest is not None and manifest.delivery == "stock"
+    if plugins and stock and (HERE / "plugins").is_dir():  # only plugin code that checked out
         path = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = str(HERE / "plugins") + (f"{os.pathsep}{path}" if path else "")
-    program = os.environ.get("PATCHSET_EXEC", "vllm")
-    args = [program, "serve", *manifest["serve_args"], *argv]
+    serve_args = () if manifest is None else manifest.serve_args
     elapsed = (time.perf_counter() - started) * 1000
     _say(f"patchset: ready in {elapsed:.0f} ms; exec {program} serve")
-    return os.execvp(program, args)  # noqa: S606 - exec is the point: vllm replaces this process
+    try:
+        os.execvp(program, [program, "serve", *serve_args, *argv])  # noqa: S606 - vllm replaces us
+    except OSError as exc:
+        _say(f"patchset: cannot start {program}: {exc.strerror}", err=True)
+    return REFUSED
 
 
 if __name__ == "__main__":

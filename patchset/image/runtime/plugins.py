@@ -8,8 +8,10 @@ start-up selected it (``PATCHSET_ACTIVE_PLUGINS``, set by the entrypoint), or, w
 entrypoint, unless ``PATCHSET_DISABLE`` / ``PATCHSET_ONLY`` leave it out. vLLM's own
 ``VLLM_PLUGINS`` filter acts before any of this: a patch left out there is never loaded.
 
-A patch whose ``apply()`` raises prints one line on stderr; with ``PATCHSET_ON_FAILURE=warn``
-vLLM goes on without it, otherwise the process exits with status 9.
+A patch whose ``apply()`` raises (anything short of KeyboardInterrupt, ``sys.exit()``
+included: it would end vLLM's process with its status) prints one line on stderr; with
+``PATCHSET_ON_FAILURE=warn`` vLLM goes on without it, otherwise the process exits with
+status 9.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def run(patch_id: str, module: str) -> None:
         return
     try:
         importlib.import_module(module).apply()
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # sys.exit() too: it would end vLLM's process as if done
         print(
             f"patchset: plugin {patch_id} failed in pid {os.getpid()}:"
             f" {type(exc).__name__}: {exc}".replace("\n", " "),
