@@ -5,11 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchset.kernel.manifest import Manifest
+
+from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 
 # A small tree and diffs for it, shared by the engine, fault and hostile-input tests.
 BODY = "".join(f"line {i}\n" for i in range(1, 21))
@@ -150,3 +154,20 @@ def run_entrypoint(
             **env,
         },
     )
+
+
+class MemoryReleases(ReleaseSource):
+    """Releases held in memory (version: {path: text}), oldest first."""
+
+    name = "memory"
+
+    def __init__(self, releases: dict[str, dict[str, str]]) -> None:
+        self.releases = releases
+
+    def versions(self) -> list[str]:
+        return list(self.releases)
+
+    @contextmanager
+    def open(self, version: str) -> Iterator[MemoryTree]:
+        files = {rel: text.encode() for rel, text in self.releases[version].items()}
+        yield MemoryTree(ReleaseInfo(version, "memory"), files)

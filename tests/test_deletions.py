@@ -13,8 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,10 +29,16 @@ from patchset.refresh import refresh
 from patchset.registry import load_registry
 from patchset.registry.diffs import parse_diff
 from patchset.release_check import CheckResult, check
-from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 from patchset.sources.folder import FolderSource
 from tests.releases import tree_digest
-from tests.synthetic import BODY, add_patch, build_manifest, exported_bundle, make_tree
+from tests.synthetic import (
+    BODY,
+    MemoryReleases,
+    add_patch,
+    build_manifest,
+    exported_bundle,
+    make_tree,
+)
 
 Completed = subprocess.CompletedProcess[str]
 GONE = "vllm/sub/gone.py"
@@ -292,14 +297,18 @@ def test_deletions_git_does_not_write_are_refused(text: str, message: str) -> No
 
 
 def test_from_tree_expresses_deletions(tmp_path: Path) -> None:
-    """`add --from-tree`: a release file gone from the edited tree is a deletion; `--file`
-    limits the patch to the files named, as before."""
+    """`add --from-tree`: a release file gone from a folder the edited tree holds is a
+    deletion; one whose folder the tree lacks altogether is not (a checkout has no wheel-built
+    folders) unless named; `--file` limits the patch to the files named, as before."""
     pristine = make_tree(tmp_path / "pristine", BASE)
     edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
     with FolderSource(pristine).open("0.19.1") as tree:
+        unheld = diff_tree(edited, tree)
+        (edited / GONE).parent.mkdir()  # the folder is there, the file is gone: deleted
         found = diff_tree(edited, tree)
         limited = diff_tree(edited, tree, [MOD])
         only_gone = diff_tree(edited, tree, [GONE])
+    assert (unheld.deleted, unheld.files, unheld.not_held) == ((), (MOD,), ("vllm/sub/",))
     assert found.deleted == (GONE,) and set(found.files) == {MOD, GONE}
     assert (limited.deleted, limited.files) == ((), (MOD,))
     assert only_gone.deleted == (GONE,)
@@ -399,21 +408,7 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     assert "still there, though deleted at build time" in json.dumps(report)
 
 
-class TwoReleases(ReleaseSource):
-    """Two releases held in memory, by version."""
-
-    name = "memory"
-
-    def __init__(self, releases: dict[str, dict[str, str]]) -> None:
-        self.releases = releases
-
-    def versions(self) -> list[str]:
-        return list(self.releases)
-
-    @contextmanager
-    def open(self, version: str) -> Iterator[MemoryTree]:
-        files = {rel: text.encode() for rel, text in self.releases[version].items()}
-        yield MemoryTree(ReleaseInfo(version, "memory"), files)
+TwoReleases = MemoryReleases
 
 
 def test_refresh_carries_a_deletion(tmp_path: Path) -> None:
@@ -440,13 +435,14 @@ def test_add_from_tree_names_the_deletions(
     release it was cut from; `--file` leaves it out."""
     pristine = make_tree(tmp_path / "pristine", BASE)
     edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
+    (edited / GONE).parent.mkdir()
     registry = tmp_path / "patches"
     registry.mkdir()
     source = ["--vllm", "0.19.1", "--source", str(pristine)]
     args = ["--registry", str(registry), "add", "edits", "--from-tree", str(edited), *source]
     assert main(args) == 0
     err = capsys.readouterr().err
-    assert f"deletes (in vLLM 0.19.1, absent from the edited tree): {GONE}" in err
+    assert f"deletes 1 file of vLLM 0.19.1 absent from the edited tree: {GONE}" in err
     assert "0.19.1 needed" in (registry / "edits" / "patch.toml").read_text()
     assert main([*args[:3], "only-mod", *args[4:], "--file", MOD]) == 0
     assert "deletes" not in capsys.readouterr().err

@@ -22,6 +22,7 @@ import tomlkit
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from tomlkit.items import Table as TomlTable
 
+from patchset._fs import replace_folder
 from patchset.adapters import forge
 from patchset.authoring.diff import DiffPayload
 from patchset.errors import RegistryError, UsageError
@@ -322,9 +323,9 @@ def _unstaged(exc: RegistryError, folder: Path) -> str:
 
 
 def _rename(folder: Path, dest: Path) -> None:
-    if dest.exists():  # someone added the same id meanwhile
+    if os.path.lexists(dest):  # someone added the same id meanwhile: never replaced
         raise UsageError(f"patch {dest.name!r} exists already", path=dest)
-    os.replace(folder, dest)
+    replace_folder(folder, dest)
 
 
 def _move_into_place(folder: Path, dest: Path) -> Patch:

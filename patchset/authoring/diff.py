@@ -9,7 +9,10 @@ applied to it.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -195,13 +198,64 @@ def _hunk_text(hunk: object) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def read_diff_file(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read: {exc.strerror}", path=path) from None
+MAX_INPUT = 256 * 1024 * 1024  # bytes: a diff or an overlay larger than this is refused
+
+
+def read_diff_file(path: Path | str, *, what: str = "diffs") -> str:
+    """A diff or an overlay the user named, as UTF-8 text: `-` is stdin; anything else must
+    be a regular file (a FIFO, a device or a folder is refused at once, never waited on) of
+    at most MAX_INPUT bytes. UsageError or PayloadError in one line, naming it."""
+    data = read_input(path)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise PayloadError(f"line {line}: not UTF-8; diffs are UTF-8 text", path=path) from None
+        raise PayloadError(f"line {line}: not UTF-8; {what} are UTF-8 text", path=path) from None
+
+
+def read_input(path: Path | str, *, limit: int = MAX_INPUT) -> bytes:
+    """The bytes of a user's input file (`-`: stdin), bounded by `limit`."""
+    if str(path) == "-":
+        stream = getattr(sys.stdin, "buffer", None)  # None: a text stream put in its place
+        data = stream.read(limit + 1) if stream else sys.stdin.read(limit + 1).encode()
+        if len(data) > limit:
+            raise UsageError(f"more than {_size(limit)} on stdin: refused (at most {_size(limit)})")
+        return data
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", path=path) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UsageError(f"not a regular file ({_kind(info.st_mode)}): give a file", path=path)
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > limit:
+            raise UsageError(
+                f"{_size(info.st_size)}: larger than {_size(limit)}, refused", path=path
+            )
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise UsageError(f"cannot read: {exc.strerror}", path=path) from None
+    if len(data) > limit:  # it grew while read
+        raise UsageError(f"larger than {_size(limit)}, refused", path=path)
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+def _size(count: int) -> str:
+    return f"{count / (1024 * 1024):.0f} MiB" if count >= 1024 * 1024 else f"{count} bytes"

@@ -7,18 +7,26 @@ it with the origin line for patch.toml and the notes for the user. The CLI parse
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from patchset.adapters import forge
 from patchset.authoring import tree as trees
-from patchset.authoring.diff import DiffPayload, detector, normalize_diff, read_diff_file
+from patchset.authoring.diff import (
+    NO_PREAMBLE,
+    DiffPayload,
+    detector,
+    normalize_diff,
+    read_diff_file,
+)
 from patchset.authoring.layout import Layout
 from patchset.errors import UsageError
 from patchset.sources import parse_source, select
 from patchset.sources.base import ReleaseSource
+
+MAX_DELETIONS = 5  # more files deleted by an edited tree are refused unless allowed
+SHOWN = 3  # names shown of a long list
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class PayloadRequest:
     index_url: str | None = None
     offline: bool = False
     no_check: bool = False  # check no release (a tree or overlays still read one)
+    allow_deletions: bool = False  # from_tree: more than MAX_DELETIONS files may be deleted
     today: str | None = None  # the date in the origin line; None: today (UTC)
 
 
@@ -57,11 +66,10 @@ def releases(request: PayloadRequest) -> tuple[ReleaseSource | None, list[str]]:
     release from `since`, else the releases the source holds without downloading."""
     if request.no_check and not (request.from_tree or request.overlay):
         return None, []
-    cached_only = not (request.vllm or request.since or request.source)
     source = parse_source(
         request.source,
         index_url=request.index_url,
-        offline=request.offline or cached_only,
+        offline=request.offline,  # never offline unless asked: what a check needs is fetched
         prereleases=request.pre,
     )
     if request.no_check:
@@ -81,6 +89,11 @@ def prepare(request: PayloadRequest) -> Prepared:
         payload, origin, notes = _overlays(request, source, versions, today)
     else:
         payload, origin, notes = _diff(request, source, versions, today)
+    if versions and not (request.vllm or request.since or request.source):
+        notes.append(
+            f"checked against the {len(versions)} release{'s' if len(versions) != 1 else ''}"
+            f" already in the cache ({listed(versions)}); --vllm X or --since X choose others"
+        )
     return Prepared(source, tuple(versions), payload, origin, tuple(notes))
 
 
@@ -102,14 +115,39 @@ def _from_tree(
         )
     notes: list[str] = []
     if found.unreadable:
-        notes.append(f"left out (not UTF-8 text): {', '.join(found.unreadable)}")
-    if found.deleted:
+        notes.append(f"left out (not UTF-8 text): {listed(found.unreadable)}")
+    if found.not_held:
         notes.append(
-            f"deletes (in vLLM {version}, absent from the edited tree): {', '.join(found.deleted)}"
+            f"not compared: vLLM {version}'s folders the edited tree does not have"
+            f" ({listed(found.not_held)}); nothing in them is deleted (--file vllm/PATH names"
+            " a file to delete)"
+        )
+    if found.deleted:
+        count = len(found.deleted)
+        if count > MAX_DELETIONS and not (request.allow_deletions or request.files):
+            raise UsageError(
+                f"would delete {count} files of vLLM {version} absent from the edited tree"
+                f" ({listed(found.deleted)}): more than {MAX_DELETIONS} are refused;"
+                " --allow-deletions keeps them, --file vllm/PATH limits the patch to the"
+                " files named",
+                path=folder,
+            )
+        notes.append(
+            f"deletes {count} file{'s' if count != 1 else ''} of vLLM {version} absent from"
+            f" the edited tree: {listed(found.deleted)}"
             + ("" if request.files else "; --file vllm/PATH limits the patch to the files named")
         )
-    payload = normalize_diff(found.text, file=folder)
+    # diff_tree writes the registry's form already: no lenient reading (a 60 MB new file
+    # is then read once more by the registry's loader, not three times more).
+    targets = tuple(f for f in found.files if f not in found.unreadable)
+    payload = DiffPayload(found.text, targets, (), NO_PREAMBLE)
     return payload, f"the edits in {folder.name}/ against vLLM {version} (added {today})", notes
+
+
+def listed(names: tuple[str, ...] | list[str]) -> str:
+    """The first few of `names` and how many more."""
+    more = len(names) - SHOWN
+    return ", ".join(names[:SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
 def _overlays(
@@ -124,11 +162,19 @@ def _overlays(
         )
     notes: list[str] = []
     parts = []
+    identical: list[str] = []
     for spec in request.overlay:
         name, _, target = spec.partition("=")
         path = Path(name)
-        text = read_diff_file(path)
+        text = read_diff_file(path, what="overlays")
         match, old = trees.match_overlay(path, text, source, candidates, target or None)
+        if old == text:
+            also = [v for v in match.same if v != match.version]
+            identical.append(
+                f"{path} is identical to {match.target} of vLLM {match.version}"
+                + (f" (and of {', '.join(also)})" if also else "")
+            )
+            continue
         also = [v for v in match.same if v != match.version]
         chosen = ""
         if match.next_best is not None:
@@ -144,6 +190,13 @@ def _overlays(
             + ")"
         )
         parts.append(trees.unified(match.target, old, text))
+    if not parts:
+        raise UsageError(
+            "; ".join(identical) + ": nothing to import (an overlay holds a fix only where it"
+            " differs from the release it was copied from)",
+            path=request.overlay[0].partition("=")[0],
+        )
+    notes += [f"{line}: nothing to import from it, left out" for line in identical]
     payload = normalize_diff("".join(parts), file=request.overlay[0])
     names = ", ".join(Path(s.partition("=")[0]).name for s in request.overlay)
     return payload, f"overlays {names} (added {today})", notes
@@ -155,7 +208,7 @@ def _diff(
     pr = request.pr
     if request.diff is not None:
         name = "<stdin>" if request.diff == "-" else request.diff
-        text = sys.stdin.read() if request.diff == "-" else read_diff_file(Path(request.diff))
+        text = read_diff_file(request.diff)
         origin = f"{pr + ', ' if pr else ''}diff {Path(name).name} (added {today})"
     elif pr is not None:
         name = forge.pr_diff_url(pr, request.forge_url)

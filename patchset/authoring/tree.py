@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -25,8 +26,8 @@ def unified(path: str, old: str | None, new: str | None, *, executable: bool = F
     context), with `\\ No newline at end of file` where a side ends without one; `new` None
     deletes the file (git's form: `deleted file mode`, `+++ /dev/null`); a file created
     `executable` says so as git does (`new file mode 100755`)."""
-    old_lines = [] if old is None else old.splitlines(keepends=True)
-    new_lines = [] if new is None else new.splitlines(keepends=True)
+    old_lines = [] if old is None else lines_of(old)
+    new_lines = [] if new is None else lines_of(new)
     out = [f"--- {'/dev/null' if old is None else 'a/' + path}\n", f"+++ b/{path}\n"]
     if old is None and executable:
         out = [f"diff --git a/{path} b/{path}\n", "new file mode 100755\n", *out]
@@ -38,6 +39,16 @@ def unified(path: str, old: str | None, new: str | None, *, executable: bool = F
         for line in list(difflib.unified_diff(old_lines, new_lines, n=3))[2:]
     ]
     return "".join(out)
+
+
+def lines_of(text: str) -> list[str]:
+    """`text`'s lines, each with its `\\n`, split on `\\n` only as diff and patch do (not on
+    form feeds, lone carriage returns or the other breaks `str.splitlines` knows)."""
+    parts = text.split("\n")
+    lines = [part + "\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
 
 
 def tree_root(folder: Path) -> Path:
@@ -61,26 +72,37 @@ class TreeDiff:
     files: tuple[str, ...]  # changed, deleted or (with --file) created
     unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
     deleted: tuple[str, ...] = ()  # files of the release absent from the edited tree
+    not_held: tuple[str, ...] = ()  # folders of the release the edited tree has not at all
 
 
 def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
     """The difference between the edited tree at `folder` and `pristine`: every file of the
     release that differs or is gone from the edited tree (deleted), or only `files` (a file
     named there but not in the release is created). Files only in the edited tree (compiled
-    modules, caches) are not looked at."""
+    modules, caches) are not looked at.
+
+    A release file is proposed for deletion only when the edited tree holds its folder: a
+    checkout or an sdist has no built or vendored folders (`vllm/third_party/...` of a
+    wheel), and what it does not hold it does not delete (those folders are `not_held`; name
+    a file with `files` to delete it). Every file read must be a regular file inside the
+    edited vllm/ package: a symlink leading out of it, or a FIFO, is refused (UsageError)."""
     root = tree_root(folder)
+    package = (root / "vllm").resolve()
     wanted = [_relpath(f) for f in files]
     names = wanted or sorted(p for p in pristine.paths() if p.startswith("vllm/"))
     parts: list[str] = []
     changed: list[str] = []
     unreadable: list[str] = []
     deleted: list[str] = []
+    not_held: dict[str, None] = {}
     for rel in names:
-        edited = root / rel
+        edited = _edited(root, package, rel)
+        parent = PurePosixPath(rel).parent.as_posix()
+        if edited is None and not wanted and not (root / parent).is_dir():
+            not_held[_missing_folder(root, parent)] = None
+            continue
         old_bytes = pristine.read(rel)
-        if os.path.lexists(edited) and not edited.is_file():  # a folder, a broken link
-            raise UsageError(f"{rel}: not a regular file in the edited tree", path=root)
-        new_bytes = edited.read_bytes() if edited.is_file() else None
+        new_bytes = None if edited is None else _read(edited, rel, root)
         if new_bytes is None and old_bytes is None:
             raise UsageError(
                 f"--file {rel}: neither in the edited tree nor in the release", path=root
@@ -93,18 +115,68 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
         except UnicodeDecodeError:
             unreadable.append(rel)
             continue
-        executable = old is None and bool(edited.stat().st_mode & 0o100)  # git: 100755
+        executable = old is None and edited is not None and bool(edited.stat().st_mode & 0o100)
         parts.append(unified(rel, old, new, executable=executable))
         changed.append(rel)
         if new is None:
             deleted.append(rel)
-    return TreeDiff("".join(parts), tuple(changed), tuple(unreadable), tuple(deleted))
+    return TreeDiff(
+        "".join(parts), tuple(changed), tuple(unreadable), tuple(deleted), tuple(not_held)
+    )
+
+
+def _edited(root: Path, package: Path, rel: str) -> Path | None:
+    """The real path of `rel` in the edited tree, None when it has no such entry; refused
+    when it is not a regular file or a symlink (of it or a folder above it) leads out of the
+    edited vllm/ package."""
+    path = root / rel
+    if not os.path.lexists(path):
+        return None
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(package):
+        raise UsageError(f"{rel}: a symlink leading out of the edited tree ({real})", path=root)
+    try:
+        mode = real.stat().st_mode
+    except OSError:  # a link to nothing
+        raise UsageError(f"{rel}: a symlink to nothing in the edited tree", path=root) from None
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{rel}: not a regular file in the edited tree", path=root)
+    return real
+
+
+def _read(path: Path, rel: str, root: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{rel}: cannot be read ({exc.strerror})", path=root) from None
+
+
+def _missing_folder(root: Path, parent: str) -> str:
+    """The outermost folder of `parent` the edited tree lacks, as `vllm/a/b/`."""
+    parts = PurePosixPath(parent).parts
+    for depth in range(1, len(parts) + 1):
+        here = "/".join(parts[:depth])
+        if not (root / here).is_dir():
+            return here + "/"
+    return parent + "/"
 
 
 def _relpath(name: str) -> str:
     path = PurePosixPath(name.replace(os.sep, "/"))
     if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != "vllm":
         raise UsageError(f"--file {name!r}: give a path under vllm/, e.g. vllm/config/vllm.py")
+    return path.as_posix()
+
+
+def _release_path(name: str, overlay: Path) -> str:
+    """`OVERLAY=vllm/PATH`'s path, checked: a relative path under vllm/ (bad input, exit 2)."""
+    path = PurePosixPath(name.replace(os.sep, "/"))
+    if path.is_absolute() or ".." in path.parts or len(path.parts) < 2 or path.parts[0] != "vllm":
+        raise UsageError(
+            f"--overlay {overlay}={name}: give the path of a file of the release, under vllm/"
+            " (e.g. vllm/config/vllm.py)",
+            path=overlay,
+        )
     return path.as_posix()
 
 
@@ -132,6 +204,8 @@ def match_overlay(
     when nothing is alike enough, or when other files of that name are about as alike (each
     listed: name the one meant with `target`)."""
     name = overlay.name
+    if target is not None:
+        target = _release_path(target, overlay)
     by_path: dict[str, tuple[float, list[str], str]] = {}  # likeness, its releases, text
     looked = 0
     for version in versions:

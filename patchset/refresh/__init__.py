@@ -28,6 +28,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchset._fs import sha256_hex
 from patchset.adapters.gitrepo import conflict_lines
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError, UsageError
@@ -45,11 +46,12 @@ from patchset.refresh.job import (
 )
 from patchset.refresh.merge import diff_of, refresh_diff, write_diff_variant
 from patchset.refresh.workdir import (
+    STATE,
     WORK_FOLDER,
     default_workdir,
     load_state,
     remove_work,
-    stored_release,
+    work_file,
 )
 from patchset.registry import Patch, Registry, Variant
 from patchset.release_check.moves import moved_files
@@ -97,18 +99,9 @@ def refresh(
         )
     target, versions = select.one(source, version)
     variant = _from_variant(patch, target, versions)
-    probe = patch.upstream.probe
-    wanted = tuple(dict.fromkeys([*variant.files, *([probe.file] if probe else [])]))
-    with source.open(target) as tree:
-        # A stacked patch is carried on top of the patches it requires, as `check` reads it.
-        read = stacked_reader(registry, patch, tree.read, target)
-        release = {rel: read(rel) for rel in wanted}
-        _refuse_if_fits(patch, variant, target, release)
-        last = _last(source, variant, target, versions)
-        moves = _follow_moves(tree, patch, variant, target, release, before=last)
-        target_files = {
-            rel: tree.read(moves[rel]) if rel in moves else release[rel] for rel in variant.files
-        }
+    target_files, moves = _release_files(
+        registry, patch, variant, target, versions=versions, source=source, refuse_if_fits=True
+    )
     base = _base(variant, target, versions)
     job = Job(registry, patch, variant, target, base, target_files, tuple(versions), moves)
     if patch.kind == "diff":
@@ -122,38 +115,63 @@ def refresh(
     return refresh_runtime(job, source, write=write, picks=picks or {})
 
 
-def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) -> RefreshResult:
+def finish(
+    registry: Registry,
+    patch_id: str,
+    *,
+    workdir: Path | None = None,
+    source: ReleaseSource | None = None,
+) -> RefreshResult:
     """Turn the edited files of an unfinished refresh into the new variant.
 
-    Refused while a conflict marker is left, or when the patch changed since the refresh began.
+    Nothing in the work folder is taken on trust: its state is checked against the source
+    (the release is one it offers, the variant and base are the ones refresh works out, the
+    release's files, read again from the source, have the digests recorded), the edited
+    files must be regular files (no symlink), and the new variant is applied to the real
+    release before anything is written. Refused while a conflict marker is left, or when the
+    patch changed since the refresh began.
     """
+    if source is None:
+        from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
+
+        source = IndexSource()
     patch = registry.get(patch_id)
     work = workdir or default_workdir(registry, patch.id)
     state = load_state(work, patch.id)
     variant = next((v for v in patch.variants if v.name == state.from_variant), None)
-    moves = state.moves
     if (
         variant is None
         or variant.sha256 != state.from_sha256
         or patch.revision != state.revision
         or sorted(state.files) != sorted(variant.files)
-        or not set(moves) <= set(variant.files)
+        or not set(state.moves) <= set(variant.files)
     ):
         raise UsageError(
             f"{patch.id} changed since its refresh began (revision {state.revision},"
             f" {state.from_variant}); start again: --abort, then refresh --vllm"
             f" {state.vllm}"
         )
-    target: str = state.vllm
-    release: dict[str, bytes | None] = {}
-    edited: dict[str, bytes | None] = {}
-    for rel, sha in state.files.items():
-        release[rel] = stored_release(work, rel, sha)
-        at = moves.get(rel, rel)
-        path = work / at
-        if not path.is_file():
-            raise UsageError(f"{at} is missing from the work folder", path=work)
-        edited[rel] = path.read_bytes()
+    target, versions = select.one(source, state.vllm)
+    expected = _from_variant(patch, target, versions)
+    base = _base(expected, target, versions)
+    if expected.name != variant.name or base != state.base:
+        raise UsageError(
+            f"the refresh state says {state.from_variant} from base {state.base}, but refresh"
+            f" carries {expected.name} from base {base} onto vllm {target}: start again"
+            " (--abort)",
+            path=work / STATE,
+        )
+    release, moves = _release_files(
+        registry, patch, variant, target, versions=versions, source=source
+    )
+    recorded = {rel: None if data is None else sha256_hex(data) for rel, data in release.items()}
+    if moves != dict(state.moves) or recorded != dict(state.files):
+        raise UsageError(
+            f"vllm {target}'s files from the {source.name} source are not the ones the refresh"
+            " began with: start again (--abort)",
+            path=work / STATE,
+        )
+    edited: dict[str, bytes | None] = {rel: work_file(work, moves.get(rel, rel)) for rel in release}
     left = [
         f"{moves.get(rel, rel)}:{n}"
         for rel, data in edited.items()
@@ -165,13 +183,13 @@ def finish(registry: Registry, patch_id: str, *, workdir: Path | None = None) ->
             f"{' and more' if len(left) > 3 else ''}: resolve them, then run --finish again",
             path=work,
         )
-    job = Job(registry, patch, variant, target, state.base, release, state.versions, moves)
+    job = Job(registry, patch, variant, target, base, release, tuple(versions), moves)
     payload = diff_of(job, edited)
     if not payload.strip():
         raise UsageError(
             f"the edited files are vllm {target}'s own: nothing is left of {patch.id}", path=work
         )
-    result = write_diff_variant(job, payload)
+    result = write_diff_variant(job, payload)  # applied to the release's files before written
     remove_work(work)
     return result
 
@@ -183,6 +201,34 @@ def abort(registry: Registry, patch_id: str, *, workdir: Path | None = None) -> 
     load_state(work, patch.id)  # refuse to delete a folder that is not ours
     remove_work(work)
     return work
+
+
+def _release_files(
+    registry: Registry,
+    patch: Patch,
+    variant: Variant,
+    target: str,
+    *,
+    versions: list[str],
+    source: ReleaseSource,
+    refuse_if_fits: bool = False,
+) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """The target release's files the variant patches (keyed by the variant's paths, on top
+    of the patches it requires) and where the release moved any of them."""
+    probe = patch.upstream.probe
+    wanted = tuple(dict.fromkeys([*variant.files, *([probe.file] if probe else [])]))
+    with source.open(target) as tree:
+        # A stacked patch is carried on top of the patches it requires, as `check` reads it.
+        read = stacked_reader(registry, patch, tree.read, target)
+        release = {rel: read(rel) for rel in wanted}
+        if refuse_if_fits:
+            _refuse_if_fits(patch, variant, target, release)
+        last = _last(source, variant, target, versions)
+        moves = _follow_moves(tree, patch, variant, target, release, before=last)
+        files = {
+            rel: tree.read(moves[rel]) if rel in moves else release[rel] for rel in variant.files
+        }
+    return files, moves
 
 
 def _from_variant(patch: Patch, target: str, versions: list[str]) -> Variant:

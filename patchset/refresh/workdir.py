@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchset._fs import sha256_hex, write_atomic
-from patchset.errors import UsageError
+from patchset.errors import UsageError, one_line
 from patchset.refresh.job import Job
-from patchset.registry import Registry
+from patchset.registry import Registry, ranges
 
 WORK_FOLDER = ".patchset-refresh"  # beside the registry: <registry>/../.patchset-refresh/<id>
 STATE = ".patchset/refresh.json"  # inside the work folder, with the release's files beside it
@@ -61,15 +63,21 @@ class RefreshState:
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
             raise UsageError("not a patchset refresh state", path=path)
         for key, kind in _STATE_KEYS.items():
-            if not isinstance(data.get(key), kind):
+            value = data.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
                 raise UsageError(f"refresh state without a valid {key!r}", path=path)
+        for key in ("vllm", "base"):
+            if not _version(data[key]):
+                raise UsageError(f"refresh state: {key!r} is not a version", path=path)
+        if not all(_version(v) for v in data["versions"]):
+            raise UsageError("refresh state: 'versions' holds what is not a version", path=path)
         moves = data.get("moves", {})  # absent in a state written before moves were followed
         if not isinstance(moves, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in moves.items()
+            _release_path(k) and isinstance(v, str) and _release_path(v) for k, v in moves.items()
         ):
             raise UsageError("refresh state without a valid 'moves'", path=path)
         files = data["files"]
-        if not all(isinstance(k, str) and isinstance(v, str | None) for k, v in files.items()):
+        if not all(_release_path(k) and isinstance(v, str | None) for k, v in files.items()):
             raise UsageError("refresh state without a valid 'files'", path=path)
         return cls(
             patch=data["patch"],
@@ -84,6 +92,26 @@ class RefreshState:
         )
 
 
+def _version(text: object) -> bool:
+    """Whether `text` is a version as a release spells one (a bounded length: a 5,000-digit
+    number is no release, and too long for `int`)."""
+    return isinstance(text, str) and len(text) <= 64 and ranges.is_version(text)
+
+
+def _release_path(name: object) -> bool:
+    """Whether `name` is a relative path under vllm/ (nothing absolute, no `..`)."""
+    if not isinstance(name, str) or "\x00" in name or "\\" in name:
+        return False
+    path = PurePosixPath(name)
+    return (
+        not path.is_absolute()
+        and len(path.parts) >= 2
+        and path.parts[0] == "vllm"
+        and ".." not in path.parts
+        and path.as_posix() == name
+    )
+
+
 _STATE_KEYS: dict[str, type] = {
     "patch": str,
     "revision": int,
@@ -94,6 +122,7 @@ _STATE_KEYS: dict[str, type] = {
     "versions": list,
     "files": dict,
 }
+MAX_STATE = 16 * 1024 * 1024  # bytes: a refresh.json is a few hundred
 
 
 def write_work(job: Job, work: Path, merged: dict[str, bytes | None]) -> None:
@@ -140,26 +169,50 @@ def write_work(job: Job, work: Path, merged: dict[str, bytes | None]) -> None:
 
 def load_state(work: Path, patch_id: str) -> RefreshState:
     path = work / STATE
+    if not os.path.lexists(path):
+        raise UsageError(f"no unfinished refresh of {patch_id} here", path=work)
+    data = work_file(work, STATE, limit=MAX_STATE)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"no unfinished refresh of {patch_id} here", path=work) from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"unreadable refresh state: {exc}", path=path) from None
-    state = RefreshState.from_json(data, path=path)
+        parsed = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # deep nesting is a RecursionError
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise UsageError(f"unreadable refresh state: {one_line(reason)}", path=path) from None
+    state = RefreshState.from_json(parsed, path=path)
     if state.patch != patch_id:
         raise UsageError(f"this is a refresh of {state.patch!r}, not {patch_id}", path=path)
     return state
 
 
-def stored_release(work: Path, rel: str, sha: str | None) -> bytes | None:
-    if sha is None:
-        return None
-    path = work / STATE
-    kept = path.parent / "release" / rel
-    data = kept.read_bytes() if kept.is_file() else b""
-    if sha256_hex(data) != sha:
-        raise UsageError("the release's copy was changed: start again (--abort)", path=kept)
+def work_file(work: Path, rel: str, *, limit: int | None = None) -> bytes:
+    """A file of the work folder: a regular file reached through no symlink (neither it nor
+    a folder above it, below `work`); anything else is refused, never followed or waited on."""
+    path = work
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        try:
+            info = path.lstat()
+        except FileNotFoundError:
+            raise UsageError(f"{rel} is missing from the work folder", path=work) from None
+        except OSError as exc:
+            raise UsageError(f"{rel}: cannot be read ({exc.strerror})", path=work) from None
+        if stat.S_ISLNK(info.st_mode):
+            raise UsageError(
+                f"{path.relative_to(work)} is a symlink: the work folder holds only the files"
+                " refresh wrote (start again: --abort)",
+                path=work,
+            )
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(f"{rel} is not a regular file (start again: --abort)", path=work)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise UsageError(f"{rel} is not a regular file", path=work)
+            data = handle.read() if limit is None else handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"{rel}: cannot be read ({exc.strerror})", path=work) from None
+    if limit is not None and len(data) > limit:
+        raise UsageError(f"{rel}: larger than {limit} bytes", path=work)
     return data
 
 

@@ -11,7 +11,7 @@ from patchset.adapters import forge
 from patchset.authoring import add
 from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
-from patchset.authoring.payload import PayloadRequest, Prepared, prepare
+from patchset.authoring.payload import MAX_DELETIONS, PayloadRequest, Prepared, prepare
 from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
 from patchset.cli.sourceopts import add_source_options
 from patchset.errors import ExitCode, UsageError
@@ -26,11 +26,17 @@ vllm/ package (`patch -p1` from site-packages/vllm) is found so when every file 
 under vllm/ in a known release, or said with --root vllm (and --strip N). The text above the
 diff becomes the description (a mail's Subject the title, its From the credit). The range is
 suggested by checking the new patch against releases: --vllm/--since, else every release
-already in the cache (nothing is downloaded).
+already in the cache (the files the check needs that the cache lacks are fetched, unless
+--offline).
+
+An edited tree deletes only files of folders it holds (a checkout or sdist has no built or
+vendored folders of the wheel); more than a few deletions need --allow-deletions. Inputs
+(--diff, --overlay) are regular files (or '-', stdin) of at most 256 MiB; --from-tree reads
+no symlink leading out of the tree.
 
 Refused, with nothing written (exit 2): an id that exists, a diff that does not parse, a
 diff that touches no file under vllm/, a --from-tree folder with no vllm/, an overlay that
-matches no release."""
+matches no release or is identical to it."""
 
 UPDATE_DESCRIPTION = """\
 Give an existing diff patch a new payload: its pull request's diff again (the recorded
@@ -68,6 +74,12 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
         metavar="vllm/PATH",
         help="with --from-tree: only this file (repeatable; one not in the release is created,"
         " one not in the edited tree deleted)",
+    )
+    p.add_argument(
+        "--allow-deletions",
+        action="store_true",
+        help=f"with --from-tree: let the patch delete more than {MAX_DELETIONS} files of the"
+        " release that the edited tree lacks",
     )
     p.add_argument(
         "--pr",
@@ -170,6 +182,7 @@ def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None
             index_url=args.index_url,
             offline=args.offline,
             no_check=args.no_check,
+            allow_deletions=args.allow_deletions,
         )
     )
     for note in prepared.notes:

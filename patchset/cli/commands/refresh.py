@@ -25,6 +25,9 @@ patches its new path, which is added to `targets`.
 A clean merge is written at once (--dry-run: only shown). A conflict leaves the merged files,
 with conflict markers, in a work folder: edit them, then `patchset refresh ID --finish`.
 
+--finish checks the work folder against the release again (its files are read anew from the
+source, --source as for the refresh) and takes only regular files from it.
+
 runtime patches: for each site whose anchor no longer matches, the nearest candidates in X;
 where one is clearly best it is proposed as the new anchor. --write records the proposal;
 --pick SITE=N takes candidate N instead."""
@@ -81,7 +84,9 @@ def _picks(values: list[str]) -> dict[str, int]:
 def run(args: argparse.Namespace) -> int:
     registry = load(args.registry, [args.id])
     if args.finish or args.abort:
-        extra = [flag for flag in ("write", "dry_run", "pick", "source") if getattr(args, flag)]
+        extra = [flag for flag in ("write", "dry_run", "pick") if getattr(args, flag)]
+        if args.abort and args.source:
+            extra.append("source")
         if extra:
             flags = ", ".join("--" + f.replace("_", "-") for f in extra)
             raise UsageError(f"{flags} cannot go with --finish or --abort")
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         console().print(f"dropped the unfinished refresh of {args.id} in {work}", markup=False)
         return ExitCode.OK
     if args.finish:
-        result = finish(registry, args.id, workdir=args.workdir)
+        result = finish(registry, args.id, workdir=args.workdir, source=source_from(args))
     else:
         patch = registry.get(args.id)
         if patch.kind == "diff" and (args.write or args.pick):
