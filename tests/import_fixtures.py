@@ -177,6 +177,22 @@ def release(root: Path, version: str, files: dict[str, str] | None = None) -> Pa
     return root
 
 
+ANCHOR_SCRIPT = """\
+import io
+import sys
+
+TARGET = "/usr/local/lib/python3.12/dist-packages/vllm/x.py"
+UPSTREAM = "return z * 2  # fixed upstream"
+src = io.open(TARGET, encoding="utf-8").read()
+if UPSTREAM in src:
+    print("already upstream; nothing to do")
+    sys.exit(0)
+if "    return z * 2\\n" not in src:
+    sys.exit("anchor not found")
+new = src.replace("    return z * 2\\n", "    return z * 4\\n", 1)
+io.open(TARGET, "w", encoding="utf-8").write(new)
+"""
+
 CLUB_DIFF = """\
 diff --git a/vllm/x.py b/vllm/x.py
 --- a/vllm/x.py
@@ -242,7 +258,7 @@ def club(root: Path) -> Path:
             "models/m1/vllm/patches/overlay-x/x.py": overlay,
             "models/m1/vllm/patches/overlay-same/y.py": THING,
             "models/m1/vllm/patches/anchor/install.sh": 'python3 "$DIR/patch_x.py"\n',
-            "models/m1/vllm/patches/anchor/patch_x.py": "print('edits x.py')\n",
+            "models/m1/vllm/patches/anchor/patch_x.py": ANCHOR_SCRIPT,
             "models/m1/vllm/patches/hook/sitecustomize.py": """\
                 _TARGET = "vllm.y"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from patchset.registry import load_registry
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import bump
 from tests import gitrepos
+from tests.helpers.cli import run_cli
 from tests.synthetic import BODY, add_patch
 
 DEFINITION = """\
@@ -110,24 +110,8 @@ def test_each_patch_gets_its_outcome(project: Path) -> None:
 
 
 def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "--registry",
-            str(project / "patches"),
-            "bump",
-            *args,
-            "--source",
-            f"git:{project / 'vllm'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=project,
-        check=False,
-    )
+    where: list[str | Path] = ["--registry", project / "patches", "bump", *args]
+    return run_cli(*where, "--source", f"git:{project / 'vllm'}", cwd=project)
 
 
 def test_write_and_the_pull_request_body(project: Path) -> None:

@@ -146,13 +146,58 @@ def test_toml_writer_round_trips_any_text() -> None:
 # -- club-3090 --------------------------------------------------------------------------
 
 
-def _club(tmp_path: Path) -> Collected:
+def _club(tmp_path: Path, *, run_scripts: bool = False, script: str | None = None) -> Collected:
     checkout = fx.club(tmp_path / "c")
+    if script is not None:
+        (checkout / "models/m1/vllm/patches/anchor/patch_x.py").write_text(script)
     sources = [
         parse_source(str(fx.release(tmp_path / "r19", "0.19.1"))),
         parse_source(str(fx.release(tmp_path / "r20", "0.20.0"))),
     ]
-    return club.collect(checkout, sources=sources)
+    return club.collect(checkout, sources=sources, run_scripts=run_scripts, timeout=5)
+
+
+def test_club_anchor_script_runs_in_a_scratch_copy(tmp_path: Path) -> None:
+    collected = _club(tmp_path, run_scripts=True)
+    draft = _draft(collected, "m-anchor")
+    assert draft.meta["kind"] == "runtime"
+    assert draft.meta["vllm"] == ">=0.20.0"  # the release its compose pins
+    sites = tomllib.loads(draft.payloads["sites.toml"])["site"]
+    assert [(s["anchor"], s["text"]) for s in sites] == [
+        ("    return z * 2\n", "    return z * 4\n")  # one line: it is unique
+    ]
+    assert _at(draft.meta, "upstream", "probe") == {
+        "file": "vllm/x.py",
+        "any": ["return z * 2  # fixed upstream"],
+    }
+    # the release folders were never written
+    assert (tmp_path / "r20" / "vllm" / "x.py").read_text() == fx.RELEASE_X
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        ("while True:\n    pass\n", "refused: patch_x.py hung: stopped after 5 s"),
+        ("import sys\nsys.exit('no anchor')\n", "the script fits no release it targets"),
+    ],
+)
+def test_club_anchor_script_refused(tmp_path: Path, script: str, why: str) -> None:
+    script = "T = '/usr/local/lib/python3.12/dist-packages/vllm/x.py'\n" + script
+    collected = _club(tmp_path, run_scripts=True, script=script)
+    entry = next(e for e in collected.entries if e.source_id == "m-anchor")
+    assert entry.status == "not-imported" and entry.reasons[0].startswith(why), entry.reasons
+
+
+def test_club_anchor_script_writing_outside_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("before\n")
+    script = (
+        "T = '/usr/local/lib/python3.12/dist-packages/vllm/x.py'\n"
+        f"open({str(outside)!r}, 'w').write('after')\n"
+    )
+    collected = _club(tmp_path, run_scripts=True, script=script)
+    entry = next(e for e in collected.entries if e.source_id == "m-anchor")
+    assert entry.reasons == [f"refused: patch_x.py wrote outside its scratch tree: {outside}"]
 
 
 def test_club_forms(tmp_path: Path) -> None:

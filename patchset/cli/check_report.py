@@ -215,6 +215,9 @@ def show_table(
     for line in summary_lines(report, registry):
         con.print(line, markup=False, soft_wrap=True)
     con.print(grid_table(report, registry, wide=wide))
+    for patch in Grid(report, registry).patches:  # switch, lifecycle, predicate: said here
+        if patch.gates_text():
+            con.print(f"{patch.id}: {patch.gates_text()}", markup=False)
     if len(report.releases) > WIDE:
         con.print(LEGEND, style="dim", markup=False)
     notes = _notes(report)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
+import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
@@ -29,10 +31,14 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.authoring.tree import unified
 from patchset.errors import PatchsetError
+from patchset.importers import scripts as anchor_scripts
 from patchset.importers.common import origin_of
+from patchset.importers.edits import sites_from_edit
 from patchset.importers.genesis import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry, patch_id
 from patchset.importers.pystatic import Package, Scope
+from patchset.importers.scripts import ScriptRefused
+from patchset.importers.tomlout import dumps
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
 NAME = "club-3090"
@@ -152,6 +158,15 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 )
                 continue
             seen_folders[rel] = raw
+            code = _code_digest(target)
+            if code in digests:
+                entries.append(
+                    Entry(raw, "not-imported", reasons=[f"the same code as {digests[code]}"])
+                )
+                continue
+            digests[code] = patch_id(PREFIX, raw)
+            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=_key)
+            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=_key)
             try:
                 draft = _draft(
                     raw,
@@ -164,7 +179,11 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                     commit,
                     run_scripts,
                     timeout,
+                    wanted,
                 )
+            except ScriptRefused as why:
+                entries.append(Entry(raw, "not-imported", reasons=[f"refused: {why}"]))
+                continue
             except _Skip as why:
                 entries.append(
                     Entry(raw, "out-of-scope" if why.scope else "not-imported", reasons=[str(why)])
@@ -188,6 +207,16 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         for doc in docs
     )
     return Collected(NAME, repository, commit, drafts, entries, broken=broken, builds=builds)
+
+
+def _code_digest(target: Path) -> str:
+    """The patch's code (not its docs): two folders holding the same code are one patch."""
+    files = [target] if target.is_file() else sorted(target.rglob("*"))
+    whole = hashlib.sha256()
+    for file in files:
+        if file.is_file() and file.suffix in (".py", ".sh", ".patch", ".diff"):
+            whole.update(file.name.encode() + b"\0" + file.read_bytes() + b"\0")
+    return whole.hexdigest()
 
 
 def _digest(draft: Draft) -> str:
@@ -245,6 +274,8 @@ def _composes(root: Path, broken: dict[str, str]) -> tuple[dict[str, str], dict[
             resolved = (compose.parent / source).resolve()
             with contextlib.suppress(ValueError):
                 mounts[str(resolved.relative_to(root.resolve()))] = dest
+            # an archived compose's relative path may be stale: its folder and name still say
+            mounts.setdefault("/".join(Path(source).parts[-2:]), dest)
     return mounts, pins
 
 
@@ -319,22 +350,28 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
     commit: str | None,
     run_scripts: bool,
     timeout: float,
+    pinned: list[str],
 ) -> Draft:
     rel = str(target.relative_to(root))
     out = _metadata(raw, meta, repository, commit, rel)
     out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
     lost: list[str] = []
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
+    named = [root / str(f) for f in meta.get("files") or []]  # type: ignore[attr-defined]
+    if named and all(f.is_file() and f.suffix == ".py" for f in named):
+        files = named  # the patch is these files of a shared folder
     code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]
     diffs = [f for f in code if f.suffix in (".patch", ".diff")]
     scripts = [
         f
         for f in code
-        if (f.name.startswith("patch") and f.suffix == ".py") or f.name.startswith("_check")
+        if (f.name.startswith("patch") and f.suffix == ".py")
+        or f.name.startswith("_check")
+        or (f.suffix == ".py" and f.name != "sitecustomize.py" and _edits_files(f))
     ]
     install = next((f for f in code if f.name == "install.sh"), None)
     heredoc = install is not None and "<<'PY'" in install.read_text(errors="replace")
-    hooks = [f for f in code if f.name == "sitecustomize.py" or "local" in f.parts[-2:-1]]
+    hooks = [f for f in code if f.name == "sitecustomize.py"]
     if hooks and not diffs:
         return _python(raw, out, hooks[0], root, lost)
     if diffs:
@@ -355,11 +392,110 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
             raise _Skip(
                 "an anchor script (the collection's code): run with --run-scripts to import it"
             )
-        raise _Skip("an anchor script: running it under --run-scripts is not implemented yet")
+        own = None if install is not None else [f for f in scripts if not f.name.startswith("_")]
+        return _scripted(raw, out, target, releases, pinned, timeout, lost, own)
     overlay = [f for f in files if f.suffix == ".py"]
     if not overlay:
         raise _Skip("no vLLM code in the folder", scope=True)
     return _overlay(raw, out, root, target, overlay, mounts, releases, lost)
+
+
+def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
+    raw: str,
+    out: dict[str, object],
+    folder: Path,
+    releases: Releases,
+    pinned: list[str],
+    timeout: float,
+    lost: list[str],
+    files: list[Path] | None = None,
+) -> Draft:
+    """Run the anchor scripts (the collection's code) on a scratch copy of each release they
+    target; the edit of the newest release they fit becomes runtime sites."""
+    found = anchor_scripts.pieces(folder if folder.is_dir() else folder.parent, files)
+    if not found:
+        raise _Skip("an install.sh that runs no script this importer can find")
+    available = releases.versions()
+    versions = [v for v in pinned if v in available] or available[-1:]
+    if not versions:
+        raise _Skip("an anchor script: no release to run it on (give --source)")
+    runs = [
+        anchor_scripts.run(found, v, functools.partial(releases.read, v), timeout=timeout)
+        for v in versions
+    ]
+    good = [r for r in runs if r.ok]
+    if not good:
+        # none of the releases it is pinned to needs it: the releases where it still edits
+        tried = {r.version for r in runs}
+        extra = [
+            anchor_scripts.run(found, v, functools.partial(releases.read, v), timeout=timeout)
+            for v in available
+            if v not in tried
+        ]
+        good = [r for r in extra if r.ok]
+        if good:
+            lost.append(
+                "the script edits nothing on the releases its composes pin"
+                f" ({', '.join(sorted(tried, key=_key))}); imported for"
+                f" {good[0].version}..{good[-1].version}"
+            )
+            runs = sorted([*runs, *extra], key=lambda r: _key(r.version))
+    if not good:
+        why = "; ".join(f"{r.version}: {r.reason}" for r in runs)
+        raise _Skip(f"the script fits no release it targets ({why})")
+    lost.extend(
+        f"the script does not fit {r.version}: {r.reason}"
+        for r in runs
+        if not r.ok and _key(good[0].version) <= _key(r.version) <= _key(good[-1].version)
+    )
+    newest = good[-1]
+    lost.extend(f"the script creates {created}: not carried" for created in newest.created)
+    sites: list[dict[str, object]] = []
+    for path, (old, new) in newest.edits.items():
+        for n, site in enumerate(sites_from_edit(path, old, new), start=1):
+            sites.append(
+                {
+                    "name": f"{Path(path).stem}-{n}",
+                    "file": path,
+                    "action": "replace",
+                    "marker": f"club-3090 {raw} {Path(path).name} site {n}",
+                    "anchor": site.anchor,
+                    "text": site.text,
+                }
+            )
+    needles, patterns = anchor_scripts.upstream_needles(found)
+    if needles or patterns:
+        up = out["upstream"]
+        assert isinstance(up, dict)
+        probe: dict[str, object] = {"file": next(iter(newest.edits))}
+        if needles:
+            probe["any"] = needles
+        if patterns:
+            probe["regex"] = patterns[0]
+        up["probe"] = probe
+    out.update(
+        kind="runtime",
+        apply="startup",
+        targets=sorted(newest.edits),
+        vllm=f">={good[0].version}" + ("" if good[-1] is runs[-1] else f",<={good[-1].version}"),
+        base=newest.version,
+    )
+    x = out["x"]
+    assert isinstance(x, dict)
+    x["scripts_run"] = [p.name for p in found]
+    x["scripts_fit"] = [r.version for r in good]
+    header = (
+        f"club-3090 {raw}: the edit its script(s) {', '.join(p.name for p in found)} made on"
+        f" vLLM {newest.version} (the collection's code, run by patchset import --run-scripts)."
+    )
+    payload = dumps({"site": sites}, header=header)
+    return Draft(str(out["id"]), raw, out, {"sites.toml": payload}, lost)
+
+
+def _edits_files(path: Path) -> bool:
+    """A module that writes files it opens (an anchor script), not one that is imported."""
+    text = path.read_text(errors="replace")
+    return bool(re.search(r"\.write(_text)?\(", text)) and "vllm/" in text
 
 
 def _vllm_path(path: str) -> str:
@@ -461,8 +597,9 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
     for file in files:
         rel = str(file.relative_to(root))
         inner = file.relative_to(folder).as_posix() if folder.is_dir() else file.name
-        if rel in mounts:
-            where[mounts[rel]] = file
+        short = "/".join(file.parts[-2:])
+        if rel in mounts or short in mounts:
+            where[mounts.get(rel) or mounts[short]] = file
         elif "/" in inner:
             where[_vllm_path(inner)] = file
         else:
@@ -505,8 +642,6 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
 def _builds(
     pins: dict[str, set[str]], drafts: list[Draft], listed: dict[str, dict[str, object]]
 ) -> dict[str, str]:
-    from patchset.importers.tomlout import dumps  # noqa: PLC0415
-
     out: dict[str, str] = {}
     for model, versions in sorted(pins.items()):
         ids = [

@@ -20,10 +20,13 @@ Facts of the collection this relies on (its own code is never imported or run):
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from patchset.importers.common import imported_modules, origin_of
 from patchset.importers.model import Collected, CollectionError, Draft, Entry, Support, patch_id
@@ -42,6 +45,7 @@ REPOSITORY = "Sandermage/genesis-vllm-patches"
 REGISTRY_FILE = "sndr/dispatcher/registry.py"
 PATCHES_DIR = "sndr/engines/vllm/patches"
 PACKAGE = "sndr"
+PINS_MODULE = "sndr.engines.vllm.detection.guards"
 PREFIX = "genesis"
 _LIFECYCLE = {
     "experimental": "experimental",
@@ -161,6 +165,24 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
     return Collected(NAME, repository, commit, drafts, skipped, supports, dict(package.broken))
 
 
+def _floor(package: Package) -> str:
+    """The range of an entry that gives none: from the oldest release Genesis validates
+    (`KNOWN_GOOD_VLLM_PINS`, read statically), its X.Y.0; every release when unreadable."""
+    scope = package.scope(PINS_MODULE)
+    try:
+        pins = scope.name_value("KNOWN_GOOD_VLLM_PINS", 0) if scope is not None else ()
+    except Unresolved:
+        pins = ()
+    versions = []
+    for pin in pins if isinstance(pins, list | tuple) else ():
+        with contextlib.suppress(InvalidVersion):
+            versions.append(Version(str(pin)))
+    if not versions:
+        return ">=0.0"
+    oldest = min(versions)
+    return f">={oldest.major}.{oldest.minor}.0"
+
+
 class _Skip(Exception):  # noqa: N818 - a reason, not an error
     pass
 
@@ -189,7 +211,7 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
         raise _Skip(f"{rel} does not parse (skipped)")
     pid = ids[gid]
     lost: list[str] = []
-    meta = _metadata(gid, entry, ids, lost)
+    meta = _metadata(gid, entry, ids, lost, _floor(package))
     meta["provenance"] = {
         "collection": NAME,
         "repository": where["repository"],
@@ -257,7 +279,7 @@ def _ordered(meta: dict[str, object]) -> dict[str, object]:
 
 
 def _metadata(
-    gid: str, entry: dict[str, object], ids: dict[str, str], lost: list[str]
+    gid: str, entry: dict[str, object], ids: dict[str, str], lost: list[str], floor: str
 ) -> dict[str, object]:
     title = str(entry.get("title") or gid)
     credit = entry.get("credit")
@@ -286,7 +308,7 @@ def _metadata(
     top_range = entry.get("vllm_version_range")
     if top_range:
         vllm = _range(top_range) or vllm
-    meta["vllm"] = vllm or ">=0.0"
+    meta["vllm"] = vllm or floor
     if applies is not None:
         meta["applies"] = applies
     state = str(entry.get("lifecycle") or "stable")

@@ -553,16 +553,17 @@ def _json_key(value: str, key: str) -> str:
     return found if isinstance(found, str) else ""
 
 
-def parse_served(text: str) -> dict[str, str]:
-    """`--served quantization=auto_round,speculative=mtp` as a dict; raises ValueError."""
+def parse_served(text: str, keys: Sequence[str] = WHEN_KEYS) -> dict[str, str]:
+    """`--served quantization=auto_round,speculative=mtp` as a dict (each key one of
+    `keys`); raises ValueError."""
     served: dict[str, str] = {}
     for part in shlex.split(text.replace(",", " ")):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key or not value:
             raise ValueError(f"{part!r}: expected key=value")
-        if key not in WHEN_KEYS:
-            raise ValueError(f"{key!r} is not one of {', '.join(WHEN_KEYS)}")
+        if key not in keys:
+            raise ValueError(f"{key!r} is not one of {', '.join(keys)}")
         served[key] = value.strip().lower()
     return served
 

@@ -111,6 +111,8 @@ class CheckReport:
     releases: tuple[ReleaseInfo, ...]
     results: tuple[CheckResult, ...]
     suggested: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # per patch: its switch and default, lifecycle and predicate (`Patch.gates`)
+    patches: dict[str, dict[str, object]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -139,6 +141,7 @@ class CheckReport:
             ],
             "results": [r.to_dict() for r in self.results],
             "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
+            "patches": self.patches,
             "exit_code": self.exit_code,
         }
 

@@ -112,6 +112,9 @@ def check(
         releases=tuple(infos),
         results=tuple(results),
         suggested=suggest_ranges(results, [i.version for i in infos]),
+        patches={
+            p.id: p.gates() for p in registry.patches if any(r.patch == p.id for r in results)
+        },
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import sys
 import threading
 from collections.abc import Iterator
@@ -124,6 +125,20 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " (comments and formatting kept; a patch needed in separate runs is left as is)",
     )
     p.add_argument(
+        "--build",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a build definition: its patches on the release it pins (failing), and on the"
+        " later releases --vllm/--since name as 'would carry forward' (never failing)",
+    )
+    p.add_argument(
+        "--builds",
+        dest="all_builds",
+        action="store_true",
+        help="as --build, for every definition in the builds folder",
+    )
+    p.add_argument(
         "--wide",
         action="store_true",
         help="the full grid, a column per release (by default past six releases those with the"
@@ -155,6 +170,10 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
         version=args.source_version,
     )
+    if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
+        from patchset.cli import pins  # noqa: PLC0415
+
+        return pins.run(args, registry, source, functools.partial(render_markdown, headline=False))
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     # The collector paused for the whole run (a library call leaves the caller's alone): each
     # time it came back on it walked all that the releases had left (directories, results).
