@@ -9,8 +9,8 @@ The public API, for other projects' CI (docs/api.md)::
     applied = patchset.apply(registry, "/path/to/site-packages", dry_run=True)
 
 `patchset.build` is imported on first use, so `import patchset` does not import the Docker SDK.
-`patchset.check` is the function; its module's other names come from `patchset.check` as
-usual (`from patchset.release_check.verdicts import CheckReport`).
+`patchset.check` is the function; its package's other names come from `patchset.release_check` as
+usual (`from patchset.release_check import CheckReport`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from patchset.adapters.actions import escape_data, escape_property, workflow_com
 from patchset.engine.apply import ApplyReport, PatchResult, apply, revert
 from patchset.errors import ExitCode, PatchsetError
 from patchset.registry import Patch, Registry, Variant, load_registry
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
+from patchset.release_check import CheckReport, CheckResult, check
 
 if TYPE_CHECKING:
     from patchset.image.build import BuildReport, build

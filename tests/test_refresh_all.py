@@ -11,7 +11,7 @@ import pytest
 
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from patchset.sources.git import GitSource
 from tests import gitrepos
 from tests.helpers.cli import run_cli

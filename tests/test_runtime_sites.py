@@ -11,7 +11,7 @@ from patchset.authoring.runtime_sites import SiteEdit, sites_from_edit, sites_to
 from patchset.authoring.tree import unified
 from patchset.registry import load_registry
 from patchset.registry.sites import load_sites
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from tests.synthetic import MemoryReleases, add_patch
 
 FILE = "vllm/model_executor/layer.py"

@@ -28,7 +28,7 @@ from patchset.authoring.diff import DiffPayload
 from patchset.errors import RegistryError, UsageError
 from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
 from patchset.registry.model import check_relations
-from patchset.release_check.verdicts import CheckReport, check
+from patchset.release_check import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
 ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it

@@ -18,7 +18,7 @@ from patchset.refresh.job import Job, stacked_reader
 from patchset.refresh.merge import diff_of, write_diff_variant
 from patchset.refresh.record import payload_name
 from patchset.registry import Registry
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource
 

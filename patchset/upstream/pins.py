@@ -14,7 +14,7 @@ from packaging.version import Version
 from patchset.errors import ExitCode
 from patchset.image.definition import BuildDefinition
 from patchset.registry import Registry
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
+from patchset.release_check import CheckReport, CheckResult, check
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.check-builds/1"
