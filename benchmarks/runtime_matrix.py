@@ -55,12 +55,12 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchset._gc import collector_paused
 from patchset.engine import apply as engine_apply
 from patchset.engine import evaluate
 from patchset.kernel import sites as kernel_sites
 from patchset.registry import load_registry, ranges
-from patchset.release_check import memo, moves
-from patchset.release_check.verdicts import CheckReport, check
+from patchset.release_check import CheckReport, check, memo, moves
 from patchset.sources.package_index import IndexSource, client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -762,7 +762,8 @@ def clear_caches() -> None:
 def timed_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckReport]:
     registry = load_registry(registry_dir)
     start = time.perf_counter()
-    report = check(registry, versions, source=IndexSource(offline=True))
+    with collector_paused():  # as `patchset check` runs it (the library leaves the GC alone)
+        report = check(registry, versions, source=IndexSource(offline=True))
     return time.perf_counter() - start, report
 
 

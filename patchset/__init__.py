@@ -10,9 +10,8 @@ The public API, for other projects' CI (docs/api.md)::
 
 Every name is imported on first use (`import patchset` itself is cheap, so the command line
 can take over Ctrl-C before the heavy imports), and `patchset.build` keeps the Docker SDK out
-until it is asked for.
-`patchset.check` is the function; its module's other names come from `patchset.check` as
-usual (`from patchset.release_check.verdicts import CheckReport`).
+until it is asked for. `patchset.check` is the function; its package's other names come from
+`patchset.release_check` as usual (`from patchset.release_check import CheckReport`).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from patchset.errors import ExitCode, PatchsetError
     from patchset.image.build import BuildReport, build
     from patchset.registry import Patch, Registry, Variant, load_registry
-    from patchset.release_check.verdicts import CheckReport, CheckResult, check
+    from patchset.release_check import CheckReport, CheckResult, check
 
 __version__ = "0.1.0"
 
@@ -58,7 +57,7 @@ _WHERE = {
     **dict.fromkeys(("ExitCode", "PatchsetError"), "errors"),
     **dict.fromkeys(("BuildReport", "build"), "image.build"),  # the Docker SDK: only on use
     **dict.fromkeys(("Patch", "Registry", "Variant", "load_registry"), "registry"),
-    **dict.fromkeys(("CheckReport", "CheckResult", "check"), "release_check.verdicts"),
+    **dict.fromkeys(("CheckReport", "CheckResult", "check"), "release_check"),
 }
 
 

@@ -293,4 +293,4 @@ def test_import_patchset_is_cheap() -> None:
     )  # fmt: skip
     first, second = proc.stdout.splitlines()
     assert first == "['patchset']"
-    assert second == "patchset.engine.apply patchset.release_check.verdicts 0"
+    assert second == "patchset.engine.apply patchset.release_check.run 0"

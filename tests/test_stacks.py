@@ -13,7 +13,7 @@ from patchset.cli.main import main
 from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, RegistryError
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check_tree
+from patchset.release_check import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
 from tests.releases import tree_digest
 from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree

@@ -24,7 +24,7 @@ from patchset._fs import write_atomic
 from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
 from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
-from patchset.release_check.verdicts import ATTENTION, CheckResult, check
+from patchset.release_check import ATTENTION, CheckResult, check
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.bump/1"
