@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,25 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from tests import gitrepos  # noqa: E402
 from tests.synthetic import BODY, add_patch  # noqa: E402
-
-DEFINITION = """\
-vllm = "0.19.1"
-cuda = "cu130"
-base = "vllm/vllm-openai:v0.19.1-cu130"
-repository = "team/vllm-openai"
-tags = ["{{vllm}}-{{cuda}}"]
-patches = [{patches}]
-
-[serve]
-args = []
-"""
-
-
-def diff(name: str) -> str:
-    return (
-        f"--- a/vllm/{name}.py\n+++ b/vllm/{name}.py\n@@ -9,5 +9,5 @@\n line 9\n line 10\n"
-        "-line 11\n+line 11 patched\n line 12\n line 13\n"
-    )
+from tests.timing import run_patchset  # noqa: E402
 
 
 def project(root: Path, count: int) -> tuple[Path, Path, Path]:
@@ -67,45 +45,20 @@ def project(root: Path, count: int) -> tuple[Path, Path, Path]:
     patches = root / "patches"
     patches.mkdir()
     for name in names:
-        add_patch(patches, name, diff=diff(name), targets=[f"vllm/{name}.py"], vllm=">=0.19")
+        add_patch(
+            patches, name, diff=gitrepos.line_diff(name), targets=[f"vllm/{name}.py"], vllm=">=0.19"
+        )
     builds = root / "builds"
     builds.mkdir()
     definition = builds / "0.19.1.toml"
-    definition.write_text(DEFINITION.format(patches=", ".join(f'"{n}"' for n in names)))
+    definition.write_text(gitrepos.definition_text("0.19.1", names))
     return clone, patches, definition
 
 
-def run(
-    clone: Path, patches: Path, definition: Path, cache: Path, *words: str
-) -> tuple[float, float, str]:
-    env = {**os.environ, "PATCHSET_CACHE_DIR": str(cache)}
-    argv = words or (
-        "--registry",
-        str(patches),
-        "bump",
-        str(definition),
-        "--to",
-        "0.20.0",
-        "--source",
-        f"git:{clone}",
-        "--format",
-        "json",
-    )
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "patchset", *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    took = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"patchset exited {done.returncode}: {done.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return took, cpu, done.stdout
+def run(clone: Path, patches: Path, definition: Path, cache: Path) -> tuple[float, float, str]:
+    words = ["--registry", str(patches), "bump", str(definition), "--to", "0.20.0"]
+    words += ["--source", f"git:{clone}", "--format", "json"]
+    return run_patchset(words, {"PATCHSET_CACHE_DIR": str(cache)})
 
 
 def main() -> None:
@@ -118,9 +71,8 @@ def main() -> None:
         cache = Path(tmp) / "cache"
         first, _, out = run(clone, patches, definition, cache)
         warm = [run(clone, patches, definition, cache) for _ in range(args.repeat)]
-        floor = statistics.median(
-            run(clone, patches, definition, cache, "--version")[0] for _ in range(args.repeat)
-        )
+        env = {"PATCHSET_CACHE_DIR": str(cache)}
+        floor = statistics.median(run_patchset(["--version"], env)[0] for _ in range(args.repeat))
     report = json.loads(out)
     actions = [s["action"] for s in report["steps"]]
     print(f"runs: {', '.join(f'{t:.3f}' for t, _, _ in warm)} s")

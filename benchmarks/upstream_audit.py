@@ -18,10 +18,7 @@ inprocess_s=<s> conditional=<304s per run>. Target: cached under 1 s for 300 pat
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +32,7 @@ from patchset.registry import load_registry  # noqa: E402
 from patchset.upstream import audit  # noqa: E402
 from tests.fake_forge import FakeForge  # noqa: E402
 from tests.synthetic import MOD_DIFF, add_patch  # noqa: E402
+from tests.timing import run_patchset  # noqa: E402
 
 
 def registry(root: Path, forge: FakeForge, count: int) -> Path:
@@ -60,24 +58,10 @@ def registry(root: Path, forge: FakeForge, count: int) -> Path:
 
 def run(patches: Path, forge: FakeForge, cache: Path, *args: str) -> tuple[float, float]:
     """One fresh `patchset` process: (wall seconds, CPU seconds it used)."""
-    env = {**os.environ, "PATCHSET_FORGE_API_URL": forge.api, "PATCHSET_CACHE_DIR": str(cache)}
-    env.pop("GITHUB_TOKEN", None)
-    words = args or ("--registry", str(patches), "upstream", "-q", "--format", "json")
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "patchset", *words],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    took = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"patchset exited {done.returncode}: {done.stderr}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return took, cpu
+    env = {"PATCHSET_FORGE_API_URL": forge.api, "PATCHSET_CACHE_DIR": str(cache)}
+    env["GITHUB_TOKEN"] = ""
+    words = list(args or ("--registry", str(patches), "upstream", "-q", "--format", "json"))
+    return run_patchset(words, env)[:2]
 
 
 def in_process(patches: Path, forge: FakeForge, cache: Path) -> float:

@@ -40,3 +40,29 @@ def commit(
     if tag:
         git(repo, "tag", tag)
     return git(repo, "rev-parse", "HEAD")
+
+
+DEFINITION = """\
+vllm = "{vllm}"
+cuda = "cu130"
+base = "vllm/vllm-openai:v{vllm}-cu130"
+repository = "team/vllm-openai"
+tags = ["{{vllm}}-{{cuda}}"]
+patches = [{patches}]
+
+[serve]
+args = []
+"""
+
+
+def definition_text(vllm: str, patches: list[str] | tuple[str, ...]) -> str:
+    """A minimal build definition pinned to `vllm`, listing `patches`."""
+    return DEFINITION.format(vllm=vllm, patches=", ".join(f'"{p}"' for p in patches))
+
+
+def line_diff(name: str) -> str:
+    """A diff of `vllm/NAME.py` (synthetic.BODY) changing its line 11."""
+    return (
+        f"--- a/vllm/{name}.py\n+++ b/vllm/{name}.py\n@@ -9,5 +9,5 @@\n line 9\n line 10\n"
+        "-line 11\n+line 11 patched\n line 12\n line 13\n"
+    )

@@ -28,7 +28,7 @@ FAULT = "fault injected"
 # Existing tests that inject a fault, counted by their outcome (see tests/test_net.py and
 # tests/test_index_source.py): the test passing means nothing corrupt was used or kept.
 REUSED: dict[str, str] = {
-    "tests/test_net.py::test_fetch_json_retries_a_500": "index answers 5xx, then recovers",
+    "tests/test_net.py::test_a_500_is_retried": "index answers 5xx, then recovers",
     "tests/test_net.py::test_persistent_500_gives_one_clear_line": "index answers 5xx, always",
     "tests/test_net.py::test_unreachable_port": "index unreachable",
     "tests/test_net.py::test_a_hung_server_is_given_up_on_after_the_timeout": "index times out",

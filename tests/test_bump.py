@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from patchset.registry import load_registry
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import bump
 from tests import gitrepos
+from tests.helpers.cli import run_cli
 from tests.synthetic import BODY, add_patch
 
 DEFINITION = """\
@@ -110,24 +110,8 @@ def test_each_patch_gets_its_outcome(project: Path) -> None:
 
 
 def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "--registry",
-            str(project / "patches"),
-            "bump",
-            *args,
-            "--source",
-            f"git:{project / 'vllm'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=project,
-        check=False,
-    )
+    where: list[str | Path] = ["--registry", project / "patches", "bump", *args]
+    return run_cli(*where, "--source", f"git:{project / 'vllm'}", cwd=project)
 
 
 def test_write_and_the_pull_request_body(project: Path) -> None:
@@ -161,6 +145,16 @@ def test_latest_when_nothing_is_newer_is_one_line_exit_0(project: Path) -> None:
         "patchset bump: no release newer than 0.20.0 on the git yet; nothing to bump"
     )
     assert sorted(p.name for p in (project / "builds").iterdir()) == ["0.20.0.toml"]
+
+
+def test_a_base_without_the_version_is_hand_work(project: Path) -> None:
+    old = definition(project, "keep")
+    old.write_text(old.read_text().replace("vllm/vllm-openai:v0.19.1-cu130", "team/base@sha256:ab"))
+    report = bump(
+        load_registry(project / "patches"), old, "0.20.0", source=GitSource(project / "vllm")
+    )
+    assert report.notes and "set the base for 0.20.0 by hand" in report.notes[0]
+    assert report.exit_code == ExitCode.ATTENTION
 
 
 def test_a_complete_bump_exits_0(project: Path) -> None:

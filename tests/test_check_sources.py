@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from patchset.sources.folder import FolderSource
 from patchset.sources.git import GitSource
 from tests.releases import materialize

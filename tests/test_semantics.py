@@ -9,6 +9,7 @@ import io
 import json
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from patchset.kernel.predicates import parse
 from patchset.registry import load_registry
 from patchset.registry.toml import load_toml
 from tests.helpers.cli import cli
-from tests.synthetic import MOD_DIFF, add_patch
+from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
 FULL = """
 requires_modules = ["sndr.engines.vllm.middleware"]
@@ -348,3 +349,129 @@ def test_bad_support_packages(tmp_path: Path, make: str, problem: str) -> None:
     assert listed.code == 0 and len(json.loads(listed.out)["patches"]) == 1
     (warning,) = listed.err.strip().splitlines()
     assert warning.startswith("patchset: warning: skipped support package '_support/")
+
+
+# -- apply honours them (issue 24, apply side) -----------------------------------------------
+
+
+def applied(
+    root: Path, target: Path, *args: str, env: Mapping[str, str | None] | None = None
+) -> dict[str, tuple[str, str]]:
+    result = cli(
+        "--registry", root, "apply", "--target", target, "--format", "json", *args, env=env
+    )
+    assert result.code in (0, 1, 2), result.err
+    data = json.loads(result.out)
+    return {r["patch"]: (r["outcome"], "; ".join(r["details"])) for r in data["results"]}
+
+
+def one_patch(tmp_path: Path, extra: str) -> tuple[Path, Path]:
+    root = registry(tmp_path, extra, support=False)
+    target = make_tree(tmp_path / "tree", {"vllm/mod.py": BODY}, version="0.20.0")
+    return root, target
+
+
+def test_a_default_off_switch_is_skipped_with_the_line_that_turns_it_on(tmp_path: Path) -> None:
+    root, target = one_patch(tmp_path, "[switch]\nenv = 'PN351_ON'\ndefault = false\n")
+    off = {"PN351_ON": None}
+    outcome, why = applied(root, target, "--compute-capability", "none", env=off)["one"]
+    assert outcome == "skipped" and "PN351_ON=1 turns it on" in why and "default off" in why
+    assert (target / "vllm" / "mod.py").read_text() == BODY
+    assert applied(root, target, env={"PN351_ON": " Yes "})["one"][0] == "applied"
+    assert "line 11 patched" in (target / "vllm" / "mod.py").read_text()
+    assert applied(root, target, env={"PN351_ON": "0"})["one"][0] == "skipped"
+    bad = cli("--registry", root, "apply", "--target", target, env={"PN351_ON": "maybe"})
+    assert bad.code == 2 and "PN351_ON='maybe'" in bad.err and len(bad.err.splitlines()) == 1
+    # asked for by id: it runs, and the row says the switch was off
+    (target / "vllm" / "mod.py").write_text(BODY)
+    outcome, why = applied(root, target, "--patch", "one", env=off)["one"]
+    assert outcome == "applied" and "asked for by id: switched off by PN351_ON" in why
+
+
+def test_a_default_on_switch_turned_off(tmp_path: Path) -> None:
+    root, target = one_patch(tmp_path, "[switch]\nenv = 'PN_DEFAULT_ON'\n")
+    assert applied(root, target, env={"PN_DEFAULT_ON": None})["one"][0] == "applied"
+    (target / "vllm" / "mod.py").write_text(BODY)
+    outcome, why = applied(root, target, env={"PN_DEFAULT_ON": "off"})["one"]
+    assert outcome == "skipped" and "default on" in why
+
+
+def test_predicates_on_served_facts_and_hardware(tmp_path: Path) -> None:
+    root, target = one_patch(
+        tmp_path,
+        "[applies]\nall = [{ quantization = 'gptq*' }, { compute_capability = '>=12.0' }]\n",
+    )
+    # nothing served given: unknown, skipped, the leaf named
+    outcome, why = applied(root, target, "--compute-capability", "12.0")["one"]
+    assert outcome == "skipped" and "unknown quantization = 'gptq*'" in why
+    outcome, why = applied(
+        root, target, "--served", "quantization=awq", "--compute-capability", "12.0"
+    )["one"]
+    assert outcome == "skipped" and "does not hold" in why
+    outcome, why = applied(
+        root, target, "--served", "quantization=gptq", "--compute-capability", "8.9"
+    )["one"]
+    assert outcome == "skipped"
+    assert (
+        applied(
+            root, target, "--served", "quantization=gptq_marlin", "--compute-capability", "12.0"
+        )["one"][0]
+        == "applied"
+    )
+
+
+def test_versions_are_read_from_the_targets_dist_infos(tmp_path: Path) -> None:
+    root, target = one_patch(tmp_path, "[applies]\ntorch = '>=2.9'\n")
+    outcome, why = applied(root, target, "--compute-capability", "none")["one"]
+    assert outcome == "skipped" and "unknown torch = '>=2.9'" in why
+    info = target / "torch-2.8.0+cu128.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.8.0+cu128\n")
+    outcome, why = applied(root, target, "--compute-capability", "none")["one"]
+    assert outcome == "skipped" and "does not hold" in why
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1+cu130\n")
+    assert applied(root, target, "--compute-capability", "none")["one"][0] == "applied"
+
+
+@pytest.mark.parametrize(
+    ("extra", "applies"),
+    [
+        ("[lifecycle]\nstate = 'retired'\n", False),
+        ("[lifecycle]\nstate = 'stable'\nretire_after = '0.19.9'\n", False),
+        ("[lifecycle]\nstate = 'deprecated'\nretire_after = '0.20.0'\n", True),
+    ],
+)
+def test_a_retired_patch_is_never_applied(tmp_path: Path, extra: str, applies: bool) -> None:
+    root, target = one_patch(tmp_path, extra)
+    for args in ((), ("--patch", "one")):
+        (target / "vllm" / "mod.py").write_text(BODY)
+        outcome, why = applied(root, target, *args)["one"]
+        assert (outcome == "applied") is applies, why
+        if not applies:
+            assert "retired" in why and "never applied" in why
+    shown = cli("--registry", root, "list", "--format", "json").out
+    assert json.loads(shown)["patches"][0]["lifecycle"]["state"] == extra.split("'")[1]
+
+
+def test_check_judges_every_patch_and_shows_switch_and_lifecycle(tmp_path: Path) -> None:
+    extra = (
+        "[switch]\nenv = 'PN_CHECKED'\ndefault = false\n[lifecycle]\nstate = 'deprecated'\n"
+        "[applies]\ntorch = '>=9'\n"
+    )
+    root, target = one_patch(tmp_path, extra)
+    argv: list[str | Path] = ["--registry", root, "check", "--source", target]
+    data = json.loads(cli(*argv, "--format", "json", cwd=tmp_path).out)
+    (result,) = data["results"]
+    assert result["verdict"] == "needed"  # judged although off, retired-ish and unknown here
+    assert data["patches"]["one"] == {
+        "switch": {"env": "PN_CHECKED", "default": False},
+        "lifecycle": {"state": "deprecated", "retire_after": None, "superseded_by": None},
+        "applies": {"torch": ">=9"},
+    }
+    import jsonschema
+
+    jsonschema.validate(data, schemas.load("check"), cls=jsonschema.Draft202012Validator)
+    table = cli(*argv, cwd=tmp_path, env={"COLUMNS": "300"}).out
+    assert (
+        "one: switch PN_CHECKED (default off); lifecycle deprecated; applies torch = '>=9'" in table
+    )

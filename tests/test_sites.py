@@ -11,6 +11,7 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, RegistryError
 from patchset.kernel.sites import (
     Alternative,
+    FileLines,
     Site,
     SiteProbe,
     apply_site,
@@ -168,6 +169,43 @@ def test_hint_never_prints_an_empty_line() -> None:
     assert result.status == "anchor-not-found"
     assert "nearest vllm/m.py:3" in result.describe()
     assert "''" not in result.describe()
+
+
+def test_shared_lines_give_what_plain_lists_give() -> None:
+    """A chain of sites on one `FileLines` (each edit folding only the lines it puts in, the
+    others found through the lines it came from) gives, site by site, the very results and
+    lines that fresh lists give: statuses, lines, ambiguity and markers included."""
+    base = [*lines_of(MODULE), "x = 1", "    x  =  1", "# patchset: test s"]
+    sites = [
+        site("return out", "out = 1\nreturn out", after="def step(self):"),
+        site("self.config = config", "pass", action="insert-after"),
+        site("return 0", "y = 0", action="insert-before"),
+        site("x = 1", "z = 1"),  # twice, once folded: ambiguous
+        site("def helper():", "h = 1", action="insert-after"),
+        site("_patchset_never_there()", "w = 1", optional=True),
+    ]
+    view, plain = FileLines(list(base)), list(base)
+    statuses = []
+    for n, written in enumerate(sites):
+        s = Site(**{**written.__dict__, "name": f"s{n}", "marker": f"patchset: test s{n}"})
+        got, view = apply_site(s, view)
+        want, plain = apply_site(s, plain)
+        assert (got, view.lines) == (want, plain)
+        statuses.append(got.status)
+        assert view.folded == [" ".join(line.split()) for line in plain]
+        for line in set(view.folded):
+            assert view.where(line) == [i for i, x in enumerate(view.folded) if x == line]
+    assert statuses == ["applies", "applies", "applies", "ambiguous", "applies", "skipped"]
+    assert check_site(sites[0], FileLines(base)).status == "tampered"  # its marker, no edit
+
+
+def test_nearest_lines_only_when_asked() -> None:
+    before = lines_of(MODULE)
+    missing = site("out = self.model.walk()", "x")
+    assert check_site(missing, before).candidates
+    quiet = check_site(missing, before, nearest=False)
+    assert quiet.status == "anchor-not-found" and not quiet.candidates
+    assert "nearest" not in quiet.describe()
 
 
 def test_served_configuration() -> None:

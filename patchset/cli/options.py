@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from patchset.errors import COMMON, ExitCode, describe_codes, one_line
+from patchset.kernel.predicates import SERVED_LEAVES
 from patchset.kernel.sites import parse_served
 
 E = ExitCode
@@ -192,6 +193,6 @@ def wants_github(argv: list[str]) -> bool:
 def served_arg(text: str) -> dict[str, str]:
     """`--served KEY=VALUE,...` (apply, check) as argparse reads it."""
     try:
-        return parse_served(text)
+        return parse_served(text, SERVED_LEAVES)  # sites' `when` keys and [applies]' served
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None

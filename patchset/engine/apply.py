@@ -4,123 +4,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.adapters import gpu
-from patchset.engine import order, transaction
+from patchset.engine import gates, order, pairs, transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
-from patchset.errors import ExitCode, TargetError, UsageError
+from patchset.engine.gates import DETECT
+from patchset.engine.results import SCHEMA, STOPPERS, ApplyReport, Outcome, PatchResult
+from patchset.errors import TargetError, UsageError
 from patchset.kernel import vllm
-from patchset.kernel.capability import in_scope
+from patchset.kernel.predicates import Facts
 from patchset.registry import Patch, Registry
-
-Outcome = Literal[
-    "applied",
-    "already-applied",
-    "conflict",
-    "partial",  # some hunks or sites fit and others do not: nothing was written
-    "missing-target",
-    "out-of-range",
-    "reverted",
-    "not-applied",  # revert: nothing of the patch is in the tree to take out
-    "plugin",  # a python patch: written into no file, vLLM's plugin hook runs it
-    "skipped",
-    "upstream",
-    "blocked",  # it fits, but another patch's outcome stopped the run: nothing was written
-]
-
-SCHEMA = "patchset.apply/1"  # the JSON of apply and revert: patchset/schemas/apply.json
-
-# The exit code of a run is that of its most serious outcome, in this order. Without
-# `strict`, a run whose every selected patch ends as asked (present after apply, absent after
-# revert) exits 0 whatever it took: offsets and fuzz are shown as warnings, "already" is fine.
-# `plugin`, `skipped` and `blocked` count for nothing (a blocked row's stopper counts).
-_SEVERITY: tuple[tuple[Outcome, int], ...] = (
-    ("conflict", ExitCode.ATTENTION),
-    ("partial", ExitCode.ATTENTION),
-    ("missing-target", ExitCode.MISSING_TARGET),
-    ("out-of-range", ExitCode.OUT_OF_RANGE),
-    ("upstream", ExitCode.UPSTREAM),
-)
-# With `strict`, after those: a written patch with warnings (7), then nothing to do (6).
-_NOTHING_TO_DO: tuple[Outcome, ...] = ("already-applied", "not-applied")
-# The outcomes that stop a run: nothing is written when one of them is among the results.
-STOPPERS: frozenset[Outcome] = frozenset(
-    ("conflict", "partial", "missing-target", "out-of-range", "upstream")
-)
-DETECT: Literal["detect"] = "detect"  # find this machine's GPU with nvidia-smi
-
-
-@dataclass(frozen=True)
-class PatchResult:
-    patch: str
-    revision: int
-    variant: str | None
-    outcome: Outcome
-    details: tuple[str, ...] = ()  # per hunk or site, and failures with the nearest lines
-    warnings: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()  # the files this patch changed (or would change)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "patch": self.patch,
-            "revision": self.revision,
-            "variant": self.variant,
-            "outcome": self.outcome,
-            "details": list(self.details),
-            "warnings": list(self.warnings),
-            "files": list(self.files),
-        }
-
-
-@dataclass(frozen=True)
-class ApplyReport:
-    operation: Literal["apply", "revert"]
-    target: Path
-    vllm: str | None
-    registry: str
-    dry_run: bool
-    written: bool
-    results: tuple[PatchResult, ...]
-    # Files rolled back from an interrupted earlier run (a dry run: to be rolled back, and
-    # the report shows the tree as it will be then).
-    recovered: tuple[str, ...] = ()
-    strict: bool = False  # keep the distinct exit codes 6 (already) and 7 (warnings)
-    compute_capability: str | None = None  # the GPU the hardware scopes were read against
-
-    @property
-    def exit_code(self) -> int:
-        seen: set[str] = {r.outcome for r in self.results}
-        for outcome, code in _SEVERITY:
-            if outcome in seen:
-                return code
-        if not self.strict:
-            return ExitCode.OK
-        if any(r.warnings for r in self.results if r.outcome in ("applied", "reverted")):
-            return ExitCode.APPLIED_WITH_WARNINGS
-        if seen.intersection(_NOTHING_TO_DO):
-            return ExitCode.ALREADY_APPLIED
-        return ExitCode.OK
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "schema": SCHEMA,
-            "operation": self.operation,
-            "target": str(self.target),
-            "vllm": self.vllm,
-            "registry": self.registry,
-            "dry_run": self.dry_run,
-            "written": self.written,
-            "recovered": list(self.recovered),
-            "strict": self.strict,
-            "compute_capability": self.compute_capability,
-            "exit_code": self.exit_code,
-            "results": [r.to_dict() for r in self.results],
-        }
 
 
 def _details(ev: Evaluation) -> tuple[str, ...]:
@@ -159,6 +56,7 @@ def apply(
     strict: bool = False,
     served: Mapping[str, str] | None = None,
     force: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> ApplyReport:
     """Apply the selected patches to the tree at `target`.
 
@@ -170,6 +68,11 @@ def apply(
     probe matches the tree is `upstream` and blocks the write, unless `force` (then it is
     applied with a warning). `served` is the served configuration sites' `when` reads (an
     empty mapping: nothing is known, so every site with `when` is skipped).
+
+    Without `patches`, a patch is also left out (`skipped`, saying why) when it is retired,
+    its `[switch]` is off in `environ` (default: this process's environment), or its
+    `[applies]` predicate is false or cannot be known here (the unknown leaves are named);
+    a patch asked for by id runs anyway, with a note (a retired one never runs).
     """
     return _run(
         "apply",
@@ -180,10 +83,11 @@ def apply(
         version=version,
         ignore_range=ignore_range,
         max_fuzz=max_fuzz,
-        capability=_capability(compute_capability),
+        gpu=gates.hardware(compute_capability),
         strict=strict,
         served={} if served is None else served,
         force=force,
+        environ=environ,
     )
 
 
@@ -207,16 +111,9 @@ def revert(
         version=version,
         ignore_range=True,
         max_fuzz=0,
-        capability=None,
+        gpu=gates.Hardware(None, None, None),
         strict=strict,
     )
-
-
-def _capability(given: Capability) -> tuple[int, int] | None:
-    if given == DETECT:
-        return gpu.compute_capability()
-    assert not isinstance(given, str)
-    return given
 
 
 def _select(
@@ -226,25 +123,41 @@ def _select(
     *,
     release: str | None,
     capability: tuple[int, int] | None,
+    known: Facts,
+    environ: Mapping[str, str] | None,
     ignore_range: bool,
 ) -> tuple[tuple[Patch, ...], list[PatchResult]]:
     """The patches to run and the `skipped` results of those that do not fit this tree
     (a revert looks at ranges only: taking out what is there is safe on any GPU)."""
     by_id = {p.id: p for p in registry.patches}
+    skipped: list[PatchResult] = []
     if ids:
         # Apply: those and the patches they require; revert: those and the patches stacked on
         # them (taken out first, so each one's context is there when it goes).
         wanted = order.closure(ids, by_id) if operation == "apply" else order.dependents(ids, by_id)
-        return _ordered(operation, registry.select(wanted)), []
+        chosen = list(registry.select(wanted))
+        if operation == "apply":  # a retired patch never goes in, even asked for by id
+            for patch in [p for p in chosen if p.lifecycle.retired(release)]:
+                why = f"retired ({patch.lifecycle.describe(release)}): never applied"
+                skipped.append(PatchResult(patch.id, patch.revision, None, "skipped", (why,)))
+                chosen.remove(patch)
+        return _ordered(operation, chosen), skipped
     scoped = operation == "apply" and not ignore_range
-    chosen: list[Patch] = []
-    skipped: list[PatchResult] = []
+    chosen = []
     for patch in registry.patches:
-        reason = None
-        if (scoped or operation == "revert") and release and not patch.in_range(release):
-            reason = f"vLLM {release} is outside this patch's range {patch.vllm}"
-        elif scoped and not _allows(patch, capability):
-            reason = _scope_text(patch, capability)
+        reason: str | None = None
+        if operation == "revert":
+            if release and not patch.in_range(release):
+                reason = f"vLLM {release} is outside this patch's range {patch.vllm}"
+        else:
+            reason = gates.skip_reason(
+                patch,
+                release=release if scoped else None,
+                scoped=scoped,
+                capability=capability,
+                known=known,
+                environ=environ,
+            )
         if reason is None:
             chosen.append(patch)
         else:
@@ -268,82 +181,6 @@ def _ordered(operation: Literal["apply", "revert"], patches: Sequence[Patch]) ->
     return ordered if operation == "apply" else ordered[::-1]
 
 
-def _refuse_pairs(
-    selected: Sequence[Patch],
-    results: list[PatchResult],
-    read: transaction.Reader,
-    *,
-    release: str | None,
-    max_fuzz: int,
-    by_id: dict[str, Patch],
-) -> list[PatchResult]:
-    """`results` with both patches of a pair that cannot go together turned into conflicts:
-    declared in `conflicts`, or changing the same lines of a file while neither requires the
-    other (each evaluated alone on the tree as it is)."""
-    why: dict[str, list[str]] = {}
-    for a, b in order.declared_conflicts(selected):
-        why.setdefault(a.id, []).append(f"conflicts with {b.id} (declared in patch.toml)")
-        why.setdefault(b.id, []).append(f"conflicts with {a.id} (declared in patch.toml)")
-    spans: dict[str, dict[str, list[order.Span]]] = {}
-    files: dict[str, set[str]] = {}
-    for patch in selected:
-        variant = patch.variant_for(release) or patch.variants[0]
-        files[patch.id] = set(variant.files)
-    shared = {
-        f for a in selected for b in selected if a.id < b.id for f in files[a.id] & files[b.id]
-    }
-    if shared:
-        for patch in selected:
-            if not files[patch.id] & shared:
-                continue
-            variant = patch.variant_for(release) or patch.variants[0]
-            ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
-            if ev.state != "applies":
-                continue
-            spans[patch.id] = {
-                f: order.changed_spans(read(f), new) for f, new in ev.changes.items() if f in shared
-            }
-    for i, a in enumerate(selected):
-        for b in selected[i + 1 :]:
-            if a.id not in spans or b.id not in spans or order.related(a, b, by_id):
-                continue
-            for file in sorted(spans[a.id].keys() & spans[b.id].keys()):
-                where = order.spans_meet(spans[a.id][file], spans[b.id][file])
-                if where is None:
-                    continue
-                line = f"{file} line {where[0] + 1}"
-                hint = "apply one of them, or say `requires` in the one that goes on top"
-                why.setdefault(a.id, []).append(
-                    f"changes the same lines as {b.id} ({line}): {hint}"
-                )
-                why.setdefault(b.id, []).append(
-                    f"changes the same lines as {a.id} ({line}): {hint}"
-                )
-                break
-    if not why:
-        return results
-    return [
-        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
-        if r.patch in why
-        else r
-        for r in results
-    ]
-
-
-def _allows(patch: Patch, capability: tuple[int, int] | None) -> bool:
-    """Whether the patch's `[hardware] compute_capability` holds this GPU (the one evaluator,
-    shared with the image entrypoint)."""
-    scope = patch.hardware.compute_capability
-    return in_scope(str(scope) if scope is not None else None, capability)
-
-
-def _scope_text(patch: Patch, capability: tuple[int, int] | None) -> str:
-    scope = f"its hardware scope is compute_capability {patch.hardware.compute_capability}"
-    if capability is None:
-        return f"no GPU found (nvidia-smi) and {scope}; give --compute-capability X.Y"
-    return f"compute capability {capability[0]}.{capability[1]} is outside it: {scope}"
-
-
 def _target_root(target: Path | str | None) -> Path:
     try:
         return vllm.target_root(target)
@@ -362,30 +199,31 @@ def _run(
     version: str | None,
     ignore_range: bool,
     max_fuzz: int,
-    capability: tuple[int, int] | None,
+    gpu: gates.Hardware,
     strict: bool,
     served: Mapping[str, str] | None = None,
     force: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> ApplyReport:
     if max_fuzz < 0:
         raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
     root = _target_root(target)
-    recovered: list[str] = []
-    pending: dict[str, bytes | None] = {}  # a dry run's view of a roll-back still to come
-    if dry_run:
-        pending = transaction.pending_originals(root)
-        recovered = list(pending)
-    elif os.path.lexists(root / transaction.JOURNAL):
-        if not _lock_used(root):  # no run can be writing: refuse a bad journal before locking
-            transaction.check_journal(root)
-        with transaction.locked(root):
-            recovered = transaction.recover(root)
+    recovered, pending = _recover(root, dry_run=dry_run)
     found = vllm.read_version(root)
     release = version or (found[0] if found else None)
     if release is not None:
         _check_version(release, given=version is not None, root=root)
+    capability = gpu.capability
+    known = gates.facts(root, served, gpu, this_python=target is None)
     selected, skipped = _select(
-        operation, registry, ids, release=release, capability=capability, ignore_range=ignore_range
+        operation,
+        registry,
+        ids,
+        release=release,
+        capability=capability,
+        known=known,
+        environ=environ,
+        ignore_range=ignore_range,
     )
     asked = operation == "apply" and bool(ids)
     by_id = {p.id: p for p in registry.patches}
@@ -416,22 +254,21 @@ def _run(
                 executable=executable,
                 ignore_range=ignore_range,
                 max_fuzz=max_fuzz,
-                scope_note=_scope_note(patch, capability) if asked else None,
+                notes=gates.asked_notes(patch, capability=capability, known=known, environ=environ)
+                if asked
+                else (),
                 served=served,
                 force=force,
             )
             for patch in selected
         ]
         if operation == "apply" and len(selected) > 1:
-
-            def base(rel: str) -> bytes | None:
-                if rel in pending:
-                    return pending[rel]
-                path = transaction.resolve_inside(root, rel)
-                return path.read_bytes() if path.is_file() else None
-
-            results = _refuse_pairs(
-                selected, results, base, release=release, max_fuzz=max_fuzz, by_id=by_id
+            results = pairs.refuse_pairs(
+                selected, results, read_tree, release=release, max_fuzz=max_fuzz, by_id=by_id
+            )
+        if operation == "apply":  # `conflicts` with what the tree already holds
+            results = pairs.refuse_held(
+                selected, results, read_tree, registry=registry, release=release
             )
         return results, overlay, executable
 
@@ -468,6 +305,21 @@ def _run(
     )
 
 
+def _recover(root: Path, *, dry_run: bool) -> tuple[list[str], dict[str, bytes | None]]:
+    """Roll back what an interrupted earlier run left (a dry run: only read what it would
+    put back, the tree's view until then)."""
+    if dry_run:
+        pending = transaction.pending_originals(root)
+        return list(pending), pending
+    recovered: list[str] = []
+    if os.path.lexists(root / transaction.JOURNAL):
+        if not _lock_used(root):  # no run can be writing: refuse a bad journal before locking
+            transaction.check_journal(root)
+        with transaction.locked(root):
+            recovered = transaction.recover(root)
+    return recovered, {}
+
+
 def _not_written(results: list[PatchResult], blocked: set[str]) -> list[PatchResult]:
     """Rows that fit but were not written, because others stopped the run, say so."""
     stoppers = [r.patch for r in results if r.outcome in blocked]
@@ -480,13 +332,6 @@ def _not_written(results: list[PatchResult], blocked: set[str]) -> list[PatchRes
         else r
         for r in results
     ]
-
-
-def _scope_note(patch: Patch, capability: tuple[int, int] | None) -> str | None:
-    """A patch asked for by id runs whatever the GPU; say so when its scope does not hold."""
-    if _allows(patch, capability):
-        return None
-    return f"asked for by id: {_scope_text(patch, capability)}"
 
 
 def _check_version(release: str, *, given: bool, root: Path) -> None:
@@ -518,7 +363,7 @@ def _one(
     executable: set[str] | None = None,
     ignore_range: bool,
     max_fuzz: int,
-    scope_note: str | None,
+    notes: tuple[str, ...] = (),
     served: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> PatchResult:
@@ -592,7 +437,7 @@ def _one(
         patch.revision,
         variant.name,
         outcome,
-        (*_details(ev), *([scope_note] if scope_note else ())),
+        (*_details(ev), *notes),
         (*forced, *ev.warnings) if outcome == "applied" else ev.warnings,
         (*ev.changes, *ev.removed),
     )
@@ -606,3 +451,6 @@ def _left_out_by_when(ev: Evaluation) -> bool:
 
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
+
+
+__all__ = ["DETECT", "SCHEMA", "ApplyReport", "Outcome", "PatchResult", "apply", "revert"]

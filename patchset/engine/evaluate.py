@@ -22,7 +22,7 @@ from patchset.kernel.hunks import (
     split_text,
 )
 from patchset.kernel.pycompile import CompileError, broken_by, compile_error
-from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
+from patchset.kernel.sites import GOOD, FileLines, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
@@ -83,6 +83,23 @@ def _compile_break(
 def _compile_error(data: bytes) -> CompileError | None:
     """compile_error, once per content: a check meets the same file in many releases."""
     return compile_error(data)
+
+
+@functools.lru_cache(maxsize=128)
+def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
+    """A target file as sites read it (text, lines and what sites share: the folded lines and
+    where each stands), made once per content: every patch on the file, in every release
+    whose file has these bytes, reads the same one (it is never changed in place)."""
+    text = _decode(data)
+    lines, eol, eof = split_text(text)
+    return text, FileLines(lines), eol, eof
+
+
+def clear_caches() -> None:
+    """Forget what evaluations keep in memory (compile results, target files read for
+    sites): a benchmark's "nothing known yet"."""
+    _compile_error.cache_clear()
+    _site_file.cache_clear()
 
 
 def _broken_message(rel: str, error: CompileError, culprit: str) -> str:
@@ -313,10 +330,13 @@ def evaluate_runtime(
     served: Mapping[str, str] | None = None,
     *,
     compile_check: bool = True,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
 ) -> Evaluation:
     """Every site in order on the files as they are (`served`: the served configuration
-    for sites with `when`; None: unknown, every site is looked at)."""
-    texts: dict[str, tuple[list[str], str, bool]] = {}
+    for sites with `when`; None: unknown, every site is looked at). `nearest`: an anchor not
+    found gets the nearest lines of its file (with `ratio`), only when it will be shown."""
+    texts: dict[str, tuple[FileLines, str, bool]] = {}
     originals: dict[str, tuple[str, list[str]]] = {}
     missing: list[str] = []
     for site in variant.sites:
@@ -326,19 +346,20 @@ def evaluate_runtime(
         if data is None:
             missing.append(site.file)
         else:
-            texts[site.file] = split_text(_decode(data))
-            originals[site.file] = (_decode(data), texts[site.file][0])
+            text, view, eol, eof = _site_file(data)
+            texts[site.file] = (view, eol, eof)
+            originals[site.file] = (text, view.lines)
     if missing:
         return Evaluation("missing-target", missing=tuple(missing))
     results: list[SiteResult] = []
     steps: dict[str, list[tuple[str, list[str]]]] = {}  # file: (site, lines after it)
     for site in variant.sites:
-        lines, eol, eof = texts[site.file]
-        result, new = apply_site(site, lines, served)
+        view, eol, eof = texts[site.file]
+        result, new = apply_site(site, view, served, nearest=nearest, ratio=ratio)
         texts[site.file] = (new, eol, eof)
         results.append(result)
-        if new is not lines:
-            steps.setdefault(site.file, []).append((site.name, new))
+        if new is not view:
+            steps.setdefault(site.file, []).append((site.name, new.lines))
     statuses = {r.status for r in results}
     if not statuses <= set(GOOD):
         good = {"applies", "already-applied"}
@@ -349,8 +370,8 @@ def evaluate_runtime(
             return Evaluation("already-applied", sites=tuple(results))
         return Evaluation("conflict", sites=tuple(results), broken="no site applies")
     changes = {
-        f: _render(*originals[f], lines, eol, eof)
-        for f, (lines, eol, eof) in texts.items()
+        f: _render(*originals[f], view.lines, eol, eof)
+        for f, (view, eol, eof) in texts.items()
         if f in steps
     }
 
@@ -409,7 +430,9 @@ def evaluate(
             nearest=nearest,
             ratio=ratio,
         )
-    return evaluate_runtime(variant, read, served, compile_check=compile_check)
+    return evaluate_runtime(
+        variant, read, served, compile_check=compile_check, nearest=nearest, ratio=ratio
+    )
 
 
 def evaluate_revert(patch: Patch, variant: Variant, read: Reader) -> Evaluation:

@@ -20,14 +20,15 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, overload
 
-from .hunks import rank_windows
+from .hunks import Ratio, rank_windows
 
 Action = Literal["replace", "insert-after", "insert-before"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -134,11 +135,16 @@ class Site:
         return _Shape(self.anchor, self.text, self.after, 0).edited(self)
 
     def shapes(self) -> list[_Shape]:
+        return list(self._shapes)
+
+    @functools.cached_property
+    def _shapes(self) -> tuple[_Shape, ...]:
+        """The site's own anchor and its alternatives, made once (every release reads them)."""
         alternatives = [
             _Shape(alt.anchor, self.text if alt.text is None else alt.text, alt.after, k)
             for k, alt in enumerate(self.alternatives, start=1)
         ]
-        return [_Shape(self.anchor, self.text, self.after, 0), *alternatives]
+        return (_Shape(self.anchor, self.text, self.after, 0), *alternatives)
 
     def when_holds(self, served: Mapping[str, str] | None) -> bool:
         """Whether the served configuration meets `when` (None: unknown, taken as met)."""
@@ -161,21 +167,33 @@ class _Shape:
 
     @property
     def anchor_lines(self) -> list[str]:
-        return _block(self.anchor)
+        return list(self._anchor)
 
     @property
     def text_lines(self) -> list[str]:
-        return _block(self.text)
+        return list(self._text)
+
+    @functools.cached_property
+    def _anchor(self) -> tuple[str, ...]:
+        return tuple(_block(self.anchor))
+
+    @functools.cached_property
+    def _text(self) -> tuple[str, ...]:
+        return tuple(_block(self.text))
+
+    @functools.cached_property
+    def _after(self) -> tuple[str, ...]:
+        return tuple(_block(self.after)) if self.after is not None else ()
 
     def edited(self, site: Site) -> list[str]:
-        text = self.text_lines
+        text = self._text
         first = next((line for line in text if line.strip()), "")
         marker = [_indent(first) + site.marker_line]
         if site.action == "replace":
             return [*marker, *text]
         if site.action == "insert-after":
-            return [*self.anchor_lines, *marker, *text]
-        return [*marker, *text, *self.anchor_lines]
+            return [*self._anchor, *marker, *text]
+        return [*marker, *text, *self._anchor]
 
     def label(self) -> str:
         return "its anchor" if self.index == 0 else f"alternative {self.index}"
@@ -239,18 +257,86 @@ def _fold(line: str) -> str:
     return " ".join(line.split())
 
 
-def find_block(lines: list[str], block: list[str], start: int = 0) -> list[int]:
+class FileLines:
+    """A file's lines as sites read them, with what every site of every patch on the file
+    shares made once, when first asked for: each line whitespace-folded, where each folded
+    line stands (anchors are looked up by their first line), the joined text (markers,
+    probes). Never changed in place: an edit makes a new one (`edited`) that folds only the
+    lines it puts in and finds the others through the one it came from."""
+
+    __slots__ = ("_folded", "_index", "_parent", "_splice", "_text", "lines")
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines  # not to be changed while this object is in use
+        self._folded: list[str] | None = None
+        self._index: dict[str, list[int]] | None = None
+        self._text: str | None = None
+        self._parent: FileLines | None = None
+        self._splice = (0, 0, 0)  # the parent's lines[at:at+size] replaced by `count` lines
+
+    def edited(self, at: int, size: int, new: list[str]) -> FileLines:
+        """These lines with lines[at:at+size] replaced by `new`."""
+        out = FileLines([*self.lines[:at], *new, *self.lines[at + size :]])
+        out._parent, out._splice = self, (at, size, len(new))
+        return out
+
+    @property
+    def folded(self) -> list[str]:
+        if self._folded is None:
+            if self._parent is None:
+                self._folded = [_fold(line) for line in self.lines]
+            else:
+                at, size, count = self._splice
+                above = self._parent.folded
+                new = [_fold(line) for line in self.lines[at : at + count]]
+                self._folded = [*above[:at], *new, *above[at + size :]]
+        return self._folded
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = "\n".join(self.lines)
+        return self._text
+
+    def where(self, folded: str) -> list[int]:
+        """The 0-based lines whose folded text is `folded`, in order."""
+        if self._parent is None:
+            if self._index is None:
+                index: dict[str, list[int]] = {}
+                for i, line in enumerate(self.folded):
+                    if line in index:
+                        index[line].append(i)
+                    else:
+                        index[line] = [i]
+                self._index = index
+            return self._index.get(folded, [])
+        at, size, count = self._splice
+        moved = count - size
+        kept = [
+            i if i < at else i + moved
+            for i in self._parent.where(folded)
+            if i < at or i >= at + size
+        ]
+        new = [at + k for k, line in enumerate(self.folded[at : at + count]) if line == folded]
+        return sorted(kept + new)
+
+
+Lines = list[str] | FileLines
+
+
+def _view(lines: Lines) -> FileLines:
+    return lines if isinstance(lines, FileLines) else FileLines(lines)
+
+
+def find_block(lines: Lines, block: list[str], start: int = 0) -> list[int]:
     """Every 0-based start (from `start` on) where `block` matches, lines whitespace-folded."""
     want = [_fold(line) for line in block]
     if not want:
         return []
-    folded = [_fold(line) for line in lines]
-    first = want[0]
-    return [
-        i
-        for i in range(start, len(folded))
-        if folded[i] == first and folded[i : i + len(want)] == want
-    ]
+    view = _view(lines)
+    folded = view.folded
+    size = len(want)
+    return [i for i in view.where(want[0]) if i >= start and folded[i : i + size] == want]
 
 
 def _indent(line: str) -> str:
@@ -279,12 +365,12 @@ def shift(lines: list[str], written: str, actual: str) -> list[str]:
     return out
 
 
-def _find_shape(lines: list[str], shape: _Shape) -> tuple[list[int], str]:
+def _find_shape(lines: FileLines, shape: _Shape) -> tuple[list[int], str]:
     """Where the shape's anchor matches (scoped by `after`), and why not when it does not."""
-    anchor = shape.anchor_lines
+    anchor = list(shape._anchor)
     if shape.after is None:
         return find_block(lines, anchor), ""
-    after = _block(shape.after)
+    after = list(shape._after)
     scope = find_block(lines, after)
     if not scope:
         return [], f"{shape.label()}: its 'after' {after[0].strip()!r} is not found"
@@ -295,6 +381,14 @@ def _find_shape(lines: list[str], shape: _Shape) -> tuple[list[int], str]:
 def is_marker(line: str, site: Site) -> bool:
     text = line.strip()
     return text == site.marker_line or text.startswith(site.marker_line + _ORIGINAL)
+
+
+def _markers(site: Site, view: FileLines) -> list[int]:
+    """The 0-based lines holding the site's marker: none, in the common case, is known from
+    one search of the whole text (a marker line holds the marker's text)."""
+    if site.marker_line not in view.text:
+        return []
+    return [i for i, line in enumerate(view.lines) if is_marker(line, site)]
 
 
 def _original(line: str) -> list[str] | None:
@@ -317,12 +411,12 @@ def _with_original(marker: str, original: list[str]) -> str:
     return f"{marker}{_ORIGINAL}{base64.b64encode(data).decode('ascii')}]"
 
 
-def _edit_at(site: Site, lines: list[str], at: int) -> tuple[_Shape, int] | None:
+def _edit_at(site: Site, view: FileLines, at: int) -> tuple[_Shape, int] | None:
     """The shape whose edit stands around the marker at line `at`, and the edit's start."""
-    folded = [_fold(line) for line in lines]
-    for shape in site.shapes():
+    folded = view.folded
+    for shape in site._shapes:
         edited = shape.edited(site)
-        before = len(shape.anchor_lines) if site.action == "insert-after" else 0
+        before = len(shape._anchor) if site.action == "insert-after" else 0
         start = at - before
         if start < 0:
             continue
@@ -345,11 +439,17 @@ class _Found:
 
 
 def _locate(
-    site: Site, lines: list[str], served: Mapping[str, str] | None, *, reverting: bool = False
+    site: Site,
+    view: FileLines,
+    served: Mapping[str, str] | None,
+    *,
+    reverting: bool = False,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
 ) -> _Found:
-    markers = [i for i, line in enumerate(lines) if is_marker(line, site)]
+    markers = _markers(site, view)
     for at in markers[:1] if len(markers) == 1 else ():
-        edit = _edit_at(site, lines, at)
+        edit = _edit_at(site, view, at)
         if edit is not None:
             shape, start = edit
             result = SiteResult(
@@ -372,12 +472,12 @@ def _locate(
         given = ", ".join(f"{k}={v}" for k, v in sorted((served or {}).items())) or "nothing"
         detail = f"when {site.describe_when()}; served: {given}"
         return _Found(SiteResult(site.name, site.file, "skipped", detail=detail))
-    if site.probe is not None and site.probe.matches("\n".join(lines)):
+    if site.probe is not None and site.probe.matches(view.text):
         detail = f"its probe matches: {site.probe.describe()}"
         return _Found(SiteResult(site.name, site.file, "upstream", detail=detail))
     reasons: list[str] = []
-    for shape in site.shapes():
-        found, why = _find_shape(lines, shape)
+    for shape in site._shapes:
+        found, why = _find_shape(view, shape)
         if len(found) == 1:
             result = SiteResult(
                 site.name, site.file, "applies", line=found[0] + 1, alternative=shape.index
@@ -394,7 +494,8 @@ def _locate(
         return _Found(SiteResult(site.name, site.file, "skipped", detail=detail, optional=True))
     if site.alternatives:
         reasons.insert(0, f"none of {len(site.alternatives) + 1} anchors matches")
-    ranked = rank_windows(lines, site.anchor_lines, limit=3)
+    # The nearest lines: the costly part of a miss, only when it will be shown.
+    ranked = rank_windows(view.lines, site.anchor_lines, limit=3, ratio=ratio) if nearest else []
     return _Found(
         SiteResult(
             site.name,
@@ -406,33 +507,81 @@ def _locate(
     )
 
 
-def check_site(site: Site, lines: list[str], served: Mapping[str, str] | None = None) -> SiteResult:
+def check_site(
+    site: Site,
+    lines: Lines,
+    served: Mapping[str, str] | None = None,
+    *,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
+) -> SiteResult:
     """Where the site stands in `lines`, without changing anything.
 
     `served` is the served configuration for `when` (None: unknown, every site is looked at).
+    `nearest`: an anchor not found gets the nearest lines of the file (with `ratio` as the
+    similarity; difflib's by default), the costly part of a miss: only when it is shown.
     """
-    return _locate(site, lines, served).result
+    return _locate(site, _view(lines), served, nearest=nearest, ratio=ratio).result
+
+
+@overload
+def apply_site(
+    site: Site,
+    lines: FileLines,
+    served: Mapping[str, str] | None = None,
+    *,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
+) -> tuple[SiteResult, FileLines]: ...
+
+
+@overload
+def apply_site(
+    site: Site,
+    lines: list[str],
+    served: Mapping[str, str] | None = None,
+    *,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
+) -> tuple[SiteResult, list[str]]: ...
 
 
 def apply_site(
-    site: Site, lines: list[str], served: Mapping[str, str] | None = None
-) -> tuple[SiteResult, list[str]]:
-    """The site's result and the new lines (unchanged unless the result is 'applies')."""
-    found = _locate(site, lines, served)
+    site: Site,
+    lines: Lines,
+    served: Mapping[str, str] | None = None,
+    *,
+    nearest: bool = True,
+    ratio: Ratio | None = None,
+) -> tuple[SiteResult, Lines]:
+    """The site's result and the new lines (unchanged unless the result is 'applies'): a
+    list for a list, a `FileLines` (sharing the folding of the lines kept) for one."""
+    view = _view(lines)
+    found = _locate(site, view, served, nearest=nearest, ratio=ratio)
     result, shape, at = found.result, found.shape, found.at
     if result.status != "applies" or shape is None:
         return result, lines
-    anchor = shape.anchor_lines
+    result, new, size = _edit(site, shape, view.lines, at, result)
+    if isinstance(lines, FileLines):
+        return result, lines.edited(at, size, new)
+    return result, [*lines[:at], *new, *lines[at + size :]]
+
+
+def _edit(
+    site: Site, shape: _Shape, lines: list[str], at: int, result: SiteResult
+) -> tuple[SiteResult, list[str], int]:
+    """The lines that replace the anchor's `size` lines at `at`."""
+    anchor = list(shape._anchor)
     size = len(anchor)
     written, actual = _indent(anchor[0]), _indent(lines[at])
-    text = shift(shape.text_lines, written, actual)
+    text = shift(list(shape._text), written, actual)
     if site.action == "insert-after" and lines[at + size - 1].rstrip().endswith(":"):
         # The anchor opens a block (a def, an if): text not written inside it goes into it.
         opener = _indent(lines[at + size - 1])
         first = next((line for line in text if line.strip()), "")
-        following = [line for line in lines[at + size :] if line.strip()]
-        if first and len(_indent(first)) <= len(opener) and following:
-            text = shift(text, _indent(first), _indent(following[0]))
+        following = next((line for line in lines[at + size :] if line.strip()), None)
+        if first and len(_indent(first)) <= len(opener) and following is not None:
+            text = shift(text, _indent(first), _indent(following))
     first = next((line for line in text if line.strip()), "")
     marker = (_indent(first) if first else actual) + site.marker_line
     own = lines[at : at + size]
@@ -450,7 +599,7 @@ def apply_site(
         new = [*own, marker, *text]
     else:
         new = [marker, *text, *own]
-    return result, [*lines[:at], *new, *lines[at + size :]]
+    return result, new, size
 
 
 def revert_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
@@ -459,7 +608,7 @@ def revert_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
     `exact` in the result says whether the lines put back are known to be the file's own:
     applying the site again to them gives back the very lines it found.
     """
-    found = _locate(site, lines, None, reverting=True)
+    found = _locate(site, _view(lines), None, reverting=True)
     result, shape, at = found.result, found.shape, found.at
     if result.status != "already-applied" or shape is None:
         return result, lines
@@ -553,16 +702,17 @@ def _json_key(value: str, key: str) -> str:
     return found if isinstance(found, str) else ""
 
 
-def parse_served(text: str) -> dict[str, str]:
-    """`--served quantization=auto_round,speculative=mtp` as a dict; raises ValueError."""
+def parse_served(text: str, keys: Sequence[str] = WHEN_KEYS) -> dict[str, str]:
+    """`--served quantization=auto_round,speculative=mtp` as a dict (each key one of
+    `keys`); raises ValueError."""
     served: dict[str, str] = {}
     for part in shlex.split(text.replace(",", " ")):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key or not value:
             raise ValueError(f"{part!r}: expected key=value")
-        if key not in WHEN_KEYS:
-            raise ValueError(f"{key!r} is not one of {', '.join(WHEN_KEYS)}")
+        if key not in keys:
+            raise ValueError(f"{key!r} is not one of {', '.join(keys)}")
         served[key] = value.strip().lower()
     return served
 
@@ -574,6 +724,7 @@ __all__ = [
     "Action",
     "Alternative",
     "Candidate",
+    "FileLines",
     "Site",
     "SiteProbe",
     "SiteResult",

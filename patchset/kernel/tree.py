@@ -226,10 +226,79 @@ def read_back(changes: Changes, read: Callable[[str], bytes | None]) -> str | No
     return None
 
 
+class WriteRefusedError(Exception):
+    """A planned write cannot be done (not writable, read back different); one line."""
+
+
+def write_all(
+    root: Path,
+    changes: Changes,
+    original: Mapping[str, bytes | None],
+    *,
+    executable: Collection[str] = (),
+    suffix: str = ".patchset-new",
+) -> None:
+    """Write `changes` under `root` by these rules, all or none, without a journal (the
+    image entrypoint: a container's own files, a start that fails leaves them as they were):
+    the new bytes beside each file first, then the renames and deletions, the read-back, and
+    the folders that leaves empty; a failure puts back `original` where a file was renamed
+    or removed, and removes the folders it created."""
+    for rel in changes:
+        path = root / rel
+        folder = next(p for p in path.parents if p.exists())
+        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise WriteRefusedError(f"{path} is not writable by uid {os.getuid()}")
+    created = created_folders(changes, lambda folder: (root / folder).exists())
+    emptied = emptied_folders(changes, folder_entries(root))
+
+    def temp(path: Path) -> Path:
+        return path.with_name(temp_name(path.name, suffix))
+
+    made: list[Path] = []
+    temps: dict[str, Path] = {}
+    done: list[str] = []
+    try:
+        for name in created:
+            make_folder(root / name)
+            made.append(root / name)
+        for rel, data in changes.items():
+            if data is not None:
+                temps[rel] = temp(root / rel)
+                create_exclusive(temps[rel], data, like=root / rel, executable=rel in executable)
+        for rel, data in changes.items():
+            if data is None:
+                (root / rel).unlink(missing_ok=True)
+            else:
+                os.replace(temps.pop(rel), root / rel)
+            done.append(rel)
+        differs = read_back(changes, lambda rel: read_file(root / rel))
+        if differs is not None:
+            raise WriteRefusedError(f"{root / differs}: read back differs after writing")
+    except BaseException:
+        for leftover in temps.values():
+            leftover.unlink(missing_ok=True)
+        for rel in done:
+            path, data = root / rel, original.get(rel)
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                create_exclusive(temp(path), data, like=path)
+                os.replace(temp(path), path)
+        for folder in reversed(made):
+            folder.rmdir()
+        raise
+    remove_emptied(root, emptied)
+
+
+def read_file(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
 __all__ = [
     "KEPT",
     "NAME_MAX",
     "Attributes",
+    "WriteRefusedError",
     "attributes_for",
     "create_exclusive",
     "created_folders",
@@ -242,10 +311,12 @@ __all__ = [
     "make_folder",
     "name_fits",
     "read_back",
+    "read_file",
     "relpath_problem",
     "removable",
     "remove_emptied",
     "set_attributes",
     "sha256",
     "temp_name",
+    "write_all",
 ]

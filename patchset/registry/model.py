@@ -280,6 +280,33 @@ class Patch:
             v.vllm.contains(release, prereleases=True) for v in self.variants
         )
 
+    def gates(self) -> dict[str, object]:
+        """What decides whether the patch runs besides its range (check's JSON `patches`):
+        its switch and default, lifecycle and predicate."""
+        return {
+            "switch": (
+                {"env": self.switch.env, "default": self.switch.default} if self.switch else None
+            ),
+            "lifecycle": {
+                "state": self.lifecycle.state,
+                "retire_after": self.lifecycle.retire_after,
+                "superseded_by": self.lifecycle.superseded_by,
+            },
+            "applies": self.applies.to_data() if self.applies else None,
+        }
+
+    def gates_text(self) -> str | None:
+        """The same as one line for tables (None when nothing beyond the defaults)."""
+        parts = []
+        if self.switch is not None:
+            default = "on" if self.switch.default else "off"
+            parts.append(f"switch {self.switch.env} (default {default})")
+        if self.lifecycle != Lifecycle():
+            parts.append(f"lifecycle {self.lifecycle.describe()}")
+        if self.applies is not None:
+            parts.append(f"applies {self.applies.describe()}")
+        return "; ".join(parts) or None
+
     def to_dict(self) -> dict[str, object]:
         """The JSON form `patchset list` and `show` print."""
         up = self.upstream
@@ -323,18 +350,10 @@ class Patch:
             ],
             "requires": list(self.requires),
             "conflicts": list(self.conflicts),
-            "switch": (
-                {"env": self.switch.env, "default": self.switch.default} if self.switch else None
-            ),
-            "applies": self.applies.to_data() if self.applies else None,
+            **self.gates(),
             "failure": {"policy": self.failure.policy, "env": self.failure.env},
             "requires_modules": list(self.modules_needed()),
             "verify": [v.to_dict() for v in self.verify],
-            "lifecycle": {
-                "state": self.lifecycle.state,
-                "retire_after": self.lifecycle.retire_after,
-                "superseded_by": self.lifecycle.superseded_by,
-            },
             "provenance": asdict(self.provenance) if self.provenance else None,
             "x": dict(self.x),
             "digest": self.digest,

@@ -11,7 +11,7 @@ from patchset.cli.loading import load
 from patchset.cli.options import served_arg
 from patchset.cli.output import FORMATS, console, print_json, styled, table
 from patchset.engine.apply import DETECT, ApplyReport, apply, revert
-from patchset.kernel.sites import WHEN_KEYS
+from patchset.kernel.predicates import SERVED_LEAVES
 
 TARGET_HELP = (
     "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
@@ -71,10 +71,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 type=served_arg,
                 default={},
                 metavar="KEY=VALUE,...",
-                help="what will be served, for sites with `when`: "
-                + ", ".join(WHEN_KEYS)
+                help="what will be served, for sites with `when` and [applies] predicates: "
+                + ", ".join(SERVED_LEAVES)
                 + " (e.g. quantization=gptq,speculative=mtp; default: nothing, so such sites"
-                " are skipped)",
+                " are skipped, and patches whose predicate needs it are skipped naming it)",
             )
             p.add_argument(
                 "--force",

@@ -12,7 +12,14 @@ from patchset.cli.loading import load
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
 from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
-from patchset.registry import PATCH_FILE, LoadProblem, leftovers, load_registry, patch_problems
+from patchset.registry import (
+    PATCH_FILE,
+    LoadProblem,
+    Patch,
+    leftovers,
+    load_registry,
+    patch_problems,
+)
 from patchset.registry.support import import_problems
 from patchset.registry.toml import load_toml
 from patchset.schemas import check_project, document_problems
@@ -41,18 +48,50 @@ def run_list(args: argparse.Namespace) -> int:
     registry = load(args.registry)
     if args.format == "json":
         print_json(
-            {"registry": registry.digest, "patches": [p.to_dict() for p in registry.patches]}
+            {
+                "registry": registry.digest,
+                "patches": [p.to_dict() for p in registry.patches],
+                "support": [s.to_dict() for s in registry.support],
+            }
         )
         return ExitCode.OK
     out = table(
         f"{registry.root}  ({registry.digest[:19]})",
-        ["id", "kind", "when", "rev", "vLLM", "upstream", "title"],
+        ["id", "kind", "when", "rev", "vLLM", "upstream", "lifecycle", "switch", "title"],
     )
     for p in registry.patches:
         upstream = f"{p.upstream.pr or '-'} ({p.upstream.state})"
-        out.add_row(p.id, p.kind, p.apply, str(p.revision), str(p.vllm), upstream, p.title)
+        row = [p.id, p.kind, p.apply, str(p.revision), str(p.vllm), upstream]
+        out.add_row(*row, p.lifecycle.describe(), switch_text(p), p.title)
     console().print(out)
     return ExitCode.OK
+
+
+def switch_text(patch: Patch) -> str:
+    """`GENESIS_ENABLE_PN351 (default off)`, or `-` without a switch."""
+    if patch.switch is None:
+        return "-"
+    return f"{patch.switch.env} (default {'on' if patch.switch.default else 'off'})"
+
+
+def safe_line(line: str) -> str:
+    """A line of text from the registry that a CI log must not read as a GitHub workflow
+    command (`::set-output ...`, `::add-mask::`; the runner ignores leading blanks): its
+    first colon is escaped."""
+    return line.replace("::", "\\::", 1) if line.lstrip().startswith("::") else line
+
+
+def _fields(data: object, indent: str = "    ") -> list[str]:
+    """A table of `show`'s JSON as `key: value` lines (None and empty left out)."""
+    if not isinstance(data, dict):
+        return []
+    lines = []
+    for key, value in data.items():
+        if value is None or value in ([], {}):
+            continue
+        shown = ", ".join(str(v) for v in value) if isinstance(value, list) else value
+        lines.append(f"{indent}{key}: {shown}")
+    return lines
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -64,14 +103,30 @@ def run_show(args: argparse.Namespace) -> int:
         return ExitCode.OK
     con = console()
     con.print(Text.assemble(text(patch.id, "bold"), text(f" rev {patch.revision}: {patch.title}")))
-    keys = ["kind", "apply", "vllm", "targets", "upstream", "hardware", "origin", "credit"]
-    keys += [k for k in ("requires", "conflicts", "x") if data[k]]
-    for key in keys:
-        con.print(f"  {key}: {data[key]}", markup=False)
+    plain = ["kind", "apply", "vllm", "targets", "origin", "credit"]
+    plain += [k for k in ("requires", "conflicts", "requires_modules") if data[k]]
+    lines = []
+    for key in plain:
+        value = data[key]
+        lines.append(f"  {key}: {', '.join(value) if isinstance(value, list) else value}")
         if key == "targets" and patch.touches:
-            con.print(f"  touches: {data['touches']}", markup=False)
+            lines.append(f"  touches: {', '.join(patch.touches)}")
+    lines.append(f"  lifecycle: {patch.lifecycle.describe()}")
+    if patch.switch is not None:
+        lines.append(f"  switch: {switch_text(patch)}; {patch.switch.line()} turns it on")
+    if patch.applies is not None:
+        lines.append(f"  applies: {patch.applies.describe()}")
+    for key in ("upstream", "hardware", "failure", "provenance", "x"):
+        fields = _fields(data[key])
+        if fields:
+            lines += [f"  {key}:", *fields]
+    for check in patch.verify:
+        lines.append(f"  verify: {check.describe()} (timeout {check.timeout:g} s)")
+    for line in lines:
+        con.print(safe_line(line), markup=False)
     con.print()
-    con.print(patch.description.strip(), markup=False)
+    for line in patch.description.strip().splitlines():
+        con.print(safe_line(line), markup=False)
     for variant in patch.variants:
         base = f", base {variant.base}" if variant.base else ""
         con.print()
@@ -81,7 +136,9 @@ def run_show(args: argparse.Namespace) -> int:
                 text(f" (vLLM {variant.vllm}{base}, sha256 {variant.sha256[:12]})"),
             )
         )
-        con.print((patch.folder / variant.name).read_text(encoding="utf-8"), markup=False)
+        payload = (patch.folder / variant.name).read_text(encoding="utf-8")
+        for line in payload.splitlines():
+            con.print(safe_line(line), markup=False)
     return ExitCode.OK
 
 

@@ -1,0 +1,116 @@
+"""Pairs of selected patches that cannot go in together: declared in `conflicts`, or changing
+the same lines of a file while neither requires the other."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from patchset.engine import order, transaction
+from patchset.engine.evaluate import evaluate
+from patchset.engine.results import PatchResult
+from patchset.registry import Patch, Registry
+
+
+def refuse_pairs(
+    selected: Sequence[Patch],
+    results: list[PatchResult],
+    read: transaction.Reader,
+    *,
+    release: str | None,
+    max_fuzz: int,
+    by_id: dict[str, Patch],
+) -> list[PatchResult]:
+    """`results` with both patches of a pair that cannot go together turned into conflicts:
+    declared in `conflicts`, or changing the same lines of a file while neither requires the
+    other (each evaluated alone on the tree as it is)."""
+    why: dict[str, list[str]] = {}
+    for a, b in order.declared_conflicts(selected):
+        why.setdefault(a.id, []).append(f"conflicts with {b.id} (declared in patch.toml)")
+        why.setdefault(b.id, []).append(f"conflicts with {a.id} (declared in patch.toml)")
+    spans: dict[str, dict[str, list[order.Span]]] = {}
+    files: dict[str, set[str]] = {}
+    for patch in selected:
+        variant = patch.variant_for(release) or patch.variants[0]
+        files[patch.id] = set(variant.files)
+    shared = {
+        f for a in selected for b in selected if a.id < b.id for f in files[a.id] & files[b.id]
+    }
+    if shared:
+        for patch in selected:
+            if not files[patch.id] & shared:
+                continue
+            variant = patch.variant_for(release) or patch.variants[0]
+            ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
+            if ev.state != "applies":
+                continue
+            spans[patch.id] = {
+                f: order.changed_spans(read(f), new) for f, new in ev.changes.items() if f in shared
+            }
+    for i, a in enumerate(selected):
+        for b in selected[i + 1 :]:
+            if a.id not in spans or b.id not in spans or order.related(a, b, by_id):
+                continue
+            for file in sorted(spans[a.id].keys() & spans[b.id].keys()):
+                where = order.spans_meet(spans[a.id][file], spans[b.id][file])
+                if where is None:
+                    continue
+                line = f"{file} line {where[0] + 1}"
+                hint = "apply one of them, or say `requires` in the one that goes on top"
+                why.setdefault(a.id, []).append(
+                    f"changes the same lines as {b.id} ({line}): {hint}"
+                )
+                why.setdefault(b.id, []).append(
+                    f"changes the same lines as {a.id} ({line}): {hint}"
+                )
+                break
+    if not why:
+        return results
+    return [
+        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
+        if r.patch in why
+        else r
+        for r in results
+    ]
+
+
+def refuse_held(
+    selected: Sequence[Patch],
+    results: list[PatchResult],
+    read: transaction.Reader,
+    *,
+    registry: Registry,
+    release: str | None,
+) -> list[PatchResult]:
+    """`results` with each patch to be written that conflicts (either side's `conflicts`) with
+    a patch of the registry the tree already holds, and that this run does not select, turned
+    into a conflict: `conflicts` holds across runs, not only within one. What the tree holds
+    is read from it (a diff's reverse applies, a runtime patch's markers and edits stand)."""
+    chosen = {p.id for p in selected}
+    why: dict[str, list[str]] = {}
+    held: dict[str, bool] = {}
+    for result in results:
+        if result.outcome != "applied":
+            continue
+        patch = registry.get(result.patch)
+        for other in registry.patches:
+            if other.id in chosen or not (
+                other.id in patch.conflicts or patch.id in other.conflicts
+            ):
+                continue
+            if other.id not in held:
+                variant = other.variant_for(release) or other.variants[0]
+                state = "" if other.kind == "python" else evaluate(other, variant, read).state
+                held[other.id] = state == "already-applied"
+            if held[other.id]:
+                why.setdefault(patch.id, []).append(
+                    f"conflicts with {other.id}, which the tree holds (declared in patch.toml):"
+                    f" revert {other.id} first"
+                )
+    if not why:
+        return results
+    return [
+        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
+        if r.patch in why
+        else r
+        for r in results
+    ]

@@ -1,0 +1,99 @@
+"""Per-build pins: each build definition's patches checked on the release it pins, and on the
+releases after it as "would carry forward" (shown, never failing): `check --build` /
+`check --builds`. One check runs over every release and patch the definitions name."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from packaging.version import Version
+
+from patchset.errors import ExitCode
+from patchset.image.definition import BuildDefinition
+from patchset.registry import Registry
+from patchset.release_check import CheckReport, CheckResult, check
+from patchset.sources.base import ReleaseSource
+
+SCHEMA = "patchset.check-builds/1"
+Role = Literal["pinned", "carry-forward"]
+
+
+@dataclass(frozen=True)
+class PinnedResult:
+    definition: str  # the definition's file name
+    pinned: str  # the release it pins
+    role: Role
+    result: CheckResult
+
+    @property
+    def attention(self) -> bool:
+        return self.role == "pinned" and self.result.needs_attention
+
+
+@dataclass(frozen=True)
+class BuildsReport:
+    check: CheckReport  # the one check underneath, every release and patch
+    rows: tuple[PinnedResult, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return ExitCode.ATTENTION if any(r.attention for r in self.rows) else ExitCode.OK
+
+    def pinned_report(self) -> CheckReport:
+        """The check with only what the definitions run (their pinned releases): what
+        annotations and the exit code are about."""
+        pinned = {(r.result.vllm, r.result.patch) for r in self.rows if r.role == "pinned"}
+        kept = tuple(r for r in self.check.results if (r.vllm, r.patch) in pinned)
+        versions = {v for v, _ in pinned}
+        releases = tuple(i for i in self.check.releases if i.version in versions)
+        return dataclasses.replace(self.check, results=kept, releases=releases)
+
+    def to_dict(self) -> dict[str, Any]:
+        by: dict[str, dict[str, Any]] = {}
+        for row in self.rows:
+            entry = by.setdefault(
+                row.definition, {"definition": row.definition, "vllm": row.pinned, "results": []}
+            )
+            entry["results"].append(
+                {**row.result.to_dict(), "role": row.role, "attention": row.attention}
+            )
+        return {
+            "schema": SCHEMA,
+            "registry": self.check.registry,
+            "definitions": list(by.values()),
+            "exit_code": int(self.exit_code),
+        }
+
+
+def check_builds(
+    registry: Registry,
+    definitions: Sequence[BuildDefinition],
+    *,
+    source: ReleaseSource,
+    later: Sequence[str] = (),
+    **options: Any,
+) -> BuildsReport:
+    """Each definition's patches on its own release (pinned) and on each of `later` newer
+    than it (carry-forward); `options` go to `patchset.check`."""
+    for definition in definitions:
+        for patch_id in definition.patches:
+            registry.get(patch_id)  # a definition naming a patch the registry lacks: exit 2
+    versions = sorted({d.vllm for d in definitions} | set(later), key=Version)
+    patches = list(dict.fromkeys(p for d in definitions for p in d.patches))
+    report = check(registry, versions, source=source, patches=patches, **options)
+    found = {(r.vllm, r.patch): r for r in report.results}  # report.result() is a scan
+    rows: list[PinnedResult] = []
+    for definition in definitions:
+        pin = Version(definition.vllm)
+        for version in versions:
+            if Version(version) < pin:
+                continue
+            role: Role = "pinned" if Version(version) == pin else "carry-forward"
+            rows.extend(
+                PinnedResult(definition.file.name, definition.vllm, role, found[version, p])
+                for p in definition.patches
+            )
+    return BuildsReport(report, tuple(rows))
