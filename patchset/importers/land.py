@@ -54,8 +54,17 @@ def read_state(registry: Path, collection: str) -> dict[str, dict[str, object]]:
     return patches if isinstance(patches, dict) else {}
 
 
+_WHERE = ("revision", "provenance")  # where it came from: no change of the patch itself
+
+
 def _comparable(meta: Mapping[str, object]) -> dict[str, object]:
-    return {k: v for k, v in meta.items() if k != "revision"}
+    """The patch as imported, less its revision and where it stood in the collection (a new
+    commit, or lines moved by other entries, change no patch)."""
+    out = {k: v for k, v in meta.items() if k not in _WHERE}
+    x = out.get("x")
+    if isinstance(x, dict):
+        out["x"] = {k: v for k, v in x.items() if not k.endswith("_line")}
+    return out
 
 
 def _same_origin(folder: Path, collected: Collected, draft: Draft) -> bool:
@@ -169,14 +178,12 @@ def _one(
         return entry
     meta = dict(draft.meta)
     kept: list[str] = []
-    for key, value in current.items():
-        if key == "revision":
-            continue
+    for key, value in _comparable(current).items():
         if (key not in old_meta or old_meta.get(key) != value) and meta.get(key) != value:
             meta[key] = value
             kept.append(key)
     for key in old_meta:
-        if key not in current and key in meta and key != "revision":
+        if key not in current and key in meta:
             del meta[key]
             kept.append(f"{key} (removed)")
     payloads = dict(draft.payloads)
