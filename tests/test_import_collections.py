@@ -244,6 +244,11 @@ def test_genesis_import_validates_applies_and_updates(tmp_path: Path) -> None:
     assert data["revision"] == 2 and data["title"] == "mine"
     assert "y = x + 3" in (registry / "genesis-g1" / "sites.toml").read_text()
     assert {e.source_id: e.action for e in again.entries}["G2"] == "unchanged"
+    reasons = {e.source_id: e.reasons for e in again.entries}
+    assert reasons["G5"][0].startswith("validate refuses it:") and "nosuchpkg" in reasons["G5"][0]
+    g6 = tomllib.loads((registry / "genesis-g6" / "patch.toml").read_text())
+    assert g6["switch"]["env"] == "GENESIS_ENABLE_G1__G6"  # its own: one variable per patch
+    assert "GENESIS_ENABLE_G1" in reasons["G6"][0]
 
 
 def test_id_clash_with_the_projects_own_patch_is_refused(tmp_path: Path) -> None:

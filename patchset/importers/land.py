@@ -32,6 +32,7 @@ from patchset.importers.model import (
 )
 from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry, patch_problems
+from patchset.registry.support import import_problems
 
 _SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
 
@@ -238,11 +239,16 @@ def _drop_unloadable(  # noqa: PLR0917 - the stage, and what was written to it
     """Each written patch that does not load is put back as it was (or taken out), listed."""
     loaded = load_registry(stage, tolerant=True)
     by_id = {e.patch: e for e in entries}
+    patches = {p.id: p for p in loaded.patches}
     for draft in written:
-        if draft.id not in loaded.problems:
-            continue
-        problems = patch_problems(stage / draft.id)
-        why = str(problems[0]) if problems else str(loaded.problems[draft.id])
+        if draft.id in loaded.problems:
+            problems = patch_problems(stage / draft.id)
+            why = str(problems[0]) if problems else str(loaded.problems[draft.id])
+        else:  # what validate reads besides: the imports of its inserted text
+            found = import_problems(patches[draft.id], loaded.support)
+            if not found:
+                continue
+            why = f"validate refuses it: {found[0]}"
         shutil.rmtree(stage / draft.id)
         if (registry / draft.id).is_dir():
             shutil.copytree(registry / draft.id, stage / draft.id, symlinks=True)
@@ -252,7 +258,8 @@ def _drop_unloadable(  # noqa: PLR0917 - the stage, and what was written to it
             new_state.pop(draft.id, None)
         entry = by_id[draft.id]
         entry.status, entry.action = "not-imported", "none"
-        entry.reasons = [f"does not load: {why.replace(str(stage), str(registry))}"]
+        why = why.replace(str(stage), str(registry))
+        entry.reasons = [why if why.startswith("validate") else f"does not load: {why}"]
 
 
 def _write_state(stage: Path, collected: Collected, patches: dict[str, dict[str, object]]) -> None:
