@@ -72,6 +72,7 @@ class TreeDiff:
     unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
     deleted: tuple[str, ...] = ()  # files of the release absent from the edited tree
     not_held: tuple[str, ...] = ()  # folders of the release the edited tree has not at all
+    edits: tuple[tuple[str, str | None, str | None], ...] = ()  # path, release's text, new
 
 
 def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
@@ -93,6 +94,7 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
     changed: list[str] = []
     unreadable: list[str] = []
     deleted: list[str] = []
+    edits: list[tuple[str, str | None, str | None]] = []
     not_held: dict[str, None] = {}
     for rel in names:
         edited = _edited(root, package, rel)
@@ -116,11 +118,17 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
             continue
         executable = old is None and edited is not None and bool(edited.stat().st_mode & 0o100)
         parts.append(unified(rel, old, new, executable=executable))
+        edits.append((rel, old, new))
         changed.append(rel)
         if new is None:
             deleted.append(rel)
     return TreeDiff(
-        "".join(parts), tuple(changed), tuple(unreadable), tuple(deleted), tuple(not_held)
+        "".join(parts),
+        tuple(changed),
+        tuple(unreadable),
+        tuple(deleted),
+        tuple(not_held),
+        tuple(edits),
     )
 
 
