@@ -53,13 +53,6 @@ def one_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Path:
-    folder = tmp_path / "patches"
-    folder.mkdir()
-    return folder
-
-
-@pytest.fixture
 def release(tmp_path: Path) -> Path:
     """vLLM 0.19.1 as a folder source: vllm/mod.py and vllm/sub/keep.py."""
     return make_tree(tmp_path / "release", {MOD: BODY, "vllm/sub/keep.py": KEEP})

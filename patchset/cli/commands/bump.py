@@ -70,6 +70,8 @@ def _table(report: BumpReport) -> None:
         out.add_row(text(s.patch), text(s.verdict), text(s.action), text(s.evidence))
     con = console()
     con.print(out)
+    for note in report.notes:
+        con.print(f"hand work: {note}", markup=False)
     state = "complete" if report.complete else "hand work left"
     wrote = f"; wrote {len(report.written)} files" if report.written else ""
     con.print(
@@ -102,9 +104,10 @@ def markdown(report: BumpReport) -> str:
             "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
         )
     lines.append("")
-    if counts["hand-work"]:
+    if counts["hand-work"] or report.notes:
         lines.append("### Left for hand work")
         lines += [f"- [ ] `{s.patch}`: {s.evidence}" for s in counts["hand-work"]]
+        lines += [f"- [ ] {note}" for note in report.notes]
     else:
         lines.append("Nothing left for hand work: the bump is complete.")
     return "\n".join(lines)
