@@ -11,9 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from packaging.version import Version
-
 from patchset.errors import UsageError
+from patchset.registry import ranges
 from patchset.sources.base import ReadsMany, ReleaseSource, ReleaseTree
 
 SKIP_DIRS = {"__pycache__"}
@@ -252,7 +251,7 @@ def match_overlay(
             f" say which it stands for: {overlay}=vllm/PATH",
             path=overlay,
         )
-    newest = max(ties, key=_version_key)
+    newest = max(ties, key=ranges.version_key)
     runner = (ranked[1][0], ranked[1][1][0]) if len(ranked) > 1 else None
     return OverlayMatch(overlay, path, newest, likeness, tuple(ties), len(ranked), runner), old
 
@@ -266,7 +265,3 @@ def _likeness(old: str, new: str) -> float:
     if matcher.real_quick_ratio() < MIN_LIKENESS or matcher.quick_ratio() < MIN_LIKENESS:
         return matcher.quick_ratio() * 0.5
     return matcher.ratio()
-
-
-def _version_key(version: str) -> Version:
-    return Version(version)
