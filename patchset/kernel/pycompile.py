@@ -137,7 +137,8 @@ def _units_compile(known: _Known, before: bytes, after: bytes) -> bool:
     stretch is whole statements of one block). Each replacement, dedented, compiled alone
     with the file's `__future__` flags, is whole statements of that block too; the lines
     around are `before`'s, tokenized alike. False (compile the whole file) near what a unit
-    alone cannot judge: `global`, `nonlocal`, `__future__`, `import *`, `:=`, a coding
+    alone cannot judge: `global`, `nonlocal` (in the unit, or anywhere in the file: a
+    scope's declarations reach its other statements), `__future__`, `import *`, `:=`, a coding
     declaration, tabs or form feeds in indentation, a byte-order mark, a NUL, CR line ends,
     nesting near the compiler's limits (20 blocks)."""
     try:
@@ -160,7 +161,7 @@ def _units_compile(known: _Known, before: bytes, after: bytes) -> bool:
         if i == n and j == m:
             return True
         placed = None
-        for s in reversed(starts[: bisect.bisect_right(starts, i)][-4:]):
+        for s in reversed(starts[: bisect.bisect_right(starts, i)][-2:]):
             if s < run:
                 break
             placed = _place(known, a, b, s=s, i=i, js=j - (i - s))
@@ -181,7 +182,7 @@ def _place(
     indent = head[: len(head) - len(head.lstrip())]
     if not head.lstrip().startswith(_SCOPE_STARTS) or "\t" in indent:
         return None
-    n = len(a)
+    n, m = len(a), len(b)
     for e in [*(x for x in known.starts if x > i), n]:
         line = a[e] if e < n else ""
         if e < n and len(line) - len(line.lstrip()) > len(indent):
@@ -192,8 +193,8 @@ def _place(
         if k is None or k < js:
             continue
         cut = b[js:k]
-        if not _compiles_alone(known, cut, indent):
-            return None
+        if 2 * len(cut) > m or not _compiles_alone(known, cut, indent):
+            return None  # half the file or more: compiling it whole costs no more
         return e, k
     return None
 
@@ -243,7 +244,7 @@ def _compiles_alone(known: _Known, cut: list[str], indent: str) -> bool:
     if deepest + len(indent) >= 20 or not body:
         return False
     text = "\n".join(body) + "\n"
-    if _RISKY.search(text) or (not indent and known.declares):
+    if _RISKY.search(text) or known.declares:
         return False
     try:
         with warnings.catch_warnings():
