@@ -42,11 +42,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from patchset._gc import collector_paused
 from patchset.engine import evaluate
 from patchset.registry import load_registry, ranges
-from patchset.release_check import memo, moves
+from patchset.release_check import CheckReport, CheckResult, check, memo, moves
 from patchset.release_check.moves import content_lines
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
 from patchset.sources.package_index import IndexSource, client
 from patchset.sources.package_index.cache import cache_root
 
@@ -236,7 +236,8 @@ def build_project(root: Path, cuts: list[Cut]) -> tuple[Path, dict[str, Cut], li
 def timed_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckReport]:
     registry = load_registry(registry_dir)
     start = time.perf_counter()
-    report = check(registry, versions, source=IndexSource(offline=True))
+    with collector_paused():  # as `patchset check` runs it (the library leaves the GC alone)
+        report = check(registry, versions, source=IndexSource(offline=True))
     return time.perf_counter() - start, report
 
 

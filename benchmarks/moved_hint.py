@@ -40,8 +40,8 @@ from pathlib import Path, PurePosixPath
 from packaging.version import Version
 
 from patchset.registry import Registry, load_registry
+from patchset.release_check import CheckResult, check
 from patchset.release_check.moves import MIN_LINES, MOVED_SHARE, content_lines, moved_homes
-from patchset.release_check.verdicts import CheckResult, check
 from patchset.sources.base import MemoryTree, ReleaseInfo
 from patchset.sources.package_index import IndexSource
 

@@ -8,23 +8,24 @@ The public API, for other projects' CI (docs/api.md)::
     assert report.exit_code == 0, report.to_dict()
     applied = patchset.apply(registry, "/path/to/site-packages", dry_run=True)
 
-`patchset.build` is imported on first use, so `import patchset` does not import the Docker SDK.
-`patchset.check` is the function; its module's other names come from `patchset.check` as
-usual (`from patchset.release_check.verdicts import CheckReport`).
+Every name is imported on first use (`import patchset` itself is cheap, so the command line
+can take over Ctrl-C before the heavy imports), and `patchset.build` keeps the Docker SDK out
+until it is asked for. `patchset.check` is the function; its package's other names come from
+`patchset.release_check` as usual (`from patchset.release_check import CheckReport`).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from patchset.adapters.actions import escape_data, escape_property, workflow_command
-from patchset.engine.apply import ApplyReport, PatchResult, apply, revert
-from patchset.errors import ExitCode, PatchsetError
-from patchset.registry import Patch, Registry, Variant, load_registry
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
-
 if TYPE_CHECKING:
+    from patchset.adapters.actions import escape_data, escape_property, workflow_command
+    from patchset.engine.apply import ApplyReport, PatchResult, apply, revert
+    from patchset.errors import ExitCode, PatchsetError
     from patchset.image.build import BuildReport, build
+    from patchset.registry import Patch, Registry, Variant, load_registry
+    from patchset.release_check import CheckReport, CheckResult, check
 
 __version__ = "0.1.0"
 
@@ -50,12 +51,24 @@ __all__ = [
     "workflow_command",
 ]
 
-_LAZY = {"build", "BuildReport"}  # patchset.image.build imports the Docker SDK
+_WHERE = {
+    **dict.fromkeys(("escape_data", "escape_property", "workflow_command"), "adapters.actions"),
+    **dict.fromkeys(("ApplyReport", "PatchResult", "apply", "revert"), "engine.apply"),
+    **dict.fromkeys(("ExitCode", "PatchsetError"), "errors"),
+    **dict.fromkeys(("BuildReport", "build"), "image.build"),  # the Docker SDK: only on use
+    **dict.fromkeys(("Patch", "Registry", "Variant", "load_registry"), "registry"),
+    **dict.fromkeys(("CheckReport", "CheckResult", "check"), "release_check"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from patchset.image import build as image_build  # noqa: PLC0415 - imported on first use
+    """A public name, imported from its module on first use (then kept here)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'patchset' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"patchset.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
 
-        return getattr(image_build, name)
-    raise AttributeError(f"module 'patchset' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -42,6 +42,7 @@ class ExitCode(IntEnum):
     INTERNAL = 70  # a bug: an exception patchset did not expect (EX_SOFTWARE of sysexits.h)
     INTERRUPTED = 130  # 128 + SIGINT
     BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a process killed by it
+    TERMINATED = 143  # 128 + SIGTERM: stopped, after cleaning up
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ MEANING: dict[ExitCode, Meaning] = {
     ),
     ExitCode.INTERRUPTED: Meaning("interrupted", "interrupted (Ctrl-C)"),
     ExitCode.BROKEN_PIPE: Meaning("output closed", "output closed early (a broken pipe)"),
+    ExitCode.TERMINATED: Meaning("terminated", "terminated (SIGTERM), after cleaning up"),
 }
 
 # What any command can end with besides its own codes.
@@ -89,6 +91,7 @@ COMMON: tuple[ExitCode, ...] = (
     ExitCode.INTERNAL,
     ExitCode.INTERRUPTED,
     ExitCode.BROKEN_PIPE,
+    ExitCode.TERMINATED,
 )
 
 

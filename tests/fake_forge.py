@@ -19,7 +19,8 @@ _PULL = re.compile(r"^/api/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/pulls/(?P<n>\d
 @dataclass
 class ForgeScript:
     pulls: dict[str, dict[str, Any]] = field(default_factory=dict)  # "owner/repo#n" -> body
-    mode: str = "ok"  # ok | rate-limit | rate-limit-429 | unauthorized | html | bad-json | hang
+    mode: str = "ok"  # ok | rate-limit | rate-limit-429 | unauthorized | html | bad-json | redirect
+    redirect_to: str = ""  # mode redirect: the base URL the answer sends the client to
     hits: Counter[str] = field(default_factory=Counter)
     conditional: Counter[str] = field(default_factory=Counter)  # asked with If-None-Match
     authorization: list[str | None] = field(default_factory=list)
@@ -39,6 +40,9 @@ class FakeForge:
             def do_GET(self) -> None:
                 script.hits[self.path] += 1
                 script.authorization.append(self.headers.get("Authorization"))
+                if script.mode == "redirect":
+                    self._send(301, b"", {"Location": script.redirect_to + self.path})
+                    return
                 if script.mode == "rate-limit":
                     self._send(
                         403,

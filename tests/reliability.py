@@ -27,8 +27,9 @@ FAULT = "fault injected"
 
 # Existing tests that inject a fault, counted by their outcome (see tests/test_net.py and
 # tests/test_index_source.py): the test passing means nothing corrupt was used or kept.
+_HARD = "tests/test_check_hardening.py::"
 REUSED: dict[str, str] = {
-    "tests/test_net.py::test_fetch_json_retries_a_500": "index answers 5xx, then recovers",
+    "tests/test_net.py::test_a_500_is_retried": "index answers 5xx, then recovers",
     "tests/test_net.py::test_persistent_500_gives_one_clear_line": "index answers 5xx, always",
     "tests/test_net.py::test_unreachable_port": "index unreachable",
     "tests/test_net.py::test_a_hung_server_is_given_up_on_after_the_timeout": "index times out",
@@ -60,6 +61,24 @@ REUSED: dict[str, str] = {
         "two readers, one cache"
     ),
     "tests/test_index_source.py::test_a_held_lock_times_out": "cache lock held elsewhere",
+    # issue 23, the check's classes (tests/test_check_hardening.py)
+    _HARD + "TestWheelDirectoryAgainstRecord::test_a_damaged_wheel_is_exit_3_and_nothing"
+    "_is_cached": "wheel directory and RECORD disagree",
+    f"{_HARD}TestInflationBound::test_a_bomb_is_refused_without_inflating_it": "inflation bomb",
+    f"{_HARD}TestCacheEntries::test_a_full_disk_under_the_cache_is_one_line_exit_3": (
+        "full disk under the cache"
+    ),
+    f"{_HARD}TestCacheEntries::test_an_entry_that_is_not_a_file_is_fetched_again": (
+        "cache entry a folder or FIFO"
+    ),
+    f"{_HARD}TestCacheEntries::test_a_rewritten_memo_row_is_not_believed": "memo row rewritten",
+    f"{_HARD}TestIndexPages::test_another_projects_wheel_on_the_page_is_skipped": (
+        "another project's file on the page"
+    ),
+    f"{_HARD}TestIndexPages::test_a_version_of_thousands_of_digits_is_refused_in_one_line": (
+        "a version of 5,000 digits"
+    ),
+    f"{_HARD}TestIndexPages::test_since_is_bounded_and_says_so": "20,000-release --since",
 }
 
 

@@ -147,6 +147,16 @@ def test_latest_when_nothing_is_newer_is_one_line_exit_0(project: Path) -> None:
     assert sorted(p.name for p in (project / "builds").iterdir()) == ["0.20.0.toml"]
 
 
+def test_a_base_without_the_version_is_hand_work(project: Path) -> None:
+    old = definition(project, "keep")
+    old.write_text(old.read_text().replace("vllm/vllm-openai:v0.19.1-cu130", "team/base@sha256:ab"))
+    report = bump(
+        load_registry(project / "patches"), old, "0.20.0", source=GitSource(project / "vllm")
+    )
+    assert report.notes and "set the base for 0.20.0 by hand" in report.notes[0]
+    assert report.exit_code == ExitCode.ATTENTION
+
+
 def test_a_complete_bump_exits_0(project: Path) -> None:
     old = definition(project, "keep", "gone-up")
     done = cli(project, str(old), "--to", "latest", "--format", "json")

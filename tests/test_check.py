@@ -9,7 +9,7 @@ import pytest
 
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from patchset.sources.folder import FolderSource
 from tests.helpers.cli import run_cli
 from tests.releases import materialize

@@ -4,13 +4,16 @@ index on pre-releases and yanked files (left out unless --pre; yanked always).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from patchset.cli.main import main
+from patchset.sources.base import DownloadProgress
 from patchset.sources.package_index.cache import Cache
 from tests.fake_index import FakeIndex, Reply
 from tests.workflow_commands import read_annotations
@@ -96,3 +99,37 @@ def test_since_from_tool_patchset_when_no_release_is_named(
     assert [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]] == ["0.1.0"]
     assert main(["check", "--vllm", "latest", "--pre", "--format", "json"]) == 0  # named: wins
     assert [r["vllm"] for r in json.loads(capsys.readouterr().out)["releases"]] == ["0.3.0rc1"]
+
+
+def test_the_check_is_one_library_call(index: FakeIndex, tmp_cache: Cache) -> None:
+    """`patchset.check` selects the releases (``latest``, `since`), prefetches what the check
+    reads (`files_needed`: every target, the probe's file, ``vllm/_version.py``) with the
+    caller's progress, and evaluates: the CLI only parses and renders."""
+    import patchset
+    from patchset.release_check import files_needed
+    from patchset.sources import parse_source
+
+    registry = patchset.load_registry(Path(__file__).parent.parent / "patches")
+    needed = files_needed(registry.patches)
+    assert "vllm/_version.py" in needed
+    assert set(needed) >= {t for p in registry.patches for t in p.targets}
+    selected: list[list[str]] = []
+    heard: list[str] = []
+
+    @contextlib.contextmanager
+    def bar(versions: list[str]) -> Iterator[DownloadProgress]:
+        selected.append(versions)
+        yield lambda version, done, total: heard.append(version)
+
+    source = parse_source(None, index_url=index.index_url, prereleases=True)
+    report = patchset.check(registry, since="0.1.0", pre=True, source=source, progress=bar)
+    assert selected == [["0.1.0", "0.3.0rc1"]] and set(heard) == {"0.1.0", "0.3.0rc1"}
+    assert [r.version for r in report.releases] == ["0.1.0", "0.3.0rc1"]
+    assert {r.patch for r in report.results} == {p.id for p in registry.patches}
+    hits = dict(index.server.hits)
+    offline = parse_source(None, offline=True, prereleases=True)
+    again = patchset.check(registry, ["latest"], pre=True, source=offline)
+    assert [r.version for r in again.releases] == ["0.3.0rc1"]  # offline: nothing fetched
+    assert dict(index.server.hits) == hits
+    nothing = patchset.check(registry, since="0.4.0", source=source)
+    assert (nothing.releases, nothing.results, nothing.exit_code) == ((), (), 0)

@@ -61,7 +61,7 @@ def test_hostile_details_round_trip_through_the_runners_syntax(detail: str) -> N
 
 def test_a_hostile_detail_stays_one_annotation_and_one_summary_line(tmp_path: Path) -> None:
     from patchset.cli import github
-    from patchset.release_check.verdicts import CheckReport, CheckResult, Signals
+    from patchset.release_check import CheckReport, CheckResult, Signals
     from patchset.sources.base import ReleaseInfo
 
     registry = patchset.load_registry(open_ended_registry(tmp_path))

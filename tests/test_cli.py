@@ -107,3 +107,21 @@ def test_apply_without_target_finds_the_importable_vllm(tmp_path: Path) -> None:
     report = json.loads(proc.stdout)
     assert report["target"] == str(site)
     assert report["results"][0]["outcome"] == "conflict"
+
+
+def test_show_prints_tables_as_fields_and_no_workflow_commands(tmp_path: Path) -> None:
+    """Issue 23 items 27 and 11: `upstream:` and `hardware:` as fields, not dict reprs; a
+    description line a CI log would run as a workflow command is escaped."""
+    registry = tmp_path / "patches"
+    shutil.copytree(REPO / "patches" / "fla-tma-sm12x", registry / "fla-tma-sm12x")
+    toml = registry / "fla-tma-sm12x" / "patch.toml"
+    text = toml.read_text()
+    head, sep, tail = text.partition('description = """')
+    hostile = "::set-output name=x::owned\n  ::add-mask::secret\n"
+    toml.write_text(head + sep + hostile + tail)
+    out = run_cli("--registry", registry, "show", "fla-tma-sm12x").stdout
+    assert "{'pr'" not in out and "'state'" not in out
+    assert "  upstream:\n    pr: vllm-project/vllm#36325\n    state: open\n" in out
+    assert "  hardware:\n    compute_capability: >=12.0\n" in out
+    assert all(not line.lstrip().startswith("::") for line in out.splitlines()), out
+    assert "\\::set-output name=x::owned" in out and "\\::add-mask::secret" in out

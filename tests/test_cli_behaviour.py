@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from patchset.cli import main as cli_main
 from patchset.cli.commands import registry as registry_cmd
@@ -206,3 +207,90 @@ def test_quiet_hides_the_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     assert (code, shown) == (0, b"")
     code, shown = _stderr_on_a_terminal(*argv[:3], "-q", *argv[3:])  # -q after the command
     assert (code, shown) == (0, b"")
+
+
+# -- signals (issue 23 item 20) ----------------------------------------------------------------
+
+
+def _apply_waiting_on_the_lock(tmp_path: Path) -> tuple[subprocess.Popen[str], Path, FileLock]:
+    """An apply in a subprocess, waiting for the tree's lock that this process holds."""
+    from patchset.engine import transaction
+
+    registry = tmp_path / "patches"
+    add_patch(registry, "fix-mod", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    lock = FileLock(str(tree / transaction.LOCK))
+    lock.acquire()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "patchset",
+            "--registry",
+            str(registry),
+            "apply",
+            "--target",
+            str(tree),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    return proc, tree, lock
+
+
+@pytest.mark.parametrize(("sig", "code", "line"), [
+    (15, 143, "patchset: terminated (SIGTERM); cleaned up"),
+    (2, 130, "patchset: interrupted"),
+])  # fmt: skip
+def test_sigterm_and_sigint_clean_up_and_say_one_line(
+    tmp_path: Path, sig: int, code: int, line: str
+) -> None:
+    import signal
+    import time
+
+    proc, tree, lock = _apply_waiting_on_the_lock(tmp_path)
+    try:
+        time.sleep(3)  # imported, planned, waiting for the lock
+        assert proc.poll() is None
+        proc.send_signal(signal.Signals(sig))
+        _, err = proc.communicate(timeout=30)
+    finally:
+        lock.release()
+    assert proc.returncode == code, err
+    assert err.strip().splitlines() == [line] and "Traceback" not in err
+    assert (tree / "vllm" / "mod.py").read_text() == BODY
+    assert not (tree / ".patchset-journal").exists()
+
+
+def test_ctrl_c_while_the_command_line_imports_is_one_line() -> None:
+    """A KeyboardInterrupt before main() runs (the imports): one line, no traceback, and the
+    process still ends by SIGINT (a shell sees 130)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import patchset.cli.main\nraise KeyboardInterrupt"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
+    assert proc.stderr == "patchset: interrupted\n"
+    assert proc.returncode in (-2, 130)
+
+
+def test_import_patchset_is_cheap() -> None:
+    """The public names are imported on first use, so the command line takes over Ctrl-C
+    before the heavy imports; the API stays as it was."""
+    code = (
+        "import sys, patchset\n"
+        "print(sorted(m for m in sys.modules if m.startswith('patchset')))\n"
+        "print(patchset.apply.__module__, patchset.check.__module__, patchset.ExitCode.OK)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60,
+    )  # fmt: skip
+    first, second = proc.stdout.splitlines()
+    assert first == "['patchset']"
+    assert second == "patchset.engine.apply patchset.release_check.run 0"

@@ -28,7 +28,7 @@ from patchset.image.definition import load_definition
 from patchset.refresh import refresh
 from patchset.registry import load_registry
 from patchset.registry.diffs import parse_diff
-from patchset.release_check.verdicts import CheckResult, check
+from patchset.release_check import CheckResult, check
 from patchset.sources.folder import FolderSource
 from tests.releases import tree_digest
 from tests.synthetic import (

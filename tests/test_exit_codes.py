@@ -45,3 +45,13 @@ def test_apply_help_names_8_and_says_6_is_strict_only() -> None:
     out = cli("apply", "--help").out
     assert "    8  a patch's upstream fix is in the tree" in out
     assert "    6  --strict only" in out and "    7  --strict only" in out
+
+
+def test_the_apply_schema_names_every_outcome() -> None:
+    from typing import get_args
+
+    from patchset import schemas
+    from patchset.engine.results import Outcome
+
+    results = schemas.load("apply")["properties"]["results"]["items"]["properties"]
+    assert results["outcome"]["enum"] == list(get_args(Outcome))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from patchset.sources.package_index import IndexSource
 from tests.synthetic import add_patch
 

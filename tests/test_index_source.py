@@ -25,8 +25,8 @@ import pytest
 from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
 from patchset.registry import load_registry
+from patchset.release_check import check
 from patchset.release_check.memo import Memo
-from patchset.release_check.verdicts import check
 from patchset.sources import package_index, parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
@@ -405,21 +405,30 @@ def test_prefetch_reads_the_paths_asked_for(index: FakeIndex, tmp_cache: Cache) 
             )
 
 
-def test_prefetch_pauses_the_garbage_collector_and_restores_it(
-    index: FakeIndex, tmp_cache: Cache
-) -> None:
+def test_the_garbage_collector_is_the_callers(index: FakeIndex, tmp_cache: Cache) -> None:
+    """A library call leaves the process's collector as the caller set it (on stays on, off
+    stays off, during the call too); the CLI pauses it around its whole run, and the pause
+    restores it after."""
     import gc
+
+    from patchset._gc import collector_paused
 
     during: list[bool] = []
     assert gc.isenabled()
     source(index, tmp_cache).prefetch(["0.1.0"], progress=lambda *_: during.append(gc.isenabled()))
-    assert during and not any(during) and gc.isenabled()
+    assert during and all(during) and gc.isenabled()
     gc.disable()  # a caller that runs without it keeps it off
     try:
         source(index, tmp_cache).prefetch(["0.2.0"])
         assert not gc.isenabled()
     finally:
         gc.enable()
+    during.clear()
+    with collector_paused():  # what `patchset check` wraps its run in
+        source(index, tmp_cache).prefetch(
+            ["0.2.0"], paths=[UTILS], progress=lambda *_: during.append(gc.isenabled())
+        )
+    assert during and not any(during) and gc.isenabled()
 
 
 def test_prefetch_names_what_failed(index: FakeIndex, tmp_cache: Cache) -> None:

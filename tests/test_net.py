@@ -8,11 +8,14 @@ import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
+from patchset.sources.package_index.cache import Cache
+from patchset.sources.package_index.client import PackageIndex
 from tests.fake_index import FakeServer, Reply
 
 PAYLOAD = b"0123456789abcdef" * 10_000  # bigger than one read chunk
@@ -36,20 +39,25 @@ def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
-def test_fetch_json(http_server: FakeServer) -> None:
+def get_json(url: str, **kwargs: Any) -> Any:
+    """A JSON answer through `net.fetch_page`, as the index client asks for its pages."""
+    return json.loads(net.fetch_page(url, accept="application/json", **kwargs)[2])
+
+
+def test_fetch_page(http_server: FakeServer) -> None:
     http_server.route("/x/json", Reply(200, b'{"a": [1, 2]}'))
-    assert net.fetch_json(f"{http_server.url}/x/json") == {"a": [1, 2]}
+    assert get_json(f"{http_server.url}/x/json") == {"a": [1, 2]}
 
 
-def test_fetch_json_retries_a_500(http_server: FakeServer) -> None:
+def test_a_500_is_retried(http_server: FakeServer) -> None:
     http_server.route("/x", Reply(500), Reply(503), Reply(200, b"[]"))
-    assert net.fetch_json(f"{http_server.url}/x", retries=3) == []
+    assert get_json(f"{http_server.url}/x", retries=3) == []
     assert http_server.hits["/x"] == 3
 
 
 def test_404_is_not_retried(http_server: FakeServer) -> None:
     with pytest.raises(net.HTTPStatusError) as caught:
-        net.fetch_json(f"{http_server.url}/missing", retries=5)
+        get_json(f"{http_server.url}/missing", retries=5)
     assert caught.value.status == 404
     assert http_server.hits["/missing"] == 1
     assert "HTTP 404" in str(caught.value)
@@ -58,7 +66,7 @@ def test_404_is_not_retried(http_server: FakeServer) -> None:
 def test_persistent_500_gives_one_clear_line(http_server: FakeServer) -> None:
     http_server.route("/x", Reply(502))
     with pytest.raises(net.UnreachableError) as caught:
-        net.fetch_json(f"{http_server.url}/x", retries=2)
+        get_json(f"{http_server.url}/x", retries=2)
     message = str(caught.value)
     assert message == (
         f"cannot reach the package index at {http_server.url}/x: HTTP 502 Bad Gateway"
@@ -72,7 +80,7 @@ def test_persistent_500_gives_one_clear_line(http_server: FakeServer) -> None:
 def test_unreachable_port() -> None:
     url = f"http://127.0.0.1:{free_port()}/pypi/vllm/json"
     with pytest.raises(net.UnreachableError) as caught:
-        net.fetch_json(url, retries=1, timeout=2)
+        get_json(url, retries=1, timeout=2)
     message = str(caught.value)
     assert message.startswith(f"cannot reach the package index at {url}: ")
     assert "refused" in message.lower()
@@ -85,7 +93,7 @@ def test_a_hung_server_is_given_up_on_after_the_timeout(http_server: FakeServer)
     http_server.route("/slow", Reply(200, b"{}", delay=1.5))
     start = time.monotonic()
     with pytest.raises(net.UnreachableError, match=r"timed out \(tried once\)"):
-        net.fetch_json(f"{http_server.url}/slow", retries=3, timeout=0.3)
+        get_json(f"{http_server.url}/slow", retries=3, timeout=0.3)
     assert time.monotonic() - start < 1.2
     assert http_server.hits["/slow"] == 1
 
@@ -100,45 +108,48 @@ def test_a_hung_server_is_not_waited_on_again_in_the_same_run(
     http_server.route("/slow", Reply(200, b"{}", delay=1.5))
     http_server.route("/fine", Reply(200, b"[1]"))
     with pytest.raises(net.UnreachableError, match="timed out"):
-        net.fetch_json(f"{http_server.url}/slow", retries=3, timeout=0.3)
+        get_json(f"{http_server.url}/slow", retries=3, timeout=0.3)
     start = time.monotonic()
     with pytest.raises(net.UnreachableError, match=r"no answer .* earlier in this run"):
-        net.fetch_json(f"{http_server.url}/fine", retries=3, timeout=0.3)
+        get_json(f"{http_server.url}/fine", retries=3, timeout=0.3)
     assert time.monotonic() - start < 0.1
     assert http_server.hits.get("/fine", 0) == 0
     monkeypatch.setattr(net, "HUNG_FOR", 0.0)
-    assert net.fetch_json(f"{http_server.url}/fine", retries=3, timeout=0.3) == [1]
+    assert get_json(f"{http_server.url}/fine", retries=3, timeout=0.3) == [1]
 
 
 def test_a_server_that_answers_is_retried_within_the_timeout(http_server: FakeServer) -> None:
     """Quick failures (a 503, a body cut off after some bytes) are heard from: they are tried
     again, however short the timeout."""
     http_server.route("/flaky", Reply(503), Reply(200, PAYLOAD, truncate=1000), Reply(200, b"[1]"))
-    assert net.fetch_json(f"{http_server.url}/flaky", retries=3, timeout=0.3) == [1]
+    assert get_json(f"{http_server.url}/flaky", retries=3, timeout=0.3) == [1]
     assert http_server.hits["/flaky"] == 3
 
 
-def test_not_json(http_server: FakeServer) -> None:
-    http_server.route("/x", Reply(200, b"<html>"))
-    with pytest.raises(SourceError, match="not JSON"):
-        net.fetch_json(f"{http_server.url}/x")
+def test_not_json(http_server: FakeServer, tmp_cache: Cache) -> None:
+    """An index answering garbage where its project page should be: one line, exit 3."""
+    http_server.route("/simple/vllm/", Reply(200, b"<html", content_type="application/json"))
+    index = PackageIndex(f"{http_server.url}/simple", cache=tmp_cache, retries=0)
+    with pytest.raises(SourceError, match="not a simple-API project page") as caught:
+        index.files()
+    assert caught.value.exit_code == 3 and "\n" not in str(caught.value)
 
 
 def test_only_web_and_file_urls() -> None:
     with pytest.raises(SourceError, match="only https, http, file URLs"):
-        net.fetch_json("ftp://127.0.0.1/x")
+        get_json("ftp://127.0.0.1/x")
 
 
 def test_file_url_for_a_local_mirror(tmp_path: Path) -> None:
     answer = tmp_path / "json"
     answer.write_text(json.dumps({"releases": {}}))
-    assert net.fetch_json(answer.as_uri()) == {"releases": {}}
+    assert get_json(answer.as_uri()) == {"releases": {}}
 
 
 def test_credentials_go_into_a_header_and_out_of_messages(http_server: FakeServer) -> None:
     url = http_server.url.replace("://", "://me:s%40cret@") + "/private"
     with pytest.raises(net.HTTPStatusError) as caught:
-        net.fetch_json(url)
+        get_json(url)
     sent = http_server.headers("/private")["Authorization"]
     assert base64.b64decode(sent.removeprefix("Basic ")) == b"me:s@cret"
     assert "cret" not in str(caught.value)

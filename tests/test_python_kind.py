@@ -12,7 +12,7 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import PayloadError, RegistryError
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check_tree
+from patchset.release_check import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
 from tests.helpers.cli import run_cli
 

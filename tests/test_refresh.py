@@ -31,7 +31,7 @@ from patchset.errors import RegistryError, UsageError
 from patchset.refresh import WORK_FOLDER, MovedFile, finish, refresh
 from patchset.registry import load_registry
 from patchset.registry.write import RegistryChange, write_ranges
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from patchset.sources.base import MemoryTree, ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
 from tests.releases import materialize, tree_digest

@@ -4,14 +4,18 @@ three-line-context diff of the same edit conflicts and the site still applies.""
 
 from __future__ import annotations
 
+import time
 import tomllib
 from pathlib import Path
 
-from patchset.authoring.runtime_sites import SiteEdit, sites_from_edit, sites_toml
+import pytest
+
+from patchset.authoring.runtime_sites import MAX_ANCHOR, SiteEdit, sites_from_edit, sites_toml
 from patchset.authoring.tree import unified
+from patchset.errors import UsageError
 from patchset.registry import load_registry
 from patchset.registry.sites import load_sites
-from patchset.release_check.verdicts import check
+from patchset.release_check import check
 from tests.synthetic import MemoryReleases, add_patch
 
 FILE = "vllm/model_executor/layer.py"
@@ -113,3 +117,18 @@ def test_the_anchor_holds_where_the_diff_of_the_same_edit_conflicts(tmp_path: Pa
         ("0.27.1", "as-diff"): "conflict",
         ("0.27.1", "as-sites"): "needed",
     }
+
+
+def test_a_long_repetitive_file_is_quick_and_an_unpinnable_edit_refused() -> None:
+    """20,000 lines of seven repeated ones: the matcher sees only the changed middle (it
+    used to take minutes); an edit no run of up to MAX_ANCHOR lines pins down is refused."""
+    block = "".join(f"    x = f({i % 7})\n" for i in range(20_000))
+    original = "def f():\n" + block
+    start = time.process_time()
+    (site,) = sites_from_edit(original, original.replace("x = f(3)", "x = f(33)", 1), FILE)
+    assert time.process_time() - start < 2
+    assert site.line == 1 and site.anchor.endswith("    x = f(3)")
+    same = "x = 1\n" * 400
+    edited = "x = 1\n" * 200 + "x = 2\n" + "x = 1\n" * 199
+    with pytest.raises(UsageError, match=f"no run of up to {MAX_ANCHOR} lines unique"):
+        sites_from_edit(same, edited, FILE)

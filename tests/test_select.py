@@ -13,10 +13,15 @@ from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 
 
 class Listed(ReleaseSource):
-    """A source of a kind (`name`) offering `held`, `cached` of them already here."""
+    """A source of a kind (`name`) offering `held`, `cached` of them already here; it answers
+    the protocol's questions as that kind's source does."""
 
     def __init__(self, name: str, held: list[str], cached: list[str] | None = None) -> None:
         self.name, self.held, self.cached = name, held, cached
+        self.named_on_trust = name == "index"
+
+    def default_versions(self) -> list[str]:
+        return {"index": [], "git": self.held[-1:]}.get(self.name, list(self.held))
 
     def versions(self) -> list[str]:
         return list(self.held)

@@ -13,7 +13,7 @@ from patchset.cli.main import main
 from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, RegistryError
 from patchset.registry import load_registry
-from patchset.release_check.verdicts import check_tree
+from patchset.release_check import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
 from tests.releases import tree_digest
 from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
@@ -159,6 +159,38 @@ def test_declared_conflicts_refuse_the_pair(tmp_path: Path) -> None:
     assert any("conflicts with fix-other" in d for d in report.results[0].details)
     assert not report.written
     assert apply(load_registry(root), tree, patches=["fix-other"]).written
+
+
+def test_conflicts_hold_across_runs_read_from_the_tree(tmp_path: Path) -> None:
+    """Issue 23 item 18: with fix-other in the tree, `apply --patch fix-mod` (declared to
+    conflict) is refused, exit 1, nothing written (was: exit 0, both in the tree)."""
+    root = tmp_path / "patches"
+    add_patch(root, "fix-mod", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    add_patch(root, "fix-other", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    extra(root, "fix-other", 'conflicts = ["fix-mod"]')
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
+    registry = load_registry(root)
+    assert apply(registry, tree, patches=["fix-other"]).written
+    before = tree_digest(tree)
+    report = apply(registry, tree, patches=["fix-mod"])
+    (result,) = report.results
+    assert result.outcome == "conflict" and report.exit_code == ExitCode.ATTENTION
+    assert "conflicts with fix-other, which the tree holds" in result.details[0]
+    assert not report.written and tree_digest(tree) == before
+    # the other way round, declared on the other side: the same
+    assert revert(registry, tree, patches=["fix-other"]).written
+    assert apply(registry, tree, patches=["fix-mod"]).written
+    (result,) = apply(registry, tree, patches=["fix-other"]).results
+    assert result.outcome == "conflict" and "fix-mod, which the tree holds" in result.details[0]
+
+
+def test_requires_and_conflicts_of_one_id_is_refused_on_load(tmp_path: Path) -> None:
+    root = tmp_path / "patches"
+    add_patch(root, "fix-mod", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    add_patch(root, "fix-other", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    extra(root, "fix-other", 'requires = ["fix-mod"]\nconflicts = ["fix-mod"]')
+    with pytest.raises(RegistryError, match="conflicts: fix-mod is also in requires"):
+        load_registry(root)
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,7 @@ def entrypoint(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     spec = importlib.util.spec_from_file_location("entrypoint_under_test", ENTRYPOINT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)
     path_before = list(sys.path)
     spec.loader.exec_module(module)
     sys.path[:] = path_before

@@ -252,6 +252,22 @@ def test_an_unknown_patch_is_exit_2(registry: Path, forge: FakeForge) -> None:
     assert done.returncode == ExitCode.BAD_INPUT and "nope" in done.stderr
 
 
+def test_the_token_does_not_follow_a_redirect_to_another_host(forge: FakeForge) -> None:
+    """A redirect to another host (here `localhost` for `127.0.0.1`) gets the request, not the
+    token; one to the same host keeps it."""
+    other = FakeForge()
+    try:
+        other.pull("o/r#1", "open")
+        forge.script.mode = "redirect"
+        forge.script.redirect_to = other.api.replace("127.0.0.1", "localhost").removesuffix("/api")
+        state = ForgeAPI(forge.api, token="tok").pull("o/r#1")  # noqa: S106 -- a fake token
+        assert state.state == "open"
+        assert forge.script.authorization == ["Bearer tok"]
+        assert other.script.authorization == [None]
+    finally:
+        other.close()
+
+
 def test_errors_are_forge_errors(forge: FakeForge) -> None:
     forge.script.mode = "html"
     with pytest.raises(ForgeError):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from patchset.registry import load_registry
+from patchset.release_check import CheckResult, Explain, check
 from patchset.release_check.memo import Memo
-from patchset.release_check.verdicts import CheckResult, Explain, check
 from patchset.sources.folder import FolderSource
 from tests.synthetic import add_patch, make_tree
 

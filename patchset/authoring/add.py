@@ -25,10 +25,11 @@ from tomlkit.items import Table as TomlTable
 from patchset._fs import replace_folder
 from patchset.adapters import forge
 from patchset.authoring.diff import DiffPayload
+from patchset.authoring.runtime_sites import SiteEdit, sites_toml
 from patchset.errors import RegistryError, UsageError
 from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
 from patchset.registry.model import check_relations
-from patchset.release_check.verdicts import CheckReport, check
+from patchset.release_check import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
 ID_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")  # as the registry checks it
@@ -64,15 +65,19 @@ def add_diff(
     title: str | None = None,
     origin: str,
     credit: Sequence[str] = (),
-    apply: str = "build",
+    apply: str | None = None,
     vllm: str | None = None,
     source: ReleaseSource | None = None,
     versions: Iterable[str] = (),
     on_release: Callable[[str], None] | None = None,
     requires: Sequence[str] = (),
+    base: str | None = None,
+    sites: Sequence[SiteEdit] = (),
 ) -> AddResult:
-    """Write `root/patch_id/` (patch.diff and patch.toml), its range suggested by a check of
-    `versions` from `source` (on top of the patches it `requires`) unless `vllm` says it;
+    """Write `root/patch_id/` (patch.diff and patch.toml; with `sites`, a runtime patch's
+    sites.toml instead of the diff), its range suggested by a check of `versions` from
+    `source` (on top of the patches it `requires`) unless `vllm` says it; `base` (the release
+    the payload was made against) is recorded unless the check finds it not `needed` there;
     nothing is written on any error."""
     check_new_id(root, patch_id)
     state = _state(pr, state)
@@ -80,30 +85,37 @@ def add_diff(
         _specifier(vllm)
     wanted = list(versions)
     head = payload.preamble
+    kind = "runtime" if sites else "diff"
+    targets = tuple(dict.fromkeys(s.file for s in sites)) if sites else payload.targets
     with _staging(root, patch_id) as folder:
-        (folder / "patch.diff").write_text(payload.text, encoding="utf-8")
+        if sites:
+            header = f"Runtime sites of {patch_id}, made by `patchset add` from {origin}."
+            (folder / "sites.toml").write_text(sites_toml(patch_id, sites, header=header))
+        else:
+            (folder / "patch.diff").write_text(payload.text, encoding="utf-8")
 
-        def write_toml(range_text: str, note: str) -> None:
+        def write_toml(range_text: str, note: str, base: str | None) -> None:
             doc = _patch_doc(
                 patch_id,
-                kind="diff",
+                kind=kind,
                 title=title or head.subject or (f"{pr}" if pr else f"{patch_id} (from {origin})"),
                 description=head.description or _description(pr, origin),
                 vllm=range_text,
                 vllm_note=note,
-                apply=apply,
-                targets=payload.targets,
+                apply=apply or ("startup" if sites else "build"),
+                targets=targets,
                 origin=origin,
                 credit=list(credit)
                 or ([head.author] if head.author else [f"the author(s) of {pr or origin}"]),
                 pr=pr,
                 state=state,
+                base=base,
             )
             if requires:
                 doc["requires"] = list(dict.fromkeys(requires))
             (folder / "patch.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
 
-        write_toml(vllm or ANY_RELEASE, "")
+        write_toml(vllm or ANY_RELEASE, "", base)
         try:  # the registry's rules, before a check
             staged = _with_registry(root, load_patch(folder))
         except RegistryError as exc:  # named against what the user gave, not the staging
@@ -115,7 +127,11 @@ def add_diff(
         )
         suggested = report.suggested.get(patch_id, ()) if report else ()
         range_text, note = _choose_range(vllm, report, suggested)
-        write_toml(range_text, note)
+        if base is not None and report is not None:
+            at_base = [r for r in report.results if r.vllm == base]
+            if at_base and at_base[0].verdict != "needed":
+                base = None  # the check does not bear it out: not recorded
+        write_toml(range_text, note, base)
         patch = _move_into_place(folder, root / patch_id)
     return AddResult(patch, payload.dropped, report, suggested, range_text, note)
 
@@ -130,17 +146,71 @@ def _with_registry(root: Path, staged: Patch) -> Registry:
     return Registry(root=root, patches=tuple(patches), digest=existing.digest)
 
 
-def add_runtime(
+SKELETONS = {
+    "runtime": (
+        "What goes wrong without it (the error, the hardware), what the sites change,\nand why"
+        " upstream does not (yet).\n",
+        "A runtime patch skeleton from `patchset add --runtime`: fill in vllm, targets and at"
+        " least\none [[site]] in sites.toml.",
+    ),
+    "python": (
+        "What goes wrong without it, what apply() rebinds or wraps, and why upstream\ndoes not"
+        " (yet).\n",
+        "A python patch skeleton from `patchset add --python`: fill in vllm, targets (the files"
+        " of\nthe modules it touches), touches (module:attribute) and apply() in plugin.py.",
+    ),
+}
+
+
+def add_skeleton(
     root: Path,
     patch_id: str,
     *,
+    kind: str = "runtime",
     pr: str | None = None,
     state: str | None = None,
     title: str | None = None,
     vllm: str | None = None,
 ) -> Path:
-    """Lay out a runtime patch skeleton: patch.toml with an empty `targets` and a sites.toml
-    holding only a commented example, so `patchset validate` refuses it until filled in."""
+    """Lay out a runtime patch skeleton (patch.toml with an empty `targets` and a sites.toml
+    holding only a commented example) or a python one (empty `targets` and `touches`, and a
+    plugin.py whose `apply()` raises until written), so `patchset validate` refuses it until
+    it is filled in."""
+    description, header = SKELETONS[kind]
+    files = (
+        {"sites.toml": _sites_example(patch_id)}
+        if kind == "runtime"
+        else {"plugin.py": _plugin_example(patch_id)}
+    )
+    return _skeleton(
+        root,
+        patch_id,
+        kind=kind,
+        description=description,
+        header=header,
+        files=files,
+        pr=pr,
+        state=state,
+        title=title,
+        vllm=vllm,
+        touches=kind == "python",
+    )
+
+
+def _skeleton(
+    root: Path,
+    patch_id: str,
+    *,
+    kind: str,
+    description: str,
+    header: str,
+    files: dict[str, str],
+    pr: str | None,
+    state: str | None,
+    title: str | None,
+    vllm: str | None,
+    touches: bool = False,
+) -> Path:
     check_new_id(root, patch_id)
     state = _state(pr, state)
     if vllm is not None:
@@ -148,12 +218,9 @@ def add_runtime(
     with _staging(root, patch_id) as folder:
         doc = _patch_doc(
             patch_id,
-            kind="runtime",
+            kind=kind,
             title=title or f"{patch_id}: say in one line what it fixes",
-            description=(
-                "What goes wrong without it (the error, the hardware), what the sites change,"
-                "\nand why upstream does not (yet).\n"
-            ),
+            description=description,
             vllm=vllm or "",
             vllm_note="the releases it is meant for, e.g. '>=0.20.0,<0.21.0'",
             apply="startup",
@@ -163,17 +230,39 @@ def add_runtime(
             pr=pr,
             state=state,
         )
-        header = (
-            "A runtime patch skeleton from `patchset add --runtime`: fill in vllm, targets and"
-            " at least\none [[site]] in sites.toml. Until then `patchset validate` refuses it,"
-            " on purpose, so a\nhalf-written patch never ships."
+        if touches:
+            doc["touches"] = tomlkit.array()
+        header += (
+            " Until then `patchset validate`\nrefuses it, on purpose, so a half-written patch"
+            " never ships."
         )
         text = "".join(f"# {line}\n" for line in header.splitlines()) + tomlkit.dumps(doc)
         (folder / "patch.toml").write_text(text, encoding="utf-8")
-        (folder / "sites.toml").write_text(_sites_example(patch_id), encoding="utf-8")
+        for name, content in files.items():
+            (folder / name).write_text(content, encoding="utf-8")
         dest = root / patch_id
         _rename(folder, dest)
     return dest
+
+
+def _plugin_example(patch_id: str) -> str:
+    return f'''"""{patch_id}: a python patch, run by vLLM's general-plugins hook in each of its
+processes (API server, engine core, workers). Import vLLM inside apply(), not at the top, and
+make it safe to run more than once. List in patch.toml's `touches` every module:attribute
+it rebinds or reads, so `patchset check` can say when a release no longer has them."""
+
+
+def apply() -> None:
+    # import vllm.envs as envs
+    #
+    # original = envs.is_set
+    #
+    # def is_set(name: str) -> bool:
+    #     return original(name)
+    #
+    # envs.is_set = is_set
+    raise NotImplementedError("{patch_id}: write apply() (see the comment above)")
+'''
 
 
 def _state(pr: str | None, state: str | None) -> str:
@@ -250,6 +339,7 @@ def _patch_doc(
     credit: list[str],
     pr: str | None,
     state: str,
+    base: str | None = None,
 ) -> tomlkit.TOMLDocument:
     doc = tomlkit.document()
     doc.add("id", patch_id)
@@ -260,6 +350,9 @@ def _patch_doc(
     for line in textwrap.wrap(vllm_note, 96):
         doc.add(tomlkit.comment(line))
     doc.add("vllm", vllm)
+    if base is not None:
+        doc.add(tomlkit.comment("the release the payload was made against (refresh starts there)"))
+        doc.add("base", base)
     doc.add("apply", apply)
     doc.add("targets", list(targets))
     doc.add("origin", origin)

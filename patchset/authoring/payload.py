@@ -21,7 +21,9 @@ from patchset.authoring.diff import (
     read_diff_file,
 )
 from patchset.authoring.layout import Layout
+from patchset.authoring.runtime_sites import SiteEdit, sites_from_edit
 from patchset.errors import UsageError
+from patchset.registry import ranges
 from patchset.sources import parse_source, select
 from patchset.sources.base import ReleaseSource
 
@@ -49,6 +51,7 @@ class PayloadRequest:
     offline: bool = False
     no_check: bool = False  # check no release (a tree or overlays still read one)
     allow_deletions: bool = False  # from_tree: more than MAX_DELETIONS files may be deleted
+    runtime: bool = False  # from_tree/overlay: anchored runtime sites instead of a diff
     today: str | None = None  # the date in the origin line; None: today (UTC)
 
 
@@ -59,11 +62,23 @@ class Prepared:
     payload: DiffPayload
     origin: str  # where it came from, for patch.toml's `origin`
     notes: tuple[str, ...]  # what the user should know about how it was read
+    base: str | None = None  # the release the payload was made against, when known
+    sites: tuple[SiteEdit, ...] = ()  # with `runtime`: the payload as anchored sites
+
+
+@dataclass(frozen=True)
+class _Read:
+    payload: DiffPayload
+    origin: str
+    notes: list[str]
+    base: str | None = None
+    edits: tuple[tuple[str, str | None, str | None], ...] = ()  # path, release's text, new
 
 
 def releases(request: PayloadRequest) -> tuple[ReleaseSource | None, list[str]]:
-    """The source and the releases a new payload is checked against: `vllm`, else every
-    release from `since`, else the releases the source holds without downloading."""
+    """The source and the releases a new payload is checked against: `vllm` and every release
+    from `since` (both when both are given), else the releases the source holds without
+    downloading."""
     if request.no_check and not (request.from_tree or request.overlay):
         return None, []
     source = parse_source(
@@ -74,32 +89,68 @@ def releases(request: PayloadRequest) -> tuple[ReleaseSource | None, list[str]]:
     )
     if request.no_check:
         return source, []
-    return source, select.for_add(
-        source, versions=request.vllm, since=request.since, pre=request.pre
-    )
+    named = select.for_add(source, versions=request.vllm) if request.vllm else []
+    since = select.for_add(source, since=request.since, pre=request.pre) if request.since else []
+    if named or since:
+        return source, _in_order([*named, *since])
+    return source, select.for_add(source)
+
+
+def _in_order(versions: list[str]) -> list[str]:
+    """Each once, oldest first (what is not a version keeps its place at the end)."""
+    unique = list(dict.fromkeys(versions))
+    known = sorted((v for v in unique if ranges.is_version(v)), key=ranges.version_key)
+    return known + [v for v in unique if not ranges.is_version(v)]
 
 
 def prepare(request: PayloadRequest) -> Prepared:
     """The releases to check, the new payload, where it came from and the notes on it."""
     source, versions = releases(request)
     today = request.today or datetime.now(UTC).strftime("%Y-%m-%d")
+    if request.runtime and not (request.from_tree or request.overlay):
+        raise UsageError(
+            "--runtime makes sites from an edited tree or overlays (--from-tree DIR --vllm X,"
+            " --overlay FILE); alone it lays out a skeleton"
+        )
     if request.from_tree is not None:
-        payload, origin, notes = _from_tree(request, source, today)
+        read = _from_tree(request, source, today)
     elif request.overlay:
-        payload, origin, notes = _overlays(request, source, versions, today)
+        read = _overlays(request, source, versions, today)
     else:
-        payload, origin, notes = _diff(request, source, versions, today)
+        read = _diff(request, source, versions, today)
+    notes = read.notes
+    sites = _sites(read) if request.runtime else ()
+    if sites:
+        notes.append(
+            f"{len(sites)} runtime site{'s' if len(sites) != 1 else ''}, each anchored on the"
+            " fewest of the release's lines that occur once in the file"
+        )
     if versions and not (request.vllm or request.since or request.source):
         notes.append(
             f"checked against the {len(versions)} release{'s' if len(versions) != 1 else ''}"
             f" already in the cache ({listed(versions)}); --vllm X or --since X choose others"
         )
-    return Prepared(source, tuple(versions), payload, origin, tuple(notes))
+    return Prepared(
+        source, tuple(versions), read.payload, read.origin, tuple(notes), read.base, sites
+    )
 
 
-def _from_tree(
-    request: PayloadRequest, source: ReleaseSource | None, today: str
-) -> tuple[DiffPayload, str, list[str]]:
+def _sites(read: _Read) -> tuple[SiteEdit, ...]:
+    """The edit of every file as anchored sites: a runtime patch changes files the release
+    has, so a created or deleted file is refused."""
+    out: list[SiteEdit] = []
+    for rel, old, new in read.edits:
+        if old is None or new is None:
+            made = "creates" if old is None else "deletes"
+            raise UsageError(
+                f"--runtime: the edit {made} {rel}; runtime sites change files the release"
+                " has (leave out --runtime for a diff patch, or --file the others)"
+            )
+        out += sites_from_edit(old, new, rel)
+    return tuple(out)
+
+
+def _from_tree(request: PayloadRequest, source: ReleaseSource | None, today: str) -> _Read:
     folder = request.from_tree
     assert folder is not None
     if not request.vllm or source is None:
@@ -141,7 +192,8 @@ def _from_tree(
     # is then read once more by the registry's loader, not three times more).
     targets = tuple(f for f in found.files if f not in found.unreadable)
     payload = DiffPayload(found.text, targets, (), NO_PREAMBLE)
-    return payload, f"the edits in {folder.name}/ against vLLM {version} (added {today})", notes
+    origin = f"the edits in {folder.name}/ against vLLM {version} (added {today})"
+    return _Read(payload, origin, notes, version, found.edits)
 
 
 def listed(names: tuple[str, ...] | list[str]) -> str:
@@ -152,7 +204,10 @@ def listed(names: tuple[str, ...] | list[str]) -> str:
 
 def _overlays(
     request: PayloadRequest, source: ReleaseSource | None, versions: list[str], today: str
-) -> tuple[DiffPayload, str, list[str]]:
+) -> _Read:
+    """One diff for all overlays against one release: the newest that every overlay is most
+    alike to; overlays whose best releases have none in common are refused, each named with
+    its own (give --vllm X to diff them all against X)."""
     if source is None:
         raise UsageError("--overlay needs releases to compare with: drop --no-check")
     candidates = list(request.vllm) or versions
@@ -160,8 +215,7 @@ def _overlays(
         raise UsageError(
             "--overlay: no release in the cache to compare with; give --vllm X or --since X"
         )
-    notes: list[str] = []
-    parts = []
+    found: list[tuple[Path, str, trees.OverlayMatch, str]] = []
     identical: list[str] = []
     for spec in request.overlay:
         name, _, target = spec.partition("=")
@@ -175,7 +229,23 @@ def _overlays(
                 + (f" (and of {', '.join(also)})" if also else "")
             )
             continue
-        also = [v for v in match.same if v != match.version]
+        found.append((path, text, match, old))
+    if not found:
+        raise UsageError(
+            "; ".join(identical) + ": nothing to import (an overlay holds a fix only where it"
+            " differs from the release it was copied from)",
+            path=request.overlay[0].partition("=")[0],
+        )
+    base = _common_base([match for _, _, match, _ in found])
+    notes: list[str] = []
+    edits: list[tuple[str, str | None, str | None]] = []
+    for path, text, match, best in found:
+        old = best
+        if match.version != base:  # as alike in the common release: diff against its text
+            with source.open(base) as tree:
+                data = tree.read(match.target)
+            old = data.decode("utf-8", errors="replace") if data is not None else best
+        also = [v for v in match.same if v != base]
         chosen = ""
         if match.next_best is not None:
             chosen = (
@@ -183,28 +253,40 @@ def _overlays(
                 f" next {match.next_best[0]} at {match.next_best[1]:.0%}"
             )
         notes.append(
-            f"{path}: a copy of {match.target} from vLLM {match.version}"
+            f"{path}: a copy of {match.target} from vLLM {base}"
             f" ({match.likeness:.0%} of lines alike"
             + (f"; as alike in {', '.join(also)}" if also else "")
             + chosen
             + ")"
         )
-        parts.append(trees.unified(match.target, old, text))
-    if not parts:
-        raise UsageError(
-            "; ".join(identical) + ": nothing to import (an overlay holds a fix only where it"
-            " differs from the release it was copied from)",
-            path=request.overlay[0].partition("=")[0],
-        )
+        edits.append((match.target, old, text))
+    if len(found) > 1:
+        notes.append(f"the {len(found)} overlays come from one release: vLLM {base} (the base)")
     notes += [f"{line}: nothing to import from it, left out" for line in identical]
-    payload = normalize_diff("".join(parts), file=request.overlay[0])
+    text = "".join(trees.unified(rel, old, new) for rel, old, new in edits)
+    payload = normalize_diff(text, file=request.overlay[0])
     names = ", ".join(Path(s.partition("=")[0]).name for s in request.overlay)
-    return payload, f"overlays {names} (added {today})", notes
+    return _Read(payload, f"overlays {names} (added {today})", notes, base, tuple(edits))
+
+
+def _common_base(matches: list[trees.OverlayMatch]) -> str:
+    """The newest release every overlay is most alike to; UsageError when there is none."""
+    common = set(matches[0].same)
+    for match in matches[1:]:
+        common &= set(match.same)
+    if common:
+        return max(common, key=ranges.version_key)
+    each = "; ".join(f"{m.overlay} from {m.version}" for m in matches)
+    raise UsageError(
+        f"the overlays come from different releases ({each}): no release is the base of all"
+        " of them, so the patch would fit none; give --vllm X to diff them all against X, or"
+        " add them as separate patches"
+    )
 
 
 def _diff(
     request: PayloadRequest, source: ReleaseSource | None, versions: list[str], today: str
-) -> tuple[DiffPayload, str, list[str]]:
+) -> _Read:
     pr = request.pr
     if request.diff is not None:
         name = "<stdin>" if request.diff == "-" else request.diff
@@ -228,4 +310,6 @@ def _diff(
             f" changes is under vllm/ in {payload.detected.version}); --root/--strip say"
             " otherwise"
         )
-    return payload, origin, notes
+    # one release named: the diff is taken as made against it (kept if the check agrees)
+    base = request.vllm[0] if len(request.vllm) == 1 else None
+    return _Read(payload, origin, notes, base)

@@ -28,6 +28,7 @@ from patchset.kernel.hunks import split_text
 from patchset.kernel.sites import Site, apply_site
 
 SiteAction = Literal["replace", "insert-after", "insert-before"]
+MAX_ANCHOR = 80  # lines: an edit no shorter run of lines pins down is no site (a diff then)
 _PROBE_MARKER = "patchset-authoring: site"  # the marker of the trial application only
 
 
@@ -63,12 +64,13 @@ def sites_from_edit(original: str, edited: str, file: str) -> list[SiteEdit]:
     if old == new:
         return []
     folded = [" ".join(line.split()) for line in old]
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    regions = [
-        _Region(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
-    ]
+    where: dict[str, list[int]] = {}  # each folded line: where it stands
+    for number, line in enumerate(folded):
+        where.setdefault(line, []).append(number)
+    lines = _Folded(folded, where)
+    regions = _changes(old, new)
     while True:
-        grown = [_grow(old, new, folded, r, file) for r in regions]
+        grown = [_grow(old, new, lines, r, file) for r in regions]
         merged = _merge(grown)
         if len(merged) == len(grown):
             break
@@ -78,11 +80,46 @@ def sites_from_edit(original: str, edited: str, file: str) -> list[SiteEdit]:
     return edits
 
 
-def _grow(old: list[str], new: list[str], folded: list[str], r: _Region, file: str) -> _Region:
+def _changes(old: list[str], new: list[str]) -> list[_Region]:
+    """The changed regions, by difflib on what lies between the common head and tail (an
+    edit is mostly small: the matcher then never sees the rest of a long, repetitive file)."""
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    middle_old, middle_new = old[head : len(old) - tail], new[head : len(new) - tail]
+    matcher = difflib.SequenceMatcher(None, middle_old, middle_new, autojunk=False)
+    return [
+        _Region(head + i1, head + i2, head + j1, head + j2)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+@dataclass(frozen=True)
+class _Folded:
+    lines: list[str]  # the original's lines, whitespace folded
+    where: dict[str, list[int]]
+
+    def count(self, a: int, e: int) -> int:
+        """How often the run lines[a:e] occurs in the file: 0, 1 or 2 (more than once)."""
+        want = self.lines[a:e]
+        count = 0
+        for i in self.where.get(want[0], ()):
+            if self.lines[i : i + len(want)] == want:
+                count += 1
+                if count > 1:
+                    break
+        return count
+
+
+def _grow(old: list[str], new: list[str], folded: _Folded, r: _Region, file: str) -> _Region:
     """The smallest widening of `r` by unchanged lines (k in all, `up` of them above) whose
     original lines match once in the file and whose both sides start and end with a non-blank
     line (the kernel drops blank lines at an anchor's or text's edges)."""
-    for k in range(len(old) + 1):
+    for k in range(min(len(old), MAX_ANCHOR) + 1):
         for up in range(k + 1):
             down = k - up
             a, e, c, d = r.a - up, r.e + down, r.c - up, r.d + down
@@ -92,24 +129,12 @@ def _grow(old: list[str], new: list[str], folded: list[str], r: _Region, file: s
                 continue
             if not (new[c].strip() and new[d - 1].strip()):
                 continue
-            if _matches(folded, a, e) == 1:
+            if folded.count(a, e) == 1:
                 return _Region(a, e, c, d)
     raise UsageError(
-        f"{file}: the edit at line {r.a + 1} has no run of lines unique in the file to anchor"
-        " it (the file repeats itself there): make it a diff patch"
+        f"{file}: the edit at line {r.a + 1} has no run of up to {MAX_ANCHOR} lines unique in"
+        " the file to anchor it (the file repeats itself there): make it a diff patch"
     )
-
-
-def _matches(folded: list[str], a: int, e: int) -> int:
-    """How many times the (folded) run folded[a:e] occurs in the file: 0, 1 or 2 (many)."""
-    want = folded[a:e]
-    first, size, count = want[0], len(want), 0
-    for i, line in enumerate(folded):
-        if line == first and folded[i : i + size] == want:
-            count += 1
-            if count > 1:
-                return count
-    return count
 
 
 def _merge(regions: list[_Region]) -> list[_Region]:

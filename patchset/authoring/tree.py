@@ -11,9 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from packaging.version import Version
-
 from patchset.errors import UsageError
+from patchset.registry import ranges
 from patchset.sources.base import ReadsMany, ReleaseSource, ReleaseTree
 
 SKIP_DIRS = {"__pycache__"}
@@ -73,6 +72,7 @@ class TreeDiff:
     unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
     deleted: tuple[str, ...] = ()  # files of the release absent from the edited tree
     not_held: tuple[str, ...] = ()  # folders of the release the edited tree has not at all
+    edits: tuple[tuple[str, str | None, str | None], ...] = ()  # path, release's text, new
 
 
 def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
@@ -94,6 +94,7 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
     changed: list[str] = []
     unreadable: list[str] = []
     deleted: list[str] = []
+    edits: list[tuple[str, str | None, str | None]] = []
     not_held: dict[str, None] = {}
     for rel in names:
         edited = _edited(root, package, rel)
@@ -117,11 +118,17 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
             continue
         executable = old is None and edited is not None and bool(edited.stat().st_mode & 0o100)
         parts.append(unified(rel, old, new, executable=executable))
+        edits.append((rel, old, new))
         changed.append(rel)
         if new is None:
             deleted.append(rel)
     return TreeDiff(
-        "".join(parts), tuple(changed), tuple(unreadable), tuple(deleted), tuple(not_held)
+        "".join(parts),
+        tuple(changed),
+        tuple(unreadable),
+        tuple(deleted),
+        tuple(not_held),
+        tuple(edits),
     )
 
 
@@ -244,7 +251,7 @@ def match_overlay(
             f" say which it stands for: {overlay}=vllm/PATH",
             path=overlay,
         )
-    newest = max(ties, key=_version_key)
+    newest = max(ties, key=ranges.version_key)
     runner = (ranked[1][0], ranked[1][1][0]) if len(ranked) > 1 else None
     return OverlayMatch(overlay, path, newest, likeness, tuple(ties), len(ranked), runner), old
 
@@ -258,7 +265,3 @@ def _likeness(old: str, new: str) -> float:
     if matcher.real_quick_ratio() < MIN_LIKENESS or matcher.quick_ratio() < MIN_LIKENESS:
         return matcher.quick_ratio() * 0.5
     return matcher.ratio()
-
-
-def _version_key(version: str) -> Version:
-    return Version(version)

@@ -14,7 +14,7 @@ from tomlkit.toml_document import TOMLDocument
 from patchset.errors import UnknownPatchError, UsageError
 from patchset.registry import Patch, Registry, load_registry
 from patchset.registry.write import RegistryChange
-from patchset.release_check.verdicts import CheckReport, check
+from patchset.release_check import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
 

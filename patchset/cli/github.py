@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
+from patchset.cli.check_report import md
 from patchset.cli.output import err_console
-from patchset.errors import one_line
 from patchset.registry import Registry
-from patchset.release_check.verdicts import CheckReport, CheckResult
+from patchset.release_check import CheckReport, CheckResult
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 WORKSPACE_ENV = "GITHUB_WORKSPACE"
@@ -205,9 +205,7 @@ def summary(report: CheckReport, registry: Registry, table: str) -> str:
             out += [f"### {heading}", ""]
             for f in these:  # one line each: a detail's own newlines would end the list item
                 releases = ", ".join(f.releases)
-                out.append(
-                    f"- **`{f.patch}`: {f.what}** on vLLM {releases}: {one_line(f.detail())}"
-                )
+                out.append(f"- **`{f.patch}`: {f.what}** on vLLM {releases}: {md(f.detail())}")
             out.append("")
     outside = [r for r in report.results if not r.in_range]
     out += [

@@ -2,35 +2,51 @@
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import logging
-import os
 import sys
-import traceback
-from collections.abc import Iterator, Sequence
-from typing import Any
 
-from patchset import __version__
-from patchset.adapters.actions import workflow_command
-from patchset.cli import options
-from patchset.cli.commands import add as add_cmd
-from patchset.cli.commands import apply as apply_cmd
-from patchset.cli.commands import bake as bake_cmd
-from patchset.cli.commands import bump as bump_cmd
-from patchset.cli.commands import cache as cache_cmd
-from patchset.cli.commands import check as check_cmd
-from patchset.cli.commands import completion as completion_cmd
-from patchset.cli.commands import image as image_cmd
-from patchset.cli.commands import import_ as import_cmd
-from patchset.cli.commands import project as project_cmd
-from patchset.cli.commands import refresh as refresh_cmd
-from patchset.cli.commands import registry as registry_cmd
-from patchset.cli.commands import runtime as runtime_cmd
-from patchset.cli.commands import upstream as upstream_cmd
-from patchset.cli.output import err_console, set_quiet
-from patchset.errors import ExitCode, PatchsetError, one_line
-from patchset.project import Project, resolve
+
+def _interrupted_on_start(kind: type[BaseException], value: BaseException, tb: object) -> None:
+    """Ctrl-C while the command line is still being imported: one line, no traceback (the
+    process still ends by SIGINT, so a shell sees 130)."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.stderr.write("patchset: interrupted\n")
+        return
+    sys.__excepthook__(kind, value, tb)  # type: ignore[arg-type]
+
+
+sys.excepthook = _interrupted_on_start  # before the imports below, which take a while
+
+import argparse  # noqa: E402 - after the hook above, on purpose
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Iterator, Sequence  # noqa: E402
+from types import FrameType  # noqa: E402
+from typing import Any  # noqa: E402
+
+from patchset import __version__  # noqa: E402
+from patchset.adapters.actions import workflow_command  # noqa: E402
+from patchset.cli import options  # noqa: E402
+from patchset.cli.commands import add as add_cmd  # noqa: E402
+from patchset.cli.commands import apply as apply_cmd  # noqa: E402
+from patchset.cli.commands import bake as bake_cmd  # noqa: E402
+from patchset.cli.commands import bump as bump_cmd  # noqa: E402
+from patchset.cli.commands import cache as cache_cmd  # noqa: E402
+from patchset.cli.commands import check as check_cmd  # noqa: E402
+from patchset.cli.commands import completion as completion_cmd  # noqa: E402
+from patchset.cli.commands import image as image_cmd  # noqa: E402
+from patchset.cli.commands import import_ as import_cmd  # noqa: E402
+from patchset.cli.commands import project as project_cmd  # noqa: E402
+from patchset.cli.commands import refresh as refresh_cmd  # noqa: E402
+from patchset.cli.commands import registry as registry_cmd  # noqa: E402
+from patchset.cli.commands import runtime as runtime_cmd  # noqa: E402
+from patchset.cli.commands import upstream as upstream_cmd  # noqa: E402
+from patchset.cli.output import err_console, set_quiet  # noqa: E402
+from patchset.errors import ExitCode, PatchsetError, one_line  # noqa: E402
+from patchset.project import Project, resolve  # noqa: E402
 
 COMMANDS = (
     registry_cmd,
@@ -171,10 +187,46 @@ def _quiet_stdout() -> None:
         pass
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the process stands, so every clean-up on the way out runs (the
+    transaction's roll-back, staging folders) as for Ctrl-C."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[None]:
+    """SIGTERM handled for the run (main thread only: in-process callers elsewhere keep
+    theirs), the caller's handler put back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    options.Parser.last_error = None
+    try:
+        with _signals():
+            return _main(argv)
+    except KeyboardInterrupt:
+        err_console().print("patchset: interrupted", markup=False)
+        return ExitCode.INTERRUPTED
+    except Terminated:
+        err_console().print("patchset: terminated (SIGTERM); cleaned up", markup=False)
+        return ExitCode.TERMINATED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args: argparse.Namespace | None = None
-    options.Parser.last_error = None
     try:
         args = _parse(parser, argv)
         configure_logging(args.verbose, args.quiet)
@@ -188,9 +240,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PatchsetError as exc:
         _fatal(args, str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        err_console().print("patchset: interrupted", markup=False)
-        return ExitCode.INTERRUPTED
     except BrokenPipeError:
         _quiet_stdout()
         return ExitCode.BROKEN_PIPE

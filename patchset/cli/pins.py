@@ -12,7 +12,7 @@ from patchset.cli.output import console, print_json, shown, styled, table, text
 from patchset.errors import UsageError
 from patchset.image.definition import BuildDefinition, load_definition, load_definitions
 from patchset.registry import Registry
-from patchset.release_check.verdicts import CheckReport
+from patchset.release_check import CheckReport
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource
 from patchset.upstream.pins import BuildsReport, check_builds

@@ -263,15 +263,12 @@ def _run(
             for patch in selected
         ]
         if operation == "apply" and len(selected) > 1:
-
-            def base(rel: str) -> bytes | None:
-                if rel in pending:
-                    return pending[rel]
-                path = transaction.resolve_inside(root, rel)
-                return path.read_bytes() if path.is_file() else None
-
             results = pairs.refuse_pairs(
-                selected, results, base, release=release, max_fuzz=max_fuzz, by_id=by_id
+                selected, results, read_tree, release=release, max_fuzz=max_fuzz, by_id=by_id
+            )
+        if operation == "apply":  # `conflicts` with what the tree already holds
+            results = pairs.refuse_held(
+                selected, results, read_tree, registry=registry, release=release
             )
         return results, overlay, executable
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from patchset.engine import order, transaction
 from patchset.engine.evaluate import evaluate
 from patchset.engine.results import PatchResult
-from patchset.registry import Patch
+from patchset.registry import Patch, Registry
 
 
 def refuse_pairs(
@@ -63,6 +63,49 @@ def refuse_pairs(
                     f"changes the same lines as {a.id} ({line}): {hint}"
                 )
                 break
+    if not why:
+        return results
+    return [
+        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
+        if r.patch in why
+        else r
+        for r in results
+    ]
+
+
+def refuse_held(
+    selected: Sequence[Patch],
+    results: list[PatchResult],
+    read: transaction.Reader,
+    *,
+    registry: Registry,
+    release: str | None,
+) -> list[PatchResult]:
+    """`results` with each patch to be written that conflicts (either side's `conflicts`) with
+    a patch of the registry the tree already holds, and that this run does not select, turned
+    into a conflict: `conflicts` holds across runs, not only within one. What the tree holds
+    is read from it (a diff's reverse applies, a runtime patch's markers and edits stand)."""
+    chosen = {p.id for p in selected}
+    why: dict[str, list[str]] = {}
+    held: dict[str, bool] = {}
+    for result in results:
+        if result.outcome != "applied":
+            continue
+        patch = registry.get(result.patch)
+        for other in registry.patches:
+            if other.id in chosen or not (
+                other.id in patch.conflicts or patch.id in other.conflicts
+            ):
+                continue
+            if other.id not in held:
+                variant = other.variant_for(release) or other.variants[0]
+                state = "" if other.kind == "python" else evaluate(other, variant, read).state
+                held[other.id] = state == "already-applied"
+            if held[other.id]:
+                why.setdefault(patch.id, []).append(
+                    f"conflicts with {other.id}, which the tree holds (declared in patch.toml):"
+                    f" revert {other.id} first"
+                )
     if not why:
         return results
     return [

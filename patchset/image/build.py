@@ -27,8 +27,11 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, patch_entry, public_source
 from patchset.image.plugins import plugin_files
+from patchset.image.support import needed, support_files
 from patchset.kernel import tree, vllm
 from patchset.kernel.manifest import Base, Manifest, ManifestError, PatchEntry, StartReport
+from patchset.kernel.predicates import Facts
+from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, Variant
 
@@ -212,6 +215,7 @@ def prepare_context(
         entries=entries,
     )
     plugins = plugin_files(python_patches(registry, variants))
+    support, support_paths = support_files(needed(registry, variants))
     manifest = Manifest(
         delivery="image",
         registry=registry.digest,
@@ -222,6 +226,8 @@ def prepare_context(
         env=dict(definition.env),
         patches=tuple(entries),
         plugins={rel: tree.sha256(data) for rel, data in plugins.items()},
+        support={rel: tree.sha256(data) for rel, data in support.items()},
+        support_paths=tuple(support_paths),
     )
     _write_context(
         folder,
@@ -233,6 +239,7 @@ def prepare_context(
         manifest=manifest,
         plugins=plugins,
         modes=modes,
+        support=support,
     )
     return PreparedContext(
         folder=folder,
@@ -317,8 +324,26 @@ def wanted_files(registry: Registry, variants: dict[str, Variant]) -> list[str]:
     files |= {
         t for i in variants if registry.get(i).kind == "python" for t in registry.get(i).targets
     }
-    files |= {p.upstream.probe.file for p in registry.select(list(variants)) if p.upstream.probe}
+    chosen = registry.select(list(variants)) if variants else ()
+    files |= {p.upstream.probe.file for p in chosen if p.upstream.probe}
     return sorted(files)
+
+
+def _out_here(definition: BuildDefinition, patch: Patch) -> str | None:
+    """Why `patch` is no part of this image at all (retired; its `[applies]` false for the
+    definition's served configuration), or None. Hardware and version leaves are left for
+    the start, which knows the GPU and the image's torch."""
+    if patch.lifecycle.retired(definition.vllm):
+        return f"{patch.id}: {patch.lifecycle.describe(definition.vllm)}: never exported or built"
+    served = served_from_args(definition.serve_args)
+    verdict = evaluate_predicate(patch.applies, Facts(served=served))
+    if verdict.value is False:
+        assert patch.applies is not None
+        return (
+            f"{patch.id}: applies = {patch.applies.describe()} is false for the definition's"
+            " served configuration"
+        )
+    return None
 
 
 def without_upstream(
@@ -330,11 +355,15 @@ def without_upstream(
     strict: bool,
     log: LogSink,
 ) -> dict[str, Variant]:
-    """`variants` less the patches whose upstream fix the release holds already (their probe
-    matches its file): each left out with a line, as `apply` reports it `upstream`; with
-    `strict`, refused."""
+    """`variants` less the patches that are no part of this image: retired ones, those whose
+    `[applies]` is false for the served configuration, and those whose upstream fix the
+    release holds already (their probe matches its file; with `strict`, refused): each left
+    out with a line, as `apply` reports it `upstream`."""
     kept: dict[str, Variant] = {}
     for patch_id, variant in variants.items():
+        if (why := _out_here(definition, registry.get(patch_id))) is not None:
+            log(f"{why}; left out")
+            continue
         probe = registry.get(patch_id).upstream.probe
         data = None if probe is None else originals.get(probe.file)
         text = None if data is None else data.decode("utf-8", errors="surrogateescape")
@@ -395,7 +424,7 @@ def _patch_tree(
     originals: dict[str, bytes | None],
     log: LogSink,
 ) -> tuple[dict[str, bytes], list[PatchEntry]]:
-    patches = series(registry, list(variants))
+    patches = series(registry, list(variants)) if variants else ()  # select([]) is all
     (scratch / "vllm").mkdir(parents=True)
     (scratch / "vllm" / "__init__.py").write_bytes(b"")
     for rel, data in originals.items():
@@ -468,7 +497,7 @@ def _entry(
                 path=definition.file,
             )
         log(f"patch {patch.id} r{patch.revision} ({variant.name}): plugin, touches found")
-        return patch_entry(patch, variant, "needed", files)
+        return patch_entry(patch, variant, "needed", files, switches=definition.switches)
     # The entrypoint compiles each file with the image's own Python before writing.
     ev = evaluate(patch, variant, current.get, served=served, compile_check=False)
     if ev.state != "applies":
@@ -484,7 +513,7 @@ def _entry(
         current[rel] = after
     if patch.apply != "build":
         log(f"patch {patch.id} r{patch.revision} ({variant.name}): checked for startup{on_top}")
-    return patch_entry(patch, variant, "needed", files)
+    return patch_entry(patch, variant, "needed", files, switches=definition.switches)
 
 
 def _write_context(
@@ -498,13 +527,14 @@ def _write_context(
     manifest: Manifest,
     plugins: dict[str, bytes],
     modes: dict[str, int] | None = None,
+    support: dict[str, bytes] | None = None,
 ) -> None:
     """The build context, laid out by the kernel's rules for vLLM's files (`kernel/tree.py`,
     those of `apply` and the entrypoint): `modes` holds the base's permission bits of the
     files it had, kept (a `COPY` gives each file the context's mode); a new file gets 644, or
     755 when the payload makes it executable; a deletion's emptied folders go after it."""
     runtime = context / "runtime"
-    for rel, data in runtime_sources().items():
+    for rel, data in {**runtime_sources(), **(support or {})}.items():
         (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
         (runtime / rel).write_bytes(data)
     (runtime / "manifest.json").write_text(manifest.dumps())

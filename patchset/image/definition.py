@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import Version
@@ -29,6 +29,9 @@ class BuildDefinition:
     patches: tuple[str, ...]
     env: dict[str, str]
     serve_args: tuple[str, ...]
+    # [switches]: a patch's switch variable -> on (true) or off (false) in this image, its
+    # default at container start (the variable, set there, still wins)
+    switches: dict[str, bool] = field(default_factory=dict)
 
     def tag_names(self, registry_digest: str) -> tuple[str, ...]:
         short = registry_digest.removeprefix("sha256:")[:12]
@@ -39,7 +42,16 @@ class BuildDefinition:
 
     def check_patches(self, registry: Registry) -> None:
         """Every listed patch exists, its declared range admits this build's release, and the
-        patches it requires are listed too (a build patch cannot stand on a startup one)."""
+        patches it requires are listed too (a build patch cannot stand on a startup one);
+        every `[switches]` name is the switch of a listed patch."""
+        known = {p.switch.env for p in registry.select(self.patches) if p.switch is not None}
+        for env in self.switches:
+            if env not in known:
+                raise RegistryError(
+                    f"switches.{env}: no patch of this definition has that switch"
+                    f" (theirs: {', '.join(sorted(known)) or 'none'})",
+                    path=self.file,
+                )
         for patch_id in self.patches:
             patch = registry.get(patch_id)
             if not patch.in_range(self.vllm):
@@ -90,6 +102,12 @@ def load_definition(path: Path | str) -> BuildDefinition:
     assert serve is not None
     args = serve.str_list("args", required=False)
     serve.finish()
+    switches = top.table("switches", required=False)
+    on_off = {}
+    if switches is not None:
+        for env in switches.names():
+            on_off[env] = switches.flag(env, default=True)
+        switches.finish()
     definition = BuildDefinition(
         name=path.stem,
         file=path,
@@ -101,6 +119,7 @@ def load_definition(path: Path | str) -> BuildDefinition:
         patches=top.str_list("patches"),
         env=top.str_map("env"),
         serve_args=args,
+        switches=on_off,
     )
     top.finish()
     return definition

@@ -19,6 +19,7 @@ import json
 import shlex
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from patchset.image.build import (
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
 from patchset.image.plugins import plugin_files
+from patchset.image.support import needed, support_files
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
 from patchset.registry import Registry
 from patchset.sources import ReleaseSource, parse_source
@@ -89,7 +91,11 @@ def _yaml(value: str) -> str:
     return json.dumps(value)
 
 
-def compose_yaml(definition: BuildDefinition, registry: Registry) -> str:
+def compose_yaml(
+    definition: BuildDefinition, registry: Registry, entries: Sequence[PatchEntry] = ()
+) -> str:
+    """The compose service; `entries`' switches listed under `environment:`, each commented
+    out with the value that flips it from its default (one line per patch to switch)."""
     lines = [
         f"# Written by `patchset runtime export` from {definition.file.name} (vLLM"
         f" {definition.vllm}, registry {registry.short_digest}).",
@@ -108,6 +114,15 @@ def compose_yaml(definition: BuildDefinition, registry: Registry) -> str:
         "    environment:",
     ]
     lines += [f"      {key}: {_yaml(value)}" for key, value in definition.env.items()]
+    switches = [e for e in entries if e.switch is not None]
+    if switches:
+        lines.append(
+            "      # Per-patch switches: uncomment a line to flip that patch from its default."
+        )
+    for entry in switches:
+        state = "on" if entry.switch_default else "off"
+        flip = "0" if entry.switch_default else "1"
+        lines.append(f'      # {entry.switch}: "{flip}"  # {entry.id}: {state} by default')
     lines += [
         '      PATCHSET_ON_FAILURE: "fail"',
         "    ports:",
@@ -177,6 +192,7 @@ def export_runtime(
     variants = without_upstream(definition, registry, variants, originals, strict=strict, log=sink)
     _, entries = patch_files(definition, registry, variants=variants, originals=originals, log=sink)
     plugins = plugin_files(python_patches(registry, variants))
+    support, support_paths = support_files(needed(registry, variants))
     manifest = Manifest(
         delivery="stock",
         registry=registry.digest,
@@ -188,8 +204,10 @@ def export_runtime(
         env=dict(definition.env),
         patches=tuple(entries),
         plugins={rel: sha256_hex(data) for rel, data in plugins.items()},
+        support={rel: sha256_hex(data) for rel, data in support.items()},
+        support_paths=tuple(support_paths),
     )
-    files: dict[str, bytes] = dict(runtime_sources())
+    files: dict[str, bytes] = {**runtime_sources(), **support}
     files["manifest.json"] = manifest.dumps().encode()
     for patch_id, variant in variants.items():
         patch = registry.get(patch_id)
@@ -197,7 +215,7 @@ def export_runtime(
             files[f"payloads/{patch_id}/{name}"] = (patch.folder / name).read_bytes()
     for rel, data in plugins.items():
         files[f"plugins/{rel}"] = data
-    files["compose.yaml"] = compose_yaml(definition, registry).encode()
+    files["compose.yaml"] = compose_yaml(definition, registry, entries).encode()
     files["docker-run.sh"] = _run_script(definition).encode()
     _write_bundle(folder, files)
     sink(f"wrote {len(files)} files to {folder}")

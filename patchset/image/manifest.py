@@ -8,10 +8,11 @@ this module makes a patch's entry from the registry and the labels from the entr
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from patchset.image.plugins import impl_module
-from patchset.kernel.manifest import FileDigests, PatchEntry
+from patchset.kernel.manifest import Check, FileDigests, PatchEntry
 from patchset.registry import Patch, Variant
 
 LABEL_PREFIX = "io.patchset"
@@ -25,8 +26,13 @@ def patch_entry(
     variant: Variant,
     verdict: str,
     files: dict[str, tuple[str, str]],
+    *,
+    switches: Mapping[str, bool] | None = None,
 ) -> PatchEntry:
-    """One patch in the manifest: identity, provenance, and what the runtime needs."""
+    """One patch in the manifest: identity, provenance, and what the runtime needs.
+    `switches` (a definition's) turn a patch's switch on or off by default in the image."""
+    switch = patch.switch
+    default = True if switch is None else (switches or {}).get(switch.env, switch.default)
     python, diff = patch.kind == "python", patch.kind == "diff"
     scope = patch.hardware.compute_capability
     return PatchEntry(
@@ -48,6 +54,16 @@ def patch_entry(
         # files the diff creates 755 (git's `new file mode 100755`): written executable
         executable=tuple(d.path for d in variant.diffs if d.added and d.executable) if diff else (),
         sites=tuple(variant.sites) if patch.kind == "runtime" else (),
+        switch=None if switch is None else switch.env,
+        switch_default=default,
+        applies=patch.applies,
+        policy=patch.failure.policy,
+        policy_env=patch.failure.env,
+        requires_modules=patch.modules_needed(),
+        verify=tuple(
+            Check(v.attribute, v.file, v.contains, v.module, v.expr, v.timeout)
+            for v in patch.verify
+        ),
     )
 
 

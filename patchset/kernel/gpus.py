@@ -60,4 +60,22 @@ def query(*, timeout: float = TIMEOUT) -> Found:
     return Found(tuple(gpus), how or "none (nvidia-smi lists no GPU)")
 
 
-__all__ = ["TIMEOUT", "Found", "Gpu", "query"]
+def detect(forced: str | None) -> tuple[list[Capability], list[str] | None, str]:
+    """Every GPU's compute capability, their names (None: not known), and how they were
+    found: `forced` (PATCHSET_COMPUTE_CAPABILITY: "none" or empty for no GPU; ValueError for
+    what is no compute capability) wins, else `query`."""
+    if forced is not None:
+        if forced.strip().lower() in ("", "none"):
+            return [], [], "none (PATCHSET_COMPUTE_CAPABILITY)"
+        try:
+            found = parse_capability(forced)
+        except ValueError:
+            raise ValueError(
+                f"PATCHSET_COMPUTE_CAPABILITY={forced!r} is not a compute capability (e.g. 12.0)"
+            ) from None
+        return [found], None, f"{found[0]}.{found[1]} (PATCHSET_COMPUTE_CAPABILITY)"
+    smi = query()
+    return [g.capability for g in smi.gpus], [g.name for g in smi.gpus], smi.how
+
+
+__all__ = ["TIMEOUT", "Found", "Gpu", "detect", "query"]

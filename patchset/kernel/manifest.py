@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
 from .hunks import Hunk
+from .predicates import Node, PredicateError
+from .predicates import parse as parse_predicate
 from .sites import Site
 from .tree import relpath_problem
 
@@ -48,6 +50,26 @@ class Base:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One `[[verify]]` of a patch: `attribute` (module:attribute exists), `file` holding
+    `contains` (relative to the folder holding vllm/), or `expr` over the imported `module`."""
+
+    attribute: str | None = None
+    file: str | None = None
+    contains: str | None = None
+    module: str | None = None
+    expr: str | None = None
+    timeout: float = 10.0
+
+    def describe(self) -> str:
+        if self.attribute:
+            return f"{self.attribute} exists"
+        if self.file:
+            return f"{self.file} contains {self.contains!r}"
+        return f"{self.module}: {self.expr}"
+
+
+@dataclass(frozen=True)
 class PatchEntry:
     """One patch in the manifest: identity, provenance, and what the entrypoint needs."""
 
@@ -68,6 +90,13 @@ class PatchEntry:
     hunks: Mapping[str, tuple[Hunk, ...]] = field(default_factory=dict)  # diff
     executable: tuple[str, ...] = ()  # diff: files it creates 755
     sites: tuple[Site, ...] = ()  # runtime
+    switch: str | None = None  # the variable that turns it on or off at start
+    switch_default: bool = True  # on while it is unset (in this image; the definition's say)
+    applies: Node | None = None  # the predicate left for the start to decide
+    policy: str | None = None  # fail | warn; None: PATCHSET_ON_FAILURE
+    policy_env: str | None = None  # a variable overriding `policy`
+    requires_modules: tuple[str, ...] = ()  # imported at start before it counts as applied
+    verify: tuple[Check, ...] = ()  # run after the start applied it, before vllm serve
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -92,6 +121,15 @@ class PatchEntry:
             out["executable"] = list(self.executable)
         else:
             out["sites"] = [asdict(site) for site in self.sites]
+        out |= {
+            "switch": None
+            if self.switch is None
+            else {"env": self.switch, "default": self.switch_default},
+            "applies": None if self.applies is None else self.applies.to_data(),
+            "failure": {"policy": self.policy, "env": self.policy_env},
+            "requires_modules": list(self.requires_modules),
+            "verify": [asdict(c) for c in self.verify],
+        }
         return out
 
     def summary(self, keys: Sequence[str]) -> dict[str, Any]:
@@ -120,7 +158,25 @@ class PatchEntry:
             raise ManifestError(f"{where}.hunks: {sorted(set(hunks) - set(files))[0]} not in files")
         if kind == "runtime":
             sites = tuple(_site(s, f"{where}.sites[{n}]") for n, s in enumerate(r.seq("sites")))
+        switch = r.table("switch", required=False) if r.data.get("switch") is not None else None
+        failure = r.table("failure", required=False)
+        policy = failure.opt_text("policy")
+        if policy not in (None, "fail", "warn"):
+            raise ManifestError(f"{where}.failure.policy: fail or warn expected")
+        applies = None
+        if r.data.get("applies") is not None:
+            try:
+                applies = parse_predicate(r.data["applies"], f"{where}.applies")
+            except PredicateError as exc:
+                raise ManifestError(str(exc)) from None
         return cls(
+            switch=None if switch is None else switch.text("env"),
+            switch_default=True if switch is None else switch.flag("default"),
+            applies=applies,
+            policy=policy,
+            policy_env=failure.opt_text("env"),
+            requires_modules=r.texts("requires_modules"),
+            verify=tuple(_check(c, f"{where}.verify[{n}]") for n, c in enumerate(r.seq("verify"))),
             id=r.text("id"),
             revision=r.integer("revision"),
             kind=cast(Literal["diff", "runtime", "python"], kind),
@@ -155,6 +211,10 @@ class Manifest:
     # the plugin distribution's files (python patches), relpath -> sha256: under plugins/ in
     # a bundle, in vLLM's site folder in a built image; the start checks every one
     plugins: Mapping[str, str] = field(default_factory=dict)
+    # support packages: their files (relpath under the runtime folder -> sha256), checked at
+    # start, and the entries (relative to it) put on the import path of vLLM's processes
+    support: Mapping[str, str] = field(default_factory=dict)
+    support_paths: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         base: dict[str, Any] = {"name": self.base.name}
@@ -174,6 +234,8 @@ class Manifest:
             "serve_args": list(self.serve_args),
             "env": dict(self.env),
             "plugins": dict(self.plugins),
+            "support": dict(self.support),
+            "support_paths": list(self.support_paths),
             "patches": [p.to_json() for p in self.patches],
         }
         return out
@@ -202,6 +264,10 @@ class Manifest:
             env=r.str_map("env"),
             release_files=r.opt_text("release_files"),
             plugins=_plugin_files(r.str_map("plugins")),
+            support=_plugin_files(r.str_map("support")),
+            support_paths=tuple(
+                _plain(p, "manifest.support_paths") for p in r.texts("support_paths")
+            ),
         )
 
     @classmethod
@@ -336,10 +402,37 @@ def _hunks(data: object, where: str) -> tuple[Hunk, ...]:
 
 def _plugin_files(files: dict[str, str]) -> dict[str, str]:
     for rel in files:
-        problem = relpath_problem(f"vllm/{rel}")  # the same rule, whatever the top folder
-        if problem is not None:
-            raise ManifestError(f"manifest.plugins: {rel!r}: {problem}")
+        _plain(rel, "manifest.plugins")
     return files
+
+
+def _plain(rel: str, where: str) -> str:
+    problem = relpath_problem(f"vllm/{rel}")  # the same rule, whatever the top folder
+    if problem is not None:
+        raise ManifestError(f"{where}: {rel!r}: {problem}")
+    return rel
+
+
+def _check(data: object, where: str) -> Check:
+    r = _Reader(data, where)
+    timeout = r.data.get("timeout", 10.0)
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ManifestError(f"{where}.timeout: a positive number expected")
+    check = Check(
+        r.opt_text("attribute"),
+        r.opt_text("file"),
+        r.opt_text("contains"),
+        r.opt_text("module"),
+        r.opt_text("expr"),
+        float(timeout),
+    )
+    if not (
+        check.attribute
+        or (check.file and check.contains is not None)
+        or (check.module and check.expr)
+    ):
+        raise ManifestError(f"{where}: attribute, file + contains, or module + expr expected")
+    return check
 
 
 def _path(rel: str, where: str) -> None:
@@ -441,6 +534,7 @@ class _Reader:
 __all__ = [
     "SCHEMA",
     "Base",
+    "Check",
     "FileDigests",
     "Manifest",
     "ManifestError",

@@ -21,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+_PLAIN = re.compile(r"vllm/[A-Za-z0-9_.\-/]+")  # ASCII, under vllm/: checked without pathlib
 KEPT = frozenset({"", ".", "vllm"})  # folders a deletion never removes
 FOLDER_MODE = 0o755  # a folder's mode where the real one cannot be read (an image's, at build)
 
@@ -109,6 +111,9 @@ def temp_name(name: str, suffix: str) -> str:
 def relpath_problem(relpath: str) -> str | None:
     """What makes `relpath` unusable as a path of vLLM's files, or None: it must be relative,
     under vllm/, free of `..` and backslashes, written plainly, each name fitting."""
+    parts = relpath.split("/")
+    if _PLAIN.fullmatch(relpath) and all(0 < len(p) <= 200 and p not in (".", "..") for p in parts):
+        return None  # the common case, without pathlib (a manifest holds thousands)
     pure = PurePosixPath(relpath)
     if not relpath or "\\" in relpath or not relpath.isprintable():
         return "not a usable path"
@@ -130,17 +135,21 @@ def name_fits(relpath: str) -> bool:
     return all(len(os.fsencode(part)) <= NAME_MAX for part in PurePosixPath(relpath).parts)
 
 
-def create_exclusive(path: Path, data: bytes, *, like: Path, executable: bool = False) -> None:
+def create_exclusive(
+    path: Path, data: bytes, *, like: Path, executable: bool = False, durable: bool = True
+) -> None:
     """Create `path` afresh with `data` and the attributes `like` would get (see
     `attributes_for`): a leftover, or a symlink planted at `path`, is removed, never
-    followed (O_EXCL | O_NOFOLLOW). fsynced; the caller renames it."""
+    followed (O_EXCL | O_NOFOLLOW). fsynced unless not `durable` (a container's own layer,
+    rewritten at the next start anyway); the caller renames it."""
     attrs = attributes_for(like, executable=executable)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
         fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            os.fsync(fh.fileno())
         set_attributes(fh.fileno(), attrs)
 
 
@@ -226,10 +235,82 @@ def read_back(changes: Changes, read: Callable[[str], bytes | None]) -> str | No
     return None
 
 
+class WriteRefusedError(Exception):
+    """A planned write cannot be done (not writable, read back different); one line."""
+
+
+def write_all(
+    root: Path,
+    changes: Changes,
+    original: Mapping[str, bytes | None],
+    *,
+    executable: Collection[str] = (),
+    suffix: str = ".patchset-new",
+) -> None:
+    """Write `changes` under `root` by these rules, all or none, without a journal (the
+    image entrypoint: a container's own files, a start that fails leaves them as they were):
+    the new bytes beside each file first (not fsynced: nothing here outlives the container's
+    layer, and a start that dies is redone by the next), then the renames and deletions, the
+    read-back, and the folders that leaves empty; a failure puts back `original` where a file
+    was renamed or removed, and removes the folders it created."""
+    for rel in changes:
+        path = root / rel
+        folder = next(p for p in path.parents if p.exists())
+        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise WriteRefusedError(f"{path} is not writable by uid {os.getuid()}")
+    created = created_folders(changes, lambda folder: (root / folder).exists())
+    emptied = emptied_folders(changes, folder_entries(root))
+
+    def temp(path: Path) -> Path:
+        return path.with_name(temp_name(path.name, suffix))
+
+    made: list[Path] = []
+    temps: dict[str, Path] = {}
+    done: list[str] = []
+    try:
+        for name in created:
+            make_folder(root / name)
+            made.append(root / name)
+        for rel, data in changes.items():
+            if data is not None:
+                temps[rel] = temp(root / rel)
+                create_exclusive(
+                    temps[rel], data, like=root / rel, executable=rel in executable, durable=False
+                )
+        for rel, data in changes.items():
+            if data is None:
+                (root / rel).unlink(missing_ok=True)
+            else:
+                os.replace(temps.pop(rel), root / rel)
+            done.append(rel)
+        differs = read_back(changes, lambda rel: read_file(root / rel))
+        if differs is not None:
+            raise WriteRefusedError(f"{root / differs}: read back differs after writing")
+    except BaseException:
+        for leftover in temps.values():
+            leftover.unlink(missing_ok=True)
+        for rel in done:
+            path, data = root / rel, original.get(rel)
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                create_exclusive(temp(path), data, like=path)
+                os.replace(temp(path), path)
+        for folder in reversed(made):
+            folder.rmdir()
+        raise
+    remove_emptied(root, emptied)
+
+
+def read_file(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
 __all__ = [
     "KEPT",
     "NAME_MAX",
     "Attributes",
+    "WriteRefusedError",
     "attributes_for",
     "create_exclusive",
     "created_folders",
@@ -242,10 +323,12 @@ __all__ = [
     "make_folder",
     "name_fits",
     "read_back",
+    "read_file",
     "relpath_problem",
     "removable",
     "remove_emptied",
     "set_attributes",
     "sha256",
     "temp_name",
+    "write_all",
 ]

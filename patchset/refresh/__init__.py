@@ -55,7 +55,7 @@ from patchset.refresh.workdir import (
 )
 from patchset.registry import Patch, Registry, Variant
 from patchset.release_check.moves import moved_files
-from patchset.sources import select
+from patchset.sources import parse_source, select
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
 __all__ = [
@@ -90,10 +90,7 @@ def refresh(
     `picks` chooses, per runtime site name, a candidate by its 1-based number.
     A patch that already fits the release, or whose upstream fix it holds, is refused.
     """
-    if source is None:
-        from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
-
-        source = IndexSource()
+    source = source if source is not None else parse_source(None)
     patch = registry.get(patch_id)
     if patch.kind == "python":
         raise UsageError(

@@ -1,8 +1,8 @@
 """A memo of check results, keyed by content: re-checking an unchanged registry against known
 releases is a lookup, and editing one patch re-evaluates that patch only.
 
-One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-1.sqlite``
-(the ``1`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
+One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-2.sqlite``
+(the ``2`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
 Two tables:
 
 - ``results``: key -> one result (JSON). The key is a sha256 over the memo format, a digest of
@@ -14,6 +14,10 @@ Two tables:
 - ``files``: (release digest, path) -> sha256 of that file, for releases whose digest pins their
   content (the package index's, checked against the index): a warm check then reads no file.
 
+Every row carries a seal (a sha256 over its fields) checked when it is read: a row rewritten
+or torn is dropped and computed again, never believed. A folder or FIFO where the file should
+be is removed first (sqlite would fail on the one and hang on the other).
+
 Results from git clones (whose history is a signal) are never memoised. Writes are best-effort:
 a cache that cannot be written (read-only, locked for too long) only costs the speed.
 """
@@ -22,15 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-FORMAT = 1
+FORMAT = 2  # 2: each row carries `seal`, a sha256 over the row, checked when read
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT);
 CREATE TABLE IF NOT EXISTS files (
-    release TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, PRIMARY KEY (release, path)
+    release TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, seal TEXT,
+    PRIMARY KEY (release, path)
 );
 """
 # The modules whose code decides a verdict: a change to any of them starts a fresh memo.
@@ -38,6 +44,8 @@ _DECIDERS = (
     "kernel/hunks.py",
     "kernel/sites.py",
     "engine/evaluate.py",
+    "release_check/report.py",
+    "release_check/run.py",
     "release_check/verdicts.py",
     "release_check/moves.py",
 )
@@ -62,6 +70,12 @@ def file_digest(data: bytes | None) -> str:
     return "-" if data is None else hashlib.sha256(data).hexdigest()
 
 
+def _seal(*fields: str) -> str:
+    """A row's digest, stored beside it: a row whose fields no longer give it (rewritten,
+    torn) is not believed; it is dropped and its result computed again."""
+    return hashlib.sha256("\0".join(fields).encode("utf-8", "surrogateescape")).hexdigest()
+
+
 class Memo:
     """The memo's file, opened on first use; every method is safe to call when it cannot be."""
 
@@ -77,6 +91,8 @@ class Memo:
         if self._db is None and not self._broken:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
+                for part in ("", "-wal", "-shm"):  # a folder or FIFO there would hang sqlite
+                    _only_regular(self.path.with_name(self.path.name + part))
                 db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
@@ -97,24 +113,31 @@ class Memo:
         if db is None or not wanted:
             return {}
         found: dict[str, dict[str, object]] = {}
+        bad: list[str] = []
         try:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
                 marks = ",".join("?" * len(chunk))
-                query = f"SELECT key, value FROM results WHERE key IN ({marks})"  # noqa: S608 - only ?s
-                rows = db.execute(query, chunk)
-                for key, value in rows:
-                    found[key] = json.loads(value)
+                query = f"SELECT key, value, seal FROM results WHERE key IN ({marks})"  # noqa: S608 - only ?s
+                for key, value, seal in db.execute(query, chunk):
+                    result = json.loads(value) if seal == _seal(key, value) else None
+                    if isinstance(result, dict):
+                        found[key] = result
+                    else:
+                        bad.append(key)
         except (sqlite3.Error, ValueError):
             return {}
+        if bad:
+            self._write(db, "DELETE FROM results WHERE key = ?", [(k,) for k in bad])
         return found
 
     def put_many(self, items: dict[str, dict[str, object]]) -> None:
         db = self._conn()
         if db is None or not items:
             return
-        rows = [(k, json.dumps(v, sort_keys=True)) for k, v in items.items()]
-        self._write(db, "INSERT OR REPLACE INTO results (key, value) VALUES (?, ?)", rows)
+        values = {k: json.dumps(v, sort_keys=True) for k, v in items.items()}
+        rows = [(k, v, _seal(k, v)) for k, v in values.items()]
+        self._write(db, "INSERT OR REPLACE INTO results (key, value, seal) VALUES (?, ?, ?)", rows)
 
     def digests(self, release: str) -> dict[str, str]:
         """The file digests already known for a release (by its own digest)."""
@@ -122,17 +145,26 @@ class Memo:
         if db is None:
             return {}
         try:
-            rows = db.execute("SELECT path, digest FROM files WHERE release = ?", (release,))
-            return {str(path): str(digest) for path, digest in rows}
+            query = "SELECT path, digest, seal FROM files WHERE release = ?"
+            rows = db.execute(query, (release,)).fetchall()
         except sqlite3.Error:
             return {}
+        known = {
+            str(path): str(digest)
+            for path, digest, seal in rows
+            if seal == _seal(release, str(path), str(digest))
+        }
+        if len(known) < len(rows):  # rewritten rows: dropped, the digests taken again
+            bad = [(release, str(path)) for path, *_ in rows if str(path) not in known]
+            self._write(db, "DELETE FROM files WHERE release = ? AND path = ?", bad)
+        return known
 
     def put_digests(self, release: str, digests: dict[str, str]) -> None:
         db = self._conn()
         if db is None or not digests:
             return
-        rows = [(release, path, digest) for path, digest in digests.items()]
-        self._write(db, "INSERT OR REPLACE INTO files VALUES (?, ?, ?)", rows)
+        rows = [(release, p, d, _seal(release, p, d)) for p, d in digests.items()]
+        self._write(db, "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", rows)
 
     def _write(self, db: sqlite3.Connection, sql: str, rows: Sequence[Sequence[str]]) -> None:
         try:
@@ -146,6 +178,15 @@ class Memo:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _only_regular(path: Path) -> None:
+    """Remove what is at `path` unless it is a regular file (or nothing)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def clear(folder: Path | None = None) -> None:

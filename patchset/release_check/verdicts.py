@@ -1,428 +1,31 @@
-"""The release check: for every (release, patch), one verdict from the released code itself.
+"""The decision ladder: for one (release, patch), one verdict from the released code itself.
 
 Signals, each independent of the others:
 - forward: the engine's dry run of the patch (applies, at an offset, partial, conflict);
 - reverse: the diff's reverse fits, i.e. the release already holds the very change;
 - probe: the patch's declared upstream probe matches the release's file.
-The verdict is derived from them in a fixed order, and a disagreement is reported beside it.
+The verdict is derived from them in a fixed order (`decide`, the table of docs/check.md), and
+a disagreement is reported beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from packaging.version import Version
-
-from patchset._gc import collector_paused
-from patchset.engine.evaluate import Evaluation, State, evaluate
-from patchset.engine.order import on_top_of_required
-from patchset.errors import ExitCode, PatchsetError, UsageError
+from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.kernel.hunks import HunkResult
 from patchset.kernel.sites import SiteResult
-from patchset.registry import Patch, Probe, Registry, Variant, ranges
-from patchset.release_check.memo import Memo, file_digest
+from patchset.registry import Patch, Probe, Variant, ranges
+from patchset.release_check import report
 from patchset.release_check.moves import PythonFiles, moved_homes
+from patchset.release_check.report import CheckResult, Explain, Signals, Verdict
 from patchset.release_check.similarity import ratio
-from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseSource, ReleaseTree
+from patchset.sources.base import ReleaseTree
 
-Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
-VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
-SCHEMA = "patchset.check/1"
-ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
-Explain = Literal["none", "in-range", "all"]  # which failures get the nearest-lines text
 HunkState = Literal["applies", "present", "moved", "conflicts", "both"]
-
-
-@dataclass(frozen=True)
-class Signals:
-    forward: State  # the engine's dry run
-    reverse: bool | None  # diff patches only
-    probe: bool | None  # None when the patch declares no probe
-    ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "forward": self.forward,
-            "reverse": self.reverse,
-            "probe": self.probe,
-            "ancestry": self.ancestry,
-        }
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    vllm: str
-    patch: str
-    revision: int
-    variant: str
-    verdict: Verdict
-    in_range: bool
-    detail: str
-    signals: Signals
-    disagreement: str | None = None
-    locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
-    moved_to: tuple[str, ...] = ()
-    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
-    # what did not fit, for pointing at the payload (e.g. a `line=` of a GitHub annotation)
-    failing_hunks: tuple[tuple[str, int], ...] = ()  # (target file, hunk number from 1)
-    failing_sites: tuple[str, ...] = ()  # runtime site names
-    missing: tuple[str, ...] = ()  # target files not in the release
-
-    @property
-    def needs_attention(self) -> bool:
-        return self.in_range and self.verdict in ATTENTION
-
-    def to_memo(self) -> dict[str, object]:
-        """What the memo keeps: everything but the release and the range (given on reading)."""
-        data = self.to_dict()
-        del data["vllm"], data["in_range"]
-        data["shifted"] = self.shifted
-        data["failing_hunks"] = [list(pair) for pair in self.failing_hunks]
-        data["failing_sites"] = list(self.failing_sites)
-        data["missing"] = list(self.missing)
-        return data
-
-    @classmethod
-    def from_memo(cls, data: dict[str, Any], *, vllm: str, in_range: bool) -> CheckResult:
-        """A result read back from the memo, for this release and range."""
-        return cls(
-            vllm=vllm,
-            patch=data["patch"],
-            revision=data["revision"],
-            variant=data["variant"],
-            verdict=data["verdict"],
-            in_range=in_range,
-            detail=data["detail"],
-            signals=Signals(**data["signals"]),
-            disagreement=data["disagreement"],
-            locations=tuple(data["locations"]),
-            moved_to=tuple(data["moved_to"]),
-            shifted=data["shifted"],
-            failing_hunks=tuple((f, int(i)) for f, i in data["failing_hunks"]),
-            failing_sites=tuple(data["failing_sites"]),
-            missing=tuple(data["missing"]),
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "vllm": self.vllm,
-            "patch": self.patch,
-            "revision": self.revision,
-            "variant": self.variant,
-            "verdict": self.verdict,
-            "in_range": self.in_range,
-            "detail": self.detail,
-            "signals": self.signals.to_dict(),
-            "disagreement": self.disagreement,
-            "locations": list(self.locations),
-            "moved_to": list(self.moved_to),
-        }
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    registry: str
-    releases: tuple[ReleaseInfo, ...]
-    results: tuple[CheckResult, ...]
-    suggested: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # per patch: its switch and default, lifecycle and predicate (`Patch.gates`)
-    patches: dict[str, dict[str, object]] = field(default_factory=dict)
-
-    @property
-    def exit_code(self) -> int:
-        if any(r.needs_attention for r in self.results):
-            return ExitCode.ATTENTION
-        return ExitCode.OK
-
-    def result(self, version: str, patch_id: str) -> CheckResult:
-        for r in self.results:
-            if r.vllm == version and r.patch == patch_id:
-                return r
-        raise KeyError((version, patch_id))
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "schema": SCHEMA,
-            "registry": self.registry,
-            "releases": [
-                {
-                    "vllm": r.version,
-                    "origin": r.origin,
-                    "sha256": r.digest,
-                    "artifact": dict(r.details) if r.details is not None else None,
-                }
-                for r in self.releases
-            ],
-            "results": [r.to_dict() for r in self.results],
-            "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
-            "patches": self.patches,
-            "exit_code": self.exit_code,
-        }
-
-
-def check(
-    registry: Registry,
-    versions: Iterable[str],
-    *,
-    source: ReleaseSource | None = None,
-    patches: list[str] | tuple[str, ...] | None = None,
-    max_fuzz: int = 0,
-    on_release: Callable[[str], None] | None = None,
-    explain: Explain = "in-range",
-    memo: Memo | None = None,
-    use_memo: bool = True,
-    served: Mapping[str, str] | None = None,
-) -> CheckReport:
-    """Check the selected patches against each release; the package index by default.
-
-    `explain` says which failing hunks get the "nearest lines" text, the costly part of a
-    failure: none, those of releases in the patch's range (what a table shows), or all.
-    Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
-    """
-    if max_fuzz < 0:
-        raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
-    if source is None:
-        from patchset.sources.package_index import IndexSource  # noqa: PLC0415 - keep imports light
-
-        source = IndexSource()
-    selected = registry.select(patches)
-    ordered = sorted(dict.fromkeys(versions), key=ranges.version_key)
-    infos: list[ReleaseInfo] = []
-    results: list[CheckResult] = []
-    memo = memo if memo is not None or not use_memo else Memo()
-    seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
-
-    def earlier(rel: str, version: str) -> bytes | None:
-        with source.open(version) as tree:
-            return tree.read(rel)
-
-    # The collector paused for the whole check, not per release: each time it came back on
-    # it walked all that the release had left (results, lines, the file lists).
-    try:
-        with collector_paused():
-            for version in ordered:
-                with source.open(version) as tree:
-                    release = tree.info.version if tree.info.version != "unknown" else version
-                    results.extend(
-                        check_tree(
-                            selected,
-                            tree,
-                            release,
-                            max_fuzz=max_fuzz,
-                            explain=explain,
-                            memo=memo,
-                            seen=seen,
-                            registry=registry,
-                            earlier=earlier,
-                            served=served,
-                        )
-                    )
-                    infos.append(tree.info)  # after the reads: an index tree lists what it checked
-                if on_release is not None:
-                    on_release(version)
-    finally:
-        if memo is not None:
-            memo.close()
-    return CheckReport(
-        registry=registry.digest,
-        releases=tuple(infos),
-        results=tuple(results),
-        suggested=suggest_ranges(results, [i.version for i in infos]),
-        patches={
-            p.id: p.gates() for p in registry.patches if any(r.patch == p.id for r in results)
-        },
-    )
-
-
-def check_tree(
-    patches: Iterable[Patch],
-    tree: ReleaseTree,
-    version: str,
-    *,
-    max_fuzz: int = 0,
-    explain: Explain = "in-range",
-    memo: Memo | None = None,
-    seen: dict[str, str] | None = None,
-    registry: Registry | None = None,
-    earlier: Callable[[str, str], bytes | None] | None = None,
-    served: Mapping[str, str] | None = None,
-) -> list[CheckResult]:
-    """Every patch against one release; one that `requires` others (in `registry`) on top of
-    them. `seen` maps the target files found in earlier releases to the last release holding
-    them (a vanished file is only said to have moved when it existed before, and `earlier`
-    reads it there); it is updated with this release's."""
-    seen = {} if seen is None else seen
-    by_id = {p.id: p for p in registry.patches} if registry else {}
-    # A release whose digest pins its content (the index's) keeps its files' digests in the
-    # memo: a warm check then reads no file.
-    pinned = tree.info.digest
-    release = _Files(tree, memo.digests(pinned) if memo is not None and pinned else {})
-    read, digest = release.read, release.digest
-
-    def read_for(patch: Patch) -> Callable[[str], bytes | None]:
-        if not patch.requires or not by_id:
-            return read
-        version_known = version if ranges.is_version(version) else None
-        return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
-
-    plans: list[tuple[Patch, bool, list[str], str | None]] = []
-    for patch in patches:
-        in_range = patch.in_range(version) if ranges.is_version(version) else False
-        files = _declared(patch)
-        key = None
-        # A stacked patch reads its files as the patches it requires leave them: not memoised.
-        if memo is not None and patch.kind in ("diff", "runtime") and not patch.requires:
-            digests = {f: digest(f) for f in files}
-            gone = sorted(f for f, d in digests.items() if d == "-")
-            existed = _existed(patch, version, gone, seen) if gone else set()
-            if not gone or pinned:
-                meant = patch.variant_for(version) if ranges.is_version(version) else None
-                nearest = explain == "all" or (explain == "in-range" and in_range)
-                key = memo.key(
-                    patch.id,
-                    patch.digest,
-                    meant.name if meant else None,
-                    max_fuzz,
-                    nearest,
-                    sorted(digests.items()),
-                    [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
-                    _ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
-                    sorted(served.items()) if served is not None else None,
-                )
-        plans.append((patch, in_range, files, key))
-    found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
-    results: list[CheckResult] = []
-    store: dict[str, dict[str, object]] = {}
-    for patch, in_range, files, key in plans:
-        if key is not None and key in found and memo is not None:
-            results.append(CheckResult.from_memo(found[key], vllm=version, in_range=in_range))
-            memo.hits += 1
-            continue
-        existed = _existed(patch, version, files, seen)
-        r = _one(
-            patch,
-            tree,
-            version,
-            read_for(patch),
-            max_fuzz=max_fuzz,
-            explain=explain,
-            existed=existed,
-            before=_last_content(patch, version, seen, earlier),
-            python_files=release.python_files,
-            served=served,
-        )
-        results.append(r)
-        if key is not None:
-            store[key] = r.to_memo()
-    for patch in patches:
-        seen.update(
-            (f, version)
-            for f in _declared(patch)
-            if (digest(f) if memo else file_digest(read(f))) != "-"
-        )
-    if memo is not None:
-        memo.put_many(store)
-        if pinned:
-            memo.put_digests(pinned, release.fresh)
-    return results
-
-
-class _Files:
-    """One release's files as a check reads them: each file read once; a digest taken from
-    the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
-    the release's python files listed once (for moved-file hints)."""
-
-    def __init__(self, tree: ReleaseTree, known: dict[str, str]) -> None:
-        self.tree = tree
-        self.known = known
-        self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
-        self._cache: dict[str, bytes | None] = {}
-        self._lists = tree if isinstance(tree, KnowsDigests) else None
-        self._python: PythonFiles | None = None
-
-    def read(self, rel: str) -> bytes | None:
-        if rel not in self._cache:
-            said = self.known.get(rel) if self._lists is not None else None
-            if said == "-":  # the release's list, as the memo keeps it, has no such file
-                self._cache[rel] = None
-            elif said is not None and self._lists is not None:
-                self._cache[rel] = self._lists.read_listed(rel, said)
-            else:
-                self._cache[rel] = self.tree.read(rel)
-        return self._cache[rel]
-
-    def digest(self, rel: str) -> str:
-        if rel not in self.known:
-            said = self._lists.listed_digest(rel) if self._lists is not None else None
-            self.known[rel] = self.fresh[rel] = (
-                said if said is not None else file_digest(self.read(rel))
-            )
-        return self.known[rel]
-
-    def python_files(self) -> PythonFiles:
-        if self._python is None:
-            self._python = PythonFiles(self.tree.paths())
-        return self._python
-
-
-def _declared(patch: Patch) -> list[str]:
-    """Every file the patch's evaluation reads: each variant's targets and the probe's file."""
-    files = {f for variant in patch.variants for f in variant.files}
-    if patch.upstream.probe is not None:
-        files.add(patch.upstream.probe.file)
-    return sorted(files)
-
-
-def _last_content(
-    patch: Patch,
-    version: str,
-    seen: dict[str, str],
-    earlier: Callable[[str, str], bytes | None] | None,
-) -> Callable[[str], bytes | None] | None:
-    """A vanished target's content where it was last seen: the last earlier release of the
-    run holding it, else the release the variant was written against (its `base`), else the
-    lowest release the patch's range allows (what `_written_before` rests on)."""
-    if earlier is None or not ranges.is_version(version):
-        return None
-    reader = earlier
-    meant = patch.variant_for(version)
-    floors = [meant.base] if meant is not None and meant.base else []
-    floors += [s.version for s in patch.vllm if s.operator in (">=", "==", "~=", "===")]
-    older = [f for f in floors if ranges.is_version(f) and Version(f) < Version(version)]
-
-    def before(rel: str) -> bytes | None:
-        for release in [seen[rel]] if rel in seen else older[:1]:
-            try:
-                return reader(rel, release)
-            except PatchsetError:  # not to be had (offline, no such release): the patch's lines
-                return None
-        return None
-
-    return before
-
-
-def _existed(patch: Patch, version: str, files: list[str], seen: Mapping[str, str]) -> set[str]:
-    """Which of `files` are known to have existed before this release."""
-    before = _written_before(patch, version)
-    return {f for f in files if before or f in seen}
-
-
-def _written_before(patch: Patch, version: str) -> bool:
-    """Whether the patch's own record says its targets existed before this release: the
-    release is newer than the base of a variant or than the lowest release its range allows."""
-    if not ranges.is_version(version):
-        return False
-    current = Version(version)
-    floors = [Version(v.base) for v in patch.variants if v.base and ranges.is_version(v.base)]
-    floors += [
-        Version(spec.version)
-        for spec in patch.vllm
-        if spec.operator in (">=", ">", "==", "~=", "===") and ranges.is_version(spec.version)
-    ]
-    return any(current > floor for floor in floors)
 
 
 def _pick_variant(
@@ -467,7 +70,7 @@ class _Decision:
     shifted: bool = False  # needed, but it fits only at an offset or with fuzz
 
 
-def _one(
+def one(
     patch: Patch,
     tree: ReleaseTree,
     version: str,
@@ -489,7 +92,7 @@ def _one(
     probe = patch.upstream.probe
     probe_hit = probe.matches(_text(read(probe.file))) if probe else None
     reverse = ev.reverse_applies if patch.kind == "diff" else None
-    signals = Signals(ev.state, reverse, probe_hit, _ancestry(tree, patch.upstream.commit))
+    signals = Signals(ev.state, reverse, probe_hit, ancestry(tree, patch.upstream.commit))
     states = hunk_states(ev)
     if ev.state == "missing-target":
         detail, moved, signals, disagreement = _missing(
@@ -505,7 +108,7 @@ def _one(
         )
         decision = _Decision("missing-target", detail, disagreement, moved)
     else:
-        decision = _decide(patch, ev, signals, states)
+        decision = decide(patch, ev, signals, states)
     if aside:
         names = ", ".join(r.site for r in aside)
         decision = dataclasses.replace(
@@ -584,7 +187,7 @@ def _conditional_line(result: SiteResult, variant: Variant) -> str:
     )
 
 
-def _decide(
+def decide(
     patch: Patch, ev: Evaluation, signals: Signals, states: list[tuple[str, HunkResult, HunkState]]
 ) -> _Decision:
     """The decision table of docs/check.md, first matching row wins."""
@@ -738,7 +341,7 @@ def _missing(
     return detail, moved, signals, disagreement
 
 
-def _ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
+def ancestry(tree: ReleaseTree, commit: str | None) -> bool | None:
     """The git signal: only trees from a clone can answer (GitTree.contains_commit)."""
     return None if commit is None else tree.contains_commit(commit)
 
@@ -780,27 +383,17 @@ def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def suggest_ranges(
-    results: Iterable[CheckResult], versions: list[str]
-) -> dict[str, tuple[str, ...]]:
-    """Per patch, where it is `needed`, as PEP 440 ranges that close only on evidence.
+# The names this module held before the split (report.py, run.py), for callers written
+# against it: the report's types re-exported, the run's functions looked up when asked for
+# (run.py imports this module, so a plain import here would be a circle).
+ATTENTION, SCHEMA, VERDICTS = report.ATTENTION, report.SCHEMA, report.VERDICTS
+CheckReport = report.CheckReport
+_FROM_RUN = frozenset({"check", "check_tree", "files_needed"})
 
-    A range starts at a release where the patch is `needed` and closes (``<X``) only at a
-    later release X whose verdict is `upstream` (the reverse applies, the probe matches, git
-    history holds the fix). A `conflict`, `partial` or `missing-target` release leaves it
-    open (``>=first``): nothing says the fix is upstream there, so the patch stays in range
-    and a CI check keeps failing on it until it is refreshed, or its range closed by hand.
-    """
-    needed: dict[str, set[str]] = {}
-    upstream: dict[str, set[str]] = {}
-    for r in results:
-        needed.setdefault(r.patch, set())
-        upstream.setdefault(r.patch, set())
-        if r.verdict == "needed":
-            needed[r.patch].add(r.vllm)
-        elif r.verdict == "upstream":
-            upstream[r.patch].add(r.vllm)
-    return {
-        patch_id: ranges.runs(hits, versions, closing=upstream[patch_id])
-        for patch_id, hits in needed.items()
-    }
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_RUN:
+        from patchset.release_check import run  # noqa: PLC0415 -- see above
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,12 +8,14 @@ gitpython and the Docker client are slow to import and not always needed.
 from __future__ import annotations
 
 import difflib
-import importlib
 from pathlib import Path
-from typing import Literal, Protocol, cast, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 from patchset.errors import UsageError
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
+
+if TYPE_CHECKING:
+    from patchset.sources.package_index import Artifact
 
 __all__ = [
     "KINDS",
@@ -53,9 +55,7 @@ def _index(
     prereleases: bool = False,
     version: str | None = None,
 ) -> ReleaseSource:
-    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- see the module docstring
-
-    return IndexSource(index_url, offline=offline, prereleases=prereleases)
+    return parse_source(None, index_url=index_url, offline=offline, prereleases=prereleases)
 
 
 def _folder(
@@ -96,8 +96,9 @@ def _image(
     prereleases: bool = False,
     version: str | None = None,
 ) -> ReleaseSource:
-    image_source = importlib.import_module("patchset.sources.image").ImageSource
-    return cast(ReleaseSource, image_source(where))
+    from patchset.sources.image import ImageSource  # noqa: PLC0415
+
+    return ImageSource(where)
 
 
 SOURCES: dict[SourceKind, SourceFactory] = {
@@ -114,17 +115,35 @@ def parse_source(
     index_url: str | None = None,
     offline: bool = False,
     prereleases: bool = False,
+    artifact: Artifact | None = None,
+    verify_full: bool = False,
+    timeout: float | None = None,
     version: str | None = None,
 ) -> ReleaseSource:
-    """The source a command-line spec names; None or ``index`` is the package index (which
-    lists pre-releases only with `prereleases`). `version` (``--source-version``) says which
-    release a folder or a ``git:PATH@REF`` tree holds."""
+    """The source a command-line spec names; None or ``index`` is the package index (the one
+    place the default source is built), which lists pre-releases only with `prereleases`.
+    `artifact`, `verify_full` and `timeout` are the index's only (a UsageError elsewhere).
+    `version` (``--source-version``) says which release a folder or a ``git:PATH@REF`` tree
+    holds."""
     text = (spec or "").strip()
     tagged = text in {"", "index"} or text.startswith("image:")
     if version is not None and (tagged or (text.startswith("git:") and "@" not in text)):
         raise UsageError("--source-version: only with a folder or git:PATH@REF source")
     if spec is None or spec.strip() in {"", "index"}:
-        return SOURCES["index"]("", index_url=index_url, offline=offline, prereleases=prereleases)
+        from patchset.adapters import net  # noqa: PLC0415 -- see the module docstring
+        from patchset.sources.package_index import IndexSource  # noqa: PLC0415
+
+        return IndexSource(
+            index_url,
+            offline=offline,
+            prereleases=prereleases,
+            artifact=artifact or "auto",
+            verify_full=verify_full,
+            timeout=net.DEFAULT_TIMEOUT if timeout is None else timeout,
+        )
+    given = {"--artifact": artifact, "--verify-full": verify_full, "--timeout": timeout}
+    if flags := [flag for flag, value in given.items() if value not in (None, False)]:
+        raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
     kind, sep, rest = spec.partition(":")
     for known in KINDS:
         if sep and kind == known and known != "index":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +56,10 @@ class ReleaseSource(Protocol):
 
     name: str  # "index", "folder", "git", "image"
     offline: bool = False  # reads only what is already here (the cache); nothing downloads
+    # Whether a release named but not in `versions()` may still open: the index's list leaves
+    # out pre-releases unless asked (and offline lists only the cache), so a named release is
+    # asked for when opened; a folder, clone or image holds only what it lists.
+    named_on_trust: bool = False
 
     def versions(self) -> list[str]:
         """The release versions this source can provide, oldest first."""
@@ -69,11 +73,21 @@ class ReleaseSource(Protocol):
         """The releases it holds without downloading anything (default: all of them)."""
         return self.versions()
 
+    def default_versions(self) -> list[str]:
+        """The releases a check takes when none is named: by default all it holds (a folder's
+        or image's one release); a git clone its newest tag; the index none (name them)."""
+        return self.versions()
+
     def prefetch(
-        self, versions: Iterable[str], *, progress: DownloadProgress | None = None
+        self,
+        versions: Iterable[str],
+        *,
+        paths: Sequence[str] | None = None,
+        progress: DownloadProgress | None = None,
     ) -> Mapping[str, Path]:
-        """Make `versions` local ahead of `open` (in parallel where it can); where each is
-        kept, for a source that keeps files. The default has nothing to fetch."""
+        """Make `versions` local ahead of `open` (in parallel where it can), with `paths` of
+        each where the source fetches file by file; where each is kept, for a source that
+        keeps files. The default has nothing to fetch (and ignores `paths`)."""
         return {}
 
 

@@ -94,6 +94,10 @@ class GitSource(ReleaseSource):
             if self.prereleases or not version.is_prerelease
         ]
 
+    def default_versions(self) -> list[str]:
+        """The newest release tag: a clone holds every release, a check takes the last."""
+        return self.versions()[-1:]
+
     @contextlib.contextmanager
     def open(self, version: str) -> Iterator[GitTree]:
         if self._tip is not None:

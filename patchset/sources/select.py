@@ -18,11 +18,18 @@ from patchset.sources.base import ReleaseSource
 LATEST = "latest"
 
 
+MAX_VERSION = 64  # characters: vLLM's longest is a dozen; a longer text is no version of it
+MAX_RELEASES = 200  # releases one check selects from --since at most (vLLM has ~100 in all)
+
+
 def _version(text: str, option: str) -> Version:
+    shown = text if len(text) <= MAX_VERSION else f"{text[:20]}...({len(text)} characters)"
+    if len(text) > MAX_VERSION:  # Version() of thousands of digits is an int conversion error
+        raise UsageError(f"{option}{shown!r} is not a PEP 440 version (too long)")
     try:
         return Version(text)
-    except InvalidVersion:
-        raise UsageError(f"{option}{text!r} is not a PEP 440 version") from None
+    except (InvalidVersion, ValueError):
+        raise UsageError(f"{option}{shown!r} is not a PEP 440 version") from None
 
 
 def _final(available: list[str], pre: bool) -> list[str]:
@@ -43,18 +50,19 @@ def for_check(
     """The releases `patchset check` checks.
 
     `versions` (each may be ``latest``: the source's newest final release, or pre-release with
-    `pre`) plus every release from `since` on, `since` itself included; with neither, a folder
-    or image source's release, a git clone's newest tag (the package index needs one of them).
-    A source other than the index must hold every release named. Empty only when `since`
+    `pre`) plus every release from `since` on, `since` itself included; with neither, the
+    source's `default_versions()` (a folder's or image's release, a git clone's newest tag;
+    the package index has none: name them). A source whose list is the last word (not
+    `named_on_trust`) must hold every release named. Empty only when `since`
     is given and no release is at or after it yet: nothing to check today, not an error.
     """
     wanted = list(versions)
     for v in wanted:
         if v != LATEST:
             _version(v, "--vllm ")
-    index = source.name == "index"
+    listed = not source.named_on_trust  # the list is the last word: named releases are on it
     available: list[str] | None = None
-    if LATEST in wanted or since or not index:
+    if LATEST in wanted or since or listed:
         available = source.versions()
     if LATEST in wanted:
         assert available is not None
@@ -65,15 +73,20 @@ def for_check(
     if since:
         after = _version(since, "--since ")
         assert available is not None
-        wanted += [v for v in _final(available, pre) if Version(v) >= after]
+        later = [v for v in _final(available, pre) if Version(v) >= after]
+        if len(later) > MAX_RELEASES:
+            raise UsageError(
+                f"--since {since} selects {len(later)} releases of the {source.name}; a check"
+                f" takes at most {MAX_RELEASES}: give a later --since (newest: {later[-1]})"
+            )
+        wanted += later
         if not wanted:
             return []
-    if not wanted and not index:
-        assert available is not None
-        wanted = available[-1:] if source.name == "git" else available
+    if not wanted:
+        wanted = source.default_versions()
     if not wanted:
         raise UsageError("say which releases: --vllm VERSION, --vllm latest or --since VERSION")
-    if available is not None and not index:
+    if available is not None and listed:
         missing = [v for v in wanted if v not in available]
         if missing:
             raise UsageError(f"the source has no release {', '.join(missing)}")

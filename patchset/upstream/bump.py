@@ -24,7 +24,7 @@ from patchset._fs import write_atomic
 from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
 from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
-from patchset.release_check.verdicts import ATTENTION, CheckResult, check
+from patchset.release_check import ATTENTION, CheckResult, check
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.bump/1"
@@ -52,7 +52,7 @@ class BumpReport:
     steps: tuple[PatchStep, ...]
     text: str  # the new definition's TOML
     written: tuple[Path, ...] = ()
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # hand work outside the patches (the base)
 
     @property
     def patches(self) -> tuple[str, ...]:
@@ -60,7 +60,7 @@ class BumpReport:
 
     @property
     def complete(self) -> bool:
-        return not any(s.action == "hand-work" for s in self.steps)
+        return not self.notes and not any(s.action == "hand-work" for s in self.steps)
 
     @property
     def exit_code(self) -> int:
@@ -76,6 +76,7 @@ class BumpReport:
             "base": self.base,
             "patches": list(self.patches),
             "steps": [s.__dict__ for s in self.steps],
+            "notes": list(self.notes),
             "complete": self.complete,
             "written": [str(p) for p in self.written],
             "exit_code": int(self.exit_code),
@@ -120,7 +121,10 @@ def bump(
         registry = load_registry(registry.root)
     kept = [s.patch for s in steps if s.action in ("kept", "refreshed")]
     text, base = _new_text(old, new, kept)
-    report = BumpReport(old.file, old.vllm, new, target, base, tuple(steps), text)
+    notes: tuple[str, ...] = ()
+    if base == old.base:
+        notes = (f"base {old.base!r} does not name {old.vllm}: set the base for {new} by hand",)
+    report = BumpReport(old.file, old.vllm, new, target, base, tuple(steps), text, notes=notes)
     if not write:
         return report
     written = [Path(s.variant) for s in steps if s.action == "refreshed" and s.variant]

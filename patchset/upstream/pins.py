@@ -14,7 +14,7 @@ from packaging.version import Version
 from patchset.errors import ExitCode
 from patchset.image.definition import BuildDefinition
 from patchset.registry import Registry
-from patchset.release_check.verdicts import CheckReport, CheckResult, check
+from patchset.release_check import CheckReport, CheckResult, check
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.check-builds/1"
@@ -84,6 +84,7 @@ def check_builds(
     versions = sorted({d.vllm for d in definitions} | set(later), key=Version)
     patches = list(dict.fromkeys(p for d in definitions for p in d.patches))
     report = check(registry, versions, source=source, patches=patches, **options)
+    found = {(r.vllm, r.patch): r for r in report.results}  # report.result() is a scan
     rows: list[PinnedResult] = []
     for definition in definitions:
         pin = Version(definition.vllm)
@@ -92,7 +93,7 @@ def check_builds(
                 continue
             role: Role = "pinned" if Version(version) == pin else "carry-forward"
             rows.extend(
-                PinnedResult(definition.file.name, definition.vllm, role, report.result(version, p))
+                PinnedResult(definition.file.name, definition.vllm, role, found[version, p])
                 for p in definition.patches
             )
     return BuildsReport(report, tuple(rows))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from patchset.adapters import forge
 from patchset.authoring import add
+from patchset.authoring import remove as removal
 from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
 from patchset.authoring.payload import MAX_DELETIONS, PayloadRequest, Prepared, prepare
@@ -65,7 +66,14 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
             " copied from is found by content unless --vllm (and =vllm/PATH) say it",
         )
         what.add_argument(
-            "--runtime", action="store_true", help="lay out a runtime patch skeleton to fill in"
+            "--python", action="store_true", help="lay out a python patch skeleton to fill in"
+        )
+        p.add_argument(
+            "--runtime",
+            action="store_true",
+            help="with --from-tree or --overlay: anchored runtime sites instead of a diff (each"
+            " anchor the fewest of the release's lines that occur once in the file); alone: lay"
+            " out a runtime patch skeleton to fill in",
         )
     p.add_argument(
         "--file",
@@ -141,6 +149,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     u.add_argument("id", metavar="ID", help="the patch to update")
     _sources(u, update=True)
     u.set_defaults(handler=run_update)
+    r = sub.add_parser(
+        "remove",
+        help="take a patch out of the registry (refused while another patch or a build uses it)",
+        description="Remove a patch folder from the registry, whole. Refused (exit 2, nothing"
+        " removed) while another patch requires it, conflicts with it or is superseded by it,"
+        " or a build definition lists it: each is named.",
+    )
+    r.add_argument("id", metavar="ID", help="the patch to remove")
+    r.add_argument("--format", choices=FORMATS, default="table")
+    r.set_defaults(handler=run_remove)
 
 
 def _progress(fmt: str) -> Callable[[int], Callable[[str], None]]:
@@ -183,6 +201,7 @@ def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None
             offline=args.offline,
             no_check=args.no_check,
             allow_deletions=args.allow_deletions,
+            runtime=bool(getattr(args, "runtime", False)),
         )
     )
     for note in prepared.notes:
@@ -194,24 +213,28 @@ def run(args: argparse.Namespace) -> int:
     root: Path = args.registry
     pr, url_forge = forge.pr_ref(args.pr) if args.pr else (None, None)
     forge_url = args.forge_url or url_forge
-    if args.runtime:
-        folder = add.add_runtime(
-            root, args.id, pr=pr, state=args.state, title=args.title, vllm=args.range
+    given = args.diff is not None or args.from_tree is not None or bool(args.overlay)
+    if args.python or (args.runtime and not given):
+        kind, fill = (
+            ("python", "touches and plugin.py") if args.python else ("runtime", "sites.toml")
+        )
+        folder = add.add_skeleton(
+            root, args.id, kind=kind, pr=pr, state=args.state, title=args.title, vllm=args.range
         )
         if args.format == "json":
-            print_json({"id": args.id, "folder": str(folder), "kind": "runtime"})
+            print_json({"id": args.id, "folder": str(folder), "kind": kind})
         else:
             console().print(
-                f"laid out {folder}: fill in vllm, targets and sites.toml, then"
+                f"laid out {folder}: fill in vllm, targets and {fill}, then"
                 " `patchset validate` (it refuses the skeleton until then)",
                 markup=False,
                 soft_wrap=True,
             )
         return ExitCode.OK
-    if args.diff is None and pr is None and args.from_tree is None and not args.overlay:
+    if not given and pr is None:
         raise UsageError(
             "say where the patch comes from: --pr OWNER/REPO#N, --diff FILE, --from-tree DIR,"
-            " --overlay FILE or --runtime"
+            " --overlay FILE, --runtime or --python"
         )
     add.check_new_id(root, args.id)  # before any download
     prepared = _prepared(args, pr=pr, forge_url=forge_url)
@@ -225,12 +248,14 @@ def run(args: argparse.Namespace) -> int:
         title=args.title,
         origin=prepared.origin,
         credit=args.credit,
-        apply=args.apply or "build",
+        apply=args.apply,
         vllm=args.range,
         source=prepared.source,
         versions=versions,
         on_release=_progress(args.format)(len(versions)),
         requires=args.requires,
+        base=prepared.base,
+        sites=prepared.sites,
     )
     patch = result.patch
     if args.format == "json":
@@ -245,6 +270,8 @@ def run(args: argparse.Namespace) -> int:
                 "notes": list(prepared.notes),
                 "upstream": {"pr": patch.upstream.pr, "state": patch.upstream.state},
                 "vllm": result.range,
+                "base": patch.variants[0].base,
+                "sites": len(prepared.sites),
                 "range_note": result.range_note,
                 "suggested_ranges": list(result.suggested),
                 "check": result.report.to_dict() if result.report else None,
@@ -332,4 +359,13 @@ def run_update(args: argparse.Namespace) -> int:
         )
     else:
         con.print(f'vllm = "{new.vllm}": needed in every checked release inside it', markup=False)
+    return ExitCode.OK
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    folder = removal.remove(args.registry, args.id, builds=args.builds)
+    if args.format == "json":
+        print_json({"id": args.id, "removed": str(folder)})
+    else:
+        console().print(f"removed {folder}", markup=False, soft_wrap=True)
     return ExitCode.OK

@@ -9,8 +9,8 @@ from packaging.version import Version
 
 from patchset.cli.loading import load
 from patchset.cli.output import console, print_json, table, text
+from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.image.definition import load_definition
-from patchset.sources import parse_source
 from patchset.upstream.bump import BumpReport, bump, newest_release
 
 FORMATS = ("table", "json", "markdown")
@@ -33,15 +33,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--to", required=True, metavar="V", help="the release to bump to, or latest")
     p.add_argument("--write", action="store_true", help="write the variants and definition")
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.add_argument("--source", metavar="SPEC", help="where releases come from (as check)")
-    p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
-    p.add_argument("--offline", action="store_true", help="use the cache only")
+    add_source_options(p, pre=False)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     registry = load(args.registry)
-    source = parse_source(args.source, index_url=args.index_url, offline=args.offline)
+    source = source_from(args)
     if args.to == "latest":
         old = load_definition(args.definition)
         newest = newest_release(source)
@@ -72,6 +70,8 @@ def _table(report: BumpReport) -> None:
         out.add_row(text(s.patch), text(s.verdict), text(s.action), text(s.evidence))
     con = console()
     con.print(out)
+    for note in report.notes:
+        con.print(f"hand work: {note}", markup=False)
     state = "complete" if report.complete else "hand work left"
     wrote = f"; wrote {len(report.written)} files" if report.written else ""
     con.print(
@@ -104,9 +104,10 @@ def markdown(report: BumpReport) -> str:
             "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
         )
     lines.append("")
-    if counts["hand-work"]:
+    if counts["hand-work"] or report.notes:
         lines.append("### Left for hand work")
         lines += [f"- [ ] `{s.patch}`: {s.evidence}" for s in counts["hand-work"]]
+        lines += [f"- [ ] {note}" for note in report.notes]
     else:
         lines.append("Nothing left for hand work: the bump is complete.")
     return "\n".join(lines)

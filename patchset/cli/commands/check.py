@@ -3,34 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import sys
 import threading
+from collections.abc import Iterator
 
 from rich.progress import BarColumn, DownloadColumn, Progress
-from rich.text import Text
 
+from patchset._gc import collector_paused
 from patchset.adapters import net
 from patchset.adapters.actions import workflow_command
 from patchset.cli import github
+from patchset.cli.check_report import render_markdown, show_table
 from patchset.cli.loading import load
 from patchset.cli.options import served_arg
 from patchset.cli.output import (
-    OUTCOME_STYLE,
     DescriptionColumn,
     console,
     err_console,
     print_json,
     progress_console,
     shown,
-    styled,
-    table,
-    text,
 )
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import Registry
 from patchset.registry.write import write_ranges
-from patchset.release_check.verdicts import CheckReport, CheckResult, Explain, check
-from patchset.sources import parse_source, select
+from patchset.release_check import CheckReport, Explain, check
+from patchset.sources import parse_source
 from patchset.sources.base import DownloadProgress, ReleaseSource
 
 DESCRIPTION = """\
@@ -140,6 +139,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="as --build, for every definition in the builds folder",
     )
     p.add_argument(
+        "--wide",
+        action="store_true",
+        help="the full grid, a column per release (by default past six releases those with the"
+        " same verdicts share a column, or each patch gets one strip, to fit 80 columns)",
+    )
+    p.add_argument(
         "--format",
         choices=("table", "json", "markdown", "github"),
         default="table",
@@ -155,33 +160,53 @@ def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
-    source = _source(args)
+    source = parse_source(
+        args.source,
+        index_url=args.index_url,
+        offline=args.offline,
+        prereleases=args.pre,
+        artifact=args.artifact,
+        verify_full=args.verify_full,
+        timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
+        version=args.source_version,
+    )
     if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
         from patchset.cli import pins  # noqa: PLC0415
 
-        return pins.run(args, registry, source, render_markdown)
-    versions = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
-    if not versions:
-        return _nothing_to_check(args, registry, source)
-    _prefetch(source, versions, registry, args.patches)
+        return pins.run(args, registry, source, functools.partial(render_markdown, headline=False))
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
-    report = check(
-        registry,
-        versions,
-        source=source,
-        patches=args.patches,
-        max_fuzz=args.fuzz,
-        explain=explain,
-        served=args.served,
-    )
+    # The collector paused for the whole run (a library call leaves the caller's alone): each
+    # time it came back on it walked all that the releases had left (directories, results).
+    with collector_paused():
+        report = check(
+            registry,
+            args.vllm,
+            since=args.since,
+            pre=args.pre,
+            source=source,
+            patches=args.patches,
+            max_fuzz=args.fuzz,
+            explain=explain,
+            served=args.served,
+            progress=_bar,
+        )
+    if not report.releases:
+        return _nothing_to_check(args, report, source)
     if args.format == "json":
         print_json(report.to_dict())
     elif args.format == "markdown":
         sys.stdout.write(shown(render_markdown(report, registry)) + "\n")
     elif args.format == "github":
-        sys.stdout.write(shown(github.render(report, registry, render_markdown(report, registry))))
+        table_md = render_markdown(report, registry, headline=False)
+        sys.stdout.write(shown(github.render(report, registry, table_md)))
     else:
-        show_table(report, registry, suggest=args.suggest_ranges, all_notes=args.explain)
+        show_table(
+            report,
+            registry,
+            suggest=args.suggest_ranges,
+            all_notes=args.explain,
+            wide=args.wide,
+        )
     if args.write:
         written, _ = write_ranges(registry, report.suggested)
         out = console() if args.format == "table" else err_console()
@@ -190,15 +215,15 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _nothing_to_check(args: argparse.Namespace, registry: Registry, source: ReleaseSource) -> int:
-    """`--since X` with no release at or after X yet: one line (JSON: an empty report)."""
+def _nothing_to_check(args: argparse.Namespace, report: CheckReport, source: ReleaseSource) -> int:
+    """`--since X` with no release at or after X yet: one line (JSON: the empty report)."""
     what = "release" if args.pre else "final release"
     line = (
         f"patchset check: no {what} at or after {args.since} on the {source.name} yet;"
         " nothing to check"
     )
     if args.format == "json":
-        print_json(check(registry, [], source=source, patches=args.patches).to_dict())
+        print_json(report.to_dict())
     elif args.format == "github":
         sys.stdout.write(workflow_command("notice", line, title="patchset check") + "\n")
     else:
@@ -216,57 +241,13 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _source(args: argparse.Namespace) -> ReleaseSource:
-    index_only = {
-        "--artifact": args.artifact is not None,
-        "--verify-full": args.verify_full,
-        "--timeout": args.timeout != net.DEFAULT_TIMEOUT,
-    }
-    named = args.source is not None and args.source.strip() not in {"", "index"}
-    if named and (flags := [flag for flag, given in index_only.items() if given]):
-        raise UsageError(f"{', '.join(flags)}: only for the package index, not --source")
-    if named or args.source_version is not None:
-        return parse_source(
-            args.source,
-            index_url=args.index_url,
-            offline=args.offline,
-            prereleases=args.pre,
-            version=args.source_version,
-        )
-    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
-
-    return IndexSource(
-        args.index_url,
-        offline=args.offline,
-        artifact=args.artifact or "auto",
-        verify_full=args.verify_full,
-        timeout=args.timeout,
-        prereleases=args.pre,
-    )
-
-
-def _prefetch(
-    source: ReleaseSource, versions: list[str], registry: Registry, patches: list[str] | None
-) -> None:
-    """Fetch the releases (and, from the index, the patches' files) in parallel, with one
-    progress bar on stderr when it is a terminal (none under -q)."""
-    if source.offline:
-        return
-    selected = registry.select(patches)
-    paths = {t for p in selected for t in p.targets} | {"vllm/_version.py"}
-    paths |= {p.upstream.probe.file for p in selected if p.upstream.probe}
-
-    from patchset.sources.package_index import IndexSource  # noqa: PLC0415 -- light imports
-
-    def fetch(progress: DownloadProgress | None) -> None:
-        if isinstance(source, IndexSource):
-            source.prefetch(versions, paths=sorted(paths), progress=progress)
-        else:
-            source.prefetch(versions, progress=progress)
-
+@contextlib.contextmanager
+def _bar(versions: list[str]) -> Iterator[DownloadProgress | None]:
+    """The prefetch's progress bar on stderr when it is a terminal (none under -q): bytes,
+    and releases ready in its description."""
     shown_on = progress_console()
     if shown_on is None or not shown_on.is_terminal:
-        fetch(None)
+        yield None
         return
     counts: dict[str, tuple[int, int]] = {}  # version -> (bytes received, bytes expected)
     lock = threading.Lock()
@@ -287,139 +268,4 @@ def _prefetch(
                     description=f"vllm releases {ready}/{len(versions)}",
                 )
 
-        fetch(report)
-
-
-SYMBOLS = {"needed": "N", "upstream": "U", "conflict": "C", "partial": "P", "missing-target": "M"}
-LEGEND = (
-    "N needed  U upstream  C conflict  P partial  M missing-target;"
-    "  lower case: out of the patch's range;  !: signals disagree"
-)
-WIDE = 6  # more releases than this: one short symbol per cell, and a legend
-MAX_NOTES = 40  # note lines a table shows; --explain shows them all
-
-
-def _cell(r: CheckResult, *, variant: bool = False, short: bool = False) -> Text:
-    if short:
-        mark = SYMBOLS.get(r.verdict, "?")
-        style = OUTCOME_STYLE.get(r.verdict, "") if r.in_range else "dim"
-        cell = text(mark if r.in_range else mark.lower(), style)
-        if r.disagreement:
-            cell.append_text(text("!", "yellow"))
-        return cell
-    cell = styled(r.verdict)
-    if r.disagreement:
-        cell.append(" ").append_text(text("!", "yellow"))
-    if not r.in_range:
-        cell.append(" ").append_text(text("(out of range)", "dim"))
-    if variant:  # for patches with several variants
-        cell.append(" ").append_text(text(r.variant, "dim"))
-    return cell
-
-
-def _heads(versions: list[str]) -> list[str]:
-    """Column heads; with many releases a shared leading "0." is dropped to save width."""
-    if len(versions) > WIDE and all(v.startswith("0.") for v in versions):
-        return [v[2:] for v in versions]
-    return versions
-
-
-def show_table(
-    report: CheckReport, registry: Registry, *, suggest: bool, all_notes: bool = False
-) -> None:
-    """One row per patch and a column per release; past six releases each cell is one symbol
-    under a legend. Notes are folded per patch and cut at `MAX_NOTES` lines, with a count."""
-    con = console()
-    versions = [i.version for i in report.releases]
-    patches = [p for p in registry.patches if any(r.patch == p.id for r in report.results)]
-    title = f"patchset check  (registry {registry.short_digest})"
-    several = {p.id for p in patches if len(p.variants) > 1}
-    short = len(versions) > WIDE
-    found = {(r.vllm, r.patch): r for r in report.results}
-    out = table(title, ["patch", *_heads(versions)])
-    for patch in patches:
-        cells = [
-            _cell(found[(v, patch.id)], variant=patch.id in several, short=short) for v in versions
-        ]
-        out.add_row(f"{patch.id} r{patch.revision}", *cells)
-    con.print(out)
-    for patch in patches:  # switch, lifecycle, predicate: judged anyway, said here
-        if patch.gates_text():
-            con.print(f"{patch.id}: {patch.gates_text()}", markup=False)
-    if short:
-        con.print(LEGEND, style="dim", markup=False)
-    notes = _notes(report)
-    shown = notes if all_notes else notes[:MAX_NOTES]
-    for line in shown:
-        con.print(line, markup=False)
-    if len(shown) < len(notes):
-        con.print(
-            f"... {len(notes) - len(shown)} more note lines (--explain shows them all;"
-            " --format json has every detail)",
-            markup=False,
-        )
-    if suggest:
-        con.print()
-        rows = table("suggested ranges (where needed)", ["patch", "declared", "needed in"])
-        for patch in patches:
-            rows.add_row(
-                patch.id, str(patch.vllm), " | ".join(report.suggested.get(patch.id, ())) or "none"
-            )
-        con.print(rows)
-
-
-def _span(versions: list[str]) -> str:
-    return versions[0] if len(versions) == 1 else f"{versions[0]}..{versions[-1]} ({len(versions)})"
-
-
-def _notes(report: CheckReport) -> list[str]:
-    """Per patch with anything to say: its verdicts folded into runs of releases on one line,
-    then each distinct detail of what needs a look (in its range, or a disagreement) once."""
-    by_patch: dict[str, list[CheckResult]] = {}
-    for r in report.results:
-        by_patch.setdefault(r.patch, []).append(r)
-    lines: list[str] = []
-    for patch, results in by_patch.items():
-        if all(r.verdict == "needed" and not r.shifted and not r.disagreement for r in results):
-            continue
-        runs: list[tuple[str, list[str]]] = []
-        for r in results:
-            if runs and runs[-1][0] == r.verdict:
-                runs[-1][1].append(r.vllm)
-            else:
-                runs.append((r.verdict, [r.vllm]))
-        lines.append(f"{patch}: " + "; ".join(f"{v} {_span(vs)}" for v, vs in runs))
-        details: dict[tuple[str, str, str | None], list[str]] = {}
-        for r in results:
-            clean = r.verdict == "needed" and not r.shifted
-            if (r.in_range and not clean) or r.disagreement:
-                details.setdefault((r.verdict, r.detail, r.disagreement), []).append(r.vllm)
-        for (verdict, detail, disagreement), vs in details.items():
-            lines.append(f"    {_span(vs)}: {verdict}: {detail}")
-            if disagreement:
-                lines.append(f"    signals disagree: {disagreement}")
-    return lines
-
-
-def render_markdown(report: CheckReport, registry: Registry) -> str:
-    versions = [i.version for i in report.releases]
-    lines = [
-        f"**patchset check** (registry `{registry.short_digest}`)",
-        "",
-        "| patch | " + " | ".join(versions) + " |",
-        "|---|" + "---|" * len(versions),
-    ]
-    for patch in registry.patches:
-        cells = [
-            r.verdict + ("" if r.in_range else " (out of range)")
-            for v in versions
-            for r in report.results
-            if r.vllm == v and r.patch == patch.id
-        ]
-        if cells:
-            lines.append(f"| `{patch.id}` r{patch.revision} | " + " | ".join(cells) + " |")
-    notes = [r for r in report.results if r.verdict != "needed" or r.disagreement]
-    if notes:
-        lines.append("")
-        lines += [f"- {r.vllm} `{r.patch}`: **{r.verdict}**: {r.detail}" for r in notes]
-    return "\n".join(lines)
+        yield report

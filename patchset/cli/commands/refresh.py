@@ -40,7 +40,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", nargs="?")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="with --vllm: every diff patch that fits it only at an offset or with fuzz, as"
+        " an exact new variant (written with --write; patchset/cli/carry.py)",
+    )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument(
         "--vllm", metavar="VERSION", help="the release to carry it onto ('latest': the newest)"
@@ -82,6 +88,10 @@ def _picks(values: list[str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.all or args.id is None:
+        from patchset.cli import carry  # noqa: PLC0415
+
+        return carry.run(args)
     registry = load(args.registry, [args.id])
     if args.finish or args.abort:
         extra = [flag for flag in ("write", "dry_run", "pick") if getattr(args, flag)]

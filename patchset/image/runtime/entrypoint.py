@@ -10,51 +10,69 @@ stock image (manifest ``"delivery": "stock"``): there it applies the build patch
     python3 /opt/patchset/entrypoint.py --verify      # JSON report, exit 0 when all present
 
 Every file is planned in memory first (patched, sha256-checked, compiled with this Python),
-then written by rename; a failure anywhere writes nothing, so vLLM's files are either fully
-patched or untouched.
-
-Environment: PATCHSET_ON_FAILURE=fail|warn (default fail; a refused start exits 9);
-PATCHSET_DISABLE=id,... and PATCHSET_ONLY=id,... pick patches; PATCHSET_COMPUTE_CAPABILITY=12.0
-overrides GPU detection through nvidia-smi ("none" for no GPU); PATCHSET_MANIFEST,
-PATCHSET_VLLM_ROOT and PATCHSET_EXEC override the manifest path, the vLLM folder and the
-program exec'd (for tests).
+then written by rename; what decides whether and how each patch runs (its switch, predicate,
+modules, failure policy and proof) is `patchset_kernel.startup`. Environment: docs/stock-image.md;
+PATCHSET_MANIFEST, PATCHSET_VLLM_ROOT and PATCHSET_EXEC override the manifest path, the vLLM
+folder and the program exec'd (for tests).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
+
+
 # An exported bundle (it has payloads/) lives in the user's folder, mounted read-only as the
-# docs say, or by mistake read-write: never leave root-owned __pycache__ there. In a built
+# docs say, or by mistake read-write: never leave root-owned __pycache__ there; its bytecode
+# goes to the container's /tmp instead (a restarted container starts from it). In a built
 # image /opt/patchset is the image's own: its bytecode is cached in the container's layer.
-sys.dont_write_bytecode = (HERE / "payloads").is_dir()
+def _private_cache() -> str | None:
+    """A folder only this user can write (made 0700, never through a symlink), else None."""
+    path = Path(os.environ.get("PATCHSET_PYCACHE") or tempfile.gettempdir()) / f"ps-{os.getuid()}"
+    with contextlib.suppress(OSError):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return str(path)
+    return None
+
+
+if (HERE / "payloads").is_dir():
+    sys.pycache_prefix = _private_cache()
+    sys.dont_write_bytecode = sys.pycache_prefix is None
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import gpus as gpu_query
-    from patchset.kernel import tree, vllm
-    from patchset.kernel.capability import Capability, in_scope, parse_capability
+    from patchset.kernel import startup, tree, vllm
+    from patchset.kernel.capability import Capability, in_scope
     from patchset.kernel.hunks import apply_hunks, join_text, split_text
     from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset.kernel.order import in_order
+    from patchset.kernel.predicates import Facts, installed_versions
     from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import GOOD, apply_site, check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
 else:
     from patchset_kernel import gpus as gpu_query
-    from patchset_kernel import tree, vllm
-    from patchset_kernel.capability import Capability, in_scope, parse_capability
+    from patchset_kernel import startup, tree, vllm
+    from patchset_kernel.capability import Capability, in_scope
     from patchset_kernel.hunks import apply_hunks, join_text, split_text
     from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset_kernel.order import in_order
+    from patchset_kernel.predicates import Facts, installed_versions
     from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import GOOD, apply_site, check_site, served_from_args
     from patchset_kernel.touches import defines, module_files
@@ -94,27 +112,6 @@ def check_root(root: Path) -> None:
         raise StartRefusedError(f"{package} is a symlink; refusing to patch through it")
     if not package.is_dir():
         raise StartRefusedError(f"{package} is not a folder")
-
-
-def detect_gpus() -> tuple[list[Capability], str]:
-    """Every GPU's compute capability, and how it was found (for the start-up line).
-
-    `PATCHSET_COMPUTE_CAPABILITY` wins ("none" or empty: no GPU); else nvidia-smi, read by
-    the kernel's `gpus.query` (the host's reader too).
-    """
-    forced = os.environ.get("PATCHSET_COMPUTE_CAPABILITY")
-    if forced is not None:
-        if forced.strip().lower() in ("", "none"):
-            return [], "none (PATCHSET_COMPUTE_CAPABILITY)"
-        try:
-            found = parse_capability(forced)
-        except ValueError:
-            raise StartRefusedError(
-                f"PATCHSET_COMPUTE_CAPABILITY={forced!r} is not a compute capability (e.g. 12.0)"
-            ) from None
-        return [found], f"{found[0]}.{found[1]} (PATCHSET_COMPUTE_CAPABILITY)"
-    smi = gpu_query.query()
-    return [g.capability for g in smi.gpus], smi.how
 
 
 def patched_text(
@@ -276,27 +273,20 @@ def check_plugin(patch: PatchEntry, plan: Plan, *, registered: bool) -> str:
 
 
 def check_plugin_files(manifest: Manifest, root: Path) -> None:
-    """The plugin distribution vLLM imports in each of its processes is the one the manifest
-    names, file by file: none missing, none different, none added (under plugins/ in a
-    bundle; in vLLM's site folder, in the distribution's own folders, in a built image). Its
-    entry_points.txt is one of them: an entry point added to it is refused with it (another
-    distribution of the same name is shadowed by this one, as importlib.metadata dedupes)."""
+    """The plugin distribution vLLM imports in each of its processes, and the support
+    packages, are the ones the manifest names, file by file: none missing, none different,
+    none added (plugins under plugins/ in a bundle, in vLLM's site folder in a built image;
+    its entry_points.txt is one of them, so an entry point added to it is refused)."""
     base = HERE / "plugins" if manifest.delivery == "stock" else root
-    for rel, want in manifest.plugins.items():
-        data = _read(base / rel)
-        if data is None or tree.sha256(data) != want:
-            what = "is missing" if data is None else "differs from the one exported (sha256)"
-            raise StartRefusedError(f"plugin file {base / rel} {what}")
     if manifest.delivery == "stock":
         folders = [base] if base.is_dir() else []
     else:
         folders = [base / top for top in sorted({rel.split("/")[0] for rel in manifest.plugins})]
-    for folder in folders:
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(base).as_posix()
-            if "__pycache__" in path.parts or path.is_dir() or rel in manifest.plugins:
-                continue
-            raise StartRefusedError(f"plugin file {path} is not in the manifest")
+    try:
+        startup.check_files(HERE, manifest.support, [HERE / "support"], "support")
+        startup.check_files(base, manifest.plugins, folders, "plugin")
+    except ValueError as exc:
+        raise StartRefusedError(str(exc)) from None
 
 
 def check_payload(patch: PatchEntry) -> None:
@@ -309,47 +299,22 @@ def check_payload(patch: PatchEntry) -> None:
 
 
 def _later_digests(patches: list[PatchEntry]) -> list[dict[str, set[str]]]:
-    out: list[dict[str, set[str]]] = []
-    for index in range(len(patches)):
-        later: dict[str, set[str]] = {}
-        for patch in patches[index + 1 :]:
-            for rel, digests in patch.files.items():
-                later.setdefault(rel, set()).add(digests.after)
-        out.append(later)
-    return out
+    """Per patch, for each of its files, the sha256s the later patches leave it with (only
+    its own files are ever looked up: linear in the manifest, not quadratic)."""
+    by_file: dict[str, list[tuple[int, str]]] = {}
+    for index, patch in enumerate(patches):
+        for rel, digests in patch.files.items():
+            by_file.setdefault(rel, []).append((index, digests.after))
+    return [
+        {rel: {after for j, after in by_file[rel] if j > index} for rel in patch.files}
+        for index, patch in enumerate(patches)
+    ]
 
 
 def series(manifest: Manifest) -> list[PatchEntry]:
     """The manifest's patches in the order they go in: each after those it `requires` (the
     order the build wrote them in; the same rule as patchset's engine)."""
     return in_order(list(manifest.patches), lambda p: p.id, lambda p: p.requires)
-
-
-def _ids(name: str) -> list[str] | None:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return None
-    ids = [part.strip() for part in raw.split(",") if part.strip()]
-    if not ids:
-        raise StartRefusedError(f"{name}={raw!r} names no patch (give ids, comma-separated)")
-    return ids
-
-
-def selection(manifest: Manifest) -> dict[str, str]:
-    """Why each patch is left out at this start (PATCHSET_DISABLE, PATCHSET_ONLY), by id."""
-    known = [p.id for p in manifest.patches]
-    disabled, only = _ids("PATCHSET_DISABLE"), _ids("PATCHSET_ONLY")
-    for name, ids in (("PATCHSET_DISABLE", disabled), ("PATCHSET_ONLY", only)):
-        unknown = [i for i in ids or [] if i not in known]
-        if unknown:
-            raise StartRefusedError(
-                f"{name} names {', '.join(unknown)}, not in this manifest"
-                f" (it holds {', '.join(known) or 'no patch'})"
-            )
-    out = dict.fromkeys(disabled or [], "disabled (PATCHSET_DISABLE)")
-    if only is not None:
-        out.update({i: "left out (PATCHSET_ONLY)" for i in known if i not in only})
-    return out
 
 
 def release_check(manifest: Manifest, root: Path) -> str:
@@ -364,28 +329,13 @@ def release_check(manifest: Manifest, root: Path) -> str:
             f"this bundle is for vLLM {wanted}, but the image holds vLLM {found}"
             f" ({root}); export one for {found}"
         )
-    for info in sorted(root.glob("vllm-*.dist-info")):
-        said = _metadata_version(info)
-        if said is not None and said.split("+")[0] != found.split("+")[0]:
-            raise StartRefusedError(
-                f"{read[1] if read else root} says vLLM {found}, but {info.name} says {said}:"
-                " this is not one installed release"
-            )
+    said = installed_versions(root, ["vllm"]).get("vllm")  # the dist-info, read as text
+    if said is not None and said.split("+")[0] != found.split("+")[0]:
+        raise StartRefusedError(
+            f"{read[1] if read else root} says vLLM {found}, but its dist-info says {said}:"
+            " this is not one installed release"
+        )
     return found
-
-
-def _metadata_version(info: Path) -> str | None:
-    """The `Version:` of a dist-info's METADATA, read as text (importlib costs 60 ms)."""
-    try:
-        with (info / "METADATA").open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    return None  # the headers end at the first blank line
-                if line.startswith("Version:"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        return None
-    return None
 
 
 def held_back(
@@ -397,7 +347,7 @@ def held_back(
         state = left_out[patch.id]
         out[patch.id] = f"which is {state}"
         if patch.files and all(
-            tree.digest(_read(root / rel)) == d.after for rel, d in patch.files.items()
+            tree.digest(tree.read_file(root / rel)) == d.after for rel, d in patch.files.items()
         ):  # a container started before with the patch keeps its files
             state += ", yet its files are patched (an earlier start or the build)"
         return state
@@ -408,121 +358,119 @@ def held_back(
     return None
 
 
-def run_patches(manifest: Manifest, *, verify: bool) -> tuple[list[Outcome], bool, Plan, list[str]]:
-    """Check, plan and (unless `verify`) write every patch; the python patches selected."""
+@dataclass(frozen=True)
+class Here:
+    """What every patch of a start is planned against."""
+
+    stock: bool
+    verify: bool
+    served: dict[str, str]
+    gpus: list[Capability]
+    gpu: str  # how the GPUs were found, for the lines
+
+
+def plan_one(  # noqa: PLR0917 - the run's parts, named at the one call
+    patch: PatchEntry,
+    plan: Plan,
+    later: dict[str, set[str]],
+    run: startup.Run,
+    out: dict[str, str],
+    here: Here,
+) -> str:
+    """One patch that its switches, predicate and requirements let in: checked, and planned
+    in memory (its files or its plugin); its state."""
+    scope = patch.compute_capability
+    fits = all(in_scope(scope, c) for c in here.gpus) if here.gpus else in_scope(scope, None)
+    if here.stock:
+        check_payload(patch)
+    if (problem := startup.import_problem(patch.requires_modules)) is not None:
+        raise PatchFailedError(problem)
+    if patch.kind == "python":
+        state = check_plugin(patch, plan, registered=here.verify)
+        if fits or here.verify:
+            run.plugins.append(patch.id)
+            return state
+    elif patch.apply == "build" and not here.stock:
+        state = check_build_patch(patch, plan, later, compile_check=here.verify, served=here.served)
+        return state if fits else f"{state} (built in; scope cc {scope}, this GPU: {here.gpu})"
+    elif fits or here.verify:
+        return apply_patch(patch, plan, later, dry_run=here.verify, served=here.served)
+    out[patch.id] = "which is skipped on this GPU"
+    return f"skipped (scope cc {scope}, this GPU: {here.gpu})"
+
+
+def run_patches(
+    manifest: Manifest, *, verify: bool, extra_args: list[str]
+) -> tuple[startup.Run, Plan]:
+    """Check, plan and (unless `verify`) write every patch, each by its switch, predicate,
+    modules and failure policy; the python patches selected."""
     root = vllm_root()
     stock = manifest.delivery == "stock"
     check_plugin_files(manifest, root)
-    gpus, gpu = detect_gpus()
-    left_out = selection(manifest)
-    plan = Plan(root)
-    results: list[Outcome] = []
-    plugins: list[str] = []
-    ok = True
-    served = served_from_args(list(manifest.serve_args))
+    try:
+        gpus, names, gpu = gpu_query.detect(os.environ.get("PATCHSET_COMPUTE_CAPABILITY"))
+    except ValueError as exc:
+        raise StartRefusedError(str(exc)) from None
+    try:
+        left_out = startup.selection(manifest, os.environ)
+    except ValueError as exc:
+        raise StartRefusedError(str(exc)) from None
+    plan, run = Plan(root), startup.Run()
+    served = served_from_args([*manifest.serve_args, *extra_args])
+    known = startup.facts(served, gpus, names, root)
     patches = series(manifest)
     out: dict[str, str] = {}  # the patches not in at this start, and why
+    where = Here(stock, verify, served, gpus, gpu)
     for patch, later in zip(patches, _later_digests(patches), strict=True):
         name = f"{patch.id} r{patch.revision}"
-        scope = patch.compute_capability
-        fits = all(in_scope(scope, c) for c in gpus) if gpus else in_scope(scope, None)
+        policy, why = startup.policy_for(patch, os.environ)
         try:
-            state = held_back(patch, left_out, out, root)
+            state = held_back(patch, left_out, out, root) or _gate(patch, known, out, stock)
             if state is not None:
-                results.append(Outcome(name, patch.apply, state))
+                run.results.append(Outcome(name, patch.apply, state))
                 continue
-            if stock:
-                check_payload(patch)
-            if patch.kind == "python":
-                state = check_plugin(patch, plan, registered=verify)
-                if not fits and not verify:
-                    state = f"skipped (scope cc {scope}, this GPU: {gpu})"
-                    out[patch.id] = "which is skipped on this GPU"
-                else:
-                    plugins.append(patch.id)
-            elif patch.apply == "build" and not stock:
-                state = check_build_patch(patch, plan, later, compile_check=verify, served=served)
-                if not fits:
-                    state += f" (built in; scope cc {scope}, this GPU: {gpu})"
-            elif not fits and not verify:
-                state = f"skipped (scope cc {scope}, this GPU: {gpu})"
-                out[patch.id] = "which is skipped on this GPU"
-            else:
-                state = apply_patch(patch, plan, later, dry_run=verify, served=served)
+            state = plan_one(patch, plan, later, run, out, where)
+            if patch.id not in out:
+                run.applied.append(patch)
             failed = False
         except (PatchFailedError, OSError, UnicodeError) as exc:
-            ok, failed = False, True
-            state = f"FAILED: {exc}"
-            out[patch.id] = "which failed"
-        results.append(Outcome(name, patch.apply, state, not failed))
-    results.insert(0, Outcome("gpu", "-", gpu))
-    return results, ok, plan, plugins
+            failed, out[patch.id] = True, "which failed"
+            if policy == "warn":
+                run.warned.append(patch.id)
+                state = f"FAILED ({why}: left out, the start goes on): {exc}"
+            else:
+                run.ok, state = False, f"FAILED: {exc}"
+        run.results.append(Outcome(name, patch.apply, state, not failed or policy == "warn"))
+    run.results.insert(0, Outcome("gpu", "-", gpu))
+    return run, plan
+
+
+def _gate(patch: PatchEntry, known: Facts, out: dict[str, str], stock: bool) -> str | None:
+    """The state of a patch its switch or predicate keeps out at this start (`out` updated),
+    or None. A build patch of a built image is in its files whatever they say: only noted."""
+    state = startup.switched_off(patch, os.environ) or startup.gated(patch, known)
+    if state is None:
+        return None
+    if patch.apply == "build" and not stock:
+        return None  # built in: check_build_patch checks it is there
+    out[patch.id] = f"which is {state.split(' (')[0]}"
+    return state
 
 
 def commit(plan: Plan) -> None:
     """Write every planned file by the kernel's rules (`patchset_kernel.tree`, those of
-    `patchset apply` and of image builds), all or none: the new bytes beside each file first,
-    then the renames and deletions, the read-back, and the folders that leaves empty; a
-    failure puts back what was renamed and removes what was created."""
-    changed, root = plan.changed(), plan.root
-    for rel in changed:
-        path = root / rel
-        folder = next(p for p in path.parents if p.exists())
-        if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-            raise PatchFailedError(
-                f"{path} is not writable by uid {os.getuid()}: start the container as the"
-                " user that owns vLLM's files (root in the official image), or build an image"
-                " with `patchset build`"
-            )
-    created = tree.created_folders(changed, lambda folder: (root / folder).exists())
-    emptied = tree.emptied_folders(changed, tree.folder_entries(root))
-    made: list[Path] = []
-    temps: dict[str, Path] = {}
-    done: list[str] = []
+    `patchset apply` and of image builds), all or none."""
     try:
-        for name in created:
-            tree.make_folder(root / name)
-            made.append(root / name)
-        for rel, data in changed.items():
-            if data is not None:
-                temps[rel] = _temp(root / rel)
-                tree.create_exclusive(
-                    temps[rel], data, like=root / rel, executable=rel in plan.executable
-                )
-        for rel, data in changed.items():
-            if data is None:
-                (root / rel).unlink(missing_ok=True)
-            else:
-                os.replace(temps.pop(rel), root / rel)
-            done.append(rel)
-        differs = tree.read_back(changed, lambda rel: _read(root / rel))
-        if differs is not None:
-            raise PatchFailedError(f"{root / differs}: read back differs after writing")
-    except BaseException:
-        for temp in temps.values():
-            temp.unlink(missing_ok=True)
-        for rel in done:
-            _put_back(root / rel, plan.original[rel])
-        for folder in reversed(made):
-            folder.rmdir()
-        raise
-    tree.remove_emptied(root, emptied)
-
-
-def _temp(path: Path) -> Path:
-    return path.with_name(tree.temp_name(path.name, TEMP_SUFFIX))
-
-
-def _read(path: Path) -> bytes | None:
-    return path.read_bytes() if path.is_file() else None
-
-
-def _put_back(path: Path, data: bytes | None) -> None:
-    if data is None:
-        path.unlink(missing_ok=True)
-        return
-    tree.create_exclusive(_temp(path), data, like=path)
-    os.replace(_temp(path), path)
+        tree.write_all(
+            plan.root, plan.changed(), plan.original, executable=plan.executable, suffix=TEMP_SUFFIX
+        )
+    except tree.WriteRefusedError as exc:
+        raise PatchFailedError(
+            f"{exc}: start the container as the user that owns vLLM's files (root in the"
+            " official image), or build an image with `patchset build`"
+            if "not writable" in str(exc)
+            else str(exc)
+        ) from None
 
 
 def _say(line: str, *, err: bool = False) -> None:
@@ -546,62 +494,89 @@ def load_manifest() -> Manifest:
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     verify = argv[:1] == ["--verify"]
-    policy = os.environ.get("PATCHSET_ON_FAILURE", "fail")
     program = os.environ.get("PATCHSET_EXEC", "vllm")
     manifest: Manifest | None = None
-    ok, refusal, root = True, None, None
-    plugins: list[str] = []
-    results: list[Outcome] = []
+    refusal, root, version = None, None, "?"
+    run, path = startup.Run(), []
     try:
+        policy = startup.global_policy(os.environ)
         manifest = load_manifest()
         root = vllm_root()
         check_root(root)
         stock = manifest.delivery == "stock"
         if stock and (HERE / "plugins").is_dir():
             sys.path.insert(0, str(HERE / "plugins"))
+        path = [str(HERE / entry) for entry in manifest.support_paths]
+        sys.path[:0] = path  # the support packages, for the modules patches declare
+        sys.path.append(str(root))
         version = release_check(manifest, root) if stock else manifest.vllm
         if not verify and shutil.which(program) is None:
             raise StartRefusedError(f"no {program} program on PATH: nothing to start")
-        results, ok, plan, plugins = run_patches(manifest, verify=verify)
-        if ok and not verify:
+        run, plan = run_patches(manifest, verify=verify, extra_args=argv[1:] if verify else argv)
+        if run.ok and not verify:
             try:
                 commit(plan)
             except (PatchFailedError, OSError) as exc:
-                ok = False
-                results.append(Outcome("write", "-", f"FAILED: {exc}", ok=False))
-    except (StartRefusedError, PatchFailedError) as exc:
-        ok, refusal, results, version = False, str(exc), [], "?"
+                run.ok = False
+                run.results.append(Outcome("write", "-", f"FAILED: {exc}", ok=False))
+        if run.ok:
+            if verify:  # only what is in the files already: the rest is proven at start
+                run.applied = [p for p in run.applied if run.in_place(p)]
+            startup.prove(run, root, path, os.environ)
+    except (StartRefusedError, PatchFailedError, startup.StartInputError) as exc:
+        refusal, run = str(exc), startup.Run()
+        run.ok = False
+        policy = "fail" if isinstance(exc, startup.StartInputError) else _policy()
     if verify:
         registry = None if manifest is None else manifest.registry
-        print(json.dumps(StartReport(ok, registry, refusal, tuple(results)).to_json()))
-        return 0 if ok else 1
+        print(json.dumps(StartReport(run.ok, registry, refusal, tuple(run.results)).to_json()))
+        return 0 if run.ok else 1
     if refusal is None:
-        _say(f"patchset: vLLM {version} at {root}; GPU: {results[0].state}")
-    for result in results[1:]:
+        _say(f"patchset: vLLM {version} at {root}; GPU: {run.results[0].state}")
+    for result in run.results[1:]:
         _say(f"patchset: {result.patch} ({result.apply}): {result.state}")
-    if not ok:
-        reason = refusal or "a patch failed; vLLM's files are left as they were"
-        if policy != "warn" or shutil.which(program) is None:
-            _say(f"patchset: {reason}; not starting vllm (PATCHSET_ON_FAILURE=warn to go on)",
+    if not run.ok:
+        if refusal is not None and policy == "warn" and shutil.which(program) is not None:
+            _say(f"patchset: {refusal}; starting vllm unpatched (PATCHSET_ON_FAILURE=warn)",
                  err=True)  # fmt: skip
-            return REFUSED
-        _say(f"patchset: {reason}; starting vllm unpatched (PATCHSET_ON_FAILURE=warn)", err=True)
-        plugins = []
-    return run_vllm(manifest, program, argv, plugins, started)
+            return run_vllm(manifest, program, argv, [], [], started)
+        reason = refusal or "a patch failed (its policy: fail); vLLM's files are left as they were"
+        _say(f"patchset: {reason}; not starting vllm (PATCHSET_ON_FAILURE=warn to go on)",
+             err=True)  # fmt: skip
+        return REFUSED
+    for patch_id in run.warned:
+        _say(f"patchset: {patch_id} failed; its policy is warn: starting vllm without it", err=True)
+    return run_vllm(manifest, program, argv, run.plugins, path, started)
 
 
-def run_vllm(
-    manifest: Manifest | None, program: str, argv: list[str], plugins: list[str], started: float
+def _policy() -> str:
+    try:
+        return startup.global_policy(os.environ)
+    except startup.StartInputError:
+        return "fail"
+
+
+def run_vllm(  # noqa: PLR0917 - one call site, each argument named there
+    manifest: Manifest | None,
+    program: str,
+    argv: list[str],
+    plugins: list[str],
+    support: list[str],
+    started: float,
 ) -> int:
-    """Exec `program serve` with the manifest's arguments and environment; returns only
-    when the exec fails (one line, exit 9)."""
+    """Exec `program serve` with the manifest's arguments and environment, the support
+    packages (and the python patches' plugins, when some were selected) on the import path of
+    every vLLM process; returns only when the exec fails (one line, exit 9)."""
     for key, value in ({} if manifest is None else manifest.env).items():
         os.environ.setdefault(key, value)
     os.environ["PATCHSET_ACTIVE_PLUGINS"] = ",".join(plugins)
     stock = manifest is not None and manifest.delivery == "stock"
+    entries = list(support)
     if plugins and stock and (HERE / "plugins").is_dir():  # only plugin code that checked out
+        entries.insert(0, str(HERE / "plugins"))
+    if entries:
         path = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = str(HERE / "plugins") + (f"{os.pathsep}{path}" if path else "")
+        os.environ["PYTHONPATH"] = os.pathsep.join([*entries, *([path] if path else [])])
     serve_args = () if manifest is None else manifest.serve_args
     elapsed = (time.perf_counter() - started) * 1000
     _say(f"patchset: ready in {elapsed:.0f} ms; exec {program} serve")

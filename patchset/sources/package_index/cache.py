@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import itertools
 import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 import zlib
@@ -40,6 +42,7 @@ from typing import IO, Any, Literal
 import filelock
 
 from patchset.errors import LockedError, SourceError
+from patchset.registry import ranges
 
 LOG = logging.getLogger(__name__)
 
@@ -137,7 +140,10 @@ class Cache:
         """
         path = self.index_path(key)
         try:
-            record = json.loads(path.read_bytes())
+            raw = read_entry(path)
+            if raw is None:
+                return None
+            record = json.loads(raw)
             data = record["data"]
             intact = record["format"] == ANSWER_FORMAT and record["sha256"] == _digest(data)
             fetched = float(record["fetched_at"])
@@ -182,9 +188,8 @@ class Cache:
     def load_manifest(self, artifact: str) -> Manifest | None:
         """The artifact's manifest if cached and intact; a damaged one is deleted."""
         path = self.manifest_path(artifact)
-        try:
-            raw = path.read_bytes()
-        except OSError:
+        raw = read_entry(path)
+        if raw is None:
             return None
         manifest = _decode_manifest(raw)
         if manifest is None or manifest.artifact != artifact:
@@ -218,10 +223,10 @@ class Cache:
         folder = self.root / "manifests"
         found = []
         for path in folder.glob("*.json") if folder.is_dir() else []:
-            with contextlib.suppress(OSError):
-                manifest = _decode_manifest(path.read_bytes())
-                if manifest is not None:
-                    found.append(manifest)
+            raw = read_entry(path)
+            manifest = _decode_manifest(raw) if raw is not None else None
+            if manifest is not None:
+                found.append(manifest)
         return found
 
     def cached_tree_versions(self) -> list[str]:
@@ -233,9 +238,8 @@ class Cache:
     def read_blob(self, sha256: str) -> bytes | None:
         """The bytes named `sha256`, checked; None when absent or damaged (then deleted)."""
         path = self.blob_path(sha256)
-        try:
-            raw = path.read_bytes()
-        except OSError:
+        raw = read_entry(path)
+        if raw is None:
             return None
         try:
             data = zlib.decompress(raw, -zlib.MAX_WBITS)
@@ -249,12 +253,13 @@ class Cache:
         return data
 
     def has_blob(self, sha256: str) -> bool:
-        return self.blob_path(sha256).is_file()
+        """Whether a blob is there to read (a regular file: it is checked when read)."""
+        return _regular(self.blob_path(sha256))
 
     def store_blob(self, sha256: str, deflated: bytes) -> None:
         """Store a member's raw deflate stream under the sha256 of its inflated bytes."""
         path = self.blob_path(sha256)
-        if path.is_file():
+        if _regular(path):
             return
         with atomic_write(path) as out:
             out.write(deflated)
@@ -463,14 +468,75 @@ def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
         ) from None
     done = False
     try:
-        os.fchmod(fd, 0o644)  # whatever the umask: readable by the users of a shared cache
-        with os.fdopen(fd, "wb") as out:
-            yield out
-        os.replace(name, dest)
+        try:
+            os.fchmod(fd, 0o644)  # whatever the umask: readable by the users of a shared cache
+            with os.fdopen(fd, "wb") as out:
+                yield out
+            if dest.is_dir() and not dest.is_symlink():  # a folder in an entry's place
+                shutil.rmtree(dest, ignore_errors=True)
+            os.replace(name, dest)
+        except OSError as exc:
+            raise _write_error(dest, exc) from None
         done = True
     finally:
         if not done:
             name.unlink(missing_ok=True)
+
+
+def _write_error(dest: Path, exc: OSError) -> SourceError:
+    """A write in the cache that failed (a full disk, a quota, a read-only folder): one line,
+    exit 3; what was written is gone, the cache as it was."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return SourceError(
+            f"the cache's disk is full: cannot write {dest} ({exc.strerror}); free some space,"
+            " `patchset cache prune`, or set $PATCHSET_CACHE_DIR to another disk"
+        )
+    return SourceError(
+        f"cannot write {dest} in the cache ({exc.strerror}); set $PATCHSET_CACHE_DIR to a"
+        " writable folder"
+    )
+
+
+def read_entry(path: Path) -> bytes | None:
+    """A cache entry's bytes, if it is a regular file (or a link to one); None when absent.
+    Anything else in its place (a folder, a FIFO, a device) is removed, and None: the entry
+    is fetched again. Opened without blocking, so a FIFO never hangs the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link to nowhere it may open, a socket: not an entry
+        _remove(path)
+        return None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            with os.fdopen(fd, "rb") as handle:
+                fd = -1
+                return handle.read()
+    except OSError:  # unreadable: as if damaged
+        pass
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    _remove(path)
+    return None
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _remove(path: Path) -> None:
+    """Take what is not a cache entry out of an entry's place (logged): fetched again."""
+    LOG.info("%s: not a regular file; removed, and fetched again", path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _plain_name(name: str) -> str:
@@ -498,15 +564,8 @@ def summary() -> CacheSummary:
     size, files = cache.usage()
     releases = tuple(
         f"{m.version} ({m.kind}, {m.artifact})"
-        for m in sorted(cache.manifests(), key=lambda m: (_version_key(m.version), m.artifact))
+        for m in sorted(
+            cache.manifests(), key=lambda m: (ranges.version_key(m.version), m.artifact)
+        )
     )
     return CacheSummary(root, chosen_by, size, files, releases)
-
-
-def _version_key(text: str) -> tuple[int, Any]:
-    from packaging.version import InvalidVersion, Version  # noqa: PLC0415
-
-    try:
-        return (0, Version(text))
-    except InvalidVersion:
-        return (1, text)

@@ -23,13 +23,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from patchset.adapters import net
 from patchset.errors import SourceError
 from patchset.sources.package_index.cache import Cache
 from patchset.sources.package_index.settings import IndexSettings, resolve_soon
+from patchset.sources.select import MAX_VERSION
 
 LOG = logging.getLogger(__name__)
 
@@ -211,6 +212,9 @@ class PackageIndex:
             sha = (package.digests or {}).get("sha256")
             if package.package_type not in {"wheel", "sdist"} or not package.version or not sha:
                 continue
+            if not _ours(package.project, package.version):
+                LOG.info("%s: not a file of vllm; skipped, as pip does", package.filename)
+                continue
             kind_: Literal["wheel", "sdist"] = (
                 "wheel" if package.package_type == "wheel" else "sdist"
             )
@@ -231,6 +235,17 @@ class PackageIndex:
                 " (is it an error page?)"
             )
         return files
+
+
+def _ours(project: str | None, version: str) -> bool:
+    """Whether a listed file is one of vLLM's: its file name names the project (another
+    project's wheel on the page is not, as pip's link evaluator says) and a version that can
+    be one."""
+    return (
+        project is not None
+        and canonicalize_name(project) == PROJECT
+        and _parse_version(version) is not None
+    )
 
 
 def pick_wheel(wheels: list[IndexFile]) -> IndexFile | None:
@@ -259,7 +274,11 @@ def _files_from_record(data: Any) -> list[IndexFile]:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_version(text: str) -> Version | None:
+    """The version, or None for what cannot be one of vLLM's (left out as pip does): not
+    PEP 440, or longer than any version is (thousands of digits would not convert)."""
+    if len(text) > MAX_VERSION:
+        return None
     try:
         return Version(text)
-    except InvalidVersion:
+    except (InvalidVersion, ValueError):
         return None

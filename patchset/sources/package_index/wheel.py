@@ -109,8 +109,23 @@ def read_directory(
     directory = Directory(size=size, end=cd_offset, entries=entries, record={})
     record_name = _record_name(entries, name)
     data = read_members(directory, [record_name], fetch_near, name, check_record=False)
-    record = data[record_name]
-    return Directory(size, cd_offset, entries, parse_record(record, name))
+    record = parse_record(data[record_name], name)
+    _cross_check(entries, record, name)
+    return Directory(size, cd_offset, entries, record)
+
+
+def _cross_check(entries: dict[str, Entry], record: dict[str, str], name: str) -> None:
+    """The directory and RECORD name the same files: a member under ``vllm/`` that RECORD
+    does not list, or a RECORD path the directory lacks, means one of them is damaged (one
+    garbled byte in a directory name would make a file read as absent). RECORD itself and
+    signature files (``RECORD.jws``, ``RECORD.p7s``) list no hash of their own; they are
+    outside ``vllm/``."""
+    unlisted = next((m for m in entries if m.startswith("vllm/") and m not in record), None)
+    if unlisted is not None:
+        raise DamagedWheel(f"{name}: {unlisted} is in the central directory but not in RECORD")
+    absent = next((p for p in record if p not in entries), None)
+    if absent is not None:
+        raise DamagedWheel(f"{name}: RECORD lists {absent}, the central directory does not")
 
 
 def _find_eocd(tail: bytes) -> int | None:
@@ -303,8 +318,12 @@ def _member_bytes(entry: Entry, chunk: bytes, base: int, fetch: Fetch, name: str
     n, e = f[9], f[10]
     local_name = chunk[at + _LOCAL.size : at + _LOCAL.size + n]
     encoding = "utf-8" if f[3] & 0x800 else "cp437"
-    if f[0] != b"PK\x03\x04" or local_name.decode(encoding, errors="replace") != entry.name:
+    if f[0] != b"PK\x03\x04":
         raise DamagedWheel(f"{name}: the central directory lies about {entry.name}'s offset")
+    if (local := local_name.decode(encoding, errors="replace")) != entry.name:
+        raise DamagedWheel(
+            f"{name}: the local header names {local!r}, the central directory {entry.name!r}"
+        )
     data_start = entry.offset + _LOCAL.size + n + e
     data_end = data_start + entry.compressed
     if data_end > base + len(chunk):  # a long extra field: fetch the rest
@@ -319,7 +338,12 @@ def _checked(
         raise DamagedWheel(f"{name}: {entry.name} is truncated")
     try:
         if entry.method == 8:
-            data = zlib.decompress(raw, -zlib.MAX_WBITS)
+            # bounded: never more than the directory says plus one byte (an inflation bomb
+            # is refused after entry.size + 1 bytes, not after it filled the memory)
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            data = inflater.decompress(raw, entry.size + 1)
+            if len(data) > entry.size or inflater.unconsumed_tail:
+                raise DamagedWheel(f"{name}: {entry.name} inflates past its stated size")
             deflated = raw
         elif entry.method == 0:
             data = raw

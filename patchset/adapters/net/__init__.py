@@ -1,10 +1,11 @@
-"""The one module that talks HTTP: JSON and small fetches, byte ranges, verified downloads.
+"""The one module that talks HTTP: pages and small fetches, byte ranges, verified downloads.
 
-Everything goes through urllib3 with one `Transport`: the TLS trust (the system's trust store
-through `truststore`, or a CA bundle named in pip's configuration), hosts trusted without
-TLS verification, and credentials from the URL or ``~/.netrc``. Connections are kept alive
-and reused (one pool per host; a proxy from ``https_proxy``/``http_proxy`` is honoured, as
-``no_proxy``), so the many small range requests of a check do not each pay a TLS handshake.
+Everything goes through urllib3 with one `Transport` (in `transport`): the TLS trust (the
+system's trust store through `truststore`, or a CA bundle named in pip's configuration), hosts
+trusted without TLS verification, and credentials from the URL or ``~/.netrc``. Connections
+are kept alive and reused (one pool per host; a proxy from ``https_proxy``/``http_proxy`` is
+honoured, as ``no_proxy``), so the many small range requests of a check do not each pay a TLS
+handshake.
 ``file:`` URLs are read from disk, ranges included, so a local mirror works like a remote one.
 
 Transient failures (no connection, a timeout, a cut-off body, a 5xx or a 429) are tried
@@ -15,32 +16,30 @@ when its sha256 is the expected one, so a bad file is never left where the calle
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import http
 import http.client
-import json
 import logging
-import netrc
 import os
 import re
-import socket
 import ssl
-import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import urllib3
 
 from patchset._fs import atomic_file
+from patchset.adapters.net.transport import DEFAULT_TRANSPORT as DEFAULT_TRANSPORT
+from patchset.adapters.net.transport import Transport as Transport
+from patchset.adapters.net.transport import _manager, _reason
+from patchset.adapters.net.transport import _netrc_entry as _netrc_entry  # tests clear it
 from patchset.errors import IntegrityError, SourceError
 
 LOG = logging.getLogger(__name__)
@@ -84,180 +83,6 @@ class _TransientError(Exception):
     """Internal: an attempt failed in a way that may go away when tried again."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Transport:
-    """How to reach servers: whose certificates to trust, and where credentials come from.
-
-    `cafile` replaces the system trust store (pip's ``cert``); `trusted_hosts` are reached
-    without certificate checks (pip's ``trusted-host``, ``host`` or ``host:port``);
-    credentials in a URL win over those of the index URL (`credentials`, used for every
-    URL on its host), which win over ``~/.netrc`` (or ``$NETRC``).
-    """
-
-    cafile: str | None = None
-    trusted_hosts: tuple[str, ...] = ()
-    use_netrc: bool = True
-    credentials: tuple[tuple[str, str, str], ...] = ()  # (host, user, password): the index's
-
-    def context(self, url: str) -> ssl.SSLContext:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-        hostport = f"{host}:{parts.port}" if parts.port else host
-        if host in self.trusted_hosts or hostport in self.trusted_hosts:
-            return _unverified_context()
-        return _verified_context(self.cafile)
-
-    def authorization(self, url: str) -> str | None:
-        parts = urllib.parse.urlsplit(url)
-        if "@" in parts.netloc:
-            userinfo = parts.netloc.rpartition("@")[0]
-            user, _, password = userinfo.partition(":")
-            pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-        elif found_pair := next(
-            (f"{u}:{p}" for h, u, p in self.credentials if h == parts.hostname), None
-        ):
-            pair = found_pair
-        elif self.use_netrc and parts.hostname and (found := _netrc_entry(parts.hostname)):
-            pair = f"{found[0]}:{found[1]}"
-        else:
-            return None
-        return "Basic " + base64.b64encode(pair.encode()).decode()
-
-
-DEFAULT_TRANSPORT = Transport()
-
-
-@functools.cache
-def _verified_context(cafile: str | None) -> ssl.SSLContext:
-    if cafile:
-        try:
-            return ssl.create_default_context(cafile=cafile)
-        except (OSError, ssl.SSLError) as exc:
-            raise SourceError(f"{cafile}: not a usable CA bundle ({_reason(exc)})") from None
-    import truststore  # noqa: PLC0415 -- only when TLS is used
-
-    return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-
-
-@functools.cache
-def _unverified_context() -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-@functools.cache
-def _netrc_entry(host: str) -> tuple[str, str] | None:
-    path = os.environ.get("NETRC") or str(Path.home() / ".netrc")
-    try:
-        found = netrc.netrc(path).authenticators(host)
-    except (OSError, netrc.NetrcParseError):
-        return None
-    if found is None or not found[0]:
-        return None
-    return found[0], found[2] or ""
-
-
-_RESOLVED: dict[tuple[str, int], list[Any]] = {}
-_RESOLVING = threading.Lock()
-
-
-def _create_connection(
-    address: tuple[str, int],
-    timeout: float | None = None,
-    options: Iterable[tuple[int, int, int | bytes]] = (),
-) -> socket.socket:
-    """socket.create_connection with each host looked up once per process.
-
-    Many parallel look-ups of one name lose queries on some resolvers (each lost one costs a
-    5 s retry): a check fetching 25 releases at once would stall on them.
-    """
-    host, port = address
-    with _RESOLVING:
-        infos = _RESOLVED.get((host, port))
-        if infos is None:
-            infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-            _RESOLVED[(host, port)] = infos
-    error: OSError | None = None
-    for family, kind, proto, _name, sockaddr in infos:
-        sock = socket.socket(family, kind, proto)
-        try:
-            for option in options:
-                sock.setsockopt(*option)
-            sock.settimeout(timeout)
-            sock.connect(sockaddr)
-        except OSError as exc:
-            error = exc
-            sock.close()
-            continue
-        return sock
-    raise error or OSError(f"no address for {host}")
-
-
-class _ResolvedHTTPConnection(urllib3.connection.HTTPConnection):
-    """urllib3's connection, with each host looked up once per process (see above)."""
-
-    def _new_conn(self) -> socket.socket:  # urllib3's hook for opening the socket
-        return _new_socket(self)
-
-
-class _ResolvedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        return _new_socket(self)
-
-
-def _new_socket(conn: urllib3.connection.HTTPConnection) -> socket.socket:
-    timeout = conn.timeout if isinstance(conn.timeout, int | float) else None
-    try:
-        return _create_connection((conn.host, conn.port or 80), timeout, conn.socket_options or ())
-    except socket.gaierror as exc:
-        raise urllib3.exceptions.NameResolutionError(conn.host, conn, exc) from exc
-    except TimeoutError as exc:
-        raise urllib3.exceptions.ConnectTimeoutError(conn, "timed out") from exc
-    except OSError as exc:
-        raise urllib3.exceptions.NewConnectionError(conn, _reason(exc)) from exc
-
-
-class _HTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _ResolvedHTTPConnection
-
-
-class _HTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _ResolvedHTTPSConnection
-
-
-POOL_SIZE = 32  # kept-alive connections per host: a check has a few dozen requests in flight
-_MANAGERS: dict[tuple[int, bool, str | None], urllib3.PoolManager] = {}
-_MANAGERS_LOCK = threading.Lock()
-
-
-def _manager(url: str, transport: Transport) -> urllib3.PoolManager:
-    """The connection pools for `url`: one manager per TLS trust and proxy, kept for the
-    process (its connections stay open for the next request to the same host)."""
-    parts = urllib.parse.urlsplit(url)
-    context = transport.context(url) if parts.scheme == "https" else None
-    verify = context is None or context.verify_mode != ssl.CERT_NONE
-    proxy = urllib.request.getproxies().get(parts.scheme)
-    if proxy and urllib.request.proxy_bypass(parts.hostname or ""):
-        proxy = None
-    key = (id(context), verify, proxy)
-    with _MANAGERS_LOCK:
-        manager = _MANAGERS.get(key)
-        if manager is None:
-            options: dict[str, Any] = {"num_pools": 16, "maxsize": POOL_SIZE, "block": False}
-            options["ssl_context"] = context
-            if not verify:  # a trusted host: urllib3 would otherwise turn checks back on
-                options.update(cert_reqs="CERT_NONE", assert_hostname=False)
-            if proxy:
-                manager = urllib3.ProxyManager(proxy, **options)
-            else:
-                manager = urllib3.PoolManager(**options)
-            manager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
-            _MANAGERS[key] = manager
-        return manager
-
-
 def redact(url: str) -> str:
     """The URL without any user:password part, for messages and logs."""
     try:
@@ -282,28 +107,6 @@ def check_url(url: str, what: str = "URL") -> str:
     if parts.scheme != "file" and not parts.hostname:
         raise SourceError(f"{what} {redact(url)!r} names no host")
     return url
-
-
-def fetch_json(
-    url: str,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    retries: int = 3,
-    transport: Transport = DEFAULT_TRANSPORT,
-) -> Any:
-    """GET `url` and decode its JSON body; `retries` further attempts after the first."""
-
-    def attempt(wait: _Patience) -> bytes:
-        with _open(url, wait, transport=transport) as response:
-            body = response.read(-1)
-            _check_length(response, len(body))
-            return body
-
-    body = _with_retries(url, attempt, retries=retries, timeout=timeout)
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise SourceError(f"{redact(url)}: the answer is not JSON ({exc})") from None
 
 
 def fetch_page(
@@ -695,26 +498,6 @@ def _check_length(response: _Response, received: int) -> None:
     declared = response.headers.get("Content-Length")
     if declared is not None and declared.isdigit() and received < int(declared):
         raise _TransientError(f"connection closed after {received} of {declared} bytes")
-
-
-def _reason(exc: object) -> str:
-    """A short cause for a message: urllib3's own wrappers (naming its pool) left out."""
-    if isinstance(exc, urllib3.exceptions.NameResolutionError):  # before its base classes
-        return "the host name does not resolve"
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):  # a ConnectTimeoutError too
-        return _reason(exc.__cause__) if exc.__cause__ is not None else "no connection"
-    if isinstance(exc, socket.timeout | TimeoutError | urllib3.exceptions.TimeoutError):
-        return "timed out"
-    if isinstance(exc, urllib3.exceptions.IncompleteRead):
-        return f"connection closed after {exc.partial} of {exc.partial + exc.expected} bytes"
-    if isinstance(exc, urllib3.exceptions.ProtocolError | urllib3.exceptions.SSLError):
-        inner = next((a for a in exc.args if isinstance(a, BaseException)), None)
-        if isinstance(inner, urllib3.exceptions.IncompleteRead):
-            return _reason(inner)
-        return f"the connection broke ({_reason(inner)})" if inner else "the connection broke"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
 
 
 @dataclasses.dataclass(frozen=True)

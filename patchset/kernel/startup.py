@@ -1,0 +1,280 @@
+"""What decides, at container start, whether and how a patch runs (issue 24's image side).
+
+The image entrypoint calls these for each patch of its manifest, in this order: its switch
+(`[switch]`, the definition's default, the variable at start), its predicate (`[applies]`,
+three-valued over the facts of this container: Unknown means skipped, and the unknown leaves
+are named), the modules it declares (`requires_modules`, imported before the patch counts as
+applied), and after the files are written its proof (`[[verify]]`, each check bounded by its
+timeout). A failure goes by the patch's policy (`policy_for`).
+
+Standard library only: it ships into images with the rest of the kernel.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from .manifest import Check, Manifest, Outcome, PatchEntry
+from .predicates import Facts, evaluate, installed_versions, switch_word
+from .tree import sha256
+
+POLICIES = ("fail", "warn")
+
+
+class StartInputError(ValueError):
+    """A variable of the start holds what it cannot mean; the message is one line."""
+
+
+def global_policy(environ: Mapping[str, str]) -> str:
+    value = environ.get("PATCHSET_ON_FAILURE", "fail").strip().lower() or "fail"
+    if value not in POLICIES:
+        raise StartInputError(f"PATCHSET_ON_FAILURE={value!r}: use fail or warn")
+    return value
+
+
+def policy_env(patch_id: str) -> str:
+    """``PATCHSET_ON_FAILURE_<ID>``: the id upper-cased, '-' (and '.') as '_'."""
+    return "PATCHSET_ON_FAILURE_" + patch_id.upper().replace("-", "_").replace(".", "_")
+
+
+def policy_for(patch: PatchEntry, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The policy a failure of `patch` goes by, and where it came from: its
+    PATCHSET_ON_FAILURE_<ID>, then its `[failure] env` (fail|warn, or truthy = fail and
+    falsy = warn), then its `[failure] policy`, then PATCHSET_ON_FAILURE."""
+    own = policy_env(patch.id)
+    for name in (own, patch.policy_env):
+        raw = environ.get(name) if name else None
+        if raw is None or not raw.strip():
+            continue
+        word = raw.strip().lower()
+        if word in POLICIES:
+            return word, f"{name}={word}"
+        try:
+            strict = switch_word(raw)
+        except ValueError:
+            raise StartInputError(f"{name}={raw!r}: use fail, warn or a switch word") from None
+        return ("fail" if strict else "warn"), f"{name}={raw.strip()}"
+    if patch.policy is not None:
+        return patch.policy, f"its [failure] policy = {patch.policy}"
+    policy = global_policy(environ)
+    return policy, f"PATCHSET_ON_FAILURE={policy}"
+
+
+def switched_off(patch: PatchEntry, environ: Mapping[str, str]) -> str | None:
+    """The state of a patch its switch turns off at this start (with the line that turns it
+    on), or None when it is on."""
+    if patch.switch is None:
+        return None
+    raw = environ.get(patch.switch)
+    try:
+        value = switch_word(raw)
+    except ValueError as exc:
+        raise StartInputError(f"{patch.switch}: {exc}") from None
+    on = patch.switch_default if value is None else value
+    if on:
+        return None
+    why = "by default" if value is None else f"{patch.switch}={raw}"
+    return f"off ({why}; {patch.switch}=1 turns it on)"
+
+
+def facts(
+    served: Mapping[str, str],
+    capabilities: Sequence[tuple[int, int]] | None,
+    gpu_names: Sequence[str] | None,
+    site_packages: Path,
+) -> Facts:
+    """What this container knows: the served configuration (the definition's arguments and
+    the start's), the GPUs, and the versions of torch and triton (their dist-info, never
+    imported) and Python. CUDA and the driver stay unknown (so named) unless given as
+    PATCHSET_CUDA_VERSION / PATCHSET_DRIVER_VERSION."""
+    versions = installed_versions(site_packages)
+    versions.setdefault("torch", "")  # absent: known absent, no specifier holds
+    versions.setdefault("triton", "")
+    versions["python"] = ".".join(str(n) for n in sys.version_info[:3])
+    for key, name in (("cuda", "PATCHSET_CUDA_VERSION"), ("driver", "PATCHSET_DRIVER_VERSION")):
+        if os.environ.get(name, "").strip():
+            versions[key] = os.environ[name].strip()
+    return Facts(
+        served=dict(served),
+        compute_capability=None if capabilities is None else tuple(capabilities),
+        gpu_names=None if gpu_names is None else tuple(gpu_names),
+        versions=versions,
+    )
+
+
+def gated(patch: PatchEntry, known: Facts) -> str | None:
+    """The state of a patch its predicate keeps out here (false, or unknown: skipped, the
+    unknown leaves named), or None when it holds."""
+    if patch.applies is None:
+        return None
+    verdict = evaluate(patch.applies, known)
+    if verdict.value is True:
+        return None
+    if verdict.value is False:
+        return f"skipped (applies: {patch.applies.describe()} is false here)"
+    return f"skipped (applies: unknown here: {verdict.describe_unknown()})"
+
+
+def import_problem(modules: Sequence[str]) -> str | None:
+    """Import each module (support packages are on sys.path); what failed, or None."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: a module must not end the start
+            return f"requires module {module}, which does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+_ATTRIBUTE = """import importlib, sys
+module, _, attr = sys.argv[1].partition(":")
+value = importlib.import_module(module)
+for part in attr.split("."):
+    value = getattr(value, part)
+"""
+_EXPR = """import importlib, sys
+m = importlib.import_module(sys.argv[1])
+sys.exit(0 if eval(sys.argv[2], {"m": m}) else 3)
+"""
+
+
+def check_problem(check: Check, root: Path, path: Sequence[str]) -> str | None:
+    """Run one `[[verify]]` check; what failed, or None. A file check reads the file; the
+    others run in a fresh interpreter (the patched files as vLLM will import them) with the
+    support packages and vLLM's folder on its path, killed after the check's timeout."""
+    if check.file is not None:
+        try:
+            text = (root / check.file).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            return f"verify {check.describe()}: {exc.strerror}"
+        return None if (check.contains or "") in text else f"verify {check.describe()}: not found"
+    if check.attribute is not None:
+        argv = ["-c", _ATTRIBUTE, check.attribute]
+    else:
+        argv = ["-c", _EXPR, check.module or "", check.expr or ""]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*path, str(root), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    try:
+        done = subprocess.run(
+            [sys.executable, *argv],
+            capture_output=True,
+            text=True,
+            timeout=check.timeout,
+            check=False,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return f"verify {check.describe()}: no answer in {check.timeout:g} s"
+    if done.returncode == 0:
+        return None
+    said = (done.stderr.strip().splitlines() or ["false"])[-1]
+    return f"verify {check.describe()}: {said}"
+
+
+def _ids(name: str, environ: Mapping[str, str]) -> list[str] | None:
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    ids = [part.strip() for part in raw.split(",") if part.strip()]
+    if not ids:
+        raise ValueError(f"{name}={raw!r} names no patch (give ids, comma-separated)")
+    return ids
+
+
+def selection(manifest: Manifest, environ: Mapping[str, str]) -> dict[str, str]:
+    """Why each patch is left out at this start (PATCHSET_DISABLE, PATCHSET_ONLY), by id;
+    ValueError for an id the manifest lacks, or a list that names nothing."""
+    known = [p.id for p in manifest.patches]
+    disabled, only = _ids("PATCHSET_DISABLE", environ), _ids("PATCHSET_ONLY", environ)
+    for name, ids in (("PATCHSET_DISABLE", disabled), ("PATCHSET_ONLY", only)):
+        unknown = [i for i in ids or [] if i not in known]
+        if unknown:
+            raise ValueError(
+                f"{name} names {', '.join(unknown)}, not in this manifest"
+                f" (it holds {', '.join(known) or 'no patch'})"
+            )
+    out = dict.fromkeys(disabled or [], "disabled (PATCHSET_DISABLE)")
+    if only is not None:
+        out.update({i: "left out (PATCHSET_ONLY)" for i in known if i not in only})
+    return out
+
+
+class Run:
+    """A start's outcome so far: one line per patch, whether it may go on, what was chosen."""
+
+    def __init__(self) -> None:
+        self.results: list[Outcome] = []
+        self.ok = True
+        self.plugins: list[str] = []  # python patches selected for vLLM's processes
+        self.applied: list[PatchEntry] = []  # patches in at this start (their proof to run)
+        self.warned: list[str] = []  # patches left out by a failure under `warn`
+
+    def in_place(self, patch: PatchEntry) -> bool:
+        """Whether `patch`'s files (or plugin) are there already (--verify proves those)."""
+        name = f"{patch.id} r{patch.revision}"
+        state = next((r.state for r in self.results if r.patch == name), "")
+        return state.startswith(("present", "already-applied", "plugin"))
+
+
+def prove(run: Run, root: Path, path: Sequence[str], environ: Mapping[str, str]) -> None:
+    """Run each applied patch's `[[verify]]` (after the files were written, before vllm
+    serve): `verified`, or a failure by the patch's policy."""
+    for patch in run.applied:
+        if not patch.verify:
+            continue
+        name = f"{patch.id} r{patch.revision}"
+        problem = next(
+            (p for c in patch.verify if (p := check_problem(c, root, path)) is not None), None
+        )
+        if problem is None:
+            run.results.append(Outcome(name, patch.apply, "verified"))
+            continue
+        policy, why = policy_for(patch, environ)
+        if policy == "warn":
+            run.warned.append(patch.id)
+            run.results.append(Outcome(name, patch.apply, f"verify FAILED ({why}): {problem}"))
+        else:
+            run.ok = False
+            run.results.append(Outcome(name, patch.apply, f"verify FAILED: {problem}", ok=False))
+
+
+def check_files(base: Path, files: Mapping[str, str], folders: Sequence[Path], kind: str) -> None:
+    """Every file of `files` (relpath under `base` -> sha256) as recorded, and nothing else
+    in `folders` (bytecode caches aside); ValueError naming the first that is not."""
+    for rel, want in files.items():
+        path = base / rel
+        data = path.read_bytes() if path.is_file() else None
+        if data is None or sha256(data) != want:
+            what = "is missing" if data is None else "differs from the one exported (sha256)"
+            raise ValueError(f"{kind} file {path} {what}")
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(base).as_posix()
+            if "__pycache__" in path.parts or path.is_dir() or rel in files:
+                continue
+            raise ValueError(f"{kind} file {path} is not in the manifest")
+
+
+__all__ = [
+    "POLICIES",
+    "Run",
+    "StartInputError",
+    "check_files",
+    "check_problem",
+    "facts",
+    "gated",
+    "global_policy",
+    "import_problem",
+    "policy_env",
+    "policy_for",
+    "prove",
+    "selection",
+    "switched_off",
+]

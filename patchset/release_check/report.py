@@ -1,0 +1,172 @@
+"""The check's report: one result per (release, patch), the signals behind it, and the
+ranges the results suggest. Plain data, as `patchset check --format json` writes it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from patchset.engine.evaluate import State
+from patchset.errors import ExitCode
+from patchset.registry import ranges
+from patchset.sources.base import ReleaseInfo
+
+Verdict = Literal["needed", "upstream", "conflict", "partial", "missing-target"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+SCHEMA = "patchset.check/1"
+ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
+Explain = Literal["none", "in-range", "all"]  # which failures get the nearest-lines text
+
+
+@dataclass(frozen=True)
+class Signals:
+    forward: State  # the engine's dry run
+    reverse: bool | None  # diff patches only
+    probe: bool | None  # None when the patch declares no probe
+    ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "forward": self.forward,
+            "reverse": self.reverse,
+            "probe": self.probe,
+            "ancestry": self.ancestry,
+        }
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    vllm: str
+    patch: str
+    revision: int
+    variant: str
+    verdict: Verdict
+    in_range: bool
+    detail: str
+    signals: Signals
+    disagreement: str | None = None
+    locations: tuple[str, ...] = ()  # per hunk or site: where it fits or why it does not
+    moved_to: tuple[str, ...] = ()
+    shifted: bool = False  # needed, but it fits only at an offset or with fuzz
+    # what did not fit, for pointing at the payload (e.g. a `line=` of a GitHub annotation)
+    failing_hunks: tuple[tuple[str, int], ...] = ()  # (target file, hunk number from 1)
+    failing_sites: tuple[str, ...] = ()  # runtime site names
+    missing: tuple[str, ...] = ()  # target files not in the release
+
+    @property
+    def needs_attention(self) -> bool:
+        return self.in_range and self.verdict in ATTENTION
+
+    def to_memo(self) -> dict[str, object]:
+        """What the memo keeps: everything but the release and the range (given on reading)."""
+        data = self.to_dict()
+        del data["vllm"], data["in_range"]
+        data["shifted"] = self.shifted
+        data["failing_hunks"] = [list(pair) for pair in self.failing_hunks]
+        data["failing_sites"] = list(self.failing_sites)
+        data["missing"] = list(self.missing)
+        return data
+
+    @classmethod
+    def from_memo(cls, data: dict[str, Any], *, vllm: str, in_range: bool) -> CheckResult:
+        """A result read back from the memo, for this release and range."""
+        return cls(
+            vllm=vllm,
+            patch=data["patch"],
+            revision=data["revision"],
+            variant=data["variant"],
+            verdict=data["verdict"],
+            in_range=in_range,
+            detail=data["detail"],
+            signals=Signals(**data["signals"]),
+            disagreement=data["disagreement"],
+            locations=tuple(data["locations"]),
+            moved_to=tuple(data["moved_to"]),
+            shifted=data["shifted"],
+            failing_hunks=tuple((f, int(i)) for f, i in data["failing_hunks"]),
+            failing_sites=tuple(data["failing_sites"]),
+            missing=tuple(data["missing"]),
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "vllm": self.vllm,
+            "patch": self.patch,
+            "revision": self.revision,
+            "variant": self.variant,
+            "verdict": self.verdict,
+            "in_range": self.in_range,
+            "detail": self.detail,
+            "signals": self.signals.to_dict(),
+            "disagreement": self.disagreement,
+            "locations": list(self.locations),
+            "moved_to": list(self.moved_to),
+        }
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    registry: str
+    releases: tuple[ReleaseInfo, ...]
+    results: tuple[CheckResult, ...]
+    suggested: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # per patch: its switch and default, lifecycle and predicate (`Patch.gates`)
+    patches: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        if any(r.needs_attention for r in self.results):
+            return ExitCode.ATTENTION
+        return ExitCode.OK
+
+    def result(self, version: str, patch_id: str) -> CheckResult:
+        for r in self.results:
+            if r.vllm == version and r.patch == patch_id:
+                return r
+        raise KeyError((version, patch_id))
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "schema": SCHEMA,
+            "registry": self.registry,
+            "releases": [
+                {
+                    "vllm": r.version,
+                    "origin": r.origin,
+                    "sha256": r.digest,
+                    "artifact": dict(r.details) if r.details is not None else None,
+                }
+                for r in self.releases
+            ],
+            "results": [r.to_dict() for r in self.results],
+            "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
+            "patches": self.patches,
+            "exit_code": self.exit_code,
+        }
+
+
+def suggest_ranges(
+    results: Iterable[CheckResult], versions: list[str]
+) -> dict[str, tuple[str, ...]]:
+    """Per patch, where it is `needed`, as PEP 440 ranges that close only on evidence.
+
+    A range starts at a release where the patch is `needed` and closes (``<X``) only at a
+    later release X whose verdict is `upstream` (the reverse applies, the probe matches, git
+    history holds the fix). A `conflict`, `partial` or `missing-target` release leaves it
+    open (``>=first``): nothing says the fix is upstream there, so the patch stays in range
+    and a CI check keeps failing on it until it is refreshed, or its range closed by hand.
+    """
+    needed: dict[str, set[str]] = {}
+    upstream: dict[str, set[str]] = {}
+    for r in results:
+        needed.setdefault(r.patch, set())
+        upstream.setdefault(r.patch, set())
+        if r.verdict == "needed":
+            needed[r.patch].add(r.vllm)
+        elif r.verdict == "upstream":
+            upstream[r.patch].add(r.vllm)
+    return {
+        patch_id: ranges.runs(hits, versions, closing=upstream[patch_id])
+        for patch_id, hits in needed.items()
+    }

@@ -1,0 +1,312 @@
+"""The check's run: every selected patch against each release, results memoised by content.
+
+`check` is `patchset.check`: it selects the releases (``latest``, `since`), fetches what the
+check will read (`files_needed`) ahead in parallel, and evaluates; `check_tree` is one release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+
+from packaging.version import Version
+
+from patchset.engine.order import on_top_of_required
+from patchset.errors import PatchsetError, UsageError
+from patchset.registry import Patch, Registry, ranges
+from patchset.release_check.memo import Memo, file_digest
+from patchset.release_check.moves import PythonFiles
+from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
+from patchset.release_check.verdicts import ancestry, one
+from patchset.sources import parse_source, select
+from patchset.sources.base import (
+    DownloadProgress,
+    KnowsDigests,
+    ReleaseInfo,
+    ReleaseSource,
+    ReleaseTree,
+)
+
+VERSION_FILE = "vllm/_version.py"  # fetched with every check: where a release says its version
+
+
+ProgressBar = Callable[[list[str]], AbstractContextManager[DownloadProgress | None]]
+"""Given the releases selected, a context around the prefetch yielding the callback that hears
+of its bytes (`patchset check` draws a bar with it; None hears nothing)."""
+
+
+def check(
+    registry: Registry,
+    versions: Iterable[str] = (),
+    *,
+    since: str | None = None,
+    pre: bool = False,
+    source: ReleaseSource | None = None,
+    patches: list[str] | tuple[str, ...] | None = None,
+    max_fuzz: int = 0,
+    on_release: Callable[[str], None] | None = None,
+    explain: Explain = "in-range",
+    memo: Memo | None = None,
+    use_memo: bool = True,
+    served: Mapping[str, str] | None = None,
+    prefetch: bool = True,
+    progress: ProgressBar | None = None,
+) -> CheckReport:
+    """Check the selected patches against each release; the package index by default.
+
+    The releases are `versions` (``latest`` among them: the newest) and every release from
+    `since` on, pre-releases only with `pre` (`sources.select.for_check`; a source other than
+    the index, given neither, checks its own releases). An empty report when `since` is given
+    and no release is at or after it yet. With `prefetch`, what the check reads
+    (`files_needed`) is fetched ahead, in parallel, before the first release is evaluated.
+
+    `explain` says which failing hunks get the "nearest lines" text, the costly part of a
+    failure: none, those of releases in the patch's range (what a table shows), or all.
+    Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
+    The caller's garbage collector is left alone (the CLI pauses it around the whole run).
+    """
+    if max_fuzz < 0:
+        raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
+    source = source if source is not None else parse_source(None)
+    selected = registry.select(patches)
+    wanted = select.for_check(source, versions=list(versions), since=since, pre=pre)
+    ordered = sorted(wanted, key=ranges.version_key)
+    if prefetch and ordered and not source.offline:
+        with progress(ordered) if progress is not None else nullcontext() as heard:
+            source.prefetch(ordered, paths=files_needed(selected), progress=heard)
+    infos: list[ReleaseInfo] = []
+    results: list[CheckResult] = []
+    memo = memo if memo is not None or not use_memo else Memo()
+    seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
+
+    def earlier(rel: str, version: str) -> bytes | None:
+        with source.open(version) as tree:
+            return tree.read(rel)
+
+    try:
+        for version in ordered:
+            with source.open(version) as tree:
+                release = tree.info.version if tree.info.version != "unknown" else version
+                results.extend(
+                    check_tree(
+                        selected,
+                        tree,
+                        release,
+                        max_fuzz=max_fuzz,
+                        explain=explain,
+                        memo=memo,
+                        seen=seen,
+                        registry=registry,
+                        earlier=earlier,
+                        served=served,
+                    )
+                )
+                infos.append(tree.info)  # after the reads: an index tree lists what it checked
+            if on_release is not None:
+                on_release(version)
+    finally:
+        if memo is not None:
+            memo.close()
+    return CheckReport(
+        registry=registry.digest,
+        releases=tuple(infos),
+        results=tuple(results),
+        suggested=suggest_ranges(results, [i.version for i in infos]),
+        patches={
+            p.id: p.gates() for p in registry.patches if any(r.patch == p.id for r in results)
+        },
+    )
+
+
+def check_tree(
+    patches: Iterable[Patch],
+    tree: ReleaseTree,
+    version: str,
+    *,
+    max_fuzz: int = 0,
+    explain: Explain = "in-range",
+    memo: Memo | None = None,
+    seen: dict[str, str] | None = None,
+    registry: Registry | None = None,
+    earlier: Callable[[str, str], bytes | None] | None = None,
+    served: Mapping[str, str] | None = None,
+) -> list[CheckResult]:
+    """Every patch against one release; one that `requires` others (in `registry`) on top of
+    them. `seen` maps the target files found in earlier releases to the last release holding
+    them (a vanished file is only said to have moved when it existed before, and `earlier`
+    reads it there); it is updated with this release's."""
+    seen = {} if seen is None else seen
+    by_id = {p.id: p for p in registry.patches} if registry else {}
+    # A release whose digest pins its content (the index's) keeps its files' digests in the
+    # memo: a warm check then reads no file.
+    pinned = tree.info.digest
+    release = _Files(tree, memo.digests(pinned) if memo is not None and pinned else {})
+    read, digest = release.read, release.digest
+
+    def read_for(patch: Patch) -> Callable[[str], bytes | None]:
+        if not patch.requires or not by_id:
+            return read
+        version_known = version if ranges.is_version(version) else None
+        return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
+
+    plans: list[tuple[Patch, bool, list[str], str | None]] = []
+    for patch in patches:
+        in_range = patch.in_range(version) if ranges.is_version(version) else False
+        files = _declared(patch)
+        key = None
+        # A stacked patch reads its files as the patches it requires leave them: not memoised.
+        if memo is not None and patch.kind in ("diff", "runtime") and not patch.requires:
+            digests = {f: digest(f) for f in files}
+            gone = sorted(f for f, d in digests.items() if d == "-")
+            existed = _existed(patch, version, gone, seen) if gone else set()
+            if not gone or pinned:
+                meant = patch.variant_for(version) if ranges.is_version(version) else None
+                nearest = explain == "all" or (explain == "in-range" and in_range)
+                key = memo.key(
+                    patch.id,
+                    patch.digest,
+                    meant.name if meant else None,
+                    max_fuzz,
+                    nearest,
+                    sorted(digests.items()),
+                    [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
+                    ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
+                    sorted(served.items()) if served is not None else None,
+                )
+        plans.append((patch, in_range, files, key))
+    found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
+    results: list[CheckResult] = []
+    store: dict[str, dict[str, object]] = {}
+    for patch, in_range, files, key in plans:
+        if key is not None and key in found and memo is not None:
+            results.append(CheckResult.from_memo(found[key], vllm=version, in_range=in_range))
+            memo.hits += 1
+            continue
+        existed = _existed(patch, version, files, seen)
+        r = one(
+            patch,
+            tree,
+            version,
+            read_for(patch),
+            max_fuzz=max_fuzz,
+            explain=explain,
+            existed=existed,
+            before=_last_content(patch, version, seen, earlier),
+            python_files=release.python_files,
+            served=served,
+        )
+        results.append(r)
+        if key is not None:
+            store[key] = r.to_memo()
+    for patch in patches:
+        seen.update(
+            (f, version)
+            for f in _declared(patch)
+            if (digest(f) if memo else file_digest(read(f))) != "-"
+        )
+    if memo is not None:
+        memo.put_many(store)
+        if pinned:
+            memo.put_digests(pinned, release.fresh)
+    return results
+
+
+class _Files:
+    """One release's files as a check reads them: each file read once; a digest taken from
+    the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
+    the release's python files listed once (for moved-file hints)."""
+
+    def __init__(self, tree: ReleaseTree, known: dict[str, str]) -> None:
+        self.tree = tree
+        self.known = known
+        self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
+        self._cache: dict[str, bytes | None] = {}
+        self._lists = tree if isinstance(tree, KnowsDigests) else None
+        self._python: PythonFiles | None = None
+
+    def read(self, rel: str) -> bytes | None:
+        if rel not in self._cache:
+            said = self.known.get(rel) if self._lists is not None else None
+            if said == "-":  # the release's list, as the memo keeps it, has no such file
+                self._cache[rel] = None
+            elif said is not None and self._lists is not None:
+                self._cache[rel] = self._lists.read_listed(rel, said)
+            else:
+                self._cache[rel] = self.tree.read(rel)
+        return self._cache[rel]
+
+    def digest(self, rel: str) -> str:
+        if rel not in self.known:
+            said = self._lists.listed_digest(rel) if self._lists is not None else None
+            self.known[rel] = self.fresh[rel] = (
+                said if said is not None else file_digest(self.read(rel))
+            )
+        return self.known[rel]
+
+    def python_files(self) -> PythonFiles:
+        if self._python is None:
+            self._python = PythonFiles(self.tree.paths())
+        return self._python
+
+
+def files_needed(patches: Iterable[Patch]) -> list[str]:
+    """Every file a check of `patches` reads in a release (what a prefetch fetches): each
+    patch's `_declared` files and the release's ``vllm/_version.py``."""
+    return sorted({VERSION_FILE, *(f for p in patches for f in _declared(p))})
+
+
+def _declared(patch: Patch) -> list[str]:
+    """Every file the patch's evaluation reads: each variant's targets and the probe's file."""
+    files = {f for variant in patch.variants for f in variant.files}
+    if patch.upstream.probe is not None:
+        files.add(patch.upstream.probe.file)
+    return sorted(files)
+
+
+def _last_content(
+    patch: Patch,
+    version: str,
+    seen: dict[str, str],
+    earlier: Callable[[str, str], bytes | None] | None,
+) -> Callable[[str], bytes | None] | None:
+    """A vanished target's content where it was last seen: the last earlier release of the
+    run holding it, else the release the variant was written against (its `base`), else the
+    lowest release the patch's range allows (what `_written_before` rests on)."""
+    if earlier is None or not ranges.is_version(version):
+        return None
+    reader = earlier
+    meant = patch.variant_for(version)
+    floors = [meant.base] if meant is not None and meant.base else []
+    floors += [s.version for s in patch.vllm if s.operator in (">=", "==", "~=", "===")]
+    older = [f for f in floors if ranges.is_version(f) and Version(f) < Version(version)]
+
+    def before(rel: str) -> bytes | None:
+        for release in [seen[rel]] if rel in seen else older[:1]:
+            try:
+                return reader(rel, release)
+            except PatchsetError:  # not to be had (offline, no such release): the patch's lines
+                return None
+        return None
+
+    return before
+
+
+def _existed(patch: Patch, version: str, files: list[str], seen: Mapping[str, str]) -> set[str]:
+    """Which of `files` are known to have existed before this release."""
+    before = _written_before(patch, version)
+    return {f for f in files if before or f in seen}
+
+
+def _written_before(patch: Patch, version: str) -> bool:
+    """Whether the patch's own record says its targets existed before this release: the
+    release is newer than the base of a variant or than the lowest release its range allows."""
+    if not ranges.is_version(version):
+        return False
+    current = Version(version)
+    floors = [Version(v.base) for v in patch.variants if v.base and ranges.is_version(v.base)]
+    floors += [
+        Version(spec.version)
+        for spec in patch.vllm
+        if spec.operator in (">=", ">", "==", "~=", "===") and ranges.is_version(spec.version)
+    ]
+    return any(current > floor for floor in floors)

@@ -1,0 +1,194 @@
+"""One release's files from the index: its manifest, members fetched (and cached) when read.
+
+A tree reads through the `Members` it is given (cache, memory, range fetches), never through
+the source that made it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import PurePosixPath
+
+from patchset.sources.base import ReleaseInfo, ReleaseTree
+from patchset.sources.package_index import wheel
+from patchset.sources.package_index.cache import Manifest
+from patchset.sources.package_index.members import Members
+
+READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
+
+
+class IndexTree(ReleaseTree):
+    """One release's files from its manifest; members fetched (and cached) when read.
+
+    `info` is renewed after every read: it lists what was checked so far."""
+
+    def __init__(self, members: Members, manifest: Manifest, fallback: str | None) -> None:
+        self._members = members
+        self.manifest = manifest
+        self.fallback = fallback
+        self._near: dict[str, bytes] = {}  # read ahead, checked, not yet asked for
+        self._checked: dict[str, str] = {}  # path -> sha256 of what was read
+        self._sdist: IndexTree | None = None
+        self._lock = threading.Lock()
+        self.info = self._info()
+
+    def _info(self) -> ReleaseInfo:
+        m = self.manifest
+        origin = f"index {m.kind} {m.artifact} sha256:{m.sha256[:12]}"
+        if self.fallback:
+            origin += f" (fallback: {self.fallback})"
+        checked = dict(self._checked)
+        if self._sdist is not None:
+            checked.update(self._sdist._checked)
+        how = "sha256 of the whole artifact" if m.verified == "full" else "RECORD sha256 + CRC"
+        details = {
+            "kind": m.kind,
+            "filename": m.artifact,
+            "sha256": m.sha256,
+            "verified": m.verified,
+            "members_checked_by": how,
+            "checked": [{"path": p, "sha256": s} for p, s in sorted(checked.items())],
+            "fallback": self.fallback,
+        }
+        return ReleaseInfo(version=m.version, origin=origin, digest=m.sha256, details=details)
+
+    def paths(self) -> Iterator[str]:
+        return iter(sorted(p for p in self.manifest.members if p.startswith("vllm/")))
+
+    def read(self, relpath: str) -> bytes | None:
+        entry = self.manifest.members.get(relpath)
+        if entry is None:
+            return self._outside_wheel(relpath)
+        with self._lock:
+            data = self._near.pop(relpath, None)
+        if data is not None:
+            self._members.keep(entry[0], data)
+        else:
+            data = self._members.recall_or_read(entry[0])
+        if data is None:
+            data = self.fetch([relpath], readahead=True)[relpath]
+        self._checked[relpath] = entry[0]
+        self.info = self._info()
+        return data
+
+    def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes | None]:
+        """Several files at once: what is not cached comes in one round of range requests."""
+        wanted = list(dict.fromkeys(relpaths))
+        inside = [p for p in wanted if p in self.manifest.members]
+        with self._lock:
+            cold = [p for p in inside if p not in self._near]
+        self.fetch(cold, keep=False)  # `read` then takes each from memory or the cache, once
+        return {p: self.read(p) for p in wanted}
+
+    def fetch(
+        self, paths: Iterable[str], *, readahead: bool = False, keep: bool = True
+    ) -> dict[str, bytes]:
+        """Make sure `paths` (those in the release) are cached; their bytes, checked (with
+        ``keep=False`` only those fetched now: the others are not read back)."""
+        m = self.manifest
+        wanted = [p for p in dict.fromkeys(paths) if p in m.members]
+        missing = [p for p in wanted if not self._members.has(m.members[p][0])]
+        out: dict[str, bytes] = {}
+        if missing and m.kind == "sdist":
+            self.manifest = self._members.manifests.rebuild(
+                self.manifest
+            )  # a blob was pruned or damaged
+            return {p: d for p in wanted if (d := self.read(p)) is not None}
+        if missing:
+            extra = self._neighbours(missing) if readahead else []
+            try:
+                got = self._members.fetch(m, [*missing, *extra])
+            except wheel.DamagedWheel:
+                self._members.manifests.drop_manifest(m.artifact)  # read it all again next time
+                raise
+            for path in missing:
+                self._members.keep(got[path].sha256, got[path].data, got[path].deflated)
+                out[path] = got[path].data
+            with self._lock:
+                self._near.update({p: got[p].data for p in extra if p in got})
+        for path in wanted if keep else ():
+            sha = m.members[path][0]
+            if path not in out and (
+                data := self._members.recall(sha) or self._members.cache.read_blob(sha)
+            ):
+                out[path] = data
+        return out
+
+    def stand_ins(self, missing: list[str]) -> list[str]:
+        """For paths the release lacks, the Python files a moved-file search reads next (fetched
+        ahead, in parallel): those of the same name, else those in a folder of the same name."""
+        found: list[str] = []
+        # (folder name, file name) of each Python member; string splits, not pathlib: a
+        # wheel has thousands of members
+        members = [
+            (p, p.rpartition("/")[0].rpartition("/")[2], p.rpartition("/")[2])
+            for p in self.manifest.members
+            if p.endswith(".py")
+        ]
+        for path in missing:
+            pure = PurePosixPath(path)
+            if pure.suffix != ".py":
+                continue
+            same = [p for p, _, name in members if name == pure.name]
+            if not same:
+                same = [p for p, folder, _ in members if folder == pure.parent.name]
+            found += same
+        return found
+
+    def _neighbours(self, paths: list[str]) -> list[str]:
+        """Small members in the same folders (a moved-file search reads them next)."""
+        folders = {str(PurePosixPath(p).parent) for p in paths}
+        budget = READAHEAD
+        found = []
+        for name, entry in sorted(self.manifest.members.items()):
+            if str(PurePosixPath(name).parent) in folders and name not in paths:
+                if name in self._near or self._members.cache.has_blob(entry[0]):
+                    continue
+                budget -= entry[1]
+                if budget < 0:
+                    break
+                found.append(name)
+        return found
+
+    def listed_digest(self, relpath: str) -> str | None:
+        """The sha256 the manifest lists for `relpath` (the one its bytes are checked against
+        when read), "-" for a file the release lacks; None for one outside the wheel."""
+        entry = self.manifest.members.get(relpath)
+        if entry is not None:
+            return str(entry[0])
+        if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
+            return "-"
+        return None  # a wheel cannot hold it: the sdist's list would say
+
+    def listed_size(self, relpath: str) -> int | None:
+        """The size the manifest lists for `relpath` (None for a file it does not hold)."""
+        entry = self.manifest.members.get(relpath)
+        return int(entry[1]) if entry is not None else None
+
+    def read_listed(self, relpath: str, digest: str) -> bytes | None:
+        """`relpath` whose sha256 a memo of this release's list gives: from the cache by that
+        digest (checked against it), without decoding the list; else as `read`."""
+        if self.manifest.kind != "wheel" or not relpath.startswith("vllm/"):
+            return self.read(relpath)  # from the sdist, or not in a wheel: said in `info`
+        data = self._members.recall_or_read(digest)
+        if data is None:
+            return self.read(relpath)
+        self._checked[relpath] = digest
+        self.info = self._info()
+        return data
+
+    def _outside_wheel(self, relpath: str) -> bytes | None:
+        """A path a wheel cannot hold (csrc/, setup.py...) is read from the sdist."""
+        if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
+            return None
+        if self._sdist is None:
+            manifest = self._members.manifests.sdist_for(self.manifest.version)
+            if manifest is None:
+                return None
+            self._sdist = IndexTree(self._members, manifest, None)
+            note = f"sdist {manifest.artifact} for files outside vllm/"
+            self.fallback = f"{self.fallback}; {note}" if self.fallback else note
+        data = self._sdist.read(relpath)
+        self.info = self._info()
+        return data
