@@ -20,6 +20,7 @@ from patchset.image.build import build, verify_image
 from patchset.image.definition import load_definition
 from patchset.registry import load_registry
 from tests.infra.docker_fixtures import StandinImage
+from tests.infra.standin import for_tests, standin_tag
 from tests.releases import tree_digest
 
 REPO = Path(__file__).parent.parent
@@ -64,8 +65,8 @@ def builds_folder(tmp_path: Path, repository: str, **definitions: str) -> Path:
     builds/0.19.1.toml ('' for none)."""
     folder = tmp_path / "builds"
     folder.mkdir(parents=True)
-    text = (REPO / "builds" / "0.19.1.toml").read_text()
-    text = text.replace('repository = "patchset/vllm-openai"', f'repository = "{repository}"')
+    text = for_tests((REPO / "builds" / "0.19.1.toml").read_text())  # the stand-in's tag
+    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
     for name, change in definitions.items():
         old, _, new = change.partition("=>")
         (folder / f"{name}.toml").write_text(text.replace(old, new) if change else text)
@@ -132,7 +133,7 @@ def test_bake_file_contexts_build_with_the_engine(
         assert context.is_dir() and (context / target["dockerfile"]).is_file()
         dockerfile = (context / "Dockerfile").read_text()
         # the stand-in has no repo digest, so FROM names the base (a pulled one is pinned)
-        assert dockerfile.startswith("FROM vllm/vllm-openai:v0.19.1-cu130\n")
+        assert dockerfile.startswith(f"FROM {standin_tag('0.19.1')}\n")
         assert (context / "runtime" / "manifest.json").is_file()
         assert (context / "files" / REGISTRY.get("fla-tma-sm12x").targets[0]).is_file()
         assert target["tags"] == [

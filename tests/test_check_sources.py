@@ -15,6 +15,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.sources.folder import FolderSource
 from patchset.sources.git import GitSource
+from tests.infra.docker_fixtures import StandinImage
 from tests.releases import materialize
 from tests.test_git_source import commit, git, git_identity  # noqa: F401 - autouse fixture
 
@@ -51,7 +52,7 @@ def test_git_and_folder_agree_with_the_index(tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_image_source_through_the_cli(standin_base: object) -> None:
+def test_image_source_through_the_cli(standin_base: StandinImage) -> None:
     proc = subprocess.run(
         [
             sys.executable,
@@ -59,7 +60,7 @@ def test_image_source_through_the_cli(standin_base: object) -> None:
             "patchset",
             "check",
             "--source",
-            "image:vllm/vllm-openai:v0.19.1-cu130",
+            f"image:{standin_base.ref}",  # a test-only tag, never the official name
             "--format",
             "json",
         ],
@@ -76,7 +77,7 @@ def test_image_source_through_the_cli(standin_base: object) -> None:
         ("0.19.1", "fla-tma-sm12x"): "needed",
         ("0.19.1", "tolist-cudagraph"): "missing-target",
     }
-    assert "image vllm/vllm-openai:v0.19.1-cu130" in data["releases"][0]["origin"]
+    assert f"image {standin_base.ref}" in data["releases"][0]["origin"]
 
 
 def test_git_ancestry_is_a_third_signal(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
 from tests.infra.docker_fixtures import AuthRegistry, StandinImage
 from tests.infra.registry import Registry as RunningRegistry
-from tests.infra.standin import build_standin_base
+from tests.infra.standin import build_standin_base, for_tests, standin_tag
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 REPO = Path(__file__).parent.parent
@@ -45,8 +45,8 @@ def repo_name(engine: dockerengine.Engine) -> Iterator[str]:
 
 
 def definition(tmp_path: Path, source: str, repository: str, **changes: str) -> BuildDefinition:
-    text = (REPO / "builds" / source).read_text()
-    text = text.replace('repository = "patchset/vllm-openai"', f'repository = "{repository}"')
+    text = for_tests((REPO / "builds" / source).read_text())  # stand-in base, test names
+    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
     for old, new in changes.items():
         text = text.replace(old, new)
     path = tmp_path / source
@@ -100,7 +100,7 @@ def test_build_0191_recipe(
     assert (tmp_path / "out" / "build.log").read_text().count("Step ") >= 3
     info = engine.inspect(report.image_id)
     labels = info.labels
-    assert labels["org.opencontainers.image.base.name"] == "vllm/vllm-openai:v0.19.1-cu130"
+    assert labels["org.opencontainers.image.base.name"] == standin_tag("0.19.1")
     assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
     assert labels["org.opencontainers.image.version"] == f"0.19.1-cu130-ps{short}"
     for key in ("created", "revision"):
@@ -260,7 +260,7 @@ def test_base_without_vllm(
         "0.19.1.toml",
         repo_name,
         **{
-            'base = "vllm/vllm-openai:v0.19.1-cu130"': 'base = "patchset-standin-rootfs:bookworm"',
+            f'base = "{standin_tag("0.19.1")}"': 'base = "patchset-standin-rootfs:bookworm"',
         },
     )
     with pytest.raises(BuildError, match="finds no vllm package"):
@@ -511,7 +511,7 @@ def test_a_build_patch_deletes_a_file_and_creates_a_script(
     engine.build(context, (base,), network=False)
     swap = {
         '"tolist-cudagraph"]': '"drop-and-add"]',
-        '"vllm/vllm-openai:v0.20.0-cu130"': f'"{base}"',
+        f'"{standin_tag("0.20.0")}"': f'"{base}"',
     }
     check = (
         "import importlib.util,os,pathlib,stat;"

@@ -20,6 +20,7 @@ from patchset.image.build import build
 from patchset.image.definition import load_definition
 from patchset.registry import load_registry
 from tests.infra.docker_fixtures import StandinImage
+from tests.infra.standin import for_tests
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 REPO = Path(__file__).parent.parent
@@ -77,9 +78,9 @@ def test_engine_gone_mid_build_leaves_no_tag(
 ) -> None:
     relay = Relay(tmp_path / "docker.sock")
     repository = f"patchset-test/gone-{secrets.token_hex(4)}"
-    text = (REPO / "builds" / "0.19.1.toml").read_text()
+    text = for_tests((REPO / "builds" / "0.19.1.toml").read_text())
     path = tmp_path / "0.19.1.toml"
-    path.write_text(text.replace('"patchset/vllm-openai"', f'"{repository}"'))
+    path.write_text(text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"'))
     definition = load_definition(path)
     cut_at: list[str] = []
 

@@ -94,3 +94,18 @@ def test_strict_refuses_an_upstream_patch(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match=r"upstream in 0\.20\.0.*--strict refuses it"):
         export(tmp_path, ["fixed-upstream"], files, strict=True)
     assert not (tmp_path / "bundle").exists()
+
+
+def test_tests_never_tag_official_or_user_facing_names() -> None:
+    """Issue 23, item 24: the stand-in bases and the images the tests build carry names of
+    their own, so a run on a machine holding the real official image leaves its tags alone."""
+    from tests.infra.standin import for_tests, standin_tag
+
+    user_facing = ("vllm/vllm-openai:", "patchset/vllm-openai:")
+    for version in ("0.19.1", "0.20.0"):
+        assert not standin_tag(version).startswith(user_facing)
+    builds = sorted((Path(__file__).parent.parent / "builds").glob("*.toml"))
+    assert builds
+    for path in builds:
+        text = for_tests(path.read_text())
+        assert "vllm/vllm-openai:" not in text and '"patchset/vllm-openai"' not in text, path

@@ -24,7 +24,12 @@ from patchset.image.definition import BuildDefinition, load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from tests.infra.docker_fixtures import StandinImage
-from tests.infra.standin import build_standin_base, standin_site_packages
+from tests.infra.standin import (
+    build_standin_base,
+    for_tests,
+    standin_site_packages,
+    standin_tag,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 REPO = Path(__file__).parent.parent
@@ -342,6 +347,8 @@ def test_the_printed_docker_run_line_runs(
     `--gpus all` (no GPU runtime here) and with no network."""
     home = tmp_path / "home"
     home.mkdir()
+    build = tmp_path / "0.20.0.toml"  # the base named by the stand-in's test-only tag
+    build.write_text(for_tests((REPO / "builds" / "0.20.0.toml").read_text()))
     proc = subprocess.run(
         [
             sys.executable,
@@ -351,7 +358,7 @@ def test_the_printed_docker_run_line_runs(
             "export",
             str(tmp_path / "rt"),
             "--build",
-            str(REPO / "builds" / "0.20.0.toml"),
+            str(build),
             "--format",
             "json",
         ],
@@ -636,7 +643,7 @@ def test_export_from_the_image_itself(tmp_path: Path, docker_client: Any, standi
             "--build",
             str(REPO / "builds" / "0.20.0.toml"),
             "--source",
-            "image:vllm/vllm-openai:v0.20.0-cu130",
+            f"image:{standin_tag('0.20.0')}",  # a test-only tag, never the official name
             "--format",
             "json",
         ],
@@ -646,7 +653,7 @@ def test_export_from_the_image_itself(tmp_path: Path, docker_client: Any, standi
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["release_files"].startswith("image vllm/vllm-openai:v0.20.0")
+    assert json.loads(proc.stdout)["release_files"].startswith(f"image {standin_tag('0.20.0')}")
     from_image = json.loads((tmp_path / "rt" / "manifest.json").read_text())
     from_index = json.loads((export(tmp_path, "0.20.0.toml") / "manifest.json").read_text())
     assert from_image["patches"][0]["files"] == from_index["patches"][0]["files"]

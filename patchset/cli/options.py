@@ -60,6 +60,11 @@ COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
         (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
         "patchset add fla-tma-sm12x --pr vllm-project/vllm#36325",
     ),
+    "update": (
+        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
+        "patchset update fla-tma-sm12x --from-tree site-packages --vllm 0.19.1",
+    ),
+    "remove": ((E.OK, E.BAD_INPUT), "patchset remove fla-tma-sm12x"),
     "init": ((E.OK, E.BAD_INPUT), "patchset init ."),
     "bake": ((E.OK, E.BAD_INPUT), "patchset bake -o docker-bake.json"),
     "runtime": ((E.OK, E.BAD_INPUT), "patchset runtime export out/ --build builds/0.19.1.toml"),

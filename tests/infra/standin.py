@@ -3,8 +3,10 @@
 No container registry is reachable from the test machines, so the official image cannot be
 pulled. The stand-in has what patchset looks at: python3, the real vLLM Python sources of
 one release at the official layout (``/usr/local/lib/python3.X/dist-packages/vllm`` plus
-its ``.dist-info``), the official ``ENTRYPOINT ["vllm", "serve"]`` and the official tag, so
-build definitions use it unchanged. Its ``vllm`` is a small script that records its argv
+its ``.dist-info``) and the official ``ENTRYPOINT ["vllm", "serve"]``. It is tagged
+``patchset-test/vllm-openai-standin:v<version>-cu130``, never by the official name (a run on
+a machine holding the real image must leave its tag alone); tests name it in build
+definitions through :func:`for_tests`. Its ``vllm`` is a small script that records its argv
 and environment to /tmp/vllm-args.json and prints them instead of serving anything.
 
 Layers: a Debian rootfs made by mmdebstrap and imported (cached under its own tag), then a
@@ -84,8 +86,23 @@ CMD []
 MINOR_LABEL = "org.patchset.standin.python3-minor"
 
 
+OFFICIAL = "vllm/vllm-openai"  # the official image's repository: never tagged by a test
+TEST_REPOSITORY = "patchset-test/vllm-openai-standin"  # where the stand-ins are tagged
+
+
 def standin_tag(version: str) -> str:
-    return f"vllm/vllm-openai:v{version}-cu130"
+    """The stand-in's tag: a test-only repository, never the official image's name (a run on
+    a machine holding the real image must not move its tag to a stand-in without CUDA)."""
+    return f"{TEST_REPOSITORY}:v{version}-cu130"
+
+
+def for_tests(text: str) -> str:
+    """`text` (a build definition, a source argument) with the official base image named
+    by its stand-in's tag, and the user-facing build repository by a test-only one."""
+    text = re.sub(
+        re.escape(OFFICIAL) + r":v([0-9][0-9a-z.]*)-cu130", lambda m: standin_tag(m[1]), text
+    )
+    return text.replace('"patchset/vllm-openai"', '"patchset-test/vllm-openai-built"')
 
 
 def standin_site_packages(engine: Engine, ref: str) -> str:
@@ -226,11 +243,31 @@ def _cached(client: Any, tag: str, inputs: str) -> str | None:
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
-        return None
+        # built before under another tag (the stand-ins were once tagged by the official
+        # name): the same inputs make the same image, tagged here too
+        found = [  # not an image built on it: those inherit its labels
+            i
+            for i in client.images.list(filters={"label": f"{INPUTS_LABEL}={inputs}"})
+            if not _derived(i)
+        ]
+        if not found:
+            return None
+        image = found[0]
+        repository, _, name = tag.rpartition(":")
+        image.tag(repository, name)
     labels = image.labels or {}
-    if labels.get(STANDIN_LABEL) and labels.get(INPUTS_LABEL) == inputs:
+    if labels.get(STANDIN_LABEL) and labels.get(INPUTS_LABEL) == inputs and not _derived(image):
         return str(image.id)
     return None
+
+
+def _derived(image: Any) -> bool:
+    """An image built on a stand-in (a patched image: patchset's labels, its entrypoint)."""
+    labels = image.labels or {}
+    entrypoint = (image.attrs.get("Config") or {}).get("Entrypoint")
+    if any(key.startswith("io.patchset.") for key in labels):
+        return True
+    return entrypoint is not None and entrypoint not in (["vllm", "serve"], ["/bin/sh"])
 
 
 def build_rootfs(client: Any, *, log: Callable[[str], None] = LOG.info) -> tuple[str, int]:
