@@ -156,6 +156,8 @@ def _agreement(checkout: Path, registry: Path, root: Path) -> tuple[int, int, in
             ours = "conflict" if ours == "partial" else ours
             pairs += 1
             agree += theirs == ours
+            if theirs != ours:
+                print(f"differ: {patch.id} {version} genesis={theirs} patchset={ours}")
             if theirs == ours == "needed":
                 both_apply = (version, read)
         if both_apply is not None:
@@ -170,7 +172,10 @@ def _agreement(checkout: Path, registry: Path, root: Path) -> tuple[int, int, in
             patchset.apply(reg, target, patches=[patch.id], version=version, force=True)
             expected = _genesis_text(patchers, read)
             compared += 1
-            same += all(_plain((target / f).read_text()) == _plain(t) for f, t in expected.items())
+            alike = all(_plain((target / f).read_text()) == _plain(t) for f, t in expected.items())
+            same += alike
+            if not alike:
+                print(f"bytes differ: {patch.id} {version}")
     return agree, pairs, same, compared, warm
 
 

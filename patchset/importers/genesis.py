@@ -141,6 +141,7 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
     drafts: list[Draft] = []
     skipped: list[Entry] = []
     done_modules: dict[str, str] = {}
+    switches: dict[str, str] = {}  # variable -> the patch it switches
     for gid, entry in entries.items():
         if only and gid not in only and ids[gid] not in only:
             continue
@@ -150,6 +151,7 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
         except _Skip as why:
             skipped.append(Entry(gid, "not-imported", reasons=[str(why)]))
             continue
+        _own_switch(draft, switches)
         drafts.append(draft)
     supports = []
     if any(PACKAGE in d.support for d in drafts):
@@ -181,6 +183,23 @@ def _floor(package: Package) -> str:
         return ">=0.0"
     oldest = min(versions)
     return f">={oldest.major}.{oldest.minor}.0"
+
+
+def _own_switch(draft: Draft, switches: dict[str, str]) -> None:
+    """patchset gives each patch its own switch: a variable Genesis shares between entries
+    switches the first; the others get one of their own (said as a loss)."""
+    switch = draft.meta.get("switch")
+    if not isinstance(switch, dict):
+        return
+    env = str(switch["env"])
+    if env in switches:
+        own = f"{env}__{re.sub(r'[^A-Z0-9]+', '_', draft.source_id.upper())}"[:120]
+        draft.lost.append(
+            f"Genesis switches it with {env}, as {switches[env]}: its own switch is {own}"
+        )
+        switch["env"] = own
+        env = own
+    switches[env] = draft.id
 
 
 class _Skip(Exception):  # noqa: N818 - a reason, not an error
