@@ -121,7 +121,9 @@ def _plain(text: str) -> str:
     return "\n".join(line for line in text.split("\n") if not line.strip().startswith("# Genesis "))
 
 
-def _agreement(checkout: Path, registry: Path, root: Path) -> tuple[int, int, int, int, float]:
+def _agreement(  # noqa: PLR0915 - one walk over patches and releases
+    checkout: Path, registry: Path, root: Path
+) -> tuple[int, int, int, int, float]:
     source = parse_source(None)
     versions = [
         v for v in source.versions() if not Version(v).is_prerelease and Version(v) >= SINCE
