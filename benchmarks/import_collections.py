@@ -76,10 +76,11 @@ def _genesis_verdict(patchers: list[genesis.Patcher], read: dict[str, str | None
         if any(m in text for m in patcher.drift):
             verdicts.append("upstream")
             continue
-        applied = 0
+        applied = merged = 0
         state = "needed"
         for sub in patcher.subs:
             if any(m in text for m in sub.markers):
+                merged += 1
                 continue
             count = text.count(sub.anchor)
             if count == 0:
@@ -93,7 +94,8 @@ def _genesis_verdict(patchers: list[genesis.Patcher], read: dict[str, str | None
             text = text.replace(sub.anchor, sub.replacement, 1)
             applied += 1
         if state == "needed" and not applied:
-            state = "conflict"
+            # every sub-patch skipped: upstream when each was by its own marker
+            state = "upstream" if merged == len(patcher.subs) else "conflict"
         verdicts.append(state)
     for worst in ("missing-target", "conflict", "needed"):
         if worst in verdicts:

@@ -57,7 +57,8 @@ def test_genesis_text_patch_becomes_sites_in_order(tmp_path: Path) -> None:
     assert [s["optional"] for s in sites] == [False, True]
     assert sites[0]["text"].endswith("    y = x + 2\n")  # an f-string of module constants
     assert sites[0]["marker"] == "Genesis G1 Genesis G1 forward v1 :: x.py :: g1_forward"
-    assert sites[0]["probe"] == {"any": ["y = x + 1  # upstream"]}
+    # its own upstream marker, and its file's drift marker (that file's patcher is obsolete)
+    assert sites[0]["probe"] == {"any": ["y = x + 1  # upstream", "def forward(x, fixed=True):"]}
     assert _at(meta, "x", "composes_with") == ["genesis-g2"]
     assert collected.supports and collected.supports[0].name == "sndr"
 
