@@ -74,6 +74,8 @@ def test_an_edit_judged_by_its_units_is_judged_as_the_whole_file(seed: int) -> N
             lines[at : at + rng.choice([0, 0, 1, 2])] = new
         after = "\n".join(lines).encode()
         pycompile.clear_cache()
-        assert pycompile.edit_error(before, after) == broken_by(before, after)
+        want = broken_by(before, after)
+        assert pycompile.edit_error(before, after) == want  # a first edit: compiled whole
+        assert pycompile.edit_error(before, after) == want  # a second: by its units
         judged_alone += pycompile._units_compile(pycompile._known(before), before, after)
     assert judged_alone > 5  # the units alone decided a share of them

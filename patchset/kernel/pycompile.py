@@ -107,24 +107,39 @@ def _known(source: bytes) -> _Known:
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _edits_of(source: bytes) -> list[int]:
+    """How many edits of this source were judged (a counter, one per content)."""
+    return [0]
+
+
 def clear_cache() -> None:
     """Forget the sources compiled (a benchmark's "nothing known yet")."""
     _known.cache_clear()
+    _edits_of.cache_clear()
 
 
 def edit_error(before: bytes | None, after: bytes) -> CompileError | None:
     """`broken_by(before, after)` for an edit of a file, each source compiled once (cached by
-    content), and most edits judged without compiling all of `after`: where `before`
-    compiles and every changed line lies in a def or class of it, each such unit as it stands
-    in `after` is cut out and compiled alone; when all compile, so does `after` (see
-    `_units_compile`). Otherwise `after` is compiled whole, so the answer, and the message,
-    are always those of compiling it."""
-    if before is not None:
-        known = _known(before)
-        if known.error is not None:
-            return None  # already broken: not the edit's doing
-        if _units_compile(known, before, after):
-            return None
+    content). The first edit of a source compiles `after` whole (and `before` only if that
+    fails), as `broken_by` does; from the second on (many patches on one file, or one
+    patch's variants), `before` is compiled once and, where it compiles and every changed
+    line lies in a def or class of it, each such unit as it stands in `after` is cut out and
+    compiled alone: when all compile, so does `after` (see `_units_compile`). Otherwise
+    `after` is compiled whole, so the answer, and the message, are always those of
+    compiling it."""
+    if before is None:
+        return _known(after).error
+    tally = _edits_of(before)
+    tally[0] += 1
+    if tally[0] == 1:
+        error = _known(after).error
+        return None if error is None or _known(before).error is not None else error
+    known = _known(before)
+    if known.error is not None:
+        return None  # already broken: not the edit's doing
+    if _units_compile(known, before, after):
+        return None
     return _known(after).error
 
 
