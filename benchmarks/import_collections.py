@@ -76,10 +76,11 @@ def _genesis_verdict(patchers: list[genesis.Patcher], read: dict[str, str | None
         if any(m in text for m in patcher.drift):
             verdicts.append("upstream")
             continue
-        applied = 0
+        applied = merged = 0
         state = "needed"
         for sub in patcher.subs:
             if any(m in text for m in sub.markers):
+                merged += 1
                 continue
             count = text.count(sub.anchor)
             if count == 0:
@@ -93,7 +94,8 @@ def _genesis_verdict(patchers: list[genesis.Patcher], read: dict[str, str | None
             text = text.replace(sub.anchor, sub.replacement, 1)
             applied += 1
         if state == "needed" and not applied:
-            state = "conflict"
+            # every sub-patch skipped: upstream when each was by its own marker
+            state = "upstream" if merged == len(patcher.subs) else "conflict"
         verdicts.append(state)
     for worst in ("missing-target", "conflict", "needed"):
         if worst in verdicts:
@@ -156,6 +158,8 @@ def _agreement(checkout: Path, registry: Path, root: Path) -> tuple[int, int, in
             ours = "conflict" if ours == "partial" else ours
             pairs += 1
             agree += theirs == ours
+            if theirs != ours:
+                print(f"differ: {patch.id} {version} genesis={theirs} patchset={ours}")
             if theirs == ours == "needed":
                 both_apply = (version, read)
         if both_apply is not None:
@@ -170,7 +174,10 @@ def _agreement(checkout: Path, registry: Path, root: Path) -> tuple[int, int, in
             patchset.apply(reg, target, patches=[patch.id], version=version, force=True)
             expected = _genesis_text(patchers, read)
             compared += 1
-            same += all(_plain((target / f).read_text()) == _plain(t) for f, t in expected.items())
+            alike = all(_plain((target / f).read_text()) == _plain(t) for f, t in expected.items())
+            same += alike
+            if not alike:
+                print(f"bytes differ: {patch.id} {version}")
     return agree, pairs, same, compared, warm
 
 

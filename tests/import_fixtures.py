@@ -104,6 +104,12 @@ def genesis(root: Path, *, new_text: str = "y = x + 2") -> Path:
                     "G4": {"title": "broken", "env_flag": "GENESIS_ENABLE_G4",
                            "default_on": False, "lifecycle": "stable", "credit": "",
                            "apply_module": "sndr.engines.vllm.patches.core.g4"},
+                    "G5": {"title": "imports what nothing has", "env_flag": "GENESIS_ENABLE_G1",
+                           "default_on": False, "lifecycle": "stable", "credit": "",
+                           "apply_module": "sndr.engines.vllm.patches.core.g5"},
+                    "G6": {"title": "shares G1's switch", "env_flag": "GENESIS_ENABLE_G1",
+                           "default_on": False, "lifecycle": "stable", "credit": "",
+                           "apply_module": "sndr.engines.vllm.patches.core.g6"},
                 }
                 """,
             "sndr/engines/vllm/patches/core/g1.py": f"""\
@@ -155,6 +161,26 @@ def genesis(root: Path, *, new_text: str = "y = x + 2") -> Path:
                     return "applied", "rebound"
                 """,
             "sndr/engines/vllm/patches/core/g4.py": "def apply(:\n",
+            "sndr/engines/vllm/patches/core/g5.py": """\
+                from sndr.kernel import TextPatch, TextPatcher
+
+                def _make():
+                    return TextPatcher(
+                        patch_name="G5", target_file=str(resolve_vllm_file("y.py")), marker="G5",
+                        sub_patches=[TextPatch(name="g5", anchor="        return 1\\n",
+                                               replacement="        import nosuchpkg\\n")],
+                    )
+                """,
+            "sndr/engines/vllm/patches/core/g6.py": """\
+                from sndr.kernel import TextPatch, TextPatcher
+
+                def _make():
+                    return TextPatcher(
+                        patch_name="G6", target_file=str(resolve_vllm_file("y.py")), marker="G6",
+                        sub_patches=[TextPatch(name="g6", anchor="class Thing:\\n",
+                                               replacement="class Thing:  # six\\n")],
+                    )
+                """,
         },
     )
     commit_all(root)

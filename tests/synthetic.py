@@ -151,6 +151,7 @@ def run_entrypoint(
             "PATH": f"{bin_dir}:/usr/bin:/bin",
             "PYTHON": sys.executable,
             "PATCHSET_VLLM_ROOT": str(site),
+            "PATCHSET_PYCACHE": str(bundle.parent / "pycache"),  # not the machine's /tmp
             **env,
         },
     )

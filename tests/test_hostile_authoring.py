@@ -30,6 +30,7 @@ from patchset.engine.apply import apply
 from patchset.errors import UsageError
 from patchset.refresh import WORK_FOLDER, finish, refresh
 from patchset.registry import load_registry
+from patchset.sources.package_index.cache import Cache
 from tests.fake_index import FakeIndex
 from tests.hardening import changed, cli, error_line, snapshot
 from tests.synthetic import BODY, MOD_DIFF, MemoryReleases, add_patch, make_tree
@@ -339,7 +340,7 @@ def test_add_after_a_check_fetches_what_it_needs(
     tmp_path: Path,
     registry: Path,
     fake_index: FakeIndex,
-    tmp_cache: object,
+    tmp_cache: Cache,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`check --vllm X` caches the release's file list and the files its patches need;
@@ -362,6 +363,18 @@ def test_add_after_a_check_fetches_what_it_needs(
     assert "already in the cache (0.19.0)" in err
     result = json.loads(out)
     assert [(r["vllm"], r["verdict"]) for r in result["check"]["results"]] == [("0.19.0", "needed")]
+    # Everything the next add reads is cached now: it needs no index at all, not even when
+    # the index's answer in the cache is old (the index is down: it is not asked).
+    fake_index.server.close()
+    day_ago = time.time() - 86_400
+    for answer in (tmp_cache.root / "index").rglob("*"):
+        os.utime(answer, (day_ago, day_ago))
+    again = registry.parent / "again"
+    again.mkdir()
+    code = run(again, "add", "other", "--diff", str(diff), *url, "--format", "json")
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert [r["verdict"] for r in json.loads(out)["check"]["results"]] == ["needed"]
 
 
 def test_an_overlay_identical_to_its_release_says_so(

@@ -29,35 +29,6 @@ def _at(data: object, *keys: str) -> object:
     return data
 
 
-def _new_keys_load(tmp_path: Path) -> bool:
-    """Whether the registry loads the issue-24 keys yet (the registry branch adds them)."""
-    from patchset.registry import load_registry
-
-    folder = tmp_path / "probe-reg" / "probe-patch"
-    folder.mkdir(parents=True)
-    (folder / "patch.toml").write_text(
-        'id = "probe-patch"\ntitle = "t"\ndescription = "d"\nkind = "runtime"\nrevision = 1\n'
-        'vllm = ">=0.0"\napply = "startup"\ntargets = ["vllm/x.py"]\norigin = "o"\n'
-        '[switch]\nenv = "PROBE_X"\ndefault = false\n[provenance]\ncollection = "genesis"\n'
-        '[upstream]\nstate = "unsubmitted"\n'
-    )
-    (folder / "sites.toml").write_text(
-        '[[site]]\nname = "a"\nfile = "vllm/x.py"\naction = "replace"\nmarker = "m"\n'
-        'anchor = "y = x + 1"\ntext = "y = x + 2"\n'
-    )
-    try:
-        load_registry(folder.parent)
-    except Exception:  # any refusal means: not yet
-        return False
-    return True
-
-
-@pytest.fixture
-def keys(tmp_path: Path) -> None:
-    if not _new_keys_load(tmp_path):
-        pytest.skip("the registry does not load the issue-24 keys yet ([switch], [provenance])")
-
-
 # -- Genesis, read statically -----------------------------------------------------------
 
 
@@ -86,7 +57,8 @@ def test_genesis_text_patch_becomes_sites_in_order(tmp_path: Path) -> None:
     assert [s["optional"] for s in sites] == [False, True]
     assert sites[0]["text"].endswith("    y = x + 2\n")  # an f-string of module constants
     assert sites[0]["marker"] == "Genesis G1 Genesis G1 forward v1 :: x.py :: g1_forward"
-    assert sites[0]["probe"] == {"any": ["y = x + 1  # upstream"]}
+    # its own upstream marker, and its file's drift marker (that file's patcher is obsolete)
+    assert sites[0]["probe"] == {"any": ["y = x + 1  # upstream", "def forward(x, fixed=True):"]}
     assert _at(meta, "x", "composes_with") == ["genesis-g2"]
     assert collected.supports and collected.supports[0].name == "sndr"
 
@@ -164,12 +136,13 @@ def test_club_anchor_script_runs_in_a_scratch_copy(tmp_path: Path) -> None:
     assert draft.meta["vllm"] == ">=0.20.0"  # the release its compose pins
     sites = tomllib.loads(draft.payloads["sites.toml"])["site"]
     assert [(s["anchor"], s["text"]) for s in sites] == [
-        ("    return z * 2\n", "    return z * 4\n")  # one line: it is unique
+        ("    return z * 2", "    return z * 4")  # one line: it is unique
     ]
     assert _at(draft.meta, "upstream", "probe") == {
         "file": "vllm/x.py",
         "any": ["return z * 2  # fixed upstream"],
     }
+    assert collected.ran == ["m-anchor: patch_x.py"]  # said in the summary
     # the release folders were never written
     assert (tmp_path / "r20" / "vllm" / "x.py").read_text() == fx.RELEASE_X
 
@@ -232,10 +205,9 @@ def test_club_unknown_layout(tmp_path: Path) -> None:
     assert result.code == 2 and "unknown layout" in result.err
 
 
-# -- landing (needs the registry to load the issue-24 keys) ---------------------------
+# -- landing ---------------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("keys")
 def test_genesis_import_validates_applies_and_updates(tmp_path: Path) -> None:
     import patchset
     from patchset.registry import load_registry
@@ -273,9 +245,13 @@ def test_genesis_import_validates_applies_and_updates(tmp_path: Path) -> None:
     assert data["revision"] == 2 and data["title"] == "mine"
     assert "y = x + 3" in (registry / "genesis-g1" / "sites.toml").read_text()
     assert {e.source_id: e.action for e in again.entries}["G2"] == "unchanged"
+    reasons = {e.source_id: e.reasons for e in again.entries}
+    assert reasons["G5"][0].startswith("validate refuses it:") and "nosuchpkg" in reasons["G5"][0]
+    g6 = tomllib.loads((registry / "genesis-g6" / "patch.toml").read_text())
+    assert g6["switch"]["env"] == "GENESIS_ENABLE_G1__G6"  # its own: one variable per patch
+    assert "GENESIS_ENABLE_G1" in reasons["G6"][0]
 
 
-@pytest.mark.usefixtures("keys")
 def test_id_clash_with_the_projects_own_patch_is_refused(tmp_path: Path) -> None:
     registry = tmp_path / "patches"
     own = registry / "genesis-g2"
@@ -319,3 +295,25 @@ def test_real_club(tmp_path: Path) -> None:
         "club-3090", os.environ["PATCHSET_CLUB3090_DIR"], tmp_path / "patches", dry_run=True
     )
     assert report.count("imported", "imported-with-loss") >= 10
+
+
+def test_club_import_validates_and_applies(tmp_path: Path) -> None:
+    import patchset
+    from patchset.registry import load_registry
+
+    checkout = fx.club(tmp_path / "c")
+    specs = [str(fx.release(tmp_path / f"r{v}", v)) for v in ("0.19.1", "0.20.0")]
+    registry, builds = tmp_path / "p" / "patches", tmp_path / "p" / "builds"
+    report = import_collection(
+        "club-3090", checkout, registry, sources=specs, builds=builds, run_scripts=True
+    )
+    actions = {e.source_id: e.action for e in report.entries}
+    assert actions["m-vllm-pr111-diff"] == actions["m-anchor"] == actions["m-hook"] == "added"
+    assert cli("validate", "--registry", registry).code == 0
+    assert (builds / "club-m1-0.20.0.toml").is_file()
+    target = fx.release(tmp_path / "tree", "0.20.0")
+    patchset.apply(load_registry(registry), target, patches=["club-m-vllm-pr111-diff"])
+    assert "    return z * 3" in (target / "vllm" / "x.py").read_text()
+    assert (target / "vllm" / "helper_mod.py").read_text() == "HELP = 1\n"
+    again = import_collection("club-3090", checkout, registry, sources=specs, run_scripts=True)
+    assert {e.action for e in again.entries if e.patch} == {"unchanged"}

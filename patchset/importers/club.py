@@ -29,11 +29,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from patchset.authoring.runtime_sites import sites_from_edit
 from patchset.authoring.tree import unified
 from patchset.errors import PatchsetError
 from patchset.importers import scripts as anchor_scripts
 from patchset.importers.common import origin_of
-from patchset.importers.edits import sites_from_edit
 from patchset.importers.genesis import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry, patch_id
 from patchset.importers.pystatic import Package, Scope
@@ -206,7 +206,20 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
         for doc in docs
     )
-    return Collected(NAME, repository, commit, drafts, entries, broken=broken, builds=builds)
+    ran = [
+        f"{d.source_id}: {', '.join(map(str, _at(d.meta, 'x', 'scripts_run')))}"
+        for d in drafts
+        if d.meta.get("kind") == "runtime"
+    ]
+    return Collected(
+        NAME, repository, commit, drafts, entries, broken=broken, builds=builds, ran=ran
+    )
+
+
+def _at(data: object, *keys: str) -> list[object]:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return list(data) if isinstance(data, list) else []
 
 
 def _code_digest(target: Path) -> str:
@@ -452,12 +465,16 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
     lost.extend(f"the script creates {created}: not carried" for created in newest.created)
     sites: list[dict[str, object]] = []
     for path, (old, new) in newest.edits.items():
-        for n, site in enumerate(sites_from_edit(path, old, new), start=1):
+        try:
+            edits = sites_from_edit(old, new, path)
+        except PatchsetError as exc:
+            raise _Skip(f"the script's edit of {path} is no set of sites: {exc}") from None
+        for n, site in enumerate(edits, start=1):
             sites.append(
                 {
                     "name": f"{Path(path).stem}-{n}",
                     "file": path,
-                    "action": "replace",
+                    "action": site.action,
                     "marker": f"club-3090 {raw} {Path(path).name} site {n}",
                     "anchor": site.anchor,
                     "text": site.text,

@@ -141,6 +141,7 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
     drafts: list[Draft] = []
     skipped: list[Entry] = []
     done_modules: dict[str, str] = {}
+    switches: dict[str, str] = {}  # variable -> the patch it switches
     for gid, entry in entries.items():
         if only and gid not in only and ids[gid] not in only:
             continue
@@ -150,6 +151,7 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
         except _Skip as why:
             skipped.append(Entry(gid, "not-imported", reasons=[str(why)]))
             continue
+        _own_switch(draft, switches)
         drafts.append(draft)
     supports = []
     if any(PACKAGE in d.support for d in drafts):
@@ -181,6 +183,23 @@ def _floor(package: Package) -> str:
         return ">=0.0"
     oldest = min(versions)
     return f">={oldest.major}.{oldest.minor}.0"
+
+
+def _own_switch(draft: Draft, switches: dict[str, str]) -> None:
+    """patchset gives each patch its own switch: a variable Genesis shares between entries
+    switches the first; the others get one of their own (said as a loss)."""
+    switch = draft.meta.get("switch")
+    if not isinstance(switch, dict):
+        return
+    env = str(switch["env"])
+    if env in switches:
+        own = f"{env}__{re.sub(r'[^A-Z0-9]+', '_', draft.source_id.upper())}"[:120]
+        draft.lost.append(
+            f"Genesis switches it with {env}, as {switches[env]}: its own switch is {own}"
+        )
+        switch["env"] = own
+        env = own
+    switches[env] = draft.id
 
 
 class _Skip(Exception):  # noqa: N818 - a reason, not an error
@@ -484,7 +503,9 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
             continue
         for local in contexts:
             try:
-                found.append(_patcher(scope, call, func, local))
+                made = _patcher(scope, call, func, local)
+                if not any(_same(made, other) for other in found):  # one factory, two callers
+                    found.append(made)
             except Unresolved as exc:
                 text = str(exc)
                 if "fixture" in text or "pristine" in text:
@@ -560,6 +581,15 @@ def _loops(caller: ast.AST, call: ast.Call) -> list[list[dict[str, ast.expr]]]:
                     )
             return [out]
     return [[{}]]
+
+
+def _same(one: Patcher, other: Patcher) -> bool:
+    return (one.file, one.marker, one.drift, [(s.name, s.anchor) for s in one.subs]) == (
+        other.file,
+        other.marker,
+        other.drift,
+        [(s.name, s.anchor) for s in other.subs],
+    )
 
 
 def _enclosing(tree: ast.Module) -> dict[int, ast.AST]:
@@ -748,27 +778,19 @@ def _runtime(
     names: set[str] = set()
     markers: set[str] = set()
     modules: list[str] = []
-    probe_file: str | None = None
     for patcher in patchers:
         if patcher.other_files:
             lost.append(
                 f"{patcher.file}: the collection falls back to {', '.join(patcher.other_files)}"
                 " where it is missing; only the first is a target"
             )
-        file_probe: list[str] = []
-        if patcher.drift:
-            if probe_file is None or probe_file == patcher.file:
-                probe_file = patcher.file
-                up = meta["upstream"]
-                assert isinstance(up, dict)
-                probe = up.get("probe")
-                old = probe.get("any", []) if isinstance(probe, dict) else []
-                up["probe"] = {
-                    "file": patcher.file,
-                    "any": list(dict.fromkeys([*old, *patcher.drift])),
-                }
-            else:
-                file_probe = patcher.drift
+        # A drift marker makes that file's patcher obsolete, the others going on: each of its
+        # sites carries them as its probe; with one patcher they are the patch's probe too.
+        file_probe = list(patcher.drift)
+        if patcher.drift and len(patchers) == 1:
+            up = meta["upstream"]
+            assert isinstance(up, dict)
+            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(patcher.drift))}
         for sub in patcher.subs:
             if not sub.anchor.strip():
                 raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")

@@ -32,6 +32,7 @@ from patchset.importers.model import (
 )
 from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry, patch_problems
+from patchset.registry.support import import_problems
 
 _SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
 
@@ -54,8 +55,17 @@ def read_state(registry: Path, collection: str) -> dict[str, dict[str, object]]:
     return patches if isinstance(patches, dict) else {}
 
 
+_WHERE = ("revision", "provenance")  # where it came from: no change of the patch itself
+
+
 def _comparable(meta: Mapping[str, object]) -> dict[str, object]:
-    return {k: v for k, v in meta.items() if k != "revision"}
+    """The patch as imported, less its revision and where it stood in the collection (a new
+    commit, or lines moved by other entries, change no patch)."""
+    out = {k: v for k, v in meta.items() if k not in _WHERE}
+    x = out.get("x")
+    if isinstance(x, dict):
+        out["x"] = {k: v for k, v in x.items() if not k.endswith("_line")}
+    return out
 
 
 def _same_origin(folder: Path, collected: Collected, draft: Draft) -> bool:
@@ -115,7 +125,13 @@ def land(
     if builds is not None and collected.builds:
         built = _write_builds(builds, collected.builds, dry_run=dry_run)
     return ImportReport(
-        collected.collection, collected.commit, entries, dict(collected.broken), dry_run, built
+        collected.collection,
+        collected.commit,
+        entries,
+        dict(collected.broken),
+        dry_run,
+        built,
+        ran=list(collected.ran),
     )
 
 
@@ -163,14 +179,12 @@ def _one(
         return entry
     meta = dict(draft.meta)
     kept: list[str] = []
-    for key, value in current.items():
-        if key == "revision":
-            continue
+    for key, value in _comparable(current).items():
         if (key not in old_meta or old_meta.get(key) != value) and meta.get(key) != value:
             meta[key] = value
             kept.append(key)
     for key in old_meta:
-        if key not in current and key in meta and key != "revision":
+        if key not in current and key in meta:
             del meta[key]
             kept.append(f"{key} (removed)")
     payloads = dict(draft.payloads)
@@ -225,11 +239,16 @@ def _drop_unloadable(  # noqa: PLR0917 - the stage, and what was written to it
     """Each written patch that does not load is put back as it was (or taken out), listed."""
     loaded = load_registry(stage, tolerant=True)
     by_id = {e.patch: e for e in entries}
+    patches = {p.id: p for p in loaded.patches}
     for draft in written:
-        if draft.id not in loaded.problems:
-            continue
-        problems = patch_problems(stage / draft.id)
-        why = str(problems[0]) if problems else str(loaded.problems[draft.id])
+        if draft.id in loaded.problems:
+            problems = patch_problems(stage / draft.id)
+            why = str(problems[0]) if problems else str(loaded.problems[draft.id])
+        else:  # what validate reads besides: the imports of its inserted text
+            found = import_problems(patches[draft.id], loaded.support)
+            if not found:
+                continue
+            why = f"validate refuses it: {found[0]}"
         shutil.rmtree(stage / draft.id)
         if (registry / draft.id).is_dir():
             shutil.copytree(registry / draft.id, stage / draft.id, symlinks=True)
@@ -239,7 +258,8 @@ def _drop_unloadable(  # noqa: PLR0917 - the stage, and what was written to it
             new_state.pop(draft.id, None)
         entry = by_id[draft.id]
         entry.status, entry.action = "not-imported", "none"
-        entry.reasons = [f"does not load: {why.replace(str(stage), str(registry))}"]
+        why = why.replace(str(stage), str(registry))
+        entry.reasons = [why if why.startswith("validate") else f"does not load: {why}"]
 
 
 def _write_state(stage: Path, collected: Collected, patches: dict[str, dict[str, object]]) -> None:

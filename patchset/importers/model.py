@@ -90,6 +90,7 @@ class Collected:
     supports: list[Support] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)  # collection file -> why skipped
     builds: dict[str, str] = field(default_factory=dict)  # builds/<name>.toml -> text
+    ran: list[str] = field(default_factory=list)  # the collection's scripts run (--run-scripts)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class ImportReport:
     dry_run: bool
     builds: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    ran: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -122,5 +124,6 @@ class ImportReport:
             "entries": [e.to_dict() for e in self.entries],
             "unparsed": dict(self.broken),
             "builds": list(self.builds),
+            "scripts_run": list(self.ran),
             "seconds": round(self.seconds, 3),
         }

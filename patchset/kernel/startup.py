@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .manifest import Check, Outcome, PatchEntry
+from .manifest import Check, Manifest, Outcome, PatchEntry
 from .predicates import Facts, evaluate, installed_versions, switch_word
 from .tree import sha256
 
@@ -178,6 +178,34 @@ def check_problem(check: Check, root: Path, path: Sequence[str]) -> str | None:
     return f"verify {check.describe()}: {said}"
 
 
+def _ids(name: str, environ: Mapping[str, str]) -> list[str] | None:
+    raw = environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    ids = [part.strip() for part in raw.split(",") if part.strip()]
+    if not ids:
+        raise ValueError(f"{name}={raw!r} names no patch (give ids, comma-separated)")
+    return ids
+
+
+def selection(manifest: Manifest, environ: Mapping[str, str]) -> dict[str, str]:
+    """Why each patch is left out at this start (PATCHSET_DISABLE, PATCHSET_ONLY), by id;
+    ValueError for an id the manifest lacks, or a list that names nothing."""
+    known = [p.id for p in manifest.patches]
+    disabled, only = _ids("PATCHSET_DISABLE", environ), _ids("PATCHSET_ONLY", environ)
+    for name, ids in (("PATCHSET_DISABLE", disabled), ("PATCHSET_ONLY", only)):
+        unknown = [i for i in ids or [] if i not in known]
+        if unknown:
+            raise ValueError(
+                f"{name} names {', '.join(unknown)}, not in this manifest"
+                f" (it holds {', '.join(known) or 'no patch'})"
+            )
+    out = dict.fromkeys(disabled or [], "disabled (PATCHSET_DISABLE)")
+    if only is not None:
+        out.update({i: "left out (PATCHSET_ONLY)" for i in known if i not in only})
+    return out
+
+
 class Run:
     """A start's outcome so far: one line per patch, whether it may go on, what was chosen."""
 
@@ -247,5 +275,6 @@ __all__ = [
     "policy_env",
     "policy_for",
     "prove",
+    "selection",
     "switched_off",
 ]

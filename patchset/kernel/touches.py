@@ -10,6 +10,7 @@ Standard library only: the image entrypoint uses it at container start.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -55,11 +56,19 @@ def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
     return names
 
 
+@functools.lru_cache(maxsize=4)
+def _parsed(source: bytes | str) -> ast.Module | None:
+    """A module's tree, parsed once for every name asked of it (a check asks many)."""
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def defines(source: bytes | str, attr: str) -> bool:
     """Whether the module source binds `attr` (``"Class.method"`` looks inside the class)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    tree = _parsed(source)
+    if tree is None:
         return False
     body: list[ast.stmt] = tree.body
     parts = attr.split(".")

@@ -21,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+_PLAIN = re.compile(r"vllm/[A-Za-z0-9_.\-/]+")  # ASCII, under vllm/: checked without pathlib
 KEPT = frozenset({"", ".", "vllm"})  # folders a deletion never removes
 FOLDER_MODE = 0o755  # a folder's mode where the real one cannot be read (an image's, at build)
 
@@ -109,6 +111,9 @@ def temp_name(name: str, suffix: str) -> str:
 def relpath_problem(relpath: str) -> str | None:
     """What makes `relpath` unusable as a path of vLLM's files, or None: it must be relative,
     under vllm/, free of `..` and backslashes, written plainly, each name fitting."""
+    parts = relpath.split("/")
+    if _PLAIN.fullmatch(relpath) and all(0 < len(p) <= 200 and p not in (".", "..") for p in parts):
+        return None  # the common case, without pathlib (a manifest holds thousands)
     pure = PurePosixPath(relpath)
     if not relpath or "\\" in relpath or not relpath.isprintable():
         return "not a usable path"
@@ -130,17 +135,21 @@ def name_fits(relpath: str) -> bool:
     return all(len(os.fsencode(part)) <= NAME_MAX for part in PurePosixPath(relpath).parts)
 
 
-def create_exclusive(path: Path, data: bytes, *, like: Path, executable: bool = False) -> None:
+def create_exclusive(
+    path: Path, data: bytes, *, like: Path, executable: bool = False, durable: bool = True
+) -> None:
     """Create `path` afresh with `data` and the attributes `like` would get (see
     `attributes_for`): a leftover, or a symlink planted at `path`, is removed, never
-    followed (O_EXCL | O_NOFOLLOW). fsynced; the caller renames it."""
+    followed (O_EXCL | O_NOFOLLOW). fsynced unless not `durable` (a container's own layer,
+    rewritten at the next start anyway); the caller renames it."""
     attrs = attributes_for(like, executable=executable)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
         fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            os.fsync(fh.fileno())
         set_attributes(fh.fileno(), attrs)
 
 
@@ -240,9 +249,10 @@ def write_all(
 ) -> None:
     """Write `changes` under `root` by these rules, all or none, without a journal (the
     image entrypoint: a container's own files, a start that fails leaves them as they were):
-    the new bytes beside each file first, then the renames and deletions, the read-back, and
-    the folders that leaves empty; a failure puts back `original` where a file was renamed
-    or removed, and removes the folders it created."""
+    the new bytes beside each file first (not fsynced: nothing here outlives the container's
+    layer, and a start that dies is redone by the next), then the renames and deletions, the
+    read-back, and the folders that leaves empty; a failure puts back `original` where a file
+    was renamed or removed, and removes the folders it created."""
     for rel in changes:
         path = root / rel
         folder = next(p for p in path.parents if p.exists())
@@ -264,7 +274,9 @@ def write_all(
         for rel, data in changes.items():
             if data is not None:
                 temps[rel] = temp(root / rel)
-                create_exclusive(temps[rel], data, like=root / rel, executable=rel in executable)
+                create_exclusive(
+                    temps[rel], data, like=root / rel, executable=rel in executable, durable=False
+                )
         for rel, data in changes.items():
             if data is None:
                 (root / rel).unlink(missing_ok=True)

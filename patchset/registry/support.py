@@ -264,10 +264,12 @@ def import_problems(patch: Patch, packages: Sequence[SupportPackage]) -> list[Re
     found: list[RegistryError] = []
     declared = set(patch.requires_modules)
 
-    def judge(source: str, path: Path, key: str | None, also: Iterable[str]) -> None:
+    def judge(
+        source: str, path: Path, key: str | None, also: Iterable[str], had: Iterable[str] = ()
+    ) -> None:
         names = declared | set(also)
         for line, module in imported_modules(source):
-            if standard(module):
+            if standard(module) or module in had:  # the file imported it already
                 continue
             owner = provider(module, packages)
             near = f" (line {line} of the text)"
@@ -292,6 +294,7 @@ def import_problems(patch: Patch, packages: Sequence[SupportPackage]) -> list[Re
             judge(path.read_text(encoding="utf-8"), path, None, ())
         for index, site in enumerate(variant.sites):
             texts = [site.text, *(alt.text for alt in site.alternatives if alt.text)]
+            had = [m for _, m in imported_modules(site.anchor)]  # what the anchor imports
             for text in texts:
-                judge(text, path, f"site[{index}].text", site.requires_modules)
+                judge(text, path, f"site[{index}].text", site.requires_modules, had)
     return found

@@ -116,7 +116,7 @@ def moved_homes(
     for rel in missing:
         old = before(rel) if before is not None else None
         whole = _whole_file_lines(old) if old else frozenset()
-        expected = whole if len(whole) >= MIN_LINES else expected_lines(variant, rel)
+        expected = whole if len(whole) >= MIN_LINES else frozenset(expected_lines(variant, rel))
         if len(expected) < MIN_LINES:
             continue
         home = _home(tree, paths, rel, expected, whole=expected is whole)
@@ -150,23 +150,33 @@ class PythonFiles:
     def __init__(self, paths: Iterable[str]) -> None:
         self.paths = [p for p in paths if p.endswith(".py")]
 
-    def _index(self, key: Callable[[str], str]) -> dict[str, list[str]]:
-        found: dict[str, list[str]] = {}
+    @functools.cached_property
+    def _by_name_and_folder(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """Both indexes in one pass (string splits, not pathlib: thousands of paths)."""
+        by_name: dict[str, list[str]] = {}
+        by_folder: dict[str, list[str]] = {}
         for path in self.paths:
-            found.setdefault(key(path), []).append(path)
-        return found
+            folder, _, name = path.rpartition("/")
+            by_name.setdefault(name, []).append(path)
+            by_folder.setdefault(folder, []).append(path)
+        return by_name, by_folder
 
-    @functools.cached_property
+    @property
     def by_name(self) -> dict[str, list[str]]:
-        return self._index(lambda p: p.rpartition("/")[2])  # string splits, not pathlib
+        return self._by_name_and_folder[0]
 
-    @functools.cached_property
+    @property
     def by_folder(self) -> dict[str, list[str]]:
-        return self._index(lambda p: p.rpartition("/")[0])
+        return self._by_name_and_folder[1]
 
     @functools.cached_property
     def by_stem(self) -> dict[str, list[str]]:
-        return self._index(_stem)
+        """By stem, made from the names (fewer than the paths); the order within a stem is
+        by name, which no search depends on (candidates are ranked by lines, then path)."""
+        found: dict[str, list[str]] = {}
+        for name, paths in self.by_name.items():
+            found.setdefault(_stem(name), []).extend(paths)
+        return found
 
     def under(self, folder: str) -> list[str]:
         """The files in `folder` and its subfolders."""
@@ -182,7 +192,7 @@ class PythonFiles:
 
 
 def _home(
-    tree: ReleaseTree, paths: PythonFiles, rel: str, expected: Set[str], *, whole: bool
+    tree: ReleaseTree, paths: PythonFiles, rel: str, expected: frozenset[str], *, whole: bool
 ) -> tuple[str, ...] | None:
     pure = PurePosixPath(rel)
     name, stem, parent = pure.name, pure.stem, str(pure.parent)
@@ -227,16 +237,46 @@ def _akin(old: str, new: str) -> bool:
 
 
 def _shares(
-    tree: ReleaseTree, candidates: list[str], expected: Set[str]
+    tree: ReleaseTree, candidates: list[str], expected: frozenset[str]
 ) -> dict[str, frozenset[str]]:
-    """The expected lines each candidate holds (those holding none left out)."""
-    lines = _line_sets(tree, candidates)
+    """The expected lines each candidate holds (those holding none left out); for a file
+    whose listed sha256 was met before with the same expected lines, kept from then (a
+    vanished file is looked for again in every later release, mostly among the same files)."""
+    digests = _digests(tree, candidates)
     held: dict[str, frozenset[str]] = {}
+    todo = []
     for path in candidates:
+        known = _HITS.get((digests[path], expected)) if path in digests else None
+        if known is None:
+            todo.append(path)
+        elif known:
+            held[path] = known
+    lines = _line_sets(tree, todo) if todo else {}
+    for path in todo:
         hits = lines.get(path, frozenset()) & expected
+        if path in digests:
+            if len(_HITS) >= _LINES_KEPT:
+                _HITS.pop(next(iter(_HITS)))
+            _HITS[(digests[path], expected)] = hits
         if hits:
             held[path] = hits
-    return held
+    return {path: held[path] for path in candidates if path in held}
+
+
+# (a file's sha256, the expected lines) -> the expected lines it holds.
+_HITS: dict[tuple[str, frozenset[str]], frozenset[str]] = {}
+
+
+def _digests(tree: ReleaseTree, candidates: list[str]) -> dict[str, str]:
+    """The listed sha256 of each candidate the release holds (none when it lists none)."""
+    if not isinstance(tree, KnowsDigests):
+        return {}
+    found = {}
+    for path in candidates:
+        digest = tree.listed_digest(path)
+        if digest is not None and digest != "-":
+            found[path] = digest
+    return found
 
 
 # A file's stripped lines by its sha256: most files are the same bytes in consecutive
@@ -280,10 +320,12 @@ def _line_sets(tree: ReleaseTree, candidates: list[str]) -> dict[str, frozenset[
 def forget_lines() -> None:
     """Drop the line sets kept by digest and content (as a fresh process has none)."""
     _LINES_BY_DIGEST.clear()
+    _HITS.clear()
     _whole_file_lines.cache_clear()
 
 
-def _best_file(tree: ReleaseTree, candidates: list[str], expected: Set[str]) -> str | None:
+def _best_file(tree: ReleaseTree, candidates: list[str], wanted: Set[str]) -> str | None:
+    expected = frozenset(wanted)  # the same object when it is one already
     need = math.ceil(MOVED_SHARE * len(expected))
     if isinstance(tree, KnowsDigests):  # a file too small to hold `need` of the lines: unread
         floor = _smallest_holding(expected, need)
@@ -306,9 +348,10 @@ def _smallest_holding(lines: Set[str], count: int) -> int:
 
 
 def _fewest_modules(
-    tree: ReleaseTree, candidates: list[str], expected: Set[str]
+    tree: ReleaseTree, candidates: list[str], wanted: Set[str]
 ) -> tuple[str, ...] | None:
     """The fewest modules (greedy, most lines first) that together carry the share."""
+    expected = frozenset(wanted)
     held = _shares(tree, candidates, expected)
     chosen: list[str] = []
     covered: set[str] = set()

@@ -155,7 +155,7 @@ def check_tree(
         files = _declared(patch)
         key = None
         # A stacked patch reads its files as the patches it requires leave them: not memoised.
-        if memo is not None and patch.kind in ("diff", "runtime") and not patch.requires:
+        if memo is not None and not patch.requires:  # a python patch reads its targets too
             digests = {f: digest(f) for f in files}
             gone = sorted(f for f, d in digests.items() if d == "-")
             existed = _existed(patch, version, gone, seen) if gone else set()

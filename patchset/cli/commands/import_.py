@@ -97,6 +97,11 @@ def _render(report: ImportReport) -> None:
         say(line)
     for file, why in report.broken.items():
         say(f"skipped {file}: {why}")
+    if report.ran:
+        say(
+            f"ran {len(report.ran)} of the collection's own anchor scripts (its code, not"
+            " patchset's), each on scratch copies of releases: " + "; ".join(report.ran)
+        )
     for name in report.builds:
         say(f"build definition builds/{name}")
     prefix = "would import" if report.dry_run else "imported"

@@ -18,20 +18,39 @@ folder and the program exec'd (for tests).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import stat
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
+
+
 # An exported bundle (it has payloads/) lives in the user's folder, mounted read-only as the
-# docs say, or by mistake read-write: never leave root-owned __pycache__ there. In a built
+# docs say, or by mistake read-write: never leave root-owned __pycache__ there; its bytecode
+# goes to the container's /tmp instead (a restarted container starts from it). In a built
 # image /opt/patchset is the image's own: its bytecode is cached in the container's layer.
-sys.dont_write_bytecode = (HERE / "payloads").is_dir()
+def _private_cache() -> str | None:
+    """A folder only this user can write (made 0700, never through a symlink), else None."""
+    path = Path(os.environ.get("PATCHSET_PYCACHE") or tempfile.gettempdir()) / f"ps-{os.getuid()}"
+    with contextlib.suppress(OSError):
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return str(path)
+    return None
+
+
+if (HERE / "payloads").is_dir():
+    sys.pycache_prefix = _private_cache()
+    sys.dont_write_bytecode = sys.pycache_prefix is None
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
@@ -280,47 +299,22 @@ def check_payload(patch: PatchEntry) -> None:
 
 
 def _later_digests(patches: list[PatchEntry]) -> list[dict[str, set[str]]]:
-    out: list[dict[str, set[str]]] = []
-    for index in range(len(patches)):
-        later: dict[str, set[str]] = {}
-        for patch in patches[index + 1 :]:
-            for rel, digests in patch.files.items():
-                later.setdefault(rel, set()).add(digests.after)
-        out.append(later)
-    return out
+    """Per patch, for each of its files, the sha256s the later patches leave it with (only
+    its own files are ever looked up: linear in the manifest, not quadratic)."""
+    by_file: dict[str, list[tuple[int, str]]] = {}
+    for index, patch in enumerate(patches):
+        for rel, digests in patch.files.items():
+            by_file.setdefault(rel, []).append((index, digests.after))
+    return [
+        {rel: {after for j, after in by_file[rel] if j > index} for rel in patch.files}
+        for index, patch in enumerate(patches)
+    ]
 
 
 def series(manifest: Manifest) -> list[PatchEntry]:
     """The manifest's patches in the order they go in: each after those it `requires` (the
     order the build wrote them in; the same rule as patchset's engine)."""
     return in_order(list(manifest.patches), lambda p: p.id, lambda p: p.requires)
-
-
-def _ids(name: str) -> list[str] | None:
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return None
-    ids = [part.strip() for part in raw.split(",") if part.strip()]
-    if not ids:
-        raise StartRefusedError(f"{name}={raw!r} names no patch (give ids, comma-separated)")
-    return ids
-
-
-def selection(manifest: Manifest) -> dict[str, str]:
-    """Why each patch is left out at this start (PATCHSET_DISABLE, PATCHSET_ONLY), by id."""
-    known = [p.id for p in manifest.patches]
-    disabled, only = _ids("PATCHSET_DISABLE"), _ids("PATCHSET_ONLY")
-    for name, ids in (("PATCHSET_DISABLE", disabled), ("PATCHSET_ONLY", only)):
-        unknown = [i for i in ids or [] if i not in known]
-        if unknown:
-            raise StartRefusedError(
-                f"{name} names {', '.join(unknown)}, not in this manifest"
-                f" (it holds {', '.join(known) or 'no patch'})"
-            )
-    out = dict.fromkeys(disabled or [], "disabled (PATCHSET_DISABLE)")
-    if only is not None:
-        out.update({i: "left out (PATCHSET_ONLY)" for i in known if i not in only})
-    return out
 
 
 def release_check(manifest: Manifest, root: Path) -> str:
@@ -417,7 +411,10 @@ def run_patches(
         gpus, names, gpu = gpu_query.detect(os.environ.get("PATCHSET_COMPUTE_CAPABILITY"))
     except ValueError as exc:
         raise StartRefusedError(str(exc)) from None
-    left_out = selection(manifest)
+    try:
+        left_out = startup.selection(manifest, os.environ)
+    except ValueError as exc:
+        raise StartRefusedError(str(exc)) from None
     plan, run = Plan(root), startup.Run()
     served = served_from_args([*manifest.serve_args, *extra_args])
     known = startup.facts(served, gpus, names, root)
