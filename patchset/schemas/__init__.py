@@ -24,8 +24,9 @@ from typing import Any
 
 from patchset.errors import RegistryError
 
-REPORTS = ("check", "build", "apply", "upstream", "bump", "check-builds")  # schemas of what patchset writes (a "schema" tag each)
-FILES = ("patch", "sites", "support", "build-definition", "tool-patchset")  # of files people write
+# Schemas of what patchset writes (a "schema" tag each), then of the files people write.
+REPORTS = ("check", "build", "apply", "upstream", "bump", "check-builds")
+FILES = ("patch", "sites", "support", "build-definition", "tool-patchset")
 NAMES = REPORTS + FILES
 
 
