@@ -778,19 +778,27 @@ def _runtime(
     names: set[str] = set()
     markers: set[str] = set()
     modules: list[str] = []
+    texts = [sub.replacement for p in patchers for sub in p.subs]
+    drifting = sum(1 for p in patchers if any(not any(m in t for t in texts) for m in p.drift))
     for patcher in patchers:
         if patcher.other_files:
             lost.append(
                 f"{patcher.file}: the collection falls back to {', '.join(patcher.other_files)}"
                 " where it is missing; only the first is a target"
             )
-        # A drift marker makes that file's patcher obsolete, the others going on: each of its
-        # sites carries them as its probe; with one patcher they are the patch's probe too.
-        file_probe = list(patcher.drift)
-        if patcher.drift and len(patchers) == 1:
+        # A drift marker makes that file's patcher obsolete (read before any of its edits),
+        # the others going on. One that its own inserted text holds (Genesis's banner as
+        # "residue" detection) would fire on patchset's own edit: left out. With one patcher
+        # holding drift markers they are the patch's probe; with several, each patcher's
+        # sites carry its own.
+        drift = [m for m in patcher.drift if not any(m in t for t in texts)]
+        file_probe: list[str] = []
+        if drift and drifting == 1:
             up = meta["upstream"]
             assert isinstance(up, dict)
-            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(patcher.drift))}
+            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(drift))}
+        elif drift:
+            file_probe = drift
         for sub in patcher.subs:
             if not sub.anchor.strip():
                 raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")
