@@ -245,7 +245,7 @@ def nomemo_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckR
     """The check with the memo cleared and nothing kept in memory from an earlier check, as
     in a fresh process: the release files are cached, nothing else is known."""
     memo.clear()
-    evaluate._compile_error.cache_clear()  # nothing compiled yet
+    evaluate.clear_caches()  # nothing compiled yet, no target file read
     moves.forget_lines()  # nor any release file's lines
     client._parse_version.cache_clear()  # nor any version parsed
     ranges.is_version.cache_clear()

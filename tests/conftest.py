@@ -96,11 +96,3 @@ def http_server() -> Iterator[FakeServer]:
 def fake_index(http_server: FakeServer) -> FakeIndex:
     """vLLM on a fake package index served by `http_server`; add releases to it."""
     return FakeIndex(http_server)
-
-
-@pytest.fixture
-def registry(tmp_path: Path) -> Path:
-    """An empty registry folder (`tmp_path/patches`); a module's own `registry` wins."""
-    folder = tmp_path / "patches"
-    folder.mkdir()
-    return folder

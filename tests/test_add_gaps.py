@@ -20,6 +20,15 @@ from tests.test_runtime_sites import EDITED, FILE, NEXT, ORIGINAL
 
 
 @pytest.fixture
+def registry(tmp_path: Path) -> Path:
+    """An empty registry folder (`tmp_path/patches`). Kept in this module: in conftest.py it
+    would shadow the Docker registry fixture of tests/infra/docker_fixtures.py."""
+    folder = tmp_path / "patches"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
 def index(fake_index: FakeIndex, tmp_cache: object) -> tuple[str, ...]:
     """0.27.0 and 0.27.1 (the comment above the edited line rewritten), in an empty cache."""
     fake_index.add_release("0.27.0", {FILE: ORIGINAL.encode()})

@@ -149,9 +149,10 @@ def test_copy_out_reads_files_without_running_the_image(
 
 @pytest.mark.docker
 def test_push_to_a_registry_and_pull_back_by_digest(
-    engine: Engine, tiny_image: str, registry: str, registry_server: Registry
+    engine: Engine, tiny_image: str, registry_server: Registry
 ) -> None:
-    repo = f"{registry}/{_unique('pushed')}"
+    # the address from the server itself: tests/conftest.py's `registry` is a patch registry
+    repo = f"{registry_server.address}/{_unique('pushed')}"
     engine.tag(tiny_image, f"{repo}:v1")
     lines: list[str] = []
     digest = engine.push(f"{repo}:v1", on_log=lines.append)

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import random
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from patchset.kernel.hunks import apply_hunks, split_text
+from patchset.kernel.hunks import _shared_words, apply_hunks, split_text
 from patchset.registry.diffs import parse_diff
 
 BODY = "".join(f"line {i}\n" for i in range(1, 21))
@@ -144,3 +146,19 @@ def test_nearest_lines_only_when_asked() -> None:
     assert lazy.status == "failed" and lazy.nearest_line is None
     eager = apply_hunks(lines, fd.hunks, nearest=True).hunks[0]
     assert eager.nearest_line == 7 and eager.similarity > 0.8
+
+
+def test_shared_identifiers_are_counted_as_one_scan_per_line_would() -> None:
+    """The identifier vote of `rank_windows` (a file sharing no line with the text) counts,
+    per line, the distinct identifiers of four or more characters it shares with the text:
+    as a per-line `findall` would, whole identifiers only, across punctuation and unicode."""
+    pieces = ["self", "config", "_dtype", "dtype", "naïve_x", "x1234", "ab", "(", ")", " ", "."]
+    rng = random.Random(7)  # noqa: S311 - a fixed test sequence
+    for _ in range(200):
+        lines = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 9))) for _ in range(12)]
+        words = set(re.findall(r"\w{4,}", " ".join(rng.choice(pieces) for _ in range(6))))
+        slow = [
+            (i, len(words.intersection(re.findall(r"\w{4,}", line))))
+            for i, line in enumerate(lines)
+        ]
+        assert _shared_words(lines, words) == [(i, n) for i, n in slow if n]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
+from patchset.kernel import pycompile
 from patchset.kernel.pycompile import broken_by, compile_error, compiles
 
 
@@ -40,3 +42,40 @@ def test_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.chdir(tmp_path)
     compile_error("import os\n", str(tmp_path / "m.py"))
     assert list(tmp_path.iterdir()) == []
+
+
+SNIPPETS = (
+    "x = 1", "return 1", "pass", "y = (", ")", '"""', "'''", "global zz", "nonlocal q",
+    "def q():", "    return 2", "else:", "if a:", "class Z:", "@dec", "for i in r:", "yield 3",
+    "await w", "break", "from m import *", "(v := 2)", "# comment", "", "z = f(a,", "    b)",
+    "try:", "except E:", "\tt = 1", "x = '''a'''", "async def r():", "import os", "return",
+    "x: int = 1", "f'{x'", "from __future__ import annotations",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_edit_judged_by_its_units_is_judged_as_the_whole_file(seed: int) -> None:
+    """`edit_error` (each changed def or class compiled alone where it can be) says what
+    `broken_by` (the whole file compiled) says, error and line, for random edits of real
+    files: lines put in, replaced or removed at any indentation, valid or not."""
+    rng = random.Random(seed)  # noqa: S311 - a fixed test sequence
+    sources = [p.read_bytes() for p in sorted(Path(pycompile.__file__).parent.parent.rglob("*.py"))]
+    judged_alone = 0
+    for _ in range(200):
+        before = rng.choice(sources)
+        lines = before.decode().split("\n")
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            at = rng.randrange(len(lines))
+            indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+            indent = rng.choice([indent, indent, indent + "    ", indent[:-4], ""])
+            new = [indent + rng.choice(SNIPPETS) for _ in range(rng.choice([1, 1, 2]))]
+            if rng.random() < 0.7:
+                new = [indent + "_patchset_x = 1"]  # the common, valid edit
+            lines[at : at + rng.choice([0, 0, 1, 2])] = new
+        after = "\n".join(lines).encode()
+        pycompile.clear_cache()
+        want = broken_by(before, after)
+        assert pycompile.edit_error(before, after) == want  # a first edit: compiled whole
+        assert pycompile.edit_error(before, after) == want  # a second: by its units
+        judged_alone += pycompile._units_compile(pycompile._known(before), before, after)
+    assert judged_alone > 5  # the units alone decided a share of them

@@ -234,3 +234,40 @@ def test_the_exported_compose_file_comes_up(
         assert "patchset: ready in" in logs and '"argv": ["serve"' in logs
     finally:
         docker_client.images.remove(tag)
+
+
+def test_a_built_image_honours_the_same_semantics(
+    docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
+) -> None:
+    """`patchset build` of the same patches on the stand-in: the definition's `[switches]`
+    turns off-default on for this image (its variable still wins at start), the support
+    package is in /opt/patchset/support, and the image verifies."""
+    from patchset.adapters.dockerengine import Engine
+    from patchset.image.build import build
+    from tests.infra.standin import for_tests
+
+    repository = f"patchset-test/semantics-{uuid.uuid4().hex[:8]}"
+    text = for_tests((bundle.parent / "builds" / "0.20.0.toml").read_text())
+    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
+    (tmp_path / "0.20.0.toml").write_text(text + "\n[switches]\nPS_E2E_OFF = true\n")
+    engine = Engine(docker_client)
+    report = build(
+        load_definition(tmp_path / "0.20.0.toml"),
+        load_registry(bundle.parent / "patches"),
+        engine=engine,
+    )
+    try:
+        env = {"PATCHSET_COMPUTE_CAPABILITY": "12.0"}
+        status, out, _ = run_stock(docker_client, report.image_id, None, env=env)
+        assert status == 0, out
+        assert line(out, "off-default") == "applied"  # on in this image by its definition
+        assert line(out, "uses-support") == "applied"
+        assert line(out, "sm12-only") == "applied"
+        assert "patchset: uses-support r1 (startup): verified" in out
+        status, out, _ = run_stock(
+            docker_client, report.image_id, None, env={**env, "PS_E2E_OFF": "0"}
+        )
+        assert status == 0 and line(out, "off-default").startswith("off (PS_E2E_OFF=0;"), out
+    finally:
+        for tag in report.tags:
+            engine.untag(tag)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from patchset.kernel import pycompile
 from patchset.kernel.hunks import (
     FileResult,
     HunkResult,
@@ -21,7 +22,7 @@ from patchset.kernel.hunks import (
     join_text,
     split_text,
 )
-from patchset.kernel.pycompile import CompileError, broken_by, compile_error
+from patchset.kernel.pycompile import CompileError, broken_by, edit_error
 from patchset.kernel.sites import GOOD, FileLines, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
@@ -65,24 +66,17 @@ def _compile_break(
     read: Reader, changes: Mapping[str, bytes], blame: Callable[[str], str] | None = None
 ) -> str:
     """Why the changes would leave a Python file that compiled before not compiling ("" if
-    none would): the file, the line and the compiler's message, and what is to blame."""
+    none would): the file, the line and the compiler's message, and what is to blame. Each
+    content is compiled once (a check meets the same file in many releases), and an edit
+    inside defs and classes by those units alone (`edit_error`)."""
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
-        error = _compile_error(data)
+        error = edit_error(read(rel), data)
         if error is None:
-            continue  # the common case: the file before is not even compiled
-        before = read(rel)
-        if before is not None and _compile_error(before) is not None:
-            continue  # already broken: not the edit's doing (as broken_by says)
+            continue
         return _broken_message(rel, error, blame(rel) if blame else "")
     return ""
-
-
-@functools.lru_cache(maxsize=256)
-def _compile_error(data: bytes) -> CompileError | None:
-    """compile_error, once per content: a check meets the same file in many releases."""
-    return compile_error(data)
 
 
 @functools.lru_cache(maxsize=128)
@@ -98,8 +92,13 @@ def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
 def clear_caches() -> None:
     """Forget what evaluations keep in memory (compile results, target files read for
     sites): a benchmark's "nothing known yet"."""
-    _compile_error.cache_clear()
+    pycompile.clear_cache()
     _site_file.cache_clear()
+
+
+def _known_first(known: Mapping[str, bytes | None], read: Reader) -> Reader:
+    """A reader answering from what was already read."""
+    return lambda rel: known[rel] if rel in known else read(rel)
 
 
 def _broken_message(rel: str, error: CompileError, culprit: str) -> str:
@@ -264,7 +263,8 @@ def evaluate_diff(
         # that has it): the change is there already.
         ok = False
     if ok:
-        broken = _compile_break(read, changes) if compile_check else ""
+        known = {rel: target.data for rel, target in files.items()}  # read once, not again
+        broken = _compile_break(_known_first(known, read), changes) if compile_check else ""
         if broken:
             return Evaluation("conflict", tuple(forward), reverse_ok, broken=broken)
         warnings = tuple(f"{f}: {h.describe()}" for f, h in forward if h.status != "exact")
@@ -338,6 +338,7 @@ def evaluate_runtime(
     found gets the nearest lines of its file (with `ratio`), only when it will be shown."""
     texts: dict[str, tuple[FileLines, str, bool]] = {}
     originals: dict[str, tuple[str, list[str]]] = {}
+    datas: dict[str, bytes] = {}
     missing: list[str] = []
     for site in variant.sites:
         if site.file in texts or site.file in missing:
@@ -346,6 +347,7 @@ def evaluate_runtime(
         if data is None:
             missing.append(site.file)
         else:
+            datas[site.file] = data
             text, view, eol, eof = _site_file(data)
             texts[site.file] = (view, eol, eof)
             originals[site.file] = (text, view.lines)
@@ -378,11 +380,11 @@ def evaluate_runtime(
     def blame(rel: str) -> str:
         _, eol, eof = texts[rel]
         for name, lines in steps.get(rel, []):
-            if broken_by(read(rel), _render(*originals[rel], lines, eol, eof)) is not None:
+            if broken_by(datas[rel], _render(*originals[rel], lines, eol, eof)) is not None:
                 return f"site {name}"
         return ""
 
-    broken = _compile_break(read, changes, blame) if compile_check else ""
+    broken = _compile_break(_known_first(datas, read), changes, blame) if compile_check else ""
     if broken:
         return Evaluation("conflict", sites=tuple(results), broken=broken)
     warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)

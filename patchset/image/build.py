@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from patchset.adapters import dockerengine, gitrepo
 from patchset.engine.apply import apply
@@ -214,20 +214,14 @@ def prepare_context(
         registry=registry.digest,
         entries=entries,
     )
-    plugins = plugin_files(python_patches(registry, variants))
-    support, support_paths = support_files(needed(registry, variants))
-    manifest = Manifest(
+    manifest, plugins, support = carried(
+        definition,
+        registry,
+        variants,
+        entries,
         delivery="image",
-        registry=registry.digest,
-        vllm=definition.vllm,
-        vllm_root=root,
         base=Base(definition.base, base.id, base_digest),
-        serve_args=tuple(definition.serve_args),
-        env=dict(definition.env),
-        patches=tuple(entries),
-        plugins={rel: tree.sha256(data) for rel, data in plugins.items()},
-        support={rel: tree.sha256(data) for rel, data in support.items()},
-        support_paths=tuple(support_paths),
+        vllm_root=root,
     )
     _write_context(
         folder,
@@ -305,6 +299,39 @@ def _build(
         added_bytes=added,
         pushed=pushed,
     )
+
+
+def carried(
+    definition: BuildDefinition,
+    registry: Registry,
+    variants: dict[str, Variant],
+    entries: list[PatchEntry],
+    *,
+    delivery: Literal["image", "stock"],
+    base: Base,
+    vllm_root: str | None = None,
+    release_files: str | None = None,
+) -> tuple[Manifest, dict[str, bytes], dict[str, bytes]]:
+    """The manifest of an image or a bundle, and the files it carries besides: the plugin
+    distribution (python patches) and the support packages, each by path, their sha256 in
+    the manifest for the start to check."""
+    plugins = plugin_files(python_patches(registry, variants))
+    support, support_paths = support_files(needed(registry, variants))
+    manifest = Manifest(
+        delivery=delivery,
+        registry=registry.digest,
+        vllm=definition.vllm,
+        vllm_root=vllm_root,
+        base=base,
+        release_files=release_files,
+        serve_args=tuple(definition.serve_args),
+        env=dict(definition.env),
+        patches=tuple(entries),
+        plugins={rel: tree.sha256(data) for rel, data in plugins.items()},
+        support={rel: tree.sha256(data) for rel, data in support.items()},
+        support_paths=tuple(support_paths),
+    )
+    return manifest, plugins, support
 
 
 def pick_variants(definition: BuildDefinition, registry: Registry) -> dict[str, Variant]:

@@ -24,22 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset._fs import replace_folder, sha256_hex
+from patchset._fs import replace_folder
 from patchset.errors import TargetError, UsageError
 from patchset.image.build import (
     LogSink,
+    carried,
     patch_files,
     pick_variants,
-    python_patches,
     runtime_sources,
     wanted_files,
     without_upstream,
 )
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
-from patchset.image.plugins import plugin_files
-from patchset.image.support import needed, support_files
-from patchset.kernel.manifest import Base, Manifest, PatchEntry
+from patchset.kernel.manifest import Base, PatchEntry
 from patchset.registry import Registry
 from patchset.sources import ReleaseSource, parse_source
 
@@ -191,21 +189,14 @@ def export_runtime(
     sink(f"release files: {origin}")
     variants = without_upstream(definition, registry, variants, originals, strict=strict, log=sink)
     _, entries = patch_files(definition, registry, variants=variants, originals=originals, log=sink)
-    plugins = plugin_files(python_patches(registry, variants))
-    support, support_paths = support_files(needed(registry, variants))
-    manifest = Manifest(
+    manifest, plugins, support = carried(
+        definition,
+        registry,
+        variants,
+        entries,
         delivery="stock",
-        registry=registry.digest,
-        vllm=definition.vllm,
-        vllm_root=None,  # found at start by the image's own python3
         base=Base(definition.base),
-        release_files=origin,
-        serve_args=tuple(definition.serve_args),
-        env=dict(definition.env),
-        patches=tuple(entries),
-        plugins={rel: sha256_hex(data) for rel, data in plugins.items()},
-        support={rel: sha256_hex(data) for rel, data in support.items()},
-        support_paths=tuple(support_paths),
+        release_files=origin,  # vllm_root: found at start by the image's own python3
     )
     files: dict[str, bytes] = {**runtime_sources(), **support}
     files["manifest.json"] = manifest.dumps().encode()

@@ -503,7 +503,9 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
             continue
         for local in contexts:
             try:
-                found.append(_patcher(scope, call, func, local))
+                made = _patcher(scope, call, func, local)
+                if not any(_same(made, other) for other in found):  # one factory, two callers
+                    found.append(made)
             except Unresolved as exc:
                 text = str(exc)
                 if "fixture" in text or "pristine" in text:
@@ -579,6 +581,15 @@ def _loops(caller: ast.AST, call: ast.Call) -> list[list[dict[str, ast.expr]]]:
                     )
             return [out]
     return [[{}]]
+
+
+def _same(one: Patcher, other: Patcher) -> bool:
+    return (one.file, one.marker, one.drift, [(s.name, s.anchor) for s in one.subs]) == (
+        other.file,
+        other.marker,
+        other.drift,
+        [(s.name, s.anchor) for s in other.subs],
+    )
 
 
 def _enclosing(tree: ast.Module) -> dict[int, ast.AST]:
@@ -767,27 +778,27 @@ def _runtime(
     names: set[str] = set()
     markers: set[str] = set()
     modules: list[str] = []
-    probe_file: str | None = None
+    texts = [sub.replacement for p in patchers for sub in p.subs]
+    drifting = sum(1 for p in patchers if any(not any(m in t for t in texts) for m in p.drift))
     for patcher in patchers:
         if patcher.other_files:
             lost.append(
                 f"{patcher.file}: the collection falls back to {', '.join(patcher.other_files)}"
                 " where it is missing; only the first is a target"
             )
+        # A drift marker makes that file's patcher obsolete (read before any of its edits),
+        # the others going on. One that its own inserted text holds (Genesis's banner as
+        # "residue" detection) would fire on patchset's own edit: left out. With one patcher
+        # holding drift markers they are the patch's probe; with several, each patcher's
+        # sites carry its own.
+        drift = [m for m in patcher.drift if not any(m in t for t in texts)]
         file_probe: list[str] = []
-        if patcher.drift:
-            if probe_file is None or probe_file == patcher.file:
-                probe_file = patcher.file
-                up = meta["upstream"]
-                assert isinstance(up, dict)
-                probe = up.get("probe")
-                old = probe.get("any", []) if isinstance(probe, dict) else []
-                up["probe"] = {
-                    "file": patcher.file,
-                    "any": list(dict.fromkeys([*old, *patcher.drift])),
-                }
-            else:
-                file_probe = patcher.drift
+        if drift and drifting == 1:
+            up = meta["upstream"]
+            assert isinstance(up, dict)
+            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(drift))}
+        elif drift:
+            file_probe = drift
         for sub in patcher.subs:
             if not sub.anchor.strip():
                 raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")

@@ -17,9 +17,12 @@ similarity function given (difflib's ratio by default).
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
+import itertools
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -284,32 +287,33 @@ def _votes(hits: list[tuple[int, int]], size: int, last: int) -> dict[int, int]:
 
 
 def rank_windows(
-    lines: list[str], want: list[str], limit: int = 3, *, ratio: Ratio | None = None
+    lines: list[str],
+    want: list[str],
+    limit: int = 3,
+    *,
+    ratio: Ratio | None = None,
+    folded: list[str] | None = None,
 ) -> list[tuple[int, tuple[str, ...], float]]:
     """The windows of `lines` most like `want`, best first: (0-based start, window, similarity).
 
-    Whitespace is ignored. Only windows sharing a non-blank line with `want` are scored, which
-    keeps this fast on large files; a file sharing none is sampled at half-window steps.
+    Whitespace is ignored (`folded`: the lines whitespace-folded, when the caller has them).
+    Only windows sharing a non-blank line with `want` are scored, which keeps this fast on
+    large files; a file sharing none votes by the identifiers it shares with `want`.
     """
     if not want or not lines:
         return [(0, tuple(lines[:3]), 0.0)] if lines else []
     size = len(want)
-    folded = [" ".join(line.split()) for line in lines]
+    if folded is None:
+        folded = [" ".join(line.split()) for line in lines]
     target = [" ".join(line.split()) for line in want]
-    counts: dict[str, int] = {}
-    for line in folded:
-        counts[line] = counts.get(line, 0) + 1
+    counts = Counter(folded)
     # Distinctive lines only (not blank, not ")" and not repeated all over the file).
     anchors = {line for line in target if len(line) > 3 and counts.get(line, 0) <= 5}
     last = max(0, len(lines) - size)
-    hits = [(i, 1) for i, line in enumerate(folded) if line in anchors]
+    hits = [(i, 1) for i, line in enumerate(folded) if line in anchors] if anchors else []
     joined = "\n".join(target)
     if not hits:  # no line survived: vote by shared identifiers instead
-        words = set(re.findall(r"\w{4,}", joined))
-        for i, line in enumerate(folded):
-            shared = len(words.intersection(re.findall(r"\w{4,}", line)))
-            if shared:
-                hits.append((i, shared))
+        hits = _shared_words(folded, set(_WORDS.findall(joined)))
     votes = _votes(hits, size, last)
     best_votes = sorted(votes, key=lambda st: (-votes[st], st))[: 4 * limit + 8] or [0]
     scored = []
@@ -324,6 +328,26 @@ def rank_windows(
         if len(picked) == limit:
             break
     return picked
+
+
+_WORDS = re.compile(r"\w{4,}")
+
+
+def _shared_words(folded: list[str], words: set[str]) -> list[tuple[int, int]]:
+    """(line, how many of `words` it holds as whole identifiers of 4+ characters), for each
+    line holding any: one regular-expression scan of the whole text, not one per line."""
+    if not words:
+        return []
+    text = "\n".join(folded)
+    starts = list(itertools.accumulate((len(line) + 1 for line in folded), initial=0))
+    pattern = re.compile(
+        r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")(?!\w)"
+    )
+    found: dict[int, set[str]] = {}
+    for match in pattern.finditer(text):
+        line = bisect.bisect_right(starts, match.start()) - 1
+        found.setdefault(line, set()).add(match.group())
+    return [(line, len(held)) for line, held in sorted(found.items())]
 
 
 def _difflib_ratio(a: str, b: str) -> float:

@@ -495,7 +495,11 @@ def _locate(
     if site.alternatives:
         reasons.insert(0, f"none of {len(site.alternatives) + 1} anchors matches")
     # The nearest lines: the costly part of a miss, only when it will be shown.
-    ranked = rank_windows(view.lines, site.anchor_lines, limit=3, ratio=ratio) if nearest else []
+    ranked = (
+        rank_windows(view.lines, site.anchor_lines, limit=3, ratio=ratio, folded=view.folded)
+        if nearest
+        else []
+    )
     return _Found(
         SiteResult(
             site.name,
