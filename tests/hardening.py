@@ -10,6 +10,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).parent.parent
 LOCK = ".patchset.lock"  # the one file patchset leaves in a target it wrote to, by design
 
@@ -72,3 +74,22 @@ def error_line(proc: subprocess.CompletedProcess[str]) -> str:
     assert lines[0].startswith("patchset: error: "), lines[0]
     assert "\x1b" not in lines[0], "control characters must be shown escaped"
     return lines[0]
+
+
+def full_disk_under(monkeypatch: pytest.MonkeyPatch, folder: Path, *, skip: int = 0) -> None:
+    """A full disk under `folder`: every file opened for writing there (from the `skip`-th
+    on) is swapped for /dev/full, whose writes fail with the kernel's own ENOSPC. No small
+    file system can be mounted without root, so the disk fills where the bytes go."""
+    real_fdopen = os.fdopen
+    opened = [0]
+
+    def fdopen(fd: int, mode: str = "r", *args: object, **kwargs: object) -> object:
+        inside = Path(f"/proc/self/fd/{fd}").readlink().is_relative_to(folder.resolve())
+        if "w" in mode and inside:
+            opened[0] += 1
+            if opened[0] > skip:
+                os.close(fd)
+                return open("/dev/full", "wb")  # noqa: PTH123 -- the caller closes it
+        return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(os, "fdopen", fdopen)

@@ -17,7 +17,10 @@ from patchset.registry import load_registry
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import bump
 from tests import gitrepos
+from tests.hardening import full_disk_under
+from tests.helpers.cli import cli as cli_in_process
 from tests.helpers.cli import run_cli
+from tests.helpers.schemas import assert_matches
 from tests.synthetic import BODY, add_patch
 
 DEFINITION = """\
@@ -107,6 +110,7 @@ def test_each_patch_gets_its_outcome(project: Path) -> None:
         "patch.diff",
         "patch.toml",
     ]  # a dry run writes nothing
+    assert_matches(report.to_dict(), "bump")
 
 
 def cli(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -155,6 +159,7 @@ def test_a_base_without_the_version_is_hand_work(project: Path) -> None:
     )
     assert report.notes and "set the base for 0.20.0 by hand" in report.notes[0]
     assert report.exit_code == ExitCode.ATTENTION
+    assert_matches(report.to_dict(), "bump")
 
 
 def test_a_complete_bump_exits_0(project: Path) -> None:
@@ -162,7 +167,31 @@ def test_a_complete_bump_exits_0(project: Path) -> None:
     done = cli(project, str(old), "--to", "latest", "--format", "json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
+    assert_matches(data, "bump")
     assert data["complete"] and data["to"] == "0.20.0" and data["patches"] == ["keep"]
+    wrote = cli(project, str(old), "--to", "latest", "--write", "--format", "json")
+    assert wrote.returncode == 0, wrote.stderr
+    data = json.loads(wrote.stdout)
+    assert_matches(data, "bump")
+    assert data["written"] == [str(project / "builds" / "0.20.0.toml")]
+
+
+def test_a_full_disk_writing_the_new_definition_is_one_line_exit_2(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 9: `bump --write` whose `builds/0.20.0.toml` meets a full disk (the
+    disk: tests/hardening.full_disk_under): one line, exit 2, no new file, no temp file."""
+    old = definition(project, "keep", "gone-up")
+    before = sorted(p.name for p in (project / "builds").iterdir())
+    full_disk_under(monkeypatch, project / "builds")
+    argv = ("--registry", project / "patches", "bump", old, "--to", "0.20.0", "--write")
+    done = cli_in_process(*argv, "--source", f"git:{project / 'vllm'}", cwd=project)
+    assert done.code == ExitCode.BAD_INPUT, done.err
+    assert done.err.splitlines() == [
+        f"patchset: error: {project / 'builds' / '0.20.0.toml'}: the disk is full"
+        " (No space left on device); not written"
+    ]
+    assert sorted(p.name for p in (project / "builds").iterdir()) == before
 
 
 @pytest.mark.parametrize(

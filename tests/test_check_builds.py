@@ -13,6 +13,7 @@ import pytest
 from patchset.errors import ExitCode
 from tests import gitrepos
 from tests.helpers.cli import run_cli
+from tests.helpers.schemas import assert_matches
 from tests.synthetic import BODY, add_patch
 
 
@@ -50,6 +51,7 @@ def test_each_definition_on_its_own_release(project: Path) -> None:
     done = cli(project, "--builds", "--since", "0.19.1", "--format", "json")
     assert done.returncode == 0, done.stderr  # fragile breaks only after gemma's pin
     data = json.loads(done.stdout)
+    assert_matches(data, "check-builds")
     rows = {
         (d["definition"], r["vllm"], r["patch"]): (r["verdict"], r["role"], r["attention"])
         for d in data["definitions"]
@@ -72,20 +74,23 @@ def test_a_broken_pin_fails_and_is_the_only_annotation(project: Path) -> None:
     (project / "builds" / "fragile.toml").write_text(
         gitrepos.definition_text("0.20.0", ["fragile"])
     )
-    done = cli(
-        project,
-        "--build",
-        str(project / "builds" / "fragile.toml"),
-        "--build",
-        str(project / "builds" / "gemma.toml"),
-        "--vllm",
-        "0.21.0",
-        "--format",
-        "github",
-    )
+    pins: tuple[str, ...] = ("--build", str(project / "builds" / "fragile.toml"))
+    pins += ("--build", str(project / "builds" / "gemma.toml"), "--vllm", "0.21.0")
+    done = cli(project, *pins, "--format", "github")
     assert done.returncode == ExitCode.ATTENTION, done.stderr
     errors = [line for line in done.stdout.splitlines() if line.startswith("::error")]
     assert len(errors) == 1 and "fragile" in errors[0] and "0.20.0" in errors[0]
+    as_json = cli(project, *pins, "--format", "json")
+    assert as_json.returncode == ExitCode.ATTENTION, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert_matches(data, "check-builds")
+    failing = [
+        (d["definition"], r["patch"], r["vllm"])
+        for d in data["definitions"]
+        for r in d["results"]
+        if r["attention"]
+    ]
+    assert data["exit_code"] == 1 and failing == [("fragile.toml", "fragile", "0.20.0")]
     table = cli(project, "--build", str(project / "builds" / "gemma.toml"), "--vllm", "0.20.0")
     assert table.returncode == 0 and "would carry forward" in table.stdout
 

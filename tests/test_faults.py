@@ -25,15 +25,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import tomlkit
 
 from patchset.engine import transaction
 from patchset.engine.apply import apply, revert
-from patchset.errors import ExitCode, SourceError
+from patchset.errors import ExitCode, RegistryError, SourceError
 from patchset.registry import load_registry
+from patchset.registry.write import RegistryChange
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index.cache import Cache
 from tests.fake_index import FakeIndex, Reply, wheel_name
-from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
+from tests.hardening import (
+    LOCK,
+    REPO,
+    Snapshot,
+    changed,
+    cli,
+    error_line,
+    full_disk_under,
+    snapshot,
+)
+from tests.helpers.cli import cli as cli_in_process
 from tests.reliability import FAULT, REUSED, record
 from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
 
@@ -436,7 +448,9 @@ def test_reused_fault_tests_still_exist() -> None:
     """docs/reliability.md counts these tests by name: a rename must not drop them quietly."""
     for nodeid in REUSED:
         path, _, name = nodeid.partition("::")
-        assert f"def {name}(" in (REPO / path).read_text(), nodeid
+        *classes, function = name.split("::")  # a test in a class: Class::test
+        text = (REPO / path).read_text()
+        assert all(f"class {c}" in text for c in classes) and f"def {function}(" in text, nodeid
 
 
 # -- ownership: root patching a user's tree ----------------------------------------------------
@@ -678,3 +692,63 @@ def test_check_races_cache_prune(fake_index: FakeIndex, tmp_path: Path) -> None:
     assert clean, [p.stderr for p in [*runs, *maintenance] if "Traceback" in p.stderr][:1]
     assert same, [(r.returncode, r.stderr[-300:]) for r in runs]
     assert maintained, [p.stderr for p in maintenance if p.returncode]
+
+
+# -- a full disk under the registry (issue 23 item 9; the disk: tests/hardening.full_disk_under)
+
+
+def _two_patch_project(tmp_path: Path) -> tuple[Path, Path]:
+    tree = make_tree(tmp_path / "tree", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
+    registry = tmp_path / "patches"
+    add_patch(registry, "mod-edit", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    fix = OTHER_DIFF.replace("beta patched", "beta_patched")  # compiles, as vllm/other.py did
+    add_patch(registry, "other-edit", diff=fix, targets=["vllm/other.py"])
+    return registry, tree
+
+
+@pytest.mark.parametrize("skip", [0, 1], ids=["first file", "second file"])
+def test_a_full_disk_under_the_registry_is_one_line_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skip: int
+) -> None:
+    """`check --suggest-ranges --write` of two ranges, the disk full at the first or the
+    second file: one line, exit 2, the registry byte for byte as it was, no temp file."""
+    registry, tree = _two_patch_project(tmp_path)
+    before = snapshot(registry)
+    full_disk_under(monkeypatch, registry, skip=skip)
+    argv = ("check", "--registry", registry, "--source", f"folder:{tree}")
+    proc = cli_in_process(*argv, "--suggest-ranges", "--write")
+    err = proc.err.strip().splitlines()
+    ok = proc.code == ExitCode.BAD_INPUT and snapshot(registry) == before
+    record(FAULT, "full disk under the registry", f"check --write, {skip + 1}", intact=ok)
+    assert proc.code == ExitCode.BAD_INPUT, proc.err
+    assert len(err) == 1 and "Traceback" not in proc.err, proc.err
+    assert "the disk is full (No space left on device); nothing was changed" in err[0]
+    assert changed(before, snapshot(registry)) == []
+    monkeypatch.undo()  # space again: the same command writes both ranges
+    done = cli_in_process(*argv, "--suggest-ranges", "--write")
+    assert done.code == ExitCode.OK, done.err
+    assert done.out.count("range written:") == 2
+
+
+def test_a_roll_back_on_a_full_disk_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change that would not load, with the disk full once its files are in: the roll-back
+    only renames (the replaced file kept under a second name), so it needs no space."""
+    registry, _ = _two_patch_project(tmp_path)
+    before = snapshot(registry)
+    loaded = load_registry(registry)
+    patch = loaded.get("mod-edit")
+    change = RegistryChange(loaded)
+    change.add_file(patch, "v9.diff", b"not a diff\n")
+
+    def edit(doc: tomlkit.TOMLDocument) -> None:
+        doc["payload"] = "v9.diff"
+
+    change.edit_toml(patch, edit)
+    full_disk_under(monkeypatch, registry, skip=2)  # both files staged, then the disk is full
+    with pytest.raises(RegistryError, match=r"would not load .* nothing was changed"):
+        change.commit()
+    ok = snapshot(registry) == before
+    record(FAULT, "full disk under the registry", "roll-back on a full disk", intact=ok)
+    assert changed(before, snapshot(registry)) == []

@@ -57,8 +57,7 @@ def test_genesis_text_patch_becomes_sites_in_order(tmp_path: Path) -> None:
     assert [s["optional"] for s in sites] == [False, True]
     assert sites[0]["text"].endswith("    y = x + 2\n")  # an f-string of module constants
     assert sites[0]["marker"] == "Genesis G1 Genesis G1 forward v1 :: x.py :: g1_forward"
-    # its own upstream marker, and its file's drift marker (that file's patcher is obsolete)
-    assert sites[0]["probe"] == {"any": ["y = x + 1  # upstream", "def forward(x, fixed=True):"]}
+    assert sites[0]["probe"] == {"any": ["y = x + 1  # upstream"]}  # its own upstream marker
     assert _at(meta, "x", "composes_with") == ["genesis-g2"]
     assert collected.supports and collected.supports[0].name == "sndr"
 
@@ -317,3 +316,18 @@ def test_club_import_validates_and_applies(tmp_path: Path) -> None:
     assert (target / "vllm" / "helper_mod.py").read_text() == "HELP = 1\n"
     again = import_collection("club-3090", checkout, registry, sources=specs, run_scripts=True)
     assert {e.action for e in again.entries if e.patch} == {"unchanged"}
+
+
+def test_reimport_reports_a_removed_patch_and_keeps_it(tmp_path: Path) -> None:
+    checkout = fx.genesis(tmp_path / "g")
+    registry = tmp_path / "patches"
+    import_collection("genesis", checkout, registry)
+    source = checkout / "sndr/dispatcher/registry.py"
+    text = source.read_text()
+    start = text.index('    "G2": {')
+    source.write_text(text[:start] + text[text.index('    "G3": {') :])
+    fx.commit_all(checkout, "G2 gone")
+    again = import_collection("genesis", checkout, registry)
+    removed = [e for e in again.entries if e.action == "removed"]
+    assert [(e.source_id, e.patch) for e in removed] == [("G2", "genesis-g2")]
+    assert (registry / "genesis-g2" / "patch.toml").is_file()  # kept: the user decides

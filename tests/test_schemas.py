@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import get_args
 
 import jsonschema
 import pytest
@@ -15,44 +15,18 @@ import pytest
 import patchset
 from patchset import schemas
 from patchset.adapters.dockerengine import Engine
+from patchset.adapters.forge import ForgeState
 from patchset.image.definition import load_definition
+from patchset.registry.model import STATES
 from patchset.sources.package_index import IndexSource
+from patchset.upstream import Status
+from patchset.upstream.bump import Action
+from patchset.upstream.pins import Role
+from tests.helpers.schemas import assert_matches, undocumented
 from tests.infra.docker_fixtures import StandinImage
 
 REPO = Path(__file__).parent.parent
 REGISTRY = patchset.load_registry(REPO / "patches")
-
-
-def undocumented(
-    instance: Any, schema: dict[str, Any], root: dict[str, Any], at: str = ""
-) -> list[str]:
-    """Keys of `instance` the schema does not describe (it accepts them, readers may not
-    know them): every field an output carries must be in the schema."""
-    if "$ref" in schema:
-        name = schema["$ref"].removeprefix("#/$defs/")
-        schema = {**root["$defs"][name], **{k: v for k, v in schema.items() if k != "$ref"}}
-    found: list[str] = []
-    if isinstance(instance, dict):
-        props = schema.get("properties")
-        extra = schema.get("additionalProperties")
-        for key, value in instance.items():
-            if props is not None and key in props:
-                found += undocumented(value, props[key], root, f"{at}.{key}")
-            elif isinstance(extra, dict):
-                found += undocumented(value, extra, root, f"{at}.{key}")
-            elif props is not None:
-                found.append(f"{at}.{key}")
-    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(instance):
-            found += undocumented(item, schema["items"], root, f"{at}[{i}]")
-    return found
-
-
-def assert_matches(instance: Any, name: str) -> None:
-    schema = schemas.load(name)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator)
-    assert undocumented(instance, schema, schema) == []
 
 
 def test_schemas_ship_in_the_package() -> None:
@@ -137,3 +111,21 @@ def test_a_real_build_report_matches_its_schema(
     finally:
         for tag in report.tags:
             engine.untag(tag)
+
+
+def test_the_audit_bump_and_pin_enums_are_their_literals() -> None:
+    """The enums of upstream.json, bump.json and check-builds.json are the code's Literals,
+    and a pinned result is a check result with its role (no field the check's lacks)."""
+    up = schemas.load("upstream")["$defs"]
+    assert up["status"]["enum"] == list(get_args(Status))
+    assert up["upstream_state"]["enum"] == list(STATES)
+    assert up["finding"]["properties"]["forge"]["enum"] == list(get_args(ForgeState))
+    step = schemas.load("bump")["$defs"]["step"]["properties"]
+    assert step["action"]["enum"] == list(get_args(Action))
+    check = schemas.load("check")["$defs"]["result"]
+    assert step["verdict"]["enum"] == check["properties"]["verdict"]["enum"]
+    pinned = schemas.load("check-builds")["$defs"]["result"]
+    assert pinned["properties"]["role"]["enum"] == list(get_args(Role))
+    own = {"role", "attention"}
+    assert {k: v for k, v in pinned["properties"].items() if k not in own} == check["properties"]
+    assert [k for k in pinned["required"] if k not in own] == check["required"]

@@ -20,6 +20,7 @@ from patchset.registry import load_registry
 from patchset.upstream import audit, record
 from tests.fake_forge import FakeForge
 from tests.gitrepos import git
+from tests.helpers.schemas import assert_matches
 from tests.synthetic import MOD_DIFF, add_patch
 
 SHA = "a" * 40
@@ -92,6 +93,8 @@ def test_the_decision_table(registry: Path, forge: FakeForge, tmp_path: Path) ->
     assert (merged.merge_commit, merged.merged_at) == (SHA, "2026-11-30T12:00:00Z")
     calm = audit(load_registry(registry), ForgeAPI(forge.api, token=""), patches=["still-open"])
     assert [f.status for f in calm.findings] == ["still-open"] and calm.exit_code == 0
+    for each in (report, calm):
+        assert_matches(each.to_dict(), "upstream")
 
 
 def test_answers_are_cached_by_etag(registry: Path, forge: FakeForge, tmp_path: Path) -> None:
@@ -109,6 +112,8 @@ def test_answers_are_cached_by_etag(registry: Path, forge: FakeForge, tmp_path: 
     forge.pull("o/r#3", "closed", merged=True, sha=SHA)  # changed: a new ETag, a new answer
     third = audit(load_registry(registry), api, patches=["still-open"])
     assert [(f.status, f.cached) for f in third.findings] == [("newly-merged", False)]
+    for each in (first, second, third):
+        assert_matches(each.to_dict(), "upstream")
 
 
 def test_the_token_is_sent_and_never_printed_or_kept(
@@ -125,6 +130,7 @@ def test_the_token_is_sent_and_never_printed_or_kept(
     kept = [p.read_bytes() for p in cache.rglob("*") if p.is_file()]
     assert kept and not any(secret.encode() in blob for blob in kept)
     data = json.loads(done.stdout)
+    assert_matches(data, "upstream")
     assert data["schema"] == "patchset.upstream/1" and data["exit_code"] == 1
     assert data["counts"] == {
         "newly-merged": 1,
@@ -187,8 +193,12 @@ def test_an_unreachable_forge_is_exit_3(registry: Path, tmp_path: Path) -> None:
 def test_write_records_the_new_state_and_keeps_comments(
     registry: Path, forge: FakeForge, tmp_path: Path
 ) -> None:
-    done = cli(registry, forge, "--write", PATCHSET_CACHE_DIR=str(tmp_path / "c"))
+    cache = str(tmp_path / "c")
+    done = cli(registry, forge, "--write", "--format", "json", PATCHSET_CACHE_DIR=cache)
     assert done.returncode == ExitCode.ATTENTION, done.stderr
+    data = json.loads(done.stdout)
+    assert_matches(data, "upstream")
+    assert data["written"] == ["closed-now", "merged-now", "stale"]
     merged = (registry / "merged-now" / "patch.toml").read_text()
     assert 'state = "merged"' in merged and f'commit = "{SHA}"' in merged
     assert "# kept by --write" in merged
@@ -202,6 +212,7 @@ def test_write_records_the_new_state_and_keeps_comments(
     assert left == {"gone": "gone"}  # what --write could record, it did
     unchanged = record(loaded, again)
     assert unchanged.written == ()
+    assert_matches(unchanged.to_dict(), "upstream")
 
 
 def test_formats(registry: Path, forge: FakeForge, tmp_path: Path) -> None:
@@ -245,6 +256,7 @@ def test_first_release_from_a_real_clone(registry: Path, forge: FakeForge, tmp_p
     assert found["known"] is None  # the clone lacks that commit
     merged = next(f for f in report.findings if f.patch == "merged-now")
     assert "first in 0.2.0" in merged.advice
+    assert_matches(report.to_dict(), "upstream")
 
 
 def test_an_unknown_patch_is_exit_2(registry: Path, forge: FakeForge) -> None:

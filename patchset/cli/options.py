@@ -66,6 +66,10 @@ COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
     ),
     "remove": ((E.OK, E.BAD_INPUT), "patchset remove fla-tma-sm12x"),
     "init": ((E.OK, E.BAD_INPUT), "patchset init ."),
+    "import": (
+        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
+        "patchset import genesis ../genesis-vllm-patches --dry-run",
+    ),
     "bake": ((E.OK, E.BAD_INPUT), "patchset bake -o docker-bake.json"),
     "runtime": ((E.OK, E.BAD_INPUT), "patchset runtime export out/ --build builds/0.19.1.toml"),
     "runtime export": (

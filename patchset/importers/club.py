@@ -18,10 +18,10 @@ Facts of the collection this relies on:
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -635,8 +635,16 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
             if old is None:
                 cost += len(text.splitlines())
                 continue
-            old_lines = old.decode(errors="replace").splitlines()
-            cost += sum(1 for d in difflib.ndiff(old_lines, text.splitlines()) if d[:1] in "+-")
+            # lines one side has and the other has not (as multisets): linear, and zero
+            # exactly when the files hold the same lines
+            ours, theirs = (
+                Counter(text.splitlines()),
+                Counter(old.decode(errors="replace").splitlines()),
+            )
+            cost += sum(((ours - theirs) + (theirs - ours)).values())
+            cost += (
+                old.decode(errors="replace") != text and not (ours - theirs) and not (theirs - ours)
+            )
         if best is None or cost < best[0] or (cost == best[0] and _key(version) > _key(best[1])):
             best = (cost, version)
     assert best is not None

@@ -504,7 +504,7 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
         for local in contexts:
             try:
                 made = _patcher(scope, call, func, local)
-                if not any(_same(made, other) for other in found):  # one factory, two callers
+                if not _covered(made, found):  # one factory, two callers; an alias of a bundle
                     found.append(made)
             except Unresolved as exc:
                 text = str(exc)
@@ -583,13 +583,10 @@ def _loops(caller: ast.AST, call: ast.Call) -> list[list[dict[str, ast.expr]]]:
     return [[{}]]
 
 
-def _same(one: Patcher, other: Patcher) -> bool:
-    return (one.file, one.marker, one.drift, [(s.name, s.anchor) for s in one.subs]) == (
-        other.file,
-        other.marker,
-        other.drift,
-        [(s.name, s.anchor) for s in other.subs],
-    )
+def _covered(made: Patcher, found: list[Patcher]) -> bool:
+    """Whether every sub-patch of `made` is one an earlier patcher of the same file has."""
+    have = {(s.name, s.anchor) for p in found if p.file == made.file for s in p.subs}
+    return all((s.name, s.anchor) in have for s in made.subs)
 
 
 def _enclosing(tree: ast.Module) -> dict[int, ast.AST]:
@@ -778,19 +775,25 @@ def _runtime(
     names: set[str] = set()
     markers: set[str] = set()
     modules: list[str] = []
+    texts = [sub.replacement for p in patchers for sub in p.subs]
     for patcher in patchers:
         if patcher.other_files:
             lost.append(
                 f"{patcher.file}: the collection falls back to {', '.join(patcher.other_files)}"
                 " where it is missing; only the first is a target"
             )
-        # A drift marker makes that file's patcher obsolete, the others going on: each of its
-        # sites carries them as its probe; with one patcher they are the patch's probe too.
-        file_probe = list(patcher.drift)
-        if patcher.drift and len(patchers) == 1:
+        # A drift marker makes that file's patcher obsolete (read before any of its edits),
+        # the others going on. One that its own inserted text holds (Genesis's banner as
+        # "residue" detection) would fire on patchset's own edit: left out. With one patcher
+        # they are the patch's probe; with several, each patcher's sites carry its own.
+        drift = [m for m in patcher.drift if not any(m in t for t in texts)]
+        file_probe: list[str] = []
+        if drift and len(patchers) == 1:
             up = meta["upstream"]
             assert isinstance(up, dict)
-            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(patcher.drift))}
+            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(drift))}
+        elif drift:
+            file_probe = drift
         for sub in patcher.subs:
             if not sub.anchor.strip():
                 raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")

@@ -9,7 +9,10 @@ registry byte-for-byte unchanged. Nothing is written unless every folder involve
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import secrets
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +23,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.toml_document import TOMLDocument
 
-from patchset._fs import write_atomic
+from patchset._fs import attributes_for, set_attributes, sync_folder
 from patchset.errors import PatchsetError, RegistryError
 from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
 from patchset.registry.ranges import same_range
@@ -101,31 +104,99 @@ class RegistryChange:
             raise RegistryError(
                 "changed since it was read (another run?); nothing was written", path=stale[0]
             )
-        done: list[tuple[Path, bytes | None]] = []
         # New files first, the edits that name them last: a run killed in between leaves
         # only files nothing refers to yet (and the same run again takes them as they are).
         order = sorted(self._planned.items(), key=lambda item: self._read.get(item[0]) is not None)
+        staged: dict[Path, Path] = {}
+        swapped: list[_Swap] = []
         try:
+            # Every byte is written first, beside its file: a full disk fails here, while
+            # the registry is still untouched. Swapping in then only renames and links.
             for path, data in order:
-                before = self._read.get(path)
-                if before is None and path.is_file():
-                    before = path.read_bytes()
-                write_atomic(path, data)
-                done.append((path, before))
-            return _reload(root, [p.parent for p in self._planned])
+                staged[path] = _stage(path, data)
+            for path, _ in order:
+                swapped.append(_swap_in(path, staged.pop(path)))
+            for folder in dict.fromkeys(p.parent for p in self._planned):
+                sync_folder(folder)
+            registry = _reload(root, [p.parent for p in self._planned])
         except PatchsetError as exc:
-            _undo(done)
+            _undo(swapped)
             raise RegistryError(
                 f"the changed registry would not load ({exc}); nothing was changed"
             ) from None
         except OSError as exc:
-            _undo(done)
-            raise RegistryError(
-                f"cannot write: {exc.strerror or exc}; nothing was changed", path=exc.filename
-            ) from None
+            _undo(swapped)
+            raise _write_error(exc) from None
         except BaseException:
-            _undo(done)
+            _undo(swapped)
             raise
+        finally:
+            for name in staged.values():
+                name.unlink(missing_ok=True)
+        for swap in swapped:
+            if swap.old is not None:
+                swap.old.unlink(missing_ok=True)
+        return registry
+
+
+@dataclass(frozen=True)
+class _Swap:
+    path: Path
+    old: Path | None  # a second name of the file it replaced (a hard link)
+    before: bytes | None = None  # the file it replaced, where no link could be made
+
+
+def _stage(dest: Path, data: bytes) -> Path:
+    """`data` in a hidden file beside `dest` (the shape `leftovers` sweeps), fsynced, with
+    the mode and owner `dest` will have; the caller renames it in or removes it."""
+    attrs = attributes_for(dest)
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+            set_attributes(out.fileno(), attrs)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return Path(name)
+
+
+def _swap_in(dest: Path, staged: Path) -> _Swap:
+    """Rename `staged` over `dest`, keeping the file it replaces under a second name (a hard
+    link: no data written), so putting it back is a rename that a full disk cannot fail."""
+    old: Path | None = None
+    before: bytes | None = None
+    if dest.is_file() and not dest.is_symlink():
+        old = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.link(dest, old)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            old, before = None, dest.read_bytes()  # a file system without hard links
+    try:
+        os.replace(staged, dest)
+    except BaseException:
+        if old is not None:
+            old.unlink(missing_ok=True)
+        raise
+    return _Swap(dest, old, before)
+
+
+def _write_error(exc: OSError) -> RegistryError:
+    """A write in the registry that failed (a full disk, a quota, an I/O error): one line,
+    exit 2, the registry as it was."""
+    path = Path(exc.filename) if exc.filename else None
+    return RegistryError(f"{why_not_written(exc)}; nothing was changed", path=path)
+
+
+def why_not_written(exc: OSError) -> str:
+    """What a failed write of a project file says: a full disk (or quota) by that name."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk is full ({exc.strerror})"
+    return f"cannot write: {exc.strerror or exc}"
 
 
 def _reload(root: Path, changed: list[Path]) -> Registry:
@@ -142,15 +213,18 @@ def _bytes(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
-def _undo(done: list[tuple[Path, bytes | None]]) -> None:
-    for path, before in reversed(done):
+def _undo(swapped: list[_Swap]) -> None:
+    """Put back every file swapped in, newest first: renames and unlinks only."""
+    for swap in reversed(swapped):
         try:
-            if before is None:
-                path.unlink(missing_ok=True)
+            if swap.old is not None:
+                os.replace(swap.old, swap.path)
+            elif swap.before is not None:
+                os.replace(_stage(swap.path, swap.before), swap.path)
             else:
-                write_atomic(path, before)
+                swap.path.unlink(missing_ok=True)
         except OSError:  # pragma: no cover -- the folder turned read-only mid-way
-            LOG.exception("could not restore %s", path)
+            LOG.warning("could not put back %s", swap.path)
 
 
 def check_writable(folder: Path) -> None:

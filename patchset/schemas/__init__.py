@@ -2,7 +2,10 @@
 
 Reports: ``load("check")`` is the schema of ``patchset.check/1`` (`patchset check --format
 json`, ``CheckReport.to_dict()``); ``load("build")`` that of ``patchset.build/1``
-(report.json); ``load("apply")`` that of ``patchset.apply/1`` (`apply`/`revert --format json`).
+(report.json); ``load("apply")`` that of ``patchset.apply/1`` (`apply`/`revert --format json`);
+``load("upstream")``, ``load("bump")`` and ``load("check-builds")`` those of
+``patchset.upstream/1`` (`patchset upstream`), ``patchset.bump/1`` (`patchset bump`) and
+``patchset.check-builds/1`` (`patchset check --build/--builds`), all with ``--format json``.
 
 Files: ``load("patch")`` (patches/<id>/patch.toml), ``load("sites")`` (a runtime payload),
 ``load("support")`` (patches/_support/<name>/support.toml), ``load("build-definition")``
@@ -21,8 +24,9 @@ from typing import Any
 
 from patchset.errors import RegistryError
 
-REPORTS = ("check", "build", "apply")  # schemas of what patchset writes (a "schema" tag each)
-FILES = ("patch", "sites", "support", "build-definition", "tool-patchset")  # of files people write
+# Schemas of what patchset writes (a "schema" tag each), then of the files people write.
+REPORTS = ("check", "build", "apply", "upstream", "bump", "check-builds")
+FILES = ("patch", "sites", "support", "build-definition", "tool-patchset")
 NAMES = REPORTS + FILES
 
 

@@ -24,6 +24,7 @@ from patchset._fs import write_atomic
 from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
 from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
+from patchset.registry.write import why_not_written
 from patchset.release_check import ATTENTION, CheckResult, check
 from patchset.sources.base import ReleaseSource
 
@@ -128,7 +129,11 @@ def bump(
     if not write:
         return report
     written = [Path(s.variant) for s in steps if s.action == "refreshed" and s.variant]
-    write_atomic(target, text.encode("utf-8"))
+    try:
+        write_atomic(target, text.encode("utf-8"))
+    except OSError as exc:
+        done = f" (the {len(written)} refreshed variant(s) are in the registry)" if written else ""
+        raise RegistryError(f"{why_not_written(exc)}; not written{done}", path=target) from None
     try:
         load_definition(target).check_patches(registry)
     except PatchsetError as exc:
