@@ -453,6 +453,16 @@ class TestOutputForPeople:
         warm = IndexSource(fake_index.index_url, cache=tmp_cache)
         warm.prefetch(["0.1.0"], paths=[TARGET], progress=lambda v, d, t: heard.append((d, t)))
         assert heard == [(0, 0)]  # nothing fetched: not "1/1 bytes"
+        from rich.progress import Progress
+
+        from patchset.cli.commands.check import _Bytes
+
+        bar = Progress(disable=True)
+        bar.add_task("vllm releases 1/1", total=None)
+        bar.add_task("vllm releases 0/1", total=2048, completed=1024)
+        warm_task, cold_task = bar.tasks
+        assert _Bytes().render(warm_task).plain == ""
+        assert _Bytes().render(cold_task).plain == "1.0/2.0 kB"
 
 
 def _result(version: str, verdict: str, in_range: bool) -> CheckResult:

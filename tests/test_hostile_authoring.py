@@ -54,6 +54,15 @@ def one_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 @pytest.fixture
+def registry(tmp_path: Path) -> Path:
+    """An empty registry folder (`tmp_path/patches`), this module's own: the one in
+    conftest.py moved to test_add_gaps.py, and here `registry` was the Docker registry's."""
+    folder = tmp_path / "patches"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
 def release(tmp_path: Path) -> Path:
     """vLLM 0.19.1 as a folder source: vllm/mod.py and vllm/sub/keep.py."""
     return make_tree(tmp_path / "release", {MOD: BODY, "vllm/sub/keep.py": KEEP})

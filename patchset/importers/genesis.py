@@ -504,7 +504,7 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
         for local in contexts:
             try:
                 made = _patcher(scope, call, func, local)
-                if not any(_same(made, other) for other in found):  # one factory, two callers
+                if not _covered(made, found):  # one factory, two callers; an alias of a bundle
                     found.append(made)
             except Unresolved as exc:
                 text = str(exc)
@@ -583,13 +583,10 @@ def _loops(caller: ast.AST, call: ast.Call) -> list[list[dict[str, ast.expr]]]:
     return [[{}]]
 
 
-def _same(one: Patcher, other: Patcher) -> bool:
-    return (one.file, one.marker, one.drift, [(s.name, s.anchor) for s in one.subs]) == (
-        other.file,
-        other.marker,
-        other.drift,
-        [(s.name, s.anchor) for s in other.subs],
-    )
+def _covered(made: Patcher, found: list[Patcher]) -> bool:
+    """Whether every sub-patch of `made` is one an earlier patcher of the same file has."""
+    have = {(s.name, s.anchor) for p in found if p.file == made.file for s in p.subs}
+    return all((s.name, s.anchor) in have for s in made.subs)
 
 
 def _enclosing(tree: ast.Module) -> dict[int, ast.AST]:
@@ -779,7 +776,6 @@ def _runtime(
     markers: set[str] = set()
     modules: list[str] = []
     texts = [sub.replacement for p in patchers for sub in p.subs]
-    drifting = sum(1 for p in patchers if any(not any(m in t for t in texts) for m in p.drift))
     for patcher in patchers:
         if patcher.other_files:
             lost.append(
@@ -789,11 +785,10 @@ def _runtime(
         # A drift marker makes that file's patcher obsolete (read before any of its edits),
         # the others going on. One that its own inserted text holds (Genesis's banner as
         # "residue" detection) would fire on patchset's own edit: left out. With one patcher
-        # holding drift markers they are the patch's probe; with several, each patcher's
-        # sites carry its own.
+        # they are the patch's probe; with several, each patcher's sites carry its own.
         drift = [m for m in patcher.drift if not any(m in t for t in texts)]
         file_probe: list[str] = []
-        if drift and drifting == 1:
+        if drift and len(patchers) == 1:
             up = meta["upstream"]
             assert isinstance(up, dict)
             up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(drift))}

@@ -9,7 +9,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from rich.progress import BarColumn, DownloadColumn, Progress
+from rich.progress import BarColumn, DownloadColumn, Progress, Task
+from rich.text import Text
 
 from patchset._gc import collector_paused
 from patchset.adapters import net
@@ -241,6 +242,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+class _Bytes(DownloadColumn):
+    """Bytes received of those expected, or nothing while none are (a warm check fetches
+    nothing: its bar counts releases, never "25/25 bytes")."""
+
+    def render(self, task: Task) -> Text:
+        if not task.total and not task.completed:
+            return Text("")
+        return super().render(task)
+
+
 @contextlib.contextmanager
 def _bar(versions: list[str]) -> Iterator[DownloadProgress | None]:
     """The prefetch's progress bar on stderr when it is a terminal (none under -q): bytes,
@@ -251,7 +262,7 @@ def _bar(versions: list[str]) -> Iterator[DownloadProgress | None]:
         return
     counts: dict[str, tuple[int, int]] = {}  # version -> (bytes received, bytes expected)
     lock = threading.Lock()
-    columns = (DescriptionColumn(), BarColumn(), DownloadColumn())
+    columns = (DescriptionColumn(), BarColumn(), _Bytes())
     with Progress(*columns, console=shown_on, transient=True) as progress:
         task = progress.add_task(f"vllm releases 0/{len(versions)}", total=None)
 
@@ -260,7 +271,7 @@ def _bar(versions: list[str]) -> Iterator[DownloadProgress | None]:
             description, releases ready."""
             with lock:
                 counts[version] = (done, total)
-                ready = sum(1 for d, t in counts.values() if t and d >= t)
+                ready = sum(1 for d, t in counts.values() if d >= t)  # 0 of 0: cached
                 progress.update(
                     task,
                     completed=sum(d for d, _ in counts.values()),
