@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from patchset.cli.loading import load
+from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, table
 from patchset.errors import ExitCode, UsageError
 from patchset.image.definition import load_definitions
@@ -19,12 +20,8 @@ docker buildx bake [--push] [TARGET...]. Needs the base images on the local engi
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "bake",
-        help="write a docker-bake.json and build contexts for the build definitions",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    helptext = "write a docker-bake.json and build contexts for the build definitions"
+    p = add_command(sub, "bake", helptext, run, DESCRIPTION)
     p.add_argument(
         "--builds",
         dest="bake_builds",
@@ -50,7 +47,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
