@@ -7,7 +7,7 @@ from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
-from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.errors import ExitCode, UsageError
 from patchset.image.definition import load_definitions
 
@@ -66,13 +66,12 @@ def run(args: argparse.Namespace) -> int:
                 f"no build target {unknown[0]!r} in {folder} (have: {', '.join(sorted(known))})"
             )
         definitions = list({id(known[t]): known[t] for t in args.target}.values())
-    err = err_console()
     result = bake(
         definitions,
         load(args.registry),
         args.output,
         extra_tags=tuple(args.tag),
-        log=lambda line: err.print(line, markup=False, highlight=False),
+        log=err_lines(),
     )
     if args.format == "json":
         print_json(result.data)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
-from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
 from patchset.image.manifest import MANIFEST_PATH
@@ -61,7 +61,6 @@ def run_build(args: argparse.Namespace) -> int:
     definition = load_definition(args.definition)
     registry = load(args.registry)
     output = args.output or Path(".patchset-builds") / definition.name
-    err = err_console()
     report = build(
         definition,
         registry,
@@ -69,7 +68,7 @@ def run_build(args: argparse.Namespace) -> int:
         push=args.push,
         nocache=args.no_cache,
         output=output,
-        on_log=lambda line: err.print(line, markup=False, highlight=False),
+        on_log=err_lines(),
         strict=args.strict,
     )
     if args.format == "json":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
-from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
@@ -50,13 +50,12 @@ def run_export(args: argparse.Namespace) -> int:
     definition = load_definition(args.build or default_definition(args.builds))
     registry = load(args.registry)
     source = source_from(args)
-    err = err_console()
     report = export_runtime(
         definition,
         registry,
         args.folder,
         source=source,
-        log=lambda line: err.print(line, markup=False, highlight=False),
+        log=err_lines(),
         strict=args.strict,
     )
     if args.format == "json":
