@@ -30,7 +30,7 @@ TEST_FILES = [
     "tests/test_hostile_text.py",
     "tests/test_fuzz.py",
     "tests/test_faults.py",
-    "tests/test_trust.py",
+    "tests/engine/test_trust.py",
 ]
 
 

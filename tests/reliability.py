@@ -25,43 +25,55 @@ LOG_ENV = "PATCHSET_RELIABILITY_LOG"
 HOSTILE = "hostile input"
 FAULT = "fault injected"
 
-# Existing tests that inject a fault, counted by their outcome (see tests/test_net.py and
-# tests/test_index_source.py): the test passing means nothing corrupt was used or kept.
-_HARD = "tests/test_check_hardening.py::"
+# Existing tests that inject a fault, counted by their outcome (see tests/adapters/test_net.py and
+# tests/sources/test_index_source.py): the test passing means nothing corrupt was used or kept.
+_HARD = "tests/release_check/test_check_hardening.py::"
 REUSED: dict[str, str] = {
-    "tests/test_net.py::test_a_500_is_retried": "index answers 5xx, then recovers",
-    "tests/test_net.py::test_persistent_500_gives_one_clear_line": "index answers 5xx, always",
-    "tests/test_net.py::test_unreachable_port": "index unreachable",
-    "tests/test_net.py::test_a_hung_server_is_given_up_on_after_the_timeout": "index times out",
-    "tests/test_net.py::test_not_json": "index answers garbage",
-    "tests/test_net.py::test_download_retries_a_truncated_body": "download cut short, then whole",
-    "tests/test_net.py::test_download_always_truncated_leaves_nothing": "download cut short",
-    "tests/test_net.py::test_wrong_sha256_deletes_and_does_not_retry": "download corrupted",
-    "tests/test_index_source.py::test_unreachable_index_says_offline": "index unreachable",
-    "tests/test_index_source.py::test_verify_full_refuses_a_wheel_the_index_disowns": (
+    "tests/adapters/test_net.py::test_a_500_is_retried": "index answers 5xx, then recovers",
+    "tests/adapters/test_net.py::test_persistent_500_gives_one_clear_line": (
+        "index answers 5xx, always"
+    ),
+    "tests/adapters/test_net.py::test_unreachable_port": "index unreachable",
+    "tests/adapters/test_net.py::test_a_hung_server_is_given_up_on_after_the_timeout": (
+        "index times out"
+    ),
+    "tests/adapters/test_net.py::test_not_json": "index answers garbage",
+    "tests/adapters/test_net.py::test_download_retries_a_truncated_body": (
+        "download cut short, then whole"
+    ),
+    "tests/adapters/test_net.py::test_download_always_truncated_leaves_nothing": (
+        "download cut short"
+    ),
+    "tests/adapters/test_net.py::test_wrong_sha256_deletes_and_does_not_retry": (
         "download corrupted"
     ),
-    "tests/test_index_source.py::test_a_damaged_member_is_fetched_again": "cached member corrupted",
-    "tests/test_index_source.py::test_a_damaged_manifest_is_rebuilt_not_believed": (
+    "tests/sources/test_index_source.py::test_unreachable_index_says_offline": "index unreachable",
+    "tests/sources/test_index_source.py::test_verify_full_refuses_a_wheel_the_index_disowns": (
+        "download corrupted"
+    ),
+    "tests/sources/test_index_source.py::test_a_damaged_member_is_fetched_again": (
+        "cached member corrupted"
+    ),
+    "tests/sources/test_index_source.py::test_a_damaged_manifest_is_rebuilt_not_believed": (
         "cached tree corrupted"
     ),
-    "tests/test_index_source.py::test_a_tampered_answer_keeps_the_cached_release": (
+    "tests/sources/test_index_source.py::test_a_tampered_answer_keeps_the_cached_release": (
         "cached index answer tampered"
     ),
-    "tests/test_index_source.py::test_a_damaged_central_directory_is_one_clear_error": (
+    "tests/sources/test_index_source.py::test_a_damaged_central_directory_is_one_clear_error": (
         "wheel directory lies"
     ),
-    "tests/test_index_source.py::test_a_member_that_lies_is_never_used_and_fetched_again": (
+    "tests/sources/test_index_source.py::test_a_member_that_lies_is_never_used_and_fetched_again": (
         "wheel member corrupted"
     ),
-    "tests/test_index_source.py::test_a_server_without_ranges_falls_back_to_the_sdist": (
+    "tests/sources/test_index_source.py::test_a_server_without_ranges_falls_back_to_the_sdist": (
         "server ignores ranges"
     ),
-    "tests/test_index_source.py::test_two_readers_read_the_directory_once": (
+    "tests/sources/test_index_source.py::test_two_readers_read_the_directory_once": (
         "two readers, one cache"
     ),
-    "tests/test_index_source.py::test_a_held_lock_times_out": "cache lock held elsewhere",
-    # issue 23, the check's classes (tests/test_check_hardening.py)
+    "tests/sources/test_index_source.py::test_a_held_lock_times_out": "cache lock held elsewhere",
+    # issue 23, the check's classes (tests/release_check/test_check_hardening.py)
     _HARD + "TestWheelDirectoryAgainstRecord::test_a_damaged_wheel_is_exit_3_and_nothing"
     "_is_cached": "wheel directory and RECORD disagree",
     f"{_HARD}TestInflationBound::test_a_bomb_is_refused_without_inflating_it": "inflation bomb",

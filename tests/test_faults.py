@@ -3,8 +3,8 @@ index that cannot be reached, two checks sharing one cache, two applies on one t
 
 Kills use tests/faultrun.py (SIGKILL after step N of a real `patchset` process); the next run
 must find the tree untouched or fully patched, or roll it back from the journal, and leave
-nothing behind. Cut-short and corrupted downloads are tested in tests/test_net.py and
-tests/test_index_source.py (counted in docs/reliability.md through tests/reliability.py).
+nothing behind. Cut-short and corrupted downloads are tested in tests/adapters/test_net.py and
+tests/sources/test_index_source.py (counted in docs/reliability.md through tests/reliability.py).
 """
 
 from __future__ import annotations
@@ -600,7 +600,7 @@ def test_refresh_finish_killed_at_every_step(tmp_path: Path) -> None:
     """`patchset refresh --finish` killed after each file-system step: the registry is as it
     was (and the work folder still there, so --finish can run again) or the new variant is
     written whole; the next --finish ends with it written."""
-    from tests.test_refresh import drop_probe, take_ours
+    from tests.refresh.test_refresh import drop_probe, take_ours
 
     utils = "vllm/model_executor/layers/fla/ops/utils.py"
     seed = tmp_path / "seed"

@@ -12,6 +12,7 @@ import argparse
 import difflib
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -21,71 +22,43 @@ from patchset.kernel.sites import parse_served
 
 E = ExitCode
 APPLY_CODES = (E.OK, E.ATTENTION, E.BAD_INPUT, E.MISSING_TARGET, E.OUT_OF_RANGE)
+PLAIN = (E.OK, E.BAD_INPUT)  # reads and writes local files only
+FETCHES = (E.OK, E.BAD_INPUT, E.UNAVAILABLE)  # reads a release, an image or a forge too
+REPORTS = (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE)  # and may ask for attention
+SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
+IMAGE = "localhost:5000/vllm-openai:0.19.1-cu130"
 
 # command -> (its own exit codes, one example); shown at the foot of `patchset COMMAND --help`
 # with the codes' words from `errors.MEANING` and the codes every command shares after them.
 COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
-    "list": ((E.OK, E.BAD_INPUT), "patchset list --format json"),
-    "show": ((E.OK, E.BAD_INPUT), "patchset show fla-tma-sm12x"),
-    "validate": ((E.OK, E.BAD_INPUT), "patchset validate"),
+    "list": (PLAIN, "patchset list --format json"),
+    "show": (PLAIN, "patchset show fla-tma-sm12x"),
+    "validate": (PLAIN, "patchset validate"),
     "apply": (
         (*APPLY_CODES, E.ALREADY_APPLIED, E.APPLIED_WITH_WARNINGS, E.UPSTREAM),
-        "patchset apply --target /usr/local/lib/python3.12/dist-packages --dry-run",
+        f"patchset apply --target {SITE_PACKAGES} --dry-run",
     ),
     "revert": (
         (*APPLY_CODES[:4], E.ALREADY_APPLIED, E.APPLIED_WITH_WARNINGS),
-        "patchset revert --target /usr/local/lib/python3.12/dist-packages",
+        f"patchset revert --target {SITE_PACKAGES}",
     ),
-    "check": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset check --since 0.19.0 --format github",
-    ),
-    "build": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset build builds/0.19.1.toml --push",
-    ),
-    "inspect": (
-        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset inspect localhost:5000/vllm-openai:0.19.1-cu130",
-    ),
-    "verify": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset verify localhost:5000/vllm-openai:0.19.1-cu130",
-    ),
-    "refresh": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset refresh fla-tma-sm12x --vllm 0.20.0 --write",
-    ),
-    "add": (
-        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset add fla-tma-sm12x --pr vllm-project/vllm#36325",
-    ),
-    "update": (
-        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset update fla-tma-sm12x --from-tree site-packages --vllm 0.19.1",
-    ),
-    "remove": ((E.OK, E.BAD_INPUT), "patchset remove fla-tma-sm12x"),
-    "init": ((E.OK, E.BAD_INPUT), "patchset init ."),
-    "import": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset import genesis ../genesis-vllm-patches --dry-run",
-    ),
-    "bake": ((E.OK, E.BAD_INPUT), "patchset bake -o docker-bake.json"),
-    "runtime": ((E.OK, E.BAD_INPUT), "patchset runtime export out/ --build builds/0.19.1.toml"),
-    "runtime export": (
-        (E.OK, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset runtime export out/ --build builds/0.19.1.toml",
-    ),
-    "bump": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset bump builds/0.19.1.toml --to 0.20.0 --format markdown",
-    ),
-    "upstream": (
-        (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE),
-        "patchset upstream --format github",
-    ),
+    "check": (REPORTS, "patchset check --since 0.19.0 --format github"),
+    "build": (REPORTS, "patchset build builds/0.19.1.toml --push"),
+    "inspect": (FETCHES, f"patchset inspect {IMAGE}"),
+    "verify": (REPORTS, f"patchset verify {IMAGE}"),
+    "refresh": (REPORTS, "patchset refresh fla-tma-sm12x --vllm 0.20.0 --write"),
+    "add": (FETCHES, "patchset add fla-tma-sm12x --pr vllm-project/vllm#36325"),
+    "update": (FETCHES, "patchset update fla-tma-sm12x --from-tree site-packages --vllm 0.19.1"),
+    "remove": (PLAIN, "patchset remove fla-tma-sm12x"),
+    "init": (PLAIN, "patchset init ."),
+    "import": (REPORTS, "patchset import genesis ../genesis-vllm-patches --dry-run"),
+    "bake": (PLAIN, "patchset bake -o docker-bake.json"),
+    "runtime": (PLAIN, "patchset runtime export out/ --build builds/0.19.1.toml"),
+    "runtime export": (FETCHES, "patchset runtime export out/ --build builds/0.19.1.toml"),
+    "bump": (REPORTS, "patchset bump builds/0.19.1.toml --to 0.20.0 --format markdown"),
+    "upstream": (REPORTS, "patchset upstream --format github"),
     "completion": (
-        (E.OK, E.BAD_INPUT),
+        PLAIN,
         "patchset completion bash > ~/.local/share/bash-completion/completions/patchset",
     ),
 }
@@ -93,7 +66,7 @@ COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
 
 def command_codes(command: str) -> tuple[ExitCode, ...]:
     """Every exit code `command` can end with: its own, then those every command shares."""
-    own = COMMAND_HELP.get(command, ((E.OK, E.BAD_INPUT), ""))[0]
+    own = COMMAND_HELP.get(command, (PLAIN, ""))[0]
     return (*own, *COMMON)
 
 
@@ -111,6 +84,22 @@ def epilog() -> str:
         f"{codes}\nSee docs/exit-codes.md. `patchset COMMAND --help` names each command's"
         " own.\n\nexample:\n  patchset check --since 0.19.0"
     )
+
+
+def add_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    helptext: str,
+    handler: Callable[[argparse.Namespace], int] | None,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """The parser of command `name`: `helptext` in the command list, `description` atop its
+    `--help`, `handler` run for it (main() adds the global options, the footer and the
+    formatter that keeps a description's lines)."""
+    parser = sub.add_parser(name, help=helptext, description=description)
+    if handler is not None:
+        parser.set_defaults(handler=handler)
+    return parser
 
 
 def add_global_options(parser: argparse.ArgumentParser, *, in_command: bool) -> None:
@@ -131,22 +120,18 @@ def add_global_options(parser: argparse.ArgumentParser, *, in_command: bool) -> 
                 self.group.add_argument(*names, **kwargs)  # type: ignore[arg-type]
 
     group = Group()
-    group.add_argument(
-        "--registry",
-        type=Path,
-        default=default(None),
-        metavar="DIR",
-        help="the patch registry folder (default: $PATCHSET_REGISTRY, else [tool.patchset]"
-        " registry in the nearest pyproject.toml, else ./patches)",
-    )
-    group.add_argument(
-        "--builds",
-        type=Path,
-        default=default(None),
-        metavar="DIR",
-        help="the build definitions folder (default: $PATCHSET_BUILDS, else [tool.patchset]"
-        " builds in the nearest pyproject.toml, else ./builds)",
-    )
+    for name, what, default_folder in (
+        ("registry", "the patch registry folder", "./patches"),
+        ("builds", "the build definitions folder", "./builds"),
+    ):
+        group.add_argument(
+            f"--{name}",
+            type=Path,
+            default=default(None),
+            metavar="DIR",
+            help=f"{what} (default: $PATCHSET_{name.upper()}, else [tool.patchset] {name} in"
+            f" the nearest pyproject.toml, else {default_folder})",
+        )
     group.add_argument(
         "-v",
         "--verbose",

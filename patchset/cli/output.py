@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -58,6 +59,12 @@ def console() -> Console:
 
 def err_console() -> Console:
     return SafeConsole(stderr=True, highlight=False, markup=False, emoji=False)
+
+
+def err_lines() -> Callable[[str], None]:
+    """A log sink for the library's progress lines: each one on stderr as it comes, as text."""
+    err = err_console()
+    return lambda line: err.print(line, markup=False, highlight=False)
 
 
 _quiet = False  # -q: no progress on stderr (bars or lines), as logging shows errors only

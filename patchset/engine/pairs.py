@@ -63,14 +63,7 @@ def refuse_pairs(
                     f"changes the same lines as {a.id} ({line}): {hint}"
                 )
                 break
-    if not why:
-        return results
-    return [
-        PatchResult(r.patch, r.revision, r.variant, "conflict", (*why[r.patch], *r.details))
-        if r.patch in why
-        else r
-        for r in results
-    ]
+    return _conflicted(results, why)
 
 
 def refuse_held(
@@ -106,6 +99,11 @@ def refuse_held(
                     f"conflicts with {other.id}, which the tree holds (declared in patch.toml):"
                     f" revert {other.id} first"
                 )
+    return _conflicted(results, why)
+
+
+def _conflicted(results: list[PatchResult], why: dict[str, list[str]]) -> list[PatchResult]:
+    """`results` with each patch `why` names turned into a conflict, its reasons first."""
     if not why:
         return results
     return [

@@ -14,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchset.errors import RegistryError, UnknownPatchError
+from patchset.kernel.manifest import Check
 from patchset.kernel.predicates import Node, switch_on
 from patchset.kernel.sites import Site, SiteProbe
 from patchset.registry.diffs import FileDiff
@@ -93,29 +94,16 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Verify:
+class Verify(Check):
     """One `[[verify]]`: proof the patch took effect, run after the start applied it.
     Exactly one kind: `attribute` (module:attribute must exist), `file` + `contains` (the
     file, relative to the folder holding vllm/, holds the text) or `module` + `expr` (an
-    expression over the imported module `m` is true)."""
-
-    attribute: str | None = None
-    file: str | None = None
-    contains: str | None = None
-    module: str | None = None
-    expr: str | None = None
-    timeout: float = 10.0  # seconds
+    expression over the imported module `m` is true). Its fields and `describe` are the
+    manifest's `Check`, which the image reads."""
 
     @property
     def kind(self) -> str:
         return "attribute" if self.attribute else "file" if self.file else "expr"
-
-    def describe(self) -> str:
-        if self.attribute:
-            return f"{self.attribute} exists"
-        if self.file:
-            return f"{self.file} contains {self.contains!r}"
-        return f"{self.module}: {self.expr}"
 
     def to_dict(self) -> dict[str, object]:
         found: dict[str, object] = {

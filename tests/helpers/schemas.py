@@ -1,7 +1,7 @@
 """Reports checked against the JSON Schemas patchset ships: valid, and every key described.
 
 Each command's own tests validate what it emits (`assert_matches(data, "upstream")`);
-tests/test_schemas.py checks the schemas themselves and real check and build reports."""
+tests/registry/test_schemas.py checks the schemas themselves and real check and build reports."""
 
 from __future__ import annotations
 

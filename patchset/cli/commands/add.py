@@ -13,6 +13,7 @@ from patchset.authoring import remove as removal
 from patchset.authoring import update as updates
 from patchset.authoring.layout import Layout
 from patchset.authoring.payload import MAX_DELETIONS, PayloadRequest, Prepared, prepare
+from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
 from patchset.cli.sourceopts import add_source_options
 from patchset.errors import ExitCode, UsageError
@@ -116,13 +117,17 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
+REMOVE_HELP = "take a patch out of the registry (refused while another patch or a build uses it)"
+REMOVE_DESCRIPTION = (
+    "Remove a patch folder from the registry, whole. Refused (exit 2, nothing removed)"
+    " while another patch requires it, conflicts with it or is superseded by it, or a"
+    " build definition lists it: each is named."
+)
+
+
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "add",
-        help="add a patch from a pull request, a diff, an edited tree, overlays, or a skeleton",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    helptext = "add a patch from a pull request, a diff, an edited tree, overlays, or a skeleton"
+    p = add_command(sub, "add", helptext, run, DESCRIPTION)
     p.add_argument("id", metavar="ID", help="the new patch's id (3-64 of a-z 0-9 -)")
     _sources(p, update=False)
     p.add_argument("--state", choices=STATES, help="upstream state (default: open with --pr)")
@@ -139,26 +144,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="ID",
         help="a patch this one goes on top of (repeatable; a stacked series, as quilt's)",
     )
-    p.set_defaults(handler=run)
-    u = sub.add_parser(
-        "update",
-        help="a new payload for a diff patch: from its pull request, a diff or an edited tree",
-        description=UPDATE_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    helptext = "a new payload for a diff patch: from its pull request, a diff or an edited tree"
+    u = add_command(sub, "update", helptext, run_update, UPDATE_DESCRIPTION)
     u.add_argument("id", metavar="ID", help="the patch to update")
     _sources(u, update=True)
-    u.set_defaults(handler=run_update)
-    r = sub.add_parser(
-        "remove",
-        help="take a patch out of the registry (refused while another patch or a build uses it)",
-        description="Remove a patch folder from the registry, whole. Refused (exit 2, nothing"
-        " removed) while another patch requires it, conflicts with it or is superseded by it,"
-        " or a build definition lists it: each is named.",
-    )
+    r = add_command(sub, "remove", REMOVE_HELP, run_remove, REMOVE_DESCRIPTION)
     r.add_argument("id", metavar="ID", help="the patch to remove")
     r.add_argument("--format", choices=FORMATS, default="table")
-    r.set_defaults(handler=run_remove)
 
 
 def _progress(fmt: str) -> Callable[[int], Callable[[str], None]]:

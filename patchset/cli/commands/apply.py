@@ -8,7 +8,7 @@ from typing import Literal
 
 from patchset.adapters import gpu
 from patchset.cli.loading import load
-from patchset.cli.options import served_arg
+from patchset.cli.options import add_command, served_arg
 from patchset.cli.output import FORMATS, console, print_json, styled, table
 from patchset.engine.apply import DETECT, ApplyReport, apply, revert
 from patchset.kernel.predicates import SERVED_LEAVES
@@ -20,11 +20,11 @@ TARGET_HELP = (
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for name, helptext in (
-        ("apply", "apply patches to a vLLM tree, all or nothing"),
-        ("revert", "take applied patches out of a vLLM tree, all or nothing"),
+    for name, helptext, handler in (
+        ("apply", "apply patches to a vLLM tree, all or nothing", run_apply),
+        ("revert", "take applied patches out of a vLLM tree, all or nothing", run_revert),
     ):
-        p = sub.add_parser(name, help=helptext, description=helptext)
+        p = add_command(sub, name, helptext, handler, helptext)
         p.add_argument("--target", type=Path, default=None, metavar="DIR", help=TARGET_HELP)
         p.add_argument(
             "--patch",
@@ -81,7 +81,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 action="store_true",
                 help="apply a patch even where its upstream probe finds the fix (warned)",
             )
-        p.set_defaults(handler=run_apply if name == "apply" else run_revert)
 
 
 def run_apply(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from patchset.cli.loading import load
-from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.options import add_command
+from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.errors import ExitCode, UsageError
 from patchset.image.definition import load_definitions
 
@@ -19,12 +20,8 @@ docker buildx bake [--push] [TARGET...]. Needs the base images on the local engi
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "bake",
-        help="write a docker-bake.json and build contexts for the build definitions",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    helptext = "write a docker-bake.json and build contexts for the build definitions"
+    p = add_command(sub, "bake", helptext, run, DESCRIPTION)
     p.add_argument(
         "--builds",
         dest="bake_builds",
@@ -50,7 +47,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,13 +66,12 @@ def run(args: argparse.Namespace) -> int:
                 f"no build target {unknown[0]!r} in {folder} (have: {', '.join(sorted(known))})"
             )
         definitions = list({id(known[t]): known[t] for t in args.target}.values())
-    err = err_console()
     result = bake(
         definitions,
         load(args.registry),
         args.output,
         extra_tags=tuple(args.tag),
-        log=lambda line: err.print(line, markup=False, highlight=False),
+        log=err_lines(),
     )
     if args.format == "json":
         print_json(result.data)

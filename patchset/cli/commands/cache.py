@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from patchset.cli.options import add_command
 from patchset.cli.output import console, print_json
 from patchset.errors import ExitCode
 from patchset.sources.package_index.cache import Cache, cache_location, summary
@@ -12,15 +13,16 @@ from patchset.sources.package_index.cache import Cache, cache_location, summary
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}
 
+HELP = "show, prune or clear the release cache"
+DESCRIPTION = (
+    "The release cache: each release's file list, the files read from it and"
+    " the index's answers. Its folder is $PATCHSET_CACHE_DIR, else the user cache folder"
+    " of the platform (platformdirs)."
+)
+
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "cache",
-        help="show, prune or clear the release cache",
-        description="The release cache: each release's file list, the files read from it and"
-        " the index's answers. Its folder is $PATCHSET_CACHE_DIR, else the user cache folder"
-        " of the platform (platformdirs).",
-    )
+    p = add_command(sub, "cache", HELP, run, DESCRIPTION)
     actions = p.add_subparsers(dest="cache_action", required=True, metavar="ACTION")
     info = actions.add_parser("info", help="where the cache is, its size and releases")
     info.add_argument("--format", choices=("table", "json"), default="table")
@@ -33,7 +35,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="unused for longer than AGE: a number with s, m, h, d or w (default 30d)",
     )
     actions.add_parser("clear", help="remove everything in the cache")
-    p.set_defaults(handler=run)
 
 
 def _duration(text: str) -> float:

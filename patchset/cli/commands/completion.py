@@ -5,19 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from patchset.cli.options import add_command
+
 SHELLS = ("bash", "zsh", "tcsh")
+
+HELP = "print a shell completion script (bash, zsh, tcsh)"
+DESCRIPTION = (
+    "Print a completion script for SHELL on stdout. bash: save it as"
+    " ~/.local/share/bash-completion/completions/patchset; zsh: as _patchset in a folder"
+    " of your $fpath."
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "completion",
-        help="print a shell completion script (bash, zsh, tcsh)",
-        description="Print a completion script for SHELL on stdout. bash: save it as"
-        " ~/.local/share/bash-completion/completions/patchset; zsh: as _patchset in a folder"
-        " of your $fpath.",
-    )
+    p = add_command(sub, "completion", HELP, run, DESCRIPTION)
     p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="one of: " + ", ".join(SHELLS))
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,19 +10,21 @@ import argparse
 from pathlib import Path
 
 from patchset.cli.loading import load
-from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.options import add_command
+from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
 from patchset.image.manifest import MANIFEST_PATH
 
+BUILD_HELP = "build, verify and tag a patched vLLM image from builds/<name>.toml"
+BUILD_DESCRIPTION = (
+    "Build the thin patched image of a build definition on its official base;"
+    " nothing is tagged unless the build and its verification pass."
+)
+
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "build",
-        help="build, verify and tag a patched vLLM image from builds/<name>.toml",
-        description="Build the thin patched image of a build definition on its official base;"
-        " nothing is tagged unless the build and its verification pass.",
-    )
+    p = add_command(sub, "build", BUILD_HELP, run_build, BUILD_DESCRIPTION)
     p.add_argument("definition", type=Path, metavar="BUILD_TOML")
     p.add_argument("--push", action="store_true", help="push every tag to its registry")
     p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
@@ -40,15 +42,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="where build.log and report.json go (default: .patchset-builds/<name>)",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run_build)
-    for name, helptext in (
-        ("inspect", "print a patched image's provenance (labels and manifest)"),
-        ("verify", "re-check, with no network, that every patch is present in an image"),
+    for name, helptext, handler in (
+        ("inspect", "print a patched image's provenance (labels and manifest)", run_inspect),
+        (
+            "verify",
+            "re-check, with no network, that every patch is present in an image",
+            run_verify,
+        ),
     ):
-        p = sub.add_parser(name, help=helptext, description=helptext)
+        p = add_command(sub, name, helptext, handler, helptext)
         p.add_argument("image", metavar="IMAGE")
         p.add_argument("--format", choices=FORMATS, default="table")
-        p.set_defaults(handler=run_inspect if name == "inspect" else run_verify)
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -57,7 +61,6 @@ def run_build(args: argparse.Namespace) -> int:
     definition = load_definition(args.definition)
     registry = load(args.registry)
     output = args.output or Path(".patchset-builds") / definition.name
-    err = err_console()
     report = build(
         definition,
         registry,
@@ -65,7 +68,7 @@ def run_build(args: argparse.Namespace) -> int:
         push=args.push,
         nocache=args.no_cache,
         output=output,
-        on_log=lambda line: err.print(line, markup=False, highlight=False),
+        on_log=err_lines(),
         strict=args.strict,
     )
     if args.format == "json":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode
 from patchset.project import init_project
@@ -12,14 +13,10 @@ from patchset.project import init_project
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     helptext = "lay out patches/, builds/ and [tool.patchset] in DIR/pyproject.toml"
-    p = sub.add_parser(
-        "init",
-        help=helptext,
-        description=f"{helptext.capitalize()}; anything already there is kept as it is.",
-    )
+    description = f"{helptext.capitalize()}; anything already there is kept as it is."
+    p = add_command(sub, "init", helptext, run, description)
     p.add_argument("dir", nargs="?", type=Path, default=Path(), metavar="DIR")
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from patchset.cli.loading import load
+from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
@@ -34,12 +35,8 @@ where one is clearly best it is proposed as the new anchor. --write records the 
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "refresh",
-        help="carry a patch that no longer fits onto a newer vLLM release",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    helptext = "carry a patch that no longer fits onto a newer vLLM release"
+    p = add_command(sub, "refresh", helptext, run, DESCRIPTION)
     p.add_argument("id", metavar="ID", nargs="?")
     p.add_argument(
         "--all",
@@ -74,7 +71,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     add_source_options(p)
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run)
 
 
 def _picks(values: list[str]) -> dict[str, int]:

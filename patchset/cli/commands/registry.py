@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.text import Text
 
 from patchset.cli.loading import load
+from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
 from patchset.errors import ExitCode, RegistryError
 from patchset.image.definition import load_definitions
@@ -24,24 +25,21 @@ from patchset.registry.support import import_problems
 from patchset.registry.toml import load_toml
 from patchset.schemas import check_project, document_problems
 
+VALIDATE_HELP = "load and validate every patch (and build definition); print the registry digest"
+VALIDATE_DESCRIPTION = (
+    "Load every patch and build definition as every command does, and check patch.toml,"
+    " sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas in"
+    " patchset/schemas/."
+)
+
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("list", help="list the patches in the registry")
-    p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run_list)
-    p = sub.add_parser("show", help="show one patch's metadata and payload")
-    p.add_argument("id", metavar="ID")
-    p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run_show)
-    p = sub.add_parser(
-        "validate",
-        help="load and validate every patch (and build definition); print the registry digest",
-        description="Load every patch and build definition as every command does, and check"
-        " patch.toml, sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas"
-        " in patchset/schemas/.",
-    )
-    p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run_validate)
+    listing = add_command(sub, "list", "list the patches in the registry", run_list)
+    show = add_command(sub, "show", "show one patch's metadata and payload", run_show)
+    show.add_argument("id", metavar="ID")
+    validate = add_command(sub, "validate", VALIDATE_HELP, run_validate, VALIDATE_DESCRIPTION)
+    for p in (listing, show, validate):
+        p.add_argument("--format", choices=FORMATS, default="table")
 
 
 def run_list(args: argparse.Namespace) -> int:

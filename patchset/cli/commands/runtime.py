@@ -6,27 +6,27 @@ import argparse
 from pathlib import Path
 
 from patchset.cli.loading import load
-from patchset.cli.output import FORMATS, console, err_console, print_json, table
+from patchset.cli.options import add_command
+from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
 from patchset.image.definition import load_definition
 
+HELP = "patches for the stock vLLM image without a rebuild (runtime export)"
+EXPORT_HELP = "write a read-only bundle, compose.yaml and docker run line for a build definition"
+EXPORT_DESCRIPTION = (
+    "Write a standard-library bundle (entrypoint, kernel, manifest, payloads,"
+    " plugins) that, mounted read-only into the stock image, applies the definition's"
+    " patches at start and execs `vllm serve`; with a compose.yaml service and"
+    " docker-run.sh. The release's files come from --source (default: the package index)."
+)
+
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "runtime",
-        help="patches for the stock vLLM image without a rebuild (runtime export)",
-        description="Patches applied at container start by the stock vLLM image.",
-    )
+    description = "Patches applied at container start by the stock vLLM image."
+    p = add_command(sub, "runtime", HELP, None, description)
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    e = actions.add_parser(
-        "export",
-        help="write a read-only bundle, compose.yaml and docker run line for a build definition",
-        description="Write a standard-library bundle (entrypoint, kernel, manifest, payloads,"
-        " plugins) that, mounted read-only into the stock image, applies the definition's"
-        " patches at start and execs `vllm serve`; with a compose.yaml service and"
-        " docker-run.sh. The release's files come from --source (default: the package index).",
-    )
+    e = add_command(actions, "export", EXPORT_HELP, run_export, EXPORT_DESCRIPTION)
     e.add_argument("folder", type=Path, metavar="DIR")
     e.add_argument(
         "--build",
@@ -42,7 +42,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="refuse a patch whose upstream fix the release holds (default: left out, a line)",
     )
     e.add_argument("--format", choices=FORMATS, default="table")
-    e.set_defaults(handler=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -51,13 +50,12 @@ def run_export(args: argparse.Namespace) -> int:
     definition = load_definition(args.build or default_definition(args.builds))
     registry = load(args.registry)
     source = source_from(args)
-    err = err_console()
     report = export_runtime(
         definition,
         registry,
         args.folder,
         source=source,
-        log=lambda line: err.print(line, markup=False, highlight=False),
+        log=err_lines(),
         strict=args.strict,
     )
     if args.format == "json":

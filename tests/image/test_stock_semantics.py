@@ -1,0 +1,273 @@
+"""Issue 24 end to end on the stand-in of the stock image (a real Docker engine): an exported
+bundle of five patches on vLLM 0.20.0's own files, mounted read-only at /opt/patchset and
+started as the docs say, then the exported compose.yaml brought up by Debian's
+`docker-compose` against the local engine (only the GPU reservation dropped).
+
+- a switch that is off by default, then on by its variable;
+- a predicate on the served configuration and one on the GPU (PATCHSET_COMPUTE_CAPABILITY);
+- a warn-policy failure (its proof fails) that serves, and the same with the policy `fail`;
+- a support package imported by an inserted site in a process vLLM-style spawned (the
+  stand-in has no torch: the import of vllm stops after our site ran, which is enough).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from patchset.image.definition import load_definition
+from patchset.image.export import export_runtime
+from patchset.registry import load_registry
+from tests.image.test_runtime_export import recorded, run_stock
+from tests.infra.standin import build_standin_base
+from tests.synthetic import PATCH_TOML
+
+pytestmark = [pytest.mark.docker, pytest.mark.network]
+REPO = Path(__file__).parents[2]
+
+# (id, file, anchor in vLLM 0.20.0, inserted text, patch.toml tables, sites.toml extra)
+PATCHES = [
+    ("off-default", "vllm/logger.py", "import datetime", "PS_E2E_OFF = 1",
+     '[switch]\nenv = "PS_E2E_OFF"\ndefault = false\n', ""),
+    ("fp8-only", "vllm/scalar_type.py", "import functools", "PS_E2E_FP8 = 1",
+     '[applies]\nkv_cache_dtype = "fp8*"\n', ""),
+    ("sm12-only", "vllm/collect_env.py", "import datetime", "PS_E2E_SM12 = 1",
+     '[applies]\ncompute_capability = ">=12.0"\n', ""),
+    ("may-fail", "vllm/envs.py", "import functools", "PS_E2E_MAY_FAIL = 1",
+     '[failure]\npolicy = "warn"\n\n[[verify]]\nfile = "vllm/envs.py"\ncontains = "NEVER_THERE"\n',
+     ""),
+    ("uses-support", "vllm/env_override.py", "import os", "import psup as _psup\n_psup.mark()",
+     '[[verify]]\nfile = "vllm/env_override.py"\ncontains = "_psup.mark()"\n',
+     'requires_modules = ["psup"]\n'),
+]  # fmt: skip
+PSUP = """import os
+
+
+def mark():
+    with open(f"/tmp/psup-mark-{os.getpid()}", "w") as fh:
+        fh.write(str(os.getpid()))
+"""
+# Stands for `vllm serve`: starts a process with spawn (as vLLM's engine core and workers
+# are), which imports vllm (our site in vllm/env_override.py runs, then torch is missing).
+SPAWNER = """#!/usr/bin/python3
+import glob, json, multiprocessing, os, sys
+
+
+def child():
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+
+
+if __name__ == "__main__":
+    proc = multiprocessing.get_context("spawn").Process(target=child)
+    proc.start()
+    proc.join()
+    marks = [open(m).read() for m in sorted(glob.glob("/tmp/psup-mark-*"))]
+    print(json.dumps({"argv": sys.argv[1:], "parent": os.getpid(), "marks": marks,
+                      "pythonpath": os.environ.get("PYTHONPATH", "")}))
+"""
+
+
+@pytest.fixture(scope="module")
+def standin_020(docker_client: Any) -> str:
+    return build_standin_base(docker_client, "0.20.0")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("stock-semantics")
+    registry = tmp / "patches"
+    for patch_id, file, anchor, text, tables, extra in PATCHES:
+        folder = registry / patch_id
+        folder.mkdir(parents=True)
+        head = PATCH_TOML.format(
+            id=patch_id, kind="runtime", vllm=">=0.20.0", when="startup", targets=f'["{file}"]'
+        )
+        (folder / "patch.toml").write_text(head.replace("[upstream]", tables + "\n[upstream]"))
+        (folder / "sites.toml").write_text(
+            f'[[site]]\nname = "s"\nfile = "{file}"\naction = "insert-after"\n'
+            f'marker = "patchset: {patch_id}"\nanchor = """\n{anchor}\n"""\n'
+            f'text = """\n{text}\n"""\n{extra}'
+        )
+    package = registry / "_support" / "psup"
+    (package / "src" / "psup").mkdir(parents=True)
+    (package / "support.toml").write_text('name = "psup"\nmodules = ["psup"]\npath = "src"\n')
+    (package / "src" / "psup" / "__init__.py").write_text(PSUP)
+    text = (REPO / "builds" / "0.20.0.toml").read_text()
+    text = text.replace(
+        'patches = ["tolist-cudagraph"]', f"patches = {json.dumps([p[0] for p in PATCHES])}"
+    )
+    text = text.replace(
+        '"--dtype", "float16",', '"--dtype", "float16", "--kv-cache-dtype", "fp8_e4m3",'
+    )
+    (tmp / "builds").mkdir()
+    (tmp / "builds" / "0.20.0.toml").write_text(text)
+    folder = tmp / "bundle"
+    export_runtime(load_definition(tmp / "builds" / "0.20.0.toml"), load_registry(registry), folder)
+    (tmp / "bin").mkdir()
+    (tmp / "bin" / "vllm").write_text(SPAWNER)
+    (tmp / "bin" / "vllm").chmod(0o755)
+    return folder
+
+
+def start(client: Any, image: str, bundle: Path, *args: str, **env: str) -> tuple[int, str]:
+    env.setdefault("PATCHSET_COMPUTE_CAPABILITY", "none")
+    env.setdefault("PATCHSET_EXEC", "/opt/e2e/vllm")
+    status, out, _ = run_stock(
+        client, image, bundle, *args, env=env, mounts={str(bundle.parent / "bin"): "/opt/e2e"}
+    )
+    return status, out
+
+
+def line(out: str, patch_id: str) -> str:
+    prefix = f"patchset: {patch_id} r1 (startup): "
+    return next(x.removeprefix(prefix) for x in out.splitlines() if x.startswith(prefix))
+
+
+def test_switch_off_by_default_then_on(docker_client: Any, standin_020: str, bundle: Path) -> None:
+    status, out = start(docker_client, standin_020, bundle)
+    assert status == 0, out
+    assert line(out, "off-default") == "off (by default; PS_E2E_OFF=1 turns it on)"
+    status, out = start(docker_client, standin_020, bundle, PS_E2E_OFF="1")
+    assert status == 0 and line(out, "off-default") == "applied", out
+
+
+def test_predicates_on_served_config_and_gpu(
+    docker_client: Any, standin_020: str, bundle: Path
+) -> None:
+    status, out = start(docker_client, standin_020, bundle, PATCHSET_COMPUTE_CAPABILITY="12.0")
+    assert status == 0, out
+    assert line(out, "fp8-only") == "applied"  # the definition serves an fp8 KV cache
+    assert line(out, "sm12-only") == "applied"
+    status, out = start(
+        docker_client,
+        standin_020,
+        bundle,
+        "--kv-cache-dtype",
+        "auto",
+        PATCHSET_COMPUTE_CAPABILITY="8.6",
+    )
+    assert status == 0, out
+    assert line(out, "fp8-only") == "skipped (applies: kv_cache_dtype = 'fp8*' is false here)"
+    assert (
+        line(out, "sm12-only") == "skipped (applies: compute_capability = '>=12.0' is false here)"
+    )
+
+
+def test_warn_failure_serves_and_fail_refuses(
+    docker_client: Any, standin_020: str, bundle: Path
+) -> None:
+    status, out = start(docker_client, standin_020, bundle)
+    assert status == 0, out
+    assert "may-fail failed; its policy is warn: starting vllm without it" in out
+    assert any(
+        x.startswith("patchset: may-fail r1 (startup): verify FAILED (its [failure] policy = warn)")
+        for x in out.splitlines()
+    ), out
+    assert recorded(out)["argv"][0] == "serve"
+    status, out = start(docker_client, standin_020, bundle, PATCHSET_ON_FAILURE_MAY_FAIL="fail")
+    assert status == 9, out
+    assert "patchset: may-fail r1 (startup): verify FAILED: verify vllm/envs.py contains" in out
+    assert "not starting vllm" in out
+
+
+def test_support_package_in_a_spawned_process(
+    docker_client: Any, standin_020: str, bundle: Path
+) -> None:
+    status, out = start(docker_client, standin_020, bundle)
+    assert status == 0, out
+    assert line(out, "uses-support") == "applied"
+    assert "patchset: uses-support r1 (startup): verified" in out
+    got = recorded(out)
+    assert "/opt/patchset/support/psup" in got["pythonpath"].split(":")
+    assert got["marks"] and all(int(m) != got["parent"] for m in got["marks"])  # the child's
+
+
+@pytest.mark.skipif(
+    shutil.which("docker-compose") is None, reason="Debian's docker-compose is not installed"
+)
+def test_the_exported_compose_file_comes_up(
+    docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
+) -> None:
+    """The compose.yaml as exported, with only the GPU reservation dropped and the image
+    pointed at the stand-in (a run-specific tag); the switch lines are its own comments."""
+    compose = yaml.safe_load((bundle / "compose.yaml").read_text())
+    assert (
+        '# PS_E2E_OFF: "1"  # off-default: off by default' in (bundle / "compose.yaml").read_text()
+    )
+    service = compose["services"]["vllm"]
+    del service["deploy"]  # no GPU here
+    tag = f"patchset-test/compose-standin:{uuid.uuid4().hex[:12]}"
+    docker_client.images.get(standin_020).tag(tag)
+    try:
+        service["image"] = tag
+        service["environment"]["PATCHSET_COMPUTE_CAPABILITY"] = "none"
+        service["environment"]["PS_E2E_OFF"] = "1"  # one line switches a patch on
+        service["volumes"] = [f"{bundle}:/opt/patchset:ro"]
+        service.pop("ports")
+        service["network_mode"] = "none"
+        (tmp_path / "compose.yaml").write_text(yaml.safe_dump(compose))
+        compose_cmd = ["docker-compose", "-p", f"ps{uuid.uuid4().hex[:8]}"]
+        done = subprocess.run(
+            [*compose_cmd, "up", "--abort-on-container-exit", "--no-color"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        logs = done.stdout + done.stderr
+        subprocess.run(
+            [*compose_cmd, "down", "-v"],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, logs
+        assert "off-default r1 (startup): applied" in logs
+        assert "patchset: ready in" in logs and '"argv": ["serve"' in logs
+    finally:
+        docker_client.images.remove(tag)
+
+
+def test_a_built_image_honours_the_same_semantics(
+    docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
+) -> None:
+    """`patchset build` of the same patches on the stand-in: the definition's `[switches]`
+    turns off-default on for this image (its variable still wins at start), the support
+    package is in /opt/patchset/support, and the image verifies."""
+    from patchset.adapters.dockerengine import Engine
+    from patchset.image.build import build
+    from tests.infra.standin import for_tests
+
+    repository = f"patchset-test/semantics-{uuid.uuid4().hex[:8]}"
+    text = for_tests((bundle.parent / "builds" / "0.20.0.toml").read_text())
+    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
+    (tmp_path / "0.20.0.toml").write_text(text + "\n[switches]\nPS_E2E_OFF = true\n")
+    engine = Engine(docker_client)
+    report = build(
+        load_definition(tmp_path / "0.20.0.toml"),
+        load_registry(bundle.parent / "patches"),
+        engine=engine,
+    )
+    try:
+        env = {"PATCHSET_COMPUTE_CAPABILITY": "12.0"}
+        status, out, _ = run_stock(docker_client, report.image_id, None, env=env)
+        assert status == 0, out
+        assert line(out, "off-default") == "applied"  # on in this image by its definition
+        assert line(out, "uses-support") == "applied"
+        assert line(out, "sm12-only") == "applied"
+        assert "patchset: uses-support r1 (startup): verified" in out
+        status, out, _ = run_stock(
+            docker_client, report.image_id, None, env={**env, "PS_E2E_OFF": "0"}
+        )
+        assert status == 0 and line(out, "off-default").startswith("off (PS_E2E_OFF=0;"), out
+    finally:
+        for tag in report.tags:
+            engine.untag(tag)
