@@ -14,6 +14,7 @@ no release is named). Its JSON Schema is `patchset/schemas/tool-patchset.json`.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from patchset import schemas
 from patchset._fs import write_atomic
 from patchset.errors import RegistryError
 from patchset.registry.toml import TOO_DEEP, Table, load_toml
+from patchset.registry.write import why_not_written
 
 PYPROJECT = "pyproject.toml"
 ENV = {"registry": "PATCHSET_REGISTRY", "builds": "PATCHSET_BUILDS"}
@@ -204,8 +206,24 @@ class InitResult:
 
 def init_project(root: Path) -> InitResult:
     """Lay out `root/patches/`, `root/builds/` (with a commented example) and the
-    `[tool.patchset]` table of `root/pyproject.toml`; anything already there is kept."""
+    `[tool.patchset]` table of `root/pyproject.toml`; anything already there is kept. A write
+    that fails (a full disk) removes what this run made: one line, nothing half-laid-out."""
     root.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []  # what this run made, in order: removed again if a write fails
+    try:
+        return _lay_out(root, made)
+    except OSError as exc:
+        for path in reversed(made):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # pyproject.toml is not here: written last, whole or not at all
+                path.unlink(missing_ok=True)
+        raise RegistryError(
+            f"{why_not_written(exc)}; nothing was laid out", path=exc.filename or root
+        ) from None
+
+
+def _lay_out(root: Path, made: list[Path]) -> InitResult:
     created: list[Path] = []
     kept: list[Path] = []
     for folder, name, text in (
@@ -218,13 +236,16 @@ def init_project(root: Path) -> InitResult:
             kept.append(folder)
             continue
         folder.mkdir()
+        made.append(folder)
         (folder / name).write_text(text, encoding="utf-8")
         created += [folder, folder / name]
     schema_folder = root / SCHEMA_FOLDER
     if schema_folder.is_dir():
         kept.append(schema_folder)
     else:
+        top = next(p for p in (schema_folder, *schema_folder.parents) if p.parent.exists())
         schema_folder.mkdir(parents=True)
+        made.append(top)
         for name in schemas.FILES:
             (schema_folder / f"{name}.json").write_text(schemas.text(name), encoding="utf-8")
         created.append(schema_folder)
@@ -232,6 +253,7 @@ def init_project(root: Path) -> InitResult:
     if taplo.exists():
         kept.append(taplo)
     else:
+        made.append(taplo)
         taplo.write_text(TAPLO, encoding="utf-8")
         created.append(taplo)
     pyproject = root / PYPROJECT

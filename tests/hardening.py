@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import subprocess
@@ -77,9 +78,10 @@ def error_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def full_disk_under(monkeypatch: pytest.MonkeyPatch, folder: Path, *, skip: int = 0) -> None:
-    """A full disk under `folder`: every file opened for writing there (from the `skip`-th
-    on) is swapped for /dev/full, whose writes fail with the kernel's own ENOSPC. No small
-    file system can be mounted without root, so the disk fills where the bytes go."""
+    """A full disk under `folder`: every file opened for writing there (`os.fdopen` of a
+    temp file, `open`/`Path.write_text`; from the `skip`-th on) is swapped for /dev/full,
+    whose writes fail with the kernel's own ENOSPC. No small file system can be mounted
+    without root, so the disk fills where the bytes go."""
     real_fdopen = os.fdopen
     opened = [0]
 
@@ -92,4 +94,17 @@ def full_disk_under(monkeypatch: pytest.MonkeyPatch, folder: Path, *, skip: int 
                 return open("/dev/full", "wb")  # noqa: PTH123 -- the caller closes it
         return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
 
+    real_open = io.open
+
+    def open_(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        writing = isinstance(file, str | Path) and any(c in mode for c in "wax")
+        writing = writing and not Path(file).is_dir()  # type: ignore[arg-type] # O_TMPFILE
+        if writing and Path(file).resolve().is_relative_to(folder.resolve()):  # type: ignore[arg-type]
+            opened[0] += 1
+            if opened[0] > skip:
+                real_open(file, mode, *args, **kwargs).close()  # type: ignore[call-overload]
+                return real_open("/dev/full", "wb" if "b" in mode else "w")
+        return real_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+
     monkeypatch.setattr(os, "fdopen", fdopen)
+    monkeypatch.setattr(io, "open", open_)

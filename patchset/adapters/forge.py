@@ -173,11 +173,14 @@ class ForgeAPI:
         keep = {
             k: data.get(k) for k in ("number", "state", "merged", "merged_at", "merge_commit_sha")
         }
-        with contextlib.suppress(OSError):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:  # a cache: an answer not kept (a full disk) is asked for again next time
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"url": url, "etag": etag, "body": keep}))
             tmp.replace(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
 
 def _json(body: bytes, shown: str) -> dict[str, Any]:

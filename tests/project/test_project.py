@@ -18,6 +18,7 @@ from patchset.cli.main import main
 from patchset.errors import RegistryError
 from patchset.image.definition import load_definitions
 from patchset.project import find_pyproject, init_project, read_tool_table, resolve
+from tests.hardening import full_disk_under, snapshot
 from tests.releases import materialize, tree_digest
 
 REPO = Path(__file__).parents[2]
@@ -120,6 +121,27 @@ def test_init_keeps_the_pyproject_style_and_is_idempotent(tmp_path: Path) -> Non
     again = init_project(tmp_path)
     assert again.created == () and len(again.kept) == 5  # and .patchset/schemas, .taplo.toml
     assert tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("skip", [0, 1, 5], ids=["first file", "second file", "a schema"])
+def test_init_on_a_full_disk_lays_out_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], skip: int
+) -> None:
+    """Issue 23 item 9: `patchset init` meeting a full disk (tests/hardening.full_disk_under)
+    at its first, second or a later file: one line, exit 2, nothing of it left."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+    before = snapshot(root)
+    full_disk_under(monkeypatch, root, skip=skip)
+    assert main(["init", str(root)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the disk is full (No space left on device)" in err[0], err
+    assert "nothing was laid out" in err[0]
+    assert snapshot(root) == before  # folders too: none left behind
+    monkeypatch.undo()
+    assert main(["init", str(root)]) == 0  # space again: the same command lays it out
+    assert (root / "patches" / "README.md").is_file()
 
 
 def test_init_then_use_from_a_subfolder(

@@ -20,6 +20,7 @@ from patchset.registry import load_registry
 from patchset.upstream import audit, record
 from tests.fake_forge import FakeForge
 from tests.gitrepos import git
+from tests.hardening import full_disk_under
 from tests.helpers.schemas import assert_matches
 from tests.synthetic import MOD_DIFF, add_patch
 
@@ -114,6 +115,26 @@ def test_answers_are_cached_by_etag(registry: Path, forge: FakeForge, tmp_path: 
     assert [(f.status, f.cached) for f in third.findings] == [("newly-merged", False)]
     for each in (first, second, third):
         assert_matches(each.to_dict(), "upstream")
+
+
+def test_a_full_disk_under_the_answer_cache_costs_nothing_but_the_cache(
+    registry: Path, forge: FakeForge, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 9: the forge's answers meeting a full disk (tests/hardening.
+    full_disk_under) are simply not kept: the audit is the same, no temp file is left, and
+    the next run asks again."""
+    cache = tmp_path / "forge"
+    cache.mkdir()
+    full_disk_under(monkeypatch, cache)
+    api = ForgeAPI(forge.api, token="", cache_dir=cache)
+    full = audit(load_registry(registry), api)
+    assert [p.name for p in cache.rglob("*") if p.is_file()] == []
+    monkeypatch.undo()
+    roomy = audit(load_registry(registry), ForgeAPI(forge.api, token="", cache_dir=cache))
+    assert [(f.patch, f.status, f.cached) for f in full.findings] == [
+        (f.patch, f.status, False) for f in roomy.findings
+    ]
+    assert sum(forge.script.conditional.values()) == 0  # nothing was kept to revalidate
 
 
 def test_the_token_is_sent_and_never_printed_or_kept(
