@@ -47,6 +47,7 @@ class PayloadRequest:
     since: str | None = None
     pre: bool = False
     source: str | None = None  # a source spec (see parse_source); None: the package index
+    source_version: str | None = None  # the release a folder or git:PATH@REF tree holds
     index_url: str | None = None
     offline: bool = False
     no_check: bool = False  # check no release (a tree or overlays still read one)
@@ -86,6 +87,7 @@ def releases(request: PayloadRequest) -> tuple[ReleaseSource | None, list[str]]:
         index_url=request.index_url,
         offline=request.offline,  # never offline unless asked: what a check needs is fetched
         prereleases=request.pre,
+        version=request.source_version,
     )
     if request.no_check:
         return source, []

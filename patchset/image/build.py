@@ -410,27 +410,6 @@ def python_patches(registry: Registry, variants: dict[str, Variant]) -> list[tup
     return [(registry.get(i), v) for i, v in variants.items() if registry.get(i).kind == "python"]
 
 
-def patch_files(
-    definition: BuildDefinition,
-    registry: Registry,
-    *,
-    variants: dict[str, Variant],
-    originals: dict[str, bytes | None],
-    log: LogSink,
-) -> tuple[dict[str, bytes], list[PatchEntry]]:
-    """Apply the build patches to copies of the base's files (in a scratch tree of their own)
-    and check the startup ones."""
-    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
-        return _patch_tree(
-            definition,
-            registry,
-            Path(tmp) / "scratch",
-            variants=variants,
-            originals=originals,
-            log=log,
-        )
-
-
 def series(registry: Registry, ids: tuple[str, ...] | list[str]) -> tuple[Patch, ...]:
     """The patches `ids` in the order they go in: those applied at build first (the image
     holds them before its entrypoint runs), each after the patches it requires (the engine's
@@ -442,48 +421,53 @@ def series(registry: Registry, ids: tuple[str, ...] | list[str]) -> tuple[Patch,
     )
 
 
-def _patch_tree(
+def patch_files(
     definition: BuildDefinition,
     registry: Registry,
-    scratch: Path,
     *,
     variants: dict[str, Variant],
     originals: dict[str, bytes | None],
     log: LogSink,
 ) -> tuple[dict[str, bytes], list[PatchEntry]]:
+    """Apply the build patches to copies of the base's files (in a scratch tree of their own)
+    and check the startup ones."""
     patches = series(registry, list(variants)) if variants else ()  # select([]) is all
-    (scratch / "vllm").mkdir(parents=True)
-    (scratch / "vllm" / "__init__.py").write_bytes(b"")
-    for rel, data in originals.items():
-        if data is not None:
-            (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
-            (scratch / rel).write_bytes(data)
     build_ids = [p.id for p in patches if p.apply == "build"]
     served = served_from_args(definition.serve_args)  # what sites' `when` reads
-    if build_ids:
-        result = apply(  # the image checks the hardware scopes at start: no nvidia-smi here
-            registry,
-            scratch,
-            patches=build_ids,
-            version=definition.vllm,
-            served=served,
-            compute_capability=None,
-        )
-        bad = [r for r in result.results if r.outcome != "applied"]
-        if bad:  # the patch that stopped the run first, then those it kept out
-            first = next((r for r in bad if r.outcome != "blocked"), bad[0])
-            held = [r.patch for r in bad if r.outcome == "blocked"]
-            raise BuildError(
-                f"{first.patch} does not apply to {definition.base}: {first.outcome}: "
-                + "; ".join(first.details[:2])
-                + (f"; it blocked {', '.join(held)} (nothing written)" if held else ""),
-                path=definition.file,
+    with tempfile.TemporaryDirectory(prefix="patchset-tree-") as tmp:
+        scratch = Path(tmp) / "scratch"
+        (scratch / "vllm").mkdir(parents=True)
+        (scratch / "vllm" / "__init__.py").write_bytes(b"")
+        for rel, data in originals.items():
+            if data is not None:
+                (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                (scratch / rel).write_bytes(data)
+        if build_ids:
+            result = apply(  # the image checks the hardware scopes at start: no nvidia-smi here
+                registry,
+                scratch,
+                patches=build_ids,
+                version=definition.vllm,
+                served=served,
+                compute_capability=None,
             )
-        for r in result.results:
-            log(f"patch {r.patch} r{r.revision} ({r.variant}): applied at build")
-            for warning in r.warnings:
-                log(f"warning: {r.patch}: {warning}")
-    patched = {rel: (scratch / rel).read_bytes() for rel in originals if (scratch / rel).is_file()}
+            bad = [r for r in result.results if r.outcome != "applied"]
+            if bad:  # the patch that stopped the run first, then those it kept out
+                first = next((r for r in bad if r.outcome != "blocked"), bad[0])
+                held = [r.patch for r in bad if r.outcome == "blocked"]
+                raise BuildError(
+                    f"{first.patch} does not apply to {definition.base}: {first.outcome}: "
+                    + "; ".join(first.details[:2])
+                    + (f"; it blocked {', '.join(held)} (nothing written)" if held else ""),
+                    path=definition.file,
+                )
+            for r in result.results:
+                log(f"patch {r.patch} r{r.revision} ({r.variant}): applied at build")
+                for warning in r.warnings:
+                    log(f"warning: {r.patch}: {warning}")
+        patched = {
+            rel: (scratch / rel).read_bytes() for rel in originals if (scratch / rel).is_file()
+        }
     # Each patch's files before and after it, in the series' order: a stacked patch is
     # evaluated on the files as the patches before it leave them, as the entrypoint meets them.
     current: dict[str, bytes | None] = dict(originals)

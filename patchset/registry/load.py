@@ -212,8 +212,8 @@ def _load_patch(folder: Path, problems: Problems) -> Patch | None:
     hardware = step(lambda: _hardware(top, problems), None)
     origin = step(lambda: top.req_str("origin"), "")
     credit: tuple[str, ...] = step(lambda: top.str_list("credit"), ())
-    requires: tuple[str, ...] = step(lambda: _ids(top, "requires"), ())
-    conflicts: tuple[str, ...] = step(lambda: _ids(top, "conflicts"), ())
+    requires: tuple[str, ...] = step(lambda: top.matching_list("requires", _ID, "a patch id"), ())
+    conflicts: tuple[str, ...] = step(lambda: top.matching_list("conflicts", _ID, "a patch id"), ())
     x: Mapping[str, object] = step(lambda: top.free_table("x"), {})
     switch = step(lambda: semantics.read_switch(top), None)
     applies = step(lambda: semantics.read_applies(top), None)
@@ -281,14 +281,6 @@ def _covered(top: Table, variants: tuple[Variant, ...], targets: tuple[str, ...]
         raise top.error(
             f"payload touches files not listed: {sorted(covered - set(targets))}", "targets"
         )
-
-
-def _ids(top: Table, key: str) -> tuple[str, ...]:
-    ids = top.str_list(key, required=False)
-    for other in ids:
-        if not _ID.match(other):
-            raise top.error(f"{other!r} is not a patch id", key)
-    return tuple(dict.fromkeys(ids))
 
 
 def _touches(top: Table, kind: Kind, when: When, targets: tuple[str, ...]) -> tuple[str, ...]:

@@ -81,11 +81,7 @@ def read_failure(top: Table) -> Failure:
 
 def read_modules(table: Table, key: str) -> tuple[str, ...]:
     """Dotted module names (``sndr.engines.vllm.middleware``)."""
-    modules = table.str_list(key, required=False)
-    for module in modules:
-        if not _MODULE.match(module):
-            raise table.error(f"{module!r} is not a dotted module name", key)
-    return tuple(dict.fromkeys(modules))
+    return table.matching_list(key, _MODULE, "a dotted module name")
 
 
 def read_verify(top: Table) -> tuple[Verify, ...]:

@@ -159,6 +159,15 @@ class Table:
             raise self.error("must not be empty", key)
         return tuple(value)
 
+    def matching_list(self, key: str, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
+        """An optional list of strings each matching `pattern` (else "'x' is not `what`"),
+        each kept once, in order."""
+        names = self.str_list(key, required=False)
+        for name in names:
+            if not pattern.match(name):
+                raise self.error(f"{name!r} is not {what}", key)
+        return tuple(dict.fromkeys(names))
+
     def str_map(self, key: str) -> dict[str, str]:
         value = self._get(key, False)
         if value is None:

@@ -166,7 +166,7 @@ def test_apply_json_has_a_schema_tag_and_matches_its_schema(tmp_path: Path) -> N
 
 GETTERS = {
     "opt_str", "req_str", "integer", "flag", "choice", "specifier", "version",
-    "str_list", "str_map", "free_table", "table", "tables", "number", "raw",
+    "str_list", "matching_list", "str_map", "free_table", "table", "tables", "number", "raw",
 }  # fmt: skip
 
 

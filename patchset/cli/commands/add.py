@@ -189,6 +189,7 @@ def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None
             since=args.since,
             pre=args.pre,
             source=args.source,
+            source_version=args.source_version,
             index_url=args.index_url,
             offline=args.offline,
             no_check=args.no_check,
