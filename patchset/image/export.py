@@ -26,12 +26,12 @@ from typing import Any
 
 from patchset._fs import replace_folder
 from patchset.errors import TargetError, UsageError
-from patchset.image.build import (
+from patchset.image.build import runtime_sources
+from patchset.image.content import (
     LogSink,
     carried,
     patch_files,
     pick_variants,
-    runtime_sources,
     wanted_files,
     without_upstream,
 )
