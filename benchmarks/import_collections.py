@@ -207,7 +207,9 @@ def main() -> None:
         c_report = import_collection(
             "club-3090", club_dir, c_registry, run_scripts=True, builds=root / "club" / "builds"
         )
-        c_imported = c_report.count("imported", "imported-with-loss")
+        c_imported = len(  # distinct patches of the club (one may come in as two)
+            {e.source_id for e in c_report.entries if e.status.startswith("imported")}
+        )
         c_distinct = c_imported + sum(
             1 for e in c_report.entries if e.reasons and e.reasons[0].startswith("identical to")
         )

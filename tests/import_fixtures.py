@@ -299,6 +299,7 @@ def club(root: Path) -> Path:
                 services:
                   vllm:
                     image: ${VLLM_IMAGE:-vllm/vllm-openai:v0.20.0}
+                    command: ["--model", "${MODEL:-m1-weights}"]
                     volumes:
                       - ../../patches/overlay-x/x.py:/usr/lib/python3/site/vllm/x.py:ro
                       - ../../patches/overlay-same/y.py:/usr/lib/python3/site/vllm/y.py:ro

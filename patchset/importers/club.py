@@ -18,6 +18,7 @@ Facts of the collection this relies on:
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import re
@@ -46,6 +47,7 @@ REPOSITORY = "noonghunna/club-3090"
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
 PREFIX = "club"
+STOCK_CUDA = "cu129"  # the compose names only vllm/vllm-openai:vX.Y.Z
 _MOUNT = re.compile(
     r"-\s*['\"]?([^\s:'\"]+/patches/[^\s:'\"]+):[^\s:'\"]*?/(vllm/[^\s:'\"]+?)(?::ro)?['\"]?\s*$",
     re.M,
@@ -192,12 +194,15 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
             except PatchsetError as exc:
                 entries.append(Entry(raw, "not-imported", reasons=[str(exc)]))
                 continue
-            same = digests.get(_digest(draft))
-            if same:
-                entries.append(Entry(raw, "not-imported", reasons=[f"the same patch as {same}"]))
-                continue
-            digests[_digest(draft)] = draft.id
-            drafts.append(draft)
+            for one in draft if isinstance(draft, list) else [draft]:
+                same = digests.get(_digest(one))
+                if same:
+                    entries.append(
+                        Entry(raw, "not-imported", reasons=[f"the same patch as {same}"])
+                    )
+                    continue
+                digests[_digest(one)] = one.id
+                drafts.append(one)
     finally:
         releases.close()
     builds = _builds(pins, drafts, listed if "listed" in locals() else {})
@@ -268,11 +273,13 @@ def _folder(root: Path, files: list[str]) -> Path | None:
     return None
 
 
-def _composes(root: Path, broken: dict[str, str]) -> tuple[dict[str, str], dict[str, set[str]]]:
+def _composes(
+    root: Path, broken: dict[str, str]
+) -> tuple[dict[str, str], dict[str, dict[str, list[str]]]]:
     """Overlay mounts (patch file in the repository -> path under vllm/) and the releases
-    each model's composes pin."""
+    each model's composes pin (with the serve arguments of the first compose pinning it)."""
     mounts: dict[str, str] = {}
-    pins: dict[str, set[str]] = {}
+    pins: dict[str, dict[str, list[str]]] = {}
     for compose in sorted(root.glob("models/*/vllm/compose/**/*.yml")):
         try:
             text = compose.read_text()
@@ -282,7 +289,7 @@ def _composes(root: Path, broken: dict[str, str]) -> tuple[dict[str, str], dict[
         model = compose.relative_to(root).parts[1]
         if "_archive" not in compose.parts:
             for version in _IMAGE.findall(text):
-                pins.setdefault(model, set()).add(version)
+                pins.setdefault(model, {}).setdefault(version, _serve_args(text))
         for source, dest in _MOUNT.findall(text):
             resolved = (compose.parent / source).resolve()
             with contextlib.suppress(ValueError):
@@ -290,6 +297,36 @@ def _composes(root: Path, broken: dict[str, str]) -> tuple[dict[str, str], dict[
             # an archived compose's relative path may be stale: its folder and name still say
             mounts.setdefault("/".join(Path(source).parts[-2:]), dest)
     return mounts, pins
+
+
+def _serve_args(text: str) -> list[str]:
+    """The `command:` list of the compose's first service, its `${VAR:-default}` as the
+    defaults (what the compose serves when nothing is set)."""
+    try:
+        data = _yaml_text(text)
+    except Exception:  # a compose that does not parse gives no arguments
+        return []
+    services = data.get("services") if isinstance(data, dict) else None
+    for service in (services or {}).values() if isinstance(services, dict) else ():
+        command = service.get("command") if isinstance(service, dict) else None
+        if isinstance(command, list) and all(isinstance(c, str | int | float) for c in command):
+            return [_defaults(str(c)) for c in command]
+    return []
+
+
+def _defaults(text: str) -> str:
+    pattern = re.compile(r"\$\{\w+(?::?-([^${}]*))?\}")
+    for _ in range(5):
+        text, n = pattern.subn(lambda m: m.group(1) or "", text)
+        if not n:
+            break
+    return text
+
+
+def _yaml_text(text: str) -> object:
+    import yaml  # noqa: PLC0415 - only this importer reads YAML
+
+    return yaml.safe_load(text)
 
 
 def _metadata(
@@ -364,7 +401,7 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
     run_scripts: bool,
     timeout: float,
     pinned: list[str],
-) -> Draft:
+) -> Draft | list[Draft]:
     rel = str(target.relative_to(root))
     out = _metadata(raw, meta, repository, commit, rel)
     out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
@@ -389,17 +426,31 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
         return _python(raw, out, hooks[0], root, lost)
     if diffs:
         payload = _diff_payload(target, diffs, install, lost)
-        if scripts or heredoc:
-            lost.append(
-                "its anchor script (run by install.sh besides the diff) is not carried:"
-                " needs --run-scripts"
-            )
+        script_meta = copy.deepcopy(out)
         out.update(kind="diff", payload="patch.diff", targets=_diff_targets(payload))
         version = re.search(r"v(\d+\.\d+\.\d+)", target.name)
         if version:
             out["vllm"] = f">={version.group(1)}"
             out["base"] = version.group(1)
-        return Draft(str(out["id"]), raw, out, {"patch.diff": payload}, lost)
+        main = Draft(str(out["id"]), raw, out, {"patch.diff": payload}, lost)
+        if not (scripts or heredoc):
+            return main
+        if not run_scripts:
+            lost.append(
+                "its anchor script (run by install.sh besides the diff) is not carried:"
+                " needs --run-scripts"
+            )
+            return main
+        # install.sh runs a script besides the diff: its edit is a patch of its own
+        script_meta["id"] = patch_id(PREFIX, f"{raw}-script")
+        script_meta["title"] = f"club-3090 {raw}: the edit of its install script"
+        try:
+            extra = _scripted(raw, script_meta, target, releases, pinned, timeout, [])
+        except _Skip as why:
+            lost.append(f"its anchor script is not carried: {why}")
+            return main
+        extra.id = str(script_meta["id"])
+        return [main, extra]
     if scripts or heredoc:
         if not run_scripts:
             raise _Skip(
@@ -665,7 +716,7 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
 
 
 def _builds(
-    pins: dict[str, set[str]], drafts: list[Draft], listed: dict[str, dict[str, object]]
+    pins: dict[str, dict[str, list[str]]], drafts: list[Draft], listed: dict[str, dict[str, object]]
 ) -> dict[str, str]:
     out: dict[str, str] = {}
     for model, versions in sorted(pins.items()):
@@ -675,15 +726,25 @@ def _builds(
             if model in _models(listed.get(d.source_id, {})) and d.meta.get("kind") != "python"
         ]
         for version in sorted(versions, key=_key):
+            fitting = [i for i in ids if _fits(drafts, i, version)]
+            if not fitting:
+                continue  # none of the collection's patches is for this model and release
             name = f"club-{model}-{version}.toml".replace("/", "-")
             data: dict[str, object] = {
                 "vllm": version,
+                "cuda": STOCK_CUDA,
                 "base": f"vllm/vllm-openai:v{version}",
                 "repository": f"club3090/{model}".lower(),
                 "tags": ["{vllm}", "{vllm}-ps{registry}"],
-                "patches": [i for i in ids if _fits(drafts, i, version)],
+                "patches": fitting,
+                "serve": {"args": versions[version]},
             }
-            out[name] = dumps(data, header=f"club-3090 {model}: its composes pin vLLM {version}.")
+            header = (
+                f"club-3090 {model}: its composes pin vLLM {version} (serve arguments from the"
+                f" first such compose, its variables at their defaults).\nThe compose does not"
+                f" name the image's CUDA: {STOCK_CUDA} is assumed; set cuda if it differs."
+            )
+            out[name] = dumps(data, header=header)
     return out
 
 

@@ -195,6 +195,7 @@ def test_club_forms(tmp_path: Path) -> None:
     assert reasons["genesis-p1"][0] == "out-of-scope"
     build = tomllib.loads(collected.builds["club-m1-0.20.0.toml"])
     assert build["vllm"] == "0.20.0" and "club-m-overlay" in build["patches"]
+    assert build["cuda"] == "cu129" and build["serve"] == {"args": ["--model", "m1-weights"]}
 
 
 def test_club_unknown_layout(tmp_path: Path) -> None:
