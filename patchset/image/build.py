@@ -20,14 +20,7 @@ from typing import Any
 
 from patchset.adapters import dockerengine, gitrepo
 from patchset.errors import BuildError, DockerError
-from patchset.image.content import (
-    LogSink,
-    carried,
-    patch_files,
-    pick_variants,
-    wanted_files,
-    without_upstream,
-)
+from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, public_source
 from patchset.kernel import tree, vllm
@@ -189,16 +182,16 @@ def prepare_context(
             f"{definition.base} holds vLLM {found_version}, the definition says {definition.vllm}",
             path=definition.file,
         )
-    variants = pick_variants(definition, registry)
-    wanted = wanted_files(registry, variants)
-    copied = engine.copy_files(base.id, [f"{root}/{rel}" for rel in wanted])
-    found = {rel: copied[f"{root}/{rel}"] for rel in wanted}
-    originals = {rel: None if f is None else f.data for rel, f in found.items()}
-    variants = without_upstream(definition, registry, variants, originals, strict=strict, log=sink)
-    modes = {rel: f.mode for rel, f in found.items() if f is not None}
-    patched, entries = patch_files(
-        definition, registry, variants=variants, originals=originals, log=sink
-    )
+    modes: dict[str, int] = {}
+
+    def copy_out(wanted: list[str]) -> dict[str, bytes | None]:
+        copied = engine.copy_files(base.id, [f"{root}/{rel}" for rel in wanted])
+        found = {rel: copied[f"{root}/{rel}"] for rel in wanted}
+        modes.update((rel, f.mode) for rel, f in found.items() if f is not None)
+        return {rel: None if f is None else f.data for rel, f in found.items()}
+
+    chosen = choose(definition, registry, copy_out, strict=strict, log=sink)
+    variants, patched, entries = chosen.variants, chosen.patched, chosen.entries
     build_ids = [e.id for e in entries if e.apply == "build"]
     short = registry.short_digest
     revision, source = gitrepo.provenance(registry.root)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +28,37 @@ from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
+Reader = Callable[[list[str]], dict[str, bytes | None]]  # release paths -> bytes (None: none)
+
+
+@dataclass(frozen=True)
+class Content:
+    """What an image or a bundle carries: each kept patch's payload, the release files as the
+    build patches leave them, and each patch's manifest entry."""
+
+    variants: dict[str, Variant]
+    patched: dict[str, bytes]
+    entries: list[PatchEntry]
+
+
+def choose(
+    definition: BuildDefinition,
+    registry: Registry,
+    read: Reader,
+    *,
+    strict: bool,
+    log: LogSink,
+) -> Content:
+    """The definition's patches for its release, with the release files they need (`read`),
+    less those that are no part of it (`without_upstream`), patched and checked
+    (`patch_files`): `patchset build` and `runtime export` alike."""
+    variants = pick_variants(definition, registry)
+    originals = read(wanted_files(registry, variants))
+    variants = without_upstream(definition, registry, variants, originals, strict=strict, log=log)
+    patched, entries = patch_files(
+        definition, registry, variants=variants, originals=originals, log=log
+    )
+    return Content(variants, patched, entries)
 
 
 def carried(
