@@ -24,7 +24,8 @@ from typing import Any
 from patchset._fs import replace_folder
 from patchset.adapters import dockerengine
 from patchset.errors import UsageError
-from patchset.image.build import LogSink, prepare_context
+from patchset.image.build import prepare_context
+from patchset.image.content import LogSink
 from patchset.image.definition import BuildDefinition
 from patchset.registry import Registry
 

@@ -26,15 +26,8 @@ from typing import Any
 
 from patchset._fs import replace_folder
 from patchset.errors import TargetError, UsageError
-from patchset.image.build import (
-    LogSink,
-    carried,
-    patch_files,
-    pick_variants,
-    runtime_sources,
-    wanted_files,
-    without_upstream,
-)
+from patchset.image.build import runtime_sources
+from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
 from patchset.kernel.manifest import Base, PatchEntry
@@ -180,15 +173,17 @@ def export_runtime(
     sink: LogSink = log or (lambda _line: None)
     definition.check_patches(registry)
     _check_folder(folder)
-    variants = pick_variants(definition, registry)
-    wanted = wanted_files(registry, variants)
     source = source or parse_source(None)
     with source.open(definition.vllm) as tree:
-        originals = {rel: tree.read(rel) for rel in wanted}
         origin = tree.info.origin
-    sink(f"release files: {origin}")
-    variants = without_upstream(definition, registry, variants, originals, strict=strict, log=sink)
-    _, entries = patch_files(definition, registry, variants=variants, originals=originals, log=sink)
+
+        def read(wanted: list[str]) -> dict[str, bytes | None]:
+            originals = {rel: tree.read(rel) for rel in wanted}
+            sink(f"release files: {origin}")
+            return originals
+
+        chosen = choose(definition, registry, read, strict=strict, log=sink)
+    variants, entries = chosen.variants, chosen.entries
     manifest, plugins, support = carried(
         definition,
         registry,

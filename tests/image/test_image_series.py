@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from patchset.errors import RegistryError
-from patchset.image.build import series
+from patchset.image.content import series
 from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.kernel.order import in_order
