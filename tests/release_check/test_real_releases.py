@@ -123,10 +123,12 @@ def test_tolist_partial_on_021_writes_nothing(tmp_path: Path) -> None:
     assert [r.outcome for r in report.results] == ["upstream"]
     assert report.exit_code == ExitCode.UPSTREAM
     assert tree_digest(tree) == before
-    # forced past the probe: one site fits, one does not, so the whole patch is refused
+    # forced past the probe: one site fits, one does not, so the whole patch is refused as
+    # partial (apply keeps evaluate's word since the outcome vocabulary was made one; exit 1)
     report = apply(REGISTRY, tree, patches=["tolist-cudagraph"], ignore_range=True, force=True)
     (result,) = report.results
-    assert result.outcome == "conflict"
+    assert result.outcome == "partial"
+    assert report.exit_code == ExitCode.ATTENTION
     assert any("a-forward-prefill-max-seq: anchor-not-found" in d for d in result.details)
     assert any("b-prefill-attention-capture: applies" in d for d in result.details)
     assert tree_digest(tree) == before
