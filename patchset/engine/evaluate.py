@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -30,6 +31,10 @@ from patchset.registry.diffs import FileDiff
 
 State = Literal["applies", "already-applied", "conflict", "partial", "missing-target"]
 Reader = Callable[[str], bytes | None]
+Span = tuple[int, int]  # [start, end) of a file's own lines; start == end: an insertion there
+# Line breaks `str.splitlines` knows that `split_text` does not cut at (a lone CR, a form
+# feed, ...): a file holding one has other line numbers there, and no spans are given for it.
+_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,10 @@ class Evaluation:
     executable: tuple[str, ...] = ()  # files in `changes` to create executable (git mode 755)
     warnings: tuple[str, ...] = ()
     broken: str = ""  # the edit would leave a file that compiled before not compiling
+    # Runtime patches that apply: per file of `changes`, the spans of the file's own lines
+    # the sites change, as a line diff of the file before and after gives them, known from
+    # where each site edits (no diff made). A file not here (a diff patch's) is not known.
+    spans: dict[str, tuple[Span, ...]] = field(default_factory=dict)
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -80,6 +89,12 @@ def _compile_break(
 
 
 @functools.lru_cache(maxsize=128)
+def _other_breaks(text: str) -> bool:
+    """Whether `str.splitlines` cuts the text where `split_text` does not (once a content)."""
+    return _OTHER_BREAKS.search(text) is not None
+
+
+@functools.lru_cache(maxsize=128)
 def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
     """A target file as sites read it (text, lines and what sites share: the folded lines and
     where each stands), made once per content: every patch on the file, in every release
@@ -94,6 +109,7 @@ def clear_caches() -> None:
     sites): a benchmark's "nothing known yet"."""
     pycompile.clear_cache()
     _site_file.cache_clear()
+    _other_breaks.cache_clear()
 
 
 def _known_first(known: Mapping[str, bytes | None], read: Reader) -> Reader:
@@ -355,6 +371,8 @@ def evaluate_runtime(
         return Evaluation("missing-target", missing=tuple(missing))
     results: list[SiteResult] = []
     steps: dict[str, list[tuple[str, list[str]]]] = {}  # file: (site, lines after it)
+    edits: dict[str, list[tuple[int, int, int]]] = {}  # file: each site's splice, in order
+    spans: dict[str, list[Span | None]] = {}
     for site in variant.sites:
         view, eol, eof = texts[site.file]
         result, new = apply_site(site, view, served, nearest=nearest, ratio=ratio)
@@ -362,6 +380,11 @@ def evaluate_runtime(
         results.append(result)
         if new is not view:
             steps.setdefault(site.file, []).append((site.name, new.lines))
+            splice = new.splice
+            assert splice is not None  # an edit made it
+            done = edits.setdefault(site.file, [])
+            spans.setdefault(site.file, []).extend(_site_spans(view.lines, new.lines, splice, done))
+            done.append(splice)
     statuses = {r.status for r in results}
     if not statuses <= set(GOOD):
         good = {"applies", "already-applied"}
@@ -388,7 +411,58 @@ def evaluate_runtime(
     if broken:
         return Evaluation("conflict", sites=tuple(results), broken=broken)
     warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)
-    return Evaluation("applies", sites=tuple(results), changes=changes, warnings=warnings)
+    known = {
+        f: _merged([span for span in found if span is not None])
+        for f, found in spans.items()
+        if f in changes and None not in found and not _other_breaks(originals[f][0])
+    }
+    return Evaluation(
+        "applies", sites=tuple(results), changes=changes, warnings=warnings, spans=known
+    )
+
+
+def _site_spans(
+    old: list[str],
+    new: list[str],
+    splice: tuple[int, int, int],
+    earlier: list[tuple[int, int, int]],
+) -> list[Span | None]:
+    """The spans of the file's own lines one site's edit changes: the lines it replaced
+    (`splice`: at, size, count) against the lines it put in, diffed alone (a replace that
+    keeps a line of its anchor changes the lines around it, as a diff of the file says),
+    then carried back through the `earlier` edits of the same file to its own lines."""
+    at, size, count = splice
+    matcher = difflib.SequenceMatcher(None, old[at : at + size], new[at : at + count], False)
+    return [
+        _carried_back((at + i1, at + i2), earlier)
+        for tag, i1, i2, _, _ in matcher.get_opcodes()
+        if tag != "equal"
+    ]
+
+
+def _carried_back(span: Span, earlier: list[tuple[int, int, int]]) -> Span | None:
+    """`span` of lines after the `earlier` edits as a span of the lines before them; None
+    when an end falls inside an earlier edit's new lines (a site editing another's text: a
+    line diff of the file tells what it changed)."""
+    start, end = span
+    for at, size, count in reversed(earlier):
+        if at < start < at + count or at < end < at + count:
+            return None
+        moved = count - size
+        start -= moved if start >= at + count else 0
+        end -= moved if end >= at + count else 0
+    return start, end
+
+
+def _merged(spans: list[Span]) -> tuple[Span, ...]:
+    """Spans in order, those that touch made one (a line diff has an equal line between two)."""
+    out: list[Span] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return tuple(out)
 
 
 def evaluate_python(patch: Patch, read: Reader) -> Evaluation:

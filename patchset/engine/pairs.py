@@ -3,7 +3,7 @@ the same lines of a file while neither requires the other."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from patchset.engine import order, transaction
 from patchset.engine.evaluate import evaluate
@@ -27,7 +27,6 @@ def refuse_pairs(
     for a, b in order.declared_conflicts(selected):
         why.setdefault(a.id, []).append(f"conflicts with {b.id} (declared in patch.toml)")
         why.setdefault(b.id, []).append(f"conflicts with {a.id} (declared in patch.toml)")
-    spans: dict[str, dict[str, list[order.Span]]] = {}
     files: dict[str, set[str]] = {}
     for patch in selected:
         variant = patch.variant_for(release) or patch.variants[0]
@@ -35,35 +34,80 @@ def refuse_pairs(
     shared = {
         f for a in selected for b in selected if a.id < b.id for f in files[a.id] & files[b.id]
     }
+    spans: dict[str, dict[str, Sequence[order.Span]]] = {}
     if shared:
+        # Each alone, first without the compile check (the costly part, and it only takes a
+        # patch out): a patch found in a pair is then evaluated in full, as it always was.
         for patch in selected:
-            if not files[patch.id] & shared:
-                continue
-            variant = patch.variant_for(release) or patch.variants[0]
-            ev = evaluate(patch, variant, read, max_fuzz=max_fuzz)
-            if ev.state != "applies":
-                continue
-            spans[patch.id] = {
-                f: order.changed_spans(read(f), new) for f, new in ev.changes.items() if f in shared
-            }
+            if files[patch.id] & shared:
+                found = _spans(patch, read, shared, release=release, max_fuzz=max_fuzz)
+                if found is not None:
+                    spans[patch.id] = found
+        paired = {p for pair in _meeting(selected, spans, by_id) for p in (pair[0].id, pair[1].id)}
+        for patch in selected:
+            if (
+                patch.id in paired
+                and _spans(
+                    patch, read, shared, release=release, max_fuzz=max_fuzz, compile_check=True
+                )
+                is None
+            ):
+                del spans[patch.id]
+    for a, b, file, where in _meeting(selected, spans, by_id):
+        line = f"{file} line {where[0] + 1}"
+        hint = "apply one of them, or say `requires` in the one that goes on top"
+        why.setdefault(a.id, []).append(f"changes the same lines as {b.id} ({line}): {hint}")
+        why.setdefault(b.id, []).append(f"changes the same lines as {a.id} ({line}): {hint}")
+    return _conflicted(results, why)
+
+
+def _spans(
+    patch: Patch,
+    read: transaction.Reader,
+    shared: set[str],
+    *,
+    release: str | None,
+    max_fuzz: int,
+    compile_check: bool = False,
+) -> dict[str, Sequence[order.Span]] | None:
+    """The spans of each shared file's own lines the patch changes, evaluated alone on the
+    tree as it is (None: it does not apply there). A runtime patch's come from where its
+    sites edit; a diff's from a line diff of the file before and after."""
+    variant = patch.variant_for(release) or patch.variants[0]
+    ev = evaluate(
+        patch, variant, read, max_fuzz=max_fuzz, compile_check=compile_check, nearest=False
+    )
+    if ev.state != "applies":
+        return None
+    return {
+        f: ev.spans[f] if f in ev.spans else order.changed_spans(read(f), new)
+        for f, new in ev.changes.items()
+        if f in shared
+    }
+
+
+def _meeting(
+    selected: Sequence[Patch],
+    spans: Mapping[str, Mapping[str, Sequence[order.Span]]],
+    by_id: dict[str, Patch],
+) -> list[tuple[Patch, Patch, str, order.Span]]:
+    """Each pair of patches (neither requiring the other) changing the same lines: the first
+    file in order where they meet, and where."""
+    out: list[tuple[Patch, Patch, str, order.Span]] = []
     for i, a in enumerate(selected):
+        if a.id not in spans:
+            continue
         for b in selected[i + 1 :]:
-            if a.id not in spans or b.id not in spans or order.related(a, b, by_id):
+            if b.id not in spans or not spans[a.id].keys() & spans[b.id].keys():
+                continue
+            if order.related(a, b, by_id):
                 continue
             for file in sorted(spans[a.id].keys() & spans[b.id].keys()):
                 where = order.spans_meet(spans[a.id][file], spans[b.id][file])
-                if where is None:
-                    continue
-                line = f"{file} line {where[0] + 1}"
-                hint = "apply one of them, or say `requires` in the one that goes on top"
-                why.setdefault(a.id, []).append(
-                    f"changes the same lines as {b.id} ({line}): {hint}"
-                )
-                why.setdefault(b.id, []).append(
-                    f"changes the same lines as {a.id} ({line}): {hint}"
-                )
-                break
-    return _conflicted(results, why)
+                if where is not None:
+                    out.append((a, b, file, where))
+                    break
+    return out
 
 
 def refuse_held(

@@ -281,6 +281,12 @@ class FileLines:
         return out
 
     @property
+    def splice(self) -> tuple[int, int, int] | None:
+        """The edit that made these lines from the ones they came from (`edited`): its
+        0-based start, the lines it replaced and the lines it put in; None for a file's own."""
+        return None if self._parent is None else self._splice
+
+    @property
     def folded(self) -> list[str]:
         if self._folded is None:
             if self._parent is None:
