@@ -123,24 +123,33 @@ def edit_error(before: bytes | None, after: bytes) -> CompileError | None:
     """`broken_by(before, after)` for an edit of a file, each source compiled once (cached by
     content). The first edit of a source compiles `after` whole (and `before` only if that
     fails), as `broken_by` does; from the second on (many patches on one file, or one
-    patch's variants), `before` is compiled once and, where it compiles and every changed
-    line lies in a def or class of it, each such unit as it stands in `after` is cut out and
-    compiled alone: when all compile, so does `after` (see `_units_compile`). Otherwise
-    `after` is compiled whole, so the answer, and the message, are always those of
-    compiling it."""
+    patch's variants), or when `before` is itself an `after` compiled whole here (an apply,
+    each patch editing the file the one before left), `before` is compiled once and, where
+    it compiles and every changed line lies in a def or class of it, each such unit as it
+    stands in `after` is cut out and compiled alone: when all compile, so does `after` (see
+    `_units_compile`). Otherwise `after` is compiled whole, so the answer, and the message,
+    are always those of compiling it."""
     if before is None:
         return _known(after).error
     tally = _edits_of(before)
     tally[0] += 1
     if tally[0] == 1:
-        error = _known(after).error
+        error = _whole(after)
         return None if error is None or _known(before).error is not None else error
     known = _known(before)
     if known.error is not None:
         return None  # already broken: not the edit's doing
     if _units_compile(known, before, after):
         return None
-    return _known(after).error
+    return _whole(after)
+
+
+def _whole(after: bytes) -> CompileError | None:
+    """`after` compiled whole; an edit of it is then judged by its units from the first
+    (`after` is known: an apply edits the file each patch before left, in turn)."""
+    error = _known(after).error
+    _edits_of(after)[0] += 1
+    return error
 
 
 def _units_compile(known: _Known, before: bytes, after: bytes) -> bool:
