@@ -54,7 +54,7 @@ from patchset.refresh.workdir import (
     work_file,
 )
 from patchset.registry import Patch, Registry, Variant
-from patchset.release_check.moves import moved_files
+from patchset.release_check.moves import moved_homes
 from patchset.sources import parse_source, select
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
@@ -326,7 +326,10 @@ def _follow_moves(
     )
     if not missing:
         return {}
-    moves = moved_files(tree, variant, missing, before=before)
+    # each file's one new home: the module carrying most of it, for a package
+    moves = {
+        rel: home[0] for rel, home in moved_homes(tree, variant, missing, before=before).items()
+    }
     gone = [rel for rel in missing if rel not in moves]
     if gone:
         raise UsageError(

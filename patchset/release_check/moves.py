@@ -125,23 +125,6 @@ def moved_homes(
     return found
 
 
-def moved_files(
-    tree: ReleaseTree,
-    variant: Variant,
-    missing: tuple[str, ...],
-    *,
-    existed: set[str] | None = None,
-    before: Callable[[str], bytes | None] | None = None,
-    python_files: Callable[[], PythonFiles] | None = None,
-) -> dict[str, str]:
-    """Each missing file's one new home (the module carrying most of it, for a package):
-    what `refresh` carries a patch onto."""
-    homes = moved_homes(
-        tree, variant, missing, existed=existed, before=before, python_files=python_files
-    )
-    return {rel: home[0] for rel, home in homes.items()}
-
-
 class PythonFiles:
     """A release's .py files and the indexes a moved-file search looks them up by (by file
     name, by folder, by stem), each made the first time it is asked for: a release lists
