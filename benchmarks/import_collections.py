@@ -40,7 +40,7 @@ from packaging.specifiers import SpecifierSet  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
 import patchset  # noqa: E402
-from patchset.importers import genesis, import_collection  # noqa: E402
+from patchset.importers import genesis, genesis_registry, genesis_text, import_collection  # noqa: E402
 from patchset.importers.land import _write_patch  # noqa: E402
 from patchset.importers.model import Draft  # noqa: E402
 from patchset.importers.pystatic import Package  # noqa: E402
@@ -65,7 +65,7 @@ def _stripped(drafts: list[Draft], root: Path) -> Path:
     return registry
 
 
-def _genesis_verdict(patchers: list[genesis.Patcher], read: dict[str, str | None]) -> str:
+def _genesis_verdict(patchers: list[genesis_text.Patcher], read: dict[str, str | None]) -> str:
     """What Genesis's TextPatcher rules make of a release's files (its documented layers)."""
     verdicts = []
     for patcher in patchers:
@@ -103,7 +103,9 @@ def _genesis_verdict(patchers: list[genesis.Patcher], read: dict[str, str | None
     return "upstream"
 
 
-def _genesis_text(patchers: list[genesis.Patcher], read: dict[str, str | None]) -> dict[str, str]:
+def _genesis_text(
+    patchers: list[genesis_text.Patcher], read: dict[str, str | None]
+) -> dict[str, str]:
     out = {}
     for patcher in patchers:
         text = read.get(patcher.file)
@@ -134,7 +136,7 @@ def _agreement(  # noqa: PLR0915 - one walk over patches and releases
     report = patchset.check(reg, versions, source=source)
     warm = time.perf_counter() - start
     package = Package(checkout)
-    entries, _, _ = genesis.read_registry(checkout / genesis.REGISTRY_FILE)
+    entries, _, _ = genesis_registry.read_registry(checkout / genesis_registry.REGISTRY_FILE)
     agree = pairs = same = compared = 0
     trees = {}
     for patch in reg.patches:
@@ -144,7 +146,7 @@ def _agreement(  # noqa: PLR0915 - one walk over patches and releases
         module = str(entries[gid].get("apply_module"))
         scope = package.scope(module)
         assert scope is not None
-        patchers, _ = genesis._patchers(scope)
+        patchers, _ = genesis_text._patchers(scope)
         in_range = [v for v in versions if Version(v) in SpecifierSet(str(patch.vllm))]
         both_apply: tuple[str, dict[str, str | None]] | None = None
         for version in in_range:

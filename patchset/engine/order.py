@@ -46,6 +46,12 @@ def in_order(patches: Sequence[Patch]) -> tuple[Patch, ...]:
     return tuple(kernel_order.in_order(patches, lambda p: p.id, lambda p: p.requires))
 
 
+def required_chain(patch: Patch, by_id: Mapping[str, Patch]) -> tuple[Patch, ...]:
+    """The patches `patch` requires, transitively, in the order they go in (those `by_id`
+    knows): what a stacked patch is read on top of."""
+    return in_order([by_id[i] for i in closure([patch.id], by_id)[1:] if i in by_id])
+
+
 def related(a: Patch, b: Patch, by_id: Mapping[str, Patch]) -> bool:
     """Whether one of the two requires the other, directly or through others."""
     return b.id in closure([a.id], by_id)[1:] or a.id in closure([b.id], by_id)[1:]
@@ -107,7 +113,7 @@ def on_top_of_required(
     This is how a stacked patch is checked: B's context holds A's lines. With `refuse`, a
     required patch none of whose payloads applies or is already there raises UsageError (a
     refresh cannot carry B onto a release A does not fit)."""
-    chain = in_order([by_id[i] for i in closure([patch.id], by_id)[1:] if i in by_id])
+    chain = required_chain(patch, by_id)
     if not chain:
         return read
     overlay: dict[str, bytes | None] = {}

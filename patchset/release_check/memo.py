@@ -9,8 +9,11 @@ Two tables:
   the code that decides verdicts, the patch's digest (patch.toml and every payload), the
   variant meant for the release, the fuzz allowed, whether nearest lines were computed, and
   the sha256 of every file the patch reads (each variant's targets and the probe's file, absent
-  files marked). A result with a missing target also depends on the rest of the tree (where the
-  file went), so its key adds the release's own digest.
+  files marked). A stacked patch's key adds, for every patch in its requires chain (in
+  order, transitively), its id, digest and the variant applied, and the sha256 of every file
+  those read: editing a required patch re-evaluates its dependents. A result with a missing
+  target also depends on the rest of the tree (where the file went), so its key adds the
+  release's own digest.
 - ``files``: (release digest, path) -> sha256 of that file, for releases whose digest pins their
   content (the package index's, checked against the index): a warm check then reads no file.
 
@@ -44,6 +47,7 @@ _DECIDERS = (
     "kernel/hunks.py",
     "kernel/sites.py",
     "engine/evaluate.py",
+    "engine/order.py",
     "release_check/report.py",
     "release_check/run.py",
     "release_check/verdicts.py",

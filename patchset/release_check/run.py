@@ -11,8 +11,9 @@ from contextlib import AbstractContextManager, nullcontext
 
 from packaging.version import Version
 
-from patchset.engine.order import on_top_of_required
+from patchset.engine.order import on_top_of_required, required_chain
 from patchset.errors import PatchsetError, UsageError
+from patchset.kernel.touches import module_files, parse_touch
 from patchset.registry import Patch, Registry, ranges
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import PythonFiles
@@ -154,9 +155,14 @@ def check_tree(
         in_range = patch.in_range(version) if ranges.is_version(version) else False
         files = _declared(patch)
         key = None
-        # A stacked patch reads its files as the patches it requires leave them: not memoised.
-        if memo is not None and not patch.requires:  # a python patch reads its targets too
+        # A stacked patch reads its files as the patches it requires leave them: its key holds
+        # each of those (in order, transitively: id, digest, the variant tried) and the files
+        # they read.
+        chain = required_chain(patch, by_id) if patch.requires and by_id else ()
+        if memo is not None:  # a python patch reads its targets too
             digests = {f: digest(f) for f in files}
+            named = {f: digest(f) for f in _named(patch)}
+            beneath = {f: digest(f) for r in chain for f in (*_declared(r), *_named(r))}
             gone = sorted(f for f, d in digests.items() if d == "-")
             existed = _existed(patch, version, gone, seen) if gone else set()
             if not gone or pinned:
@@ -172,6 +178,9 @@ def check_tree(
                     [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
                     ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
                     sorted(served.items()) if served is not None else None,
+                    [(r.id, r.digest, _tried(r, version)) for r in chain],
+                    sorted(beneath.items()),
+                    sorted(named.items()),
                 )
         plans.append((patch, in_range, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
@@ -183,6 +192,8 @@ def check_tree(
             memo.hits += 1
             continue
         existed = _existed(patch, version, files, seen)
+        if memo is not None:
+            memo.misses += 1
         r = one(
             patch,
             tree,
@@ -255,12 +266,27 @@ def files_needed(patches: Iterable[Patch]) -> list[str]:
     return sorted({VERSION_FILE, *(f for p in patches for f in _declared(p))})
 
 
+def _tried(required: Patch, version: str) -> str | None:
+    """The variant of a required patch applied beneath a stacked one (`on_top_of_required`):
+    the one meant for the release; None for the first (decided by the patch's digest)."""
+    meant = required.variant_for(version) if ranges.is_version(version) else None
+    return meant.name if meant is not None else None
+
+
 def _declared(patch: Patch) -> list[str]:
     """Every file the patch's evaluation reads: each variant's targets and the probe's file."""
     files = {f for variant in patch.variants for f in variant.files}
     if patch.upstream.probe is not None:
         files.add(patch.upstream.probe.file)
     return sorted(files)
+
+
+def _named(patch: Patch) -> list[str]:
+    """The files a python patch's names are looked up in (each touched module's ``a/b.py``
+    and ``a/b/__init__.py``): part of its key, since the verdict rests on them."""
+    if patch.kind != "python":
+        return []
+    return sorted({f for touch in patch.touches for f in module_files(parse_touch(touch)[0])})
 
 
 def _last_content(

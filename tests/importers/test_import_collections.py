@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.importers import club, genesis, import_collection
+from patchset.importers import club, club_meta, genesis, import_collection
 from patchset.importers.model import Collected, Draft
 from patchset.importers.tomlout import dumps
 from patchset.sources import parse_source
@@ -200,7 +200,7 @@ def test_club_forms(tmp_path: Path) -> None:
 
 def test_club_unknown_layout(tmp_path: Path) -> None:
     checkout = fx.club(tmp_path / "c")
-    (checkout / club.PATCHES_YML).write_text("schema_version: 7\npatches: []\n")
+    (checkout / club_meta.PATCHES_YML).write_text("schema_version: 7\npatches: []\n")
     result = cli("import", "club-3090", checkout, cwd=tmp_path)
     assert result.code == 2 and "unknown layout" in result.err
 

@@ -8,10 +8,13 @@ from pathlib import Path
 import pytest
 
 from patchset.registry import load_registry
-from patchset.release_check import CheckResult, Explain, check
+from patchset.release_check import CheckResult, Explain, check, check_tree
 from patchset.release_check.memo import Memo
 from patchset.sources.folder import FolderSource
-from tests.synthetic import add_patch, make_tree
+from tests.engine.test_python_kind import ENGINE, registry_with, tree
+from tests.registry.test_stacks import ON_TOP, extra
+from tests.synthetic import BODY as SYNTHETIC_BODY
+from tests.synthetic import MOD_DIFF, add_patch, make_tree
 
 BODY = "".join(f"line {i}\n" for i in range(1, 41))
 TWO_HUNKS = """\
@@ -238,3 +241,56 @@ def test_sites_the_served_configuration_leaves_out_are_conditional(tmp_path: Pat
         again = check(loaded, ["0.19.1"], source=FolderSource(tree), memo=memo, served=served)
         lines = again.result("0.19.1", "mixed").locations
         assert any("conditional" in line for line in lines) is conditional
+
+
+def test_a_stacked_patch_is_memoised_and_follows_what_it_requires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'a-second' requires 'z-first', whose patched line 11 is in a-second's context."""
+    monkeypatch.setenv("PATCHSET_CACHE_DIR", str(tmp_path / "cache"))
+    registry = tmp_path / "patches"
+    add_patch(registry, "z-first", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    add_patch(registry, "a-second", diff=ON_TOP, targets=["vllm/mod.py"])
+    extra(registry, "a-second", 'requires = ["z-first"]')
+    tree = make_tree(tmp_path / "tree", {"vllm/mod.py": SYNTHETIC_BODY})
+
+    def run() -> tuple[Memo, dict[str, str]]:
+        memo = Memo()
+        report = check(load_registry(registry), ["0.19.1"], source=FolderSource(tree), memo=memo)
+        return memo, {r.patch: r.verdict for r in report.results}
+
+    cold, verdicts = run()
+    assert (cold.hits, cold.misses) == (0, 2)
+    assert verdicts == {"a-second": "needed", "z-first": "needed"}
+    warm, again = run()
+    assert (warm.hits, warm.misses) == (2, 0) and again == verdicts  # nothing evaluated
+    # The required patch's payload changes its line 11: both are evaluated again, and the
+    # stacked one no longer finds its context on top of it.
+    first_diff = registry / "z-first" / "patch.diff"
+    first_diff.write_text(first_diff.read_text().replace("line 11 patched", "line 11 edited"))
+    edited, after = run()
+    assert (edited.hits, edited.misses) == (0, 2)
+    assert after == {"a-second": "conflict", "z-first": "needed"}
+    # Back as it was: both rows are found again; editing the stacked patch alone re-evaluates
+    # it alone.
+    first_diff.write_text(first_diff.read_text().replace("line 11 edited", "line 11 patched"))
+    back, restored = run()
+    assert (back.hits, back.misses) == (2, 0) and restored == verdicts
+    own = registry / "a-second" / "patch.diff"
+    own.write_text(own.read_text().replace("line 12 patched too", "line 12 patched again"))
+    mine, _ = run()
+    assert (mine.hits, mine.misses) == (1, 1)
+
+
+def test_a_python_patch_is_memoised_by_the_modules_it_touches(tmp_path: Path) -> None:
+    patches = load_registry(registry_with(tmp_path)).patches
+    memo = Memo(tmp_path / "memo")
+    good = tree("def is_set(name):\n    return False\n", ENGINE)
+    assert [r.verdict for r in check_tree(patches, good, "0.20.0", memo=memo)] == ["needed"]
+    assert [r.verdict for r in check_tree(patches, good, "0.20.0", memo=memo)] == ["needed"]
+    assert memo.hits == 1
+    # The name it touches is gone: the key changes (it holds the touched modules' digests).
+    renamed = tree("def is_set_now(name):\n    return False\n", ENGINE)
+    (r,) = check_tree(patches, renamed, "0.20.0", memo=memo)
+    assert r.verdict == "missing-target"
+    assert (memo.hits, memo.misses) == (1, 2)

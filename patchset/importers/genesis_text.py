@@ -1,0 +1,398 @@
+"""Genesis's text patches: each `TextPatcher(...)` and its `TextPatch` sub-patches, read
+statically, mapped to one runtime site per sub-patch (`sites.toml`).
+
+The facts of the collection this relies on are in `patchset.importers.genesis`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from patchset.importers.common import imported_modules
+from patchset.importers.genesis_registry import PACKAGE, _Skip
+from patchset.importers.pystatic import (
+    Scope,
+    Unresolved,
+    bind_params,
+    local_assignments,
+    returned_expr,
+)
+from patchset.importers.tomlout import dumps
+
+
+@dataclass
+class Sub:
+    name: str
+    anchor: str
+    replacement: str
+    required: bool
+    markers: list[str]
+    line: int
+
+
+@dataclass
+class Patcher:
+    file: str  # relative to the folder holding vllm/
+    marker: str
+    subs: list[Sub]
+    drift: list[str]
+    line: int
+    other_files: list[str] = field(default_factory=list)
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return ""
+
+
+def _arg(node: ast.Call, index: int, name: str) -> ast.expr | None:
+    for keyword in node.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    return node.args[index] if len(node.args) > index else None
+
+
+def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
+    """Every TextPatcher the module builds, in source order, and why others are unreadable."""
+    found: list[Patcher] = []
+    unresolved: list[str] = []
+    owner = _enclosing(scope.tree)
+    calls = [
+        n
+        for n in ast.walk(scope.tree)
+        if isinstance(n, ast.Call) and _call_name(n) == "TextPatcher"
+    ]
+    for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
+        func = owner.get(id(call), scope.tree)
+        if isinstance(func, ast.FunctionDef) and "manifest" in func.name:
+            continue  # the collection's anchor-manifest tooling, not its patch
+        try:
+            contexts = _contexts(scope, func, owner)
+        except Unresolved as exc:
+            unresolved.append(f"{scope.path.name}:{call.lineno}: {exc}")
+            continue
+        for local in contexts:
+            try:
+                made = _patcher(scope, call, func, local)
+                if not _covered(made, found):  # one factory, two callers; an alias of a bundle
+                    found.append(made)
+            except Unresolved as exc:
+                text = str(exc)
+                if "fixture" in text or "pristine" in text:
+                    continue  # a test or manifest fixture path, not the patch
+                unresolved.append(f"{scope.path.name}:{call.lineno}: {exc}")
+    return found, unresolved
+
+
+def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[dict[str, ast.expr]]:
+    """The local names of `func` for each way it is called: its own assignments, and its
+    parameters bound from each call in the module (a `for` over a constant list expanded)."""
+    base = local_assignments(func) if func is not scope.tree else {}
+    if not isinstance(func, ast.FunctionDef):
+        return [base]
+    params = [a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]]
+    if not params:
+        return [base]
+    calls = [
+        c
+        for c in ast.walk(scope.tree)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == func.name
+    ]
+    defaults = bind_params(func, ast.Call(func=ast.Name(func.name), args=[], keywords=[]))
+    contexts: list[dict[str, ast.expr]] = []
+    for call in calls:
+        caller = owner.get(id(call), scope.tree)
+        caller_local = local_assignments(caller) if caller is not scope.tree else {}
+        given = bind_params(func, call)
+        for loop in _loops(caller, call):
+            for names in loop:
+                context = {**defaults, **base}
+                for name, expr in given.items():
+                    if name in base and name in defaults and expr is defaults[name]:
+                        continue  # a default its body replaces
+                    context[name] = _rebind(expr, {**caller_local, **names})
+                contexts.append(context)
+    if not contexts:
+        return [{**defaults, **base}]
+    return contexts
+
+
+def _rebind(expr: ast.expr, local: dict[str, ast.expr]) -> ast.expr:
+    """An argument as the callee sees it: `str(x)` unwrapped, a caller's local name replaced
+    by what it was set to."""
+    for _ in range(3):
+        if isinstance(expr, ast.Call) and _call_name(expr) == "str" and len(expr.args) == 1:
+            expr = expr.args[0]
+        if isinstance(expr, ast.Name) and expr.id in local and local[expr.id] is not expr:
+            expr = local[expr.id]
+    return expr
+
+
+def _loops(caller: ast.AST, call: ast.Call) -> list[list[dict[str, ast.expr]]]:
+    """The bindings of `for` loops around `call` over constant lists (one empty binding
+    when there is none)."""
+    for node in ast.walk(caller):
+        if (
+            isinstance(node, ast.For)
+            and any(c is call for c in ast.walk(node))
+            and isinstance(node.iter, ast.List | ast.Tuple)
+        ):
+            out = []
+            for item in node.iter.elts:
+                if isinstance(node.target, ast.Name):
+                    out.append({node.target.id: item})
+                elif isinstance(node.target, ast.Tuple) and isinstance(item, ast.Tuple):
+                    out.append(
+                        {
+                            t.id: v
+                            for t, v in zip(node.target.elts, item.elts, strict=False)
+                            if isinstance(t, ast.Name)
+                        }
+                    )
+            return [out]
+    return [[{}]]
+
+
+def _covered(made: Patcher, found: list[Patcher]) -> bool:
+    """Whether every sub-patch of `made` is one an earlier patcher of the same file has."""
+    have = {(s.name, s.anchor) for p in found if p.file == made.file for s in p.subs}
+    return all((s.name, s.anchor) in have for s in made.subs)
+
+
+def _enclosing(tree: ast.Module) -> dict[int, ast.AST]:
+    """Each node's innermost enclosing function (the module for top-level code)."""
+    owner: dict[int, ast.AST] = {}
+
+    def visit(node: ast.AST, func: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            owner[id(child)] = func
+            inner = child if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else func
+            visit(child, inner)
+
+    visit(tree, tree)
+    return owner
+
+
+def _patcher(scope: Scope, call: ast.Call, func: ast.AST, local: dict[str, ast.expr]) -> Patcher:
+    target = _arg(call, 1, "target_file")
+    marker = _arg(call, 2, "marker")
+    subs = _arg(call, 3, "sub_patches")
+    if target is None or marker is None or subs is None:
+        raise Unresolved(
+            f"line {call.lineno}: TextPatcher without target_file, marker or sub_patches"
+        )
+    files = _target(scope, target, func, local)
+    drift_node = _arg(call, 4, "upstream_drift_markers")
+    drift = scope.value(drift_node, local) if drift_node is not None else []
+    if not isinstance(drift, list | tuple) or not all(isinstance(d, str) for d in drift):
+        raise Unresolved(f"line {call.lineno}: upstream_drift_markers is not a list of strings")
+    return Patcher(
+        file=files[0],
+        marker=scope.string(marker, local),
+        subs=_subs(scope, subs, func, local),
+        drift=[str(d) for d in drift],
+        line=call.lineno,
+        other_files=files[1:],
+    )
+
+
+def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr]) -> list[str]:
+    """The file(s) `target_file` names: resolve_vllm_file("x") (first of an `or` chain)."""
+    if isinstance(node, ast.Call) and _call_name(node) == "str" and len(node.args) == 1:
+        return _target(scope, node.args[0], func, local)
+    if isinstance(node, ast.Name):
+        if node.id in local:
+            return _target(
+                scope, local[node.id], func, {k: v for k, v in local.items() if k != node.id}
+            )
+        calls = [
+            c.args[0]
+            for c in ast.walk(func)
+            if isinstance(c, ast.Call) and _call_name(c) == "resolve_vllm_file" and c.args
+        ]
+        paths = []
+        for arg in calls:
+            try:
+                paths.append("vllm/" + scope.string(arg, local).lstrip("/"))
+            except Unresolved:
+                continue
+        paths = list(dict.fromkeys(paths))
+        if paths:
+            return paths
+        raise Unresolved(f"line {node.lineno}: target_file {node.id} is found at run time")
+    if isinstance(node, ast.Call) and _call_name(node) == "resolve_vllm_file" and node.args:
+        return ["vllm/" + scope.string(node.args[0], local).lstrip("/")]
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+        out: list[str] = []
+        for value in node.values:
+            try:
+                out += _target(scope, value, func, local)
+            except Unresolved:
+                continue
+        if out:
+            return out
+    if isinstance(node, ast.IfExp):
+        return _target(scope, node.body, func, local) + _target(scope, node.orelse, func, local)
+    raise Unresolved(f"line {node.lineno}: target_file {ast.unparse(node)} is found at run time")
+
+
+def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr]) -> list[Sub]:
+    items: list[ast.expr]
+    if isinstance(node, ast.List | ast.Tuple):
+        items = list(node.elts)
+    elif isinstance(node, ast.Name) and (node.id in local or node.id in scope.assigned):
+        value = local.get(node.id) or scope.assigned[node.id]
+        if not isinstance(value, ast.List | ast.Tuple):
+            raise Unresolved(f"line {node.lineno}: sub_patches {node.id} is built at run time")
+        items = list(value.elts)
+        holder = func if node.id in local else scope.tree
+        for call in ast.walk(holder):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "append"
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id == node.id
+                and call.args
+            ):
+                items.append(call.args[0])
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in scope.functions
+        and (built := _built_list(scope.functions[node.func.id])) is not None
+    ):
+        items, local = built[0], {**local, **built[1]}
+    else:
+        raise Unresolved(f"line {node.lineno}: sub_patches is built at run time")
+    subs = []
+    for item in items:
+        call = item
+        if isinstance(item, ast.Name):
+            call = local.get(item.id) or scope.assigned.get(item.id) or item
+        if not (isinstance(call, ast.Call) and _call_name(call) == "TextPatch"):
+            raise Unresolved(f"line {item.lineno}: a sub-patch built at run time")
+        subs.append(_sub(scope, call, local))
+    if not subs:
+        raise Unresolved(f"line {node.lineno}: no sub-patch")
+    return subs
+
+
+def _built_list(
+    func: ast.FunctionDef | ast.AsyncFunctionDef,
+) -> tuple[list[ast.expr], dict[str, ast.expr]] | None:
+    """The items a helper returns as a list: `return [...]`, or a local list it appends to
+    and returns."""
+    returned = returned_expr(func)
+    local = local_assignments(func)
+    value = returned[0] if returned else None
+    if value is None:
+        last = func.body[-1] if func.body else None
+        if isinstance(last, ast.Return) and last.value is not None:
+            value = last.value
+    if isinstance(value, ast.Name) and value.id in local:
+        name, value = value.id, local[value.id]
+        if isinstance(value, ast.List | ast.Tuple):
+            items = list(value.elts)
+            for call in ast.walk(func):
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "append"
+                    and isinstance(call.func.value, ast.Name)
+                    and call.func.value.id == name
+                    and call.args
+                ):
+                    items.append(call.args[0])  # noqa: PERF401 - one walk, in source order
+            return items, local
+    if isinstance(value, ast.List | ast.Tuple):
+        return list(value.elts), local
+    return None
+
+
+def _sub(scope: Scope, call: ast.Call, local: dict[str, ast.expr]) -> Sub:
+    parts = [_arg(call, i, n) for i, n in enumerate(("name", "anchor", "replacement", "required"))]
+    if parts[0] is None or parts[1] is None or parts[2] is None:
+        raise Unresolved(f"line {call.lineno}: TextPatch without name, anchor or replacement")
+    required = scope.value(parts[3], local) if parts[3] is not None else False
+    markers_node = _arg(call, 4, "upstream_merged_markers")
+    markers = scope.value(markers_node, local) if markers_node is not None else []
+    if not isinstance(markers, list | tuple):
+        raise Unresolved(f"line {call.lineno}: upstream_merged_markers is not a list")
+    return Sub(
+        name=scope.string(parts[0], local),
+        anchor=scope.string(parts[1], local),
+        replacement=scope.string(parts[2], local),
+        required=bool(required),
+        markers=[str(m) for m in markers],
+        line=call.lineno,
+    )
+
+
+def _site_name(raw: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", raw).strip("-") or "site"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _runtime(
+    pid: str, gid: str, patchers: list[Patcher], meta: dict[str, object], lost: list[str]
+) -> tuple[dict[str, str], list[str]]:
+    sites: list[dict[str, object]] = []
+    names: set[str] = set()
+    markers: set[str] = set()
+    modules: list[str] = []
+    texts = [sub.replacement for p in patchers for sub in p.subs]
+    for patcher in patchers:
+        if patcher.other_files:
+            lost.append(
+                f"{patcher.file}: the collection falls back to {', '.join(patcher.other_files)}"
+                " where it is missing; only the first is a target"
+            )
+        # A drift marker makes that file's patcher obsolete (read before any of its edits),
+        # the others going on. One that its own inserted text holds (Genesis's banner as
+        # "residue" detection) would fire on patchset's own edit: left out. With one patcher
+        # they are the patch's probe; with several, each patcher's sites carry its own.
+        drift = [m for m in patcher.drift if not any(m in t for t in texts)]
+        file_probe: list[str] = []
+        if drift and len(patchers) == 1:
+            up = meta["upstream"]
+            assert isinstance(up, dict)
+            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(drift))}
+        elif drift:
+            file_probe = drift
+        for sub in patcher.subs:
+            if not sub.anchor.strip():
+                raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")
+            marker = f"Genesis {gid} {patcher.marker} :: {sub.name}".replace("\n", " ")
+            while marker in markers:
+                marker += "'"
+            markers.add(marker)
+            site: dict[str, object] = {
+                "name": _site_name(sub.name, names),
+                "file": patcher.file,
+                "action": "replace",
+                "marker": marker,
+                "anchor": sub.anchor,
+                "text": sub.replacement,
+                "optional": not sub.required,
+            }
+            probe = [m for m in [*sub.markers, *file_probe] if m]
+            if probe:
+                site["probe"] = {"any": list(dict.fromkeys(probe))}
+            sites.append(site)
+            modules += imported_modules(sub.replacement, PACKAGE)
+    targets = list(dict.fromkeys(p.file for p in patchers))
+    meta["kind"] = "runtime"
+    meta["targets"] = targets
+    header = f"Imported from Genesis {gid} by patchset import genesis; one site per TextPatch."
+    return {"sites.toml": dumps({"site": sites}, header=header)}, list(dict.fromkeys(modules))
