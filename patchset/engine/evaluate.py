@@ -101,7 +101,22 @@ def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
     whose file has these bytes, reads the same one (it is never changed in place)."""
     text = _decode(data)
     lines, eol, eof = split_text(text)
+    made = _made.pop(data, None)
+    if made is not None and made.lines == lines:  # what an evaluation left: its folding kept
+        return text, made, eol, eof
     return text, FileLines(lines), eol, eof
+
+
+# The lines an evaluation's change was rendered from, by the bytes rendered: an apply reads
+# each patch's result as the next one's file, which then shares the folding of its lines.
+_made: dict[bytes, FileLines] = {}
+_MADE_KEPT = 64
+
+
+def _keep_made(data: bytes, view: FileLines) -> None:
+    if len(_made) >= _MADE_KEPT:
+        del _made[next(iter(_made))]
+    _made[data] = view
 
 
 def clear_caches() -> None:
@@ -110,6 +125,7 @@ def clear_caches() -> None:
     pycompile.clear_cache()
     _site_file.cache_clear()
     _other_breaks.cache_clear()
+    _made.clear()
 
 
 def _known_first(known: Mapping[str, bytes | None], read: Reader) -> Reader:
@@ -411,6 +427,8 @@ def evaluate_runtime(
     if broken:
         return Evaluation("conflict", sites=tuple(results), broken=broken)
     warnings = tuple(r.describe() for r in results if r.status == "applies" and r.detail)
+    for f, data in changes.items():
+        _keep_made(data, texts[f][0])
     known = {
         f: _merged([span for span in found if span is not None])
         for f, found in spans.items()
