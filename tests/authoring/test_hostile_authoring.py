@@ -28,13 +28,13 @@ from patchset.authoring import diff as diffs
 from patchset.authoring.payload import MAX_DELETIONS
 from patchset.cli.main import main
 from patchset.engine.apply import apply
-from patchset.errors import UsageError
+from patchset.errors import ExitCode, RegistryError, UsageError
 from patchset.refresh import WORK_FOLDER, finish, refresh
 from patchset.registry import diffs as diffs_read
 from patchset.registry import load_registry
 from patchset.sources.package_index.cache import Cache
 from tests.fake_index import FakeIndex
-from tests.hardening import changed, cli, error_line, snapshot
+from tests.hardening import changed, cli, error_line, full_disk_under, snapshot
 from tests.synthetic import BODY, MOD_DIFF, MemoryReleases, add_patch, make_tree
 
 MOD = "vllm/mod.py"
@@ -236,6 +236,26 @@ def _write_state(work: Path, data: object) -> None:
 
 def test_finish_of_a_sound_work_folder_writes(conflicted: Conflicted) -> None:
     registry, _, source = conflicted
+    done = finish(load_registry(registry), "pat", source=source)
+    assert (done.outcome, done.variant) == ("written", "v0.20.0.diff")
+
+
+@pytest.mark.parametrize("skip", [0, 1], ids=["the new variant", "patch.toml"])
+def test_finish_on_a_full_disk_is_one_line_and_can_be_finished_again(
+    conflicted: Conflicted, monkeypatch: pytest.MonkeyPatch, skip: int
+) -> None:
+    """Item 9: `refresh --finish` meeting a full disk under the registry (the new variant's
+    payload or patch.toml): exit 2 saying so, the registry as it was, the work folder kept,
+    so the same `--finish` writes the variant once there is space."""
+    registry, work, source = conflicted
+    before, work_before = snapshot(registry), snapshot(work)
+    full_disk_under(monkeypatch, registry, skip=skip)
+    with pytest.raises(RegistryError, match=r"the disk is full .*; nothing was changed") as exc:
+        finish(load_registry(registry), "pat", source=source)
+    assert exc.value.exit_code == ExitCode.BAD_INPUT
+    assert changed(before, snapshot(registry)) == []
+    assert changed(work_before, snapshot(work)) == []
+    monkeypatch.undo()
     done = finish(load_registry(registry), "pat", source=source)
     assert (done.outcome, done.variant) == ("written", "v0.20.0.diff")
 
