@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from patchset.sources.base import DownloadProgress, ReleaseSource
 from patchset.sources.package_index import wheel
 from patchset.sources.package_index.cache import Cache, Manifest
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
-from patchset.sources.package_index.members import Members, Meter
+from patchset.sources.package_index.members import Members, Meter, each_done
 from patchset.sources.package_index.sdist import sdist_manifest
 from patchset.sources.package_index.settings import IndexSettings
 from patchset.sources.package_index.tree import IndexTree
@@ -127,31 +126,15 @@ class IndexSource(ReleaseSource):
             return {}
         if not self.offline:
             self.index.files()  # once, before the threads want it
-        jobs: queue.Queue[str] = queue.Queue()
-        for v in wanted:
-            jobs.put(v)
-        results: queue.Queue[tuple[str, Exception | None]] = queue.Queue()
         kept: dict[str, Path] = {}
         meter = self.members.meter = Meter(progress) if progress is not None else None
 
-        def work() -> None:
-            while True:
-                try:
-                    version = jobs.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    artifact = self.fetch(version, files).manifest.artifact
-                    kept[version] = self.cache.manifest_path(artifact)
-                    results.put((version, None))
-                except Exception as exc:  # handed to the main thread as is
-                    results.put((version, exc))
+        def one(version: str) -> None:
+            artifact = self.fetch(version, files).manifest.artifact
+            kept[version] = self.cache.manifest_path(artifact)
 
         failed: list[str] = []
-        for _ in range(max(1, min(workers, len(wanted)))):
-            threading.Thread(target=work, daemon=True).start()
-        for _ in wanted:
-            version, exc = results.get()
+        for version, _, exc in each_done(one, wanted, workers=max(1, workers)):
             if meter is not None:
                 meter.finish(version)
             if isinstance(exc, SourceError):
