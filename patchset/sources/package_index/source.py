@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from patchset.sources.base import DownloadProgress, ReleaseSource
 from patchset.sources.package_index import wheel
 from patchset.sources.package_index.cache import Cache, Manifest
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
-from patchset.sources.package_index.members import Members, Meter
+from patchset.sources.package_index.members import Members, Meter, each_done
 from patchset.sources.package_index.sdist import sdist_manifest
 from patchset.sources.package_index.settings import IndexSettings
 from patchset.sources.package_index.tree import IndexTree
@@ -130,20 +129,21 @@ class IndexSource(ReleaseSource):
         if not self.offline:
             self.index.files()  # once, before the threads want it
         meter = self.members.meter = Meter(progress) if progress is not None else None
-        failed: dict[str, Exception] = {}
+        failed: dict[str, BaseException] = {}
         trees: dict[str, IndexTree] = {}
 
         def build(version: str) -> None:
             manifest, fallback = self._manifest(version)
             trees[version] = IndexTree(self.members, manifest, fallback)
 
+        def fetch(version: str) -> None:
+            trees[version].fetch(todo[version], keep=False)
+
         try:
-            failed.update(_each(build, wanted, workers=workers))
+            failed.update(_failures(each_done(build, wanted, workers=max(1, workers))))
             ordered = sorted(trees, key=ranges.version_key)
             todo = _to_fetch([(v, trees[v]) for v in ordered], files, self.members.has)
-            failed.update(
-                _each(lambda v: trees[v].fetch(todo[v], keep=False), ordered, workers=workers)
-            )
+            failed.update(_failures(each_done(fetch, ordered, workers=max(1, workers))))
         finally:
             if meter is not None:
                 for version in wanted:
@@ -408,32 +408,8 @@ def _to_fetch(
     return out
 
 
-def _each(
-    fn: Callable[[str], object], versions: list[str], *, workers: int
-) -> dict[str, Exception]:
-    """`fn` for each release in daemon threads; the releases that failed, with why."""
-    jobs: queue.Queue[str] = queue.Queue()
-    for v in versions:
-        jobs.put(v)
-    failed: dict[str, Exception] = {}
-
-    def work() -> None:
-        while True:
-            try:
-                version = jobs.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                fn(version)
-            except Exception as exc:  # handed to the caller as is
-                failed[version] = exc
-
-    threads = [
-        threading.Thread(target=work, daemon=True)
-        for _ in range(max(1, min(workers, len(versions))))
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return failed
+def _failures(
+    done: Iterable[tuple[str, object, BaseException | None]],
+) -> dict[str, BaseException]:
+    """The releases of a parallel step that failed, with what they raised."""
+    return {version: exc for version, _, exc in done if exc is not None}
