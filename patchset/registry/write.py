@@ -67,12 +67,16 @@ class RegistryChange:
             raise RegistryError(f"cannot edit: {reason}", path=path) from None
         self._planned[path] = text.encode("utf-8")
 
-    def add_file(self, patch: Patch, name: str, data: bytes) -> Path:
-        """A new payload file in the patch's folder; an existing file is never overwritten."""
+    def _payload(self, patch: Patch, name: str) -> Path:
+        """Where the payload file `name` of `patch` goes (a bare name, not patch.toml)."""
         if "/" in name or name.startswith(".") or name == PATCH_FILE:
             raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
-        path = patch.folder / name
         self._patches[patch.folder] = patch
+        return patch.folder / name
+
+    def add_file(self, patch: Patch, name: str, data: bytes) -> Path:
+        """A new payload file in the patch's folder; an existing file is never overwritten."""
+        path = self._payload(patch, name)
         current = self._current(path)
         if current is not None and current != data:  # the same bytes: a killed run's
             raise RegistryError("exists already; not overwritten", path=path)
@@ -81,10 +85,7 @@ class RegistryChange:
 
     def replace_file(self, patch: Patch, name: str, data: bytes) -> Path:
         """New contents for an existing payload file of the patch."""
-        if "/" in name or name.startswith(".") or name == PATCH_FILE:
-            raise RegistryError(f"{name!r} is not a payload file name", path=patch.folder)
-        path = patch.folder / name
-        self._patches[patch.folder] = patch
+        path = self._payload(patch, name)
         if self._current(path) is None:
             raise RegistryError("no such file", path=path)
         self._planned[path] = data
