@@ -147,7 +147,9 @@ def run(args: argparse.Namespace) -> int:
     if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
         from patchset.cli import pins
 
-        return pins.run(args, registry, source, functools.partial(render_markdown, headline=False))
+        markdown = functools.partial(render_markdown, headline=False)
+        with collector_paused():  # as below
+            return pins.run(args, registry, source, markdown, progress=_bar)
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     # The collector paused for the whole run (a library call leaves the caller's alone): each
     # time it came back on it walked all that the releases had left (directories, results).

@@ -40,8 +40,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     switch(
         p,
         "--all",
-        "with --vllm: every diff patch that fits it only at an offset or with fuzz, as"
-        " an exact new variant (written with --write; patchset/cli/carry.py)",
+        "with --vllm: every diff patch that fits it only at an offset or with fuzz, as an exact"
+        " new variant, and every runtime patch whose anchors it moved, with the new anchors"
+        " where they are clear (written with --write; patchset/cli/carry.py)",
     )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument(
