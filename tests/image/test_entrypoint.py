@@ -168,10 +168,7 @@ def test_driver_and_cuda_known_at_start(tmp_path: Path) -> None:
     (folder / "patch.toml").write_text((folder / "patch.toml").read_text() + applies)
     definition = DEFINITION.replace('["mod-fix", "other-fix", "breaks-it"]', '["other-fix"]')
     bundle, tree = exported_bundle(tmp_path, registry, {"vllm/start.py": STARTUP}, definition)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(ECHO)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
     (bin_dir / "nvidia-smi").write_text(SMI.format(line="NVIDIA GeForce RTX 5090, 12.0, 580.82.07"))
     (bin_dir / "nvidia-smi").chmod(0o755)
     done = run_entrypoint(bundle, tree, bin_dir)
