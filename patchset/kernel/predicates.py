@@ -369,6 +369,23 @@ def installed_versions(
     return found
 
 
+# The CUDA runtime's own distributions, newest first: their version is the runtime's.
+CUDA_RUNTIMES = ("nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime")
+_TORCH_CUDA = re.compile(r"\+cu(\d+)(\d)$")  # torch's local version: 2.9.0+cu128
+
+
+def cuda_version(site_packages: Path | str) -> str | None:
+    """The CUDA runtime installed in `site_packages`, from dist-info only (nothing imported):
+    the version of NVIDIA's runtime distribution (`CUDA_RUNTIMES`, e.g. ``12.8.90``), else
+    the CUDA of torch's local version (``2.9.0+cu128``: ``12.8``); None when neither says."""
+    found = installed_versions(site_packages, ("torch", *CUDA_RUNTIMES))
+    runtime = next((found[n] for n in CUDA_RUNTIMES if n in found), None)
+    if runtime is not None:
+        return runtime
+    tagged = _TORCH_CUDA.search(found.get("torch", ""))
+    return f"{tagged[1]}.{tagged[2]}" if tagged else None
+
+
 def _metadata(path: Path) -> dict[str, str]:
     """`Name` and `Version` of a METADATA file's header (lowercase keys)."""
     fields: dict[str, str] = {}
@@ -388,6 +405,7 @@ def _metadata(path: Path) -> dict[str, str]:
 
 __all__ = [
     "COMBINATORS",
+    "CUDA_RUNTIMES",
     "ENV_NAME",
     "FALSY",
     "HARDWARE_LEAVES",
@@ -401,6 +419,7 @@ __all__ = [
     "Node",
     "PredicateError",
     "Verdict",
+    "cuda_version",
     "evaluate",
     "installed_versions",
     "parse",

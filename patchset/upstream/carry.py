@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from patchset._plain import fields_dict
 from patchset.engine.evaluate import evaluate
 from patchset.errors import ExitCode, PatchsetError
 from patchset.refresh.job import Job, stacked_reader
@@ -47,11 +48,7 @@ class CarryReport:
         return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "vllm": self.vllm,
-            "carried": [c.__dict__ for c in self.carried],
-            "exit_code": int(self.exit_code),
-        }
+        return {**fields_dict(self), "exit_code": int(self.exit_code)}
 
 
 def refresh_shifted(
