@@ -9,6 +9,7 @@ one given before is not overwritten by a default.
 from __future__ import annotations
 
 import argparse
+import itertools
 import re
 import sys
 from collections.abc import Callable
@@ -290,7 +291,7 @@ def wants_github(argv: list[str]) -> bool:
     """Whether the command line asks for `--format github` (read before it parses)."""
     return any(
         a == "--format=github" or (a == "--format" and b == "github")
-        for a, b in zip(argv, [*argv[1:], ""], strict=True)
+        for a, b in itertools.pairwise([*argv, ""])
     )
 
 
