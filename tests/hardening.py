@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import io
 import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -77,11 +79,25 @@ def error_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def full_disk_under(monkeypatch: pytest.MonkeyPatch, folder: Path, *, skip: int = 0) -> None:
+def full_disk_under(
+    monkeypatch: pytest.MonkeyPatch, folder: Path, *, skip: int = 0, folders: bool = False
+) -> None:
     """A full disk under `folder`: every file opened for writing there (`os.fdopen` of a
     temp file, `open`/`Path.write_text`; from the `skip`-th on) is swapped for /dev/full,
-    whose writes fail with the kernel's own ENOSPC. No small file system can be mounted
-    without root, so the disk fills where the bytes go."""
+    whose writes fail with the kernel's own ENOSPC; with `folders`, a new folder there
+    (`os.mkdir`, so `tempfile.mkdtemp` and `Path.mkdir` too) fails with ENOSPC as well, as
+    it does on a disk with no block left for its entries. A small real file system needs
+    root to mount, so the disk fills where the bytes go (`small_disk` mounts one where it
+    may)."""
+    if folders:
+        real_mkdir = os.mkdir
+
+        def mkdir(path: object, mode: int = 0o777, *args: object, **kwargs: object) -> None:
+            if Path(path).resolve().is_relative_to(folder.resolve()):  # type: ignore[arg-type]
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            real_mkdir(path, mode, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "mkdir", mkdir)
     real_fdopen = os.fdopen
     opened = [0]
 
@@ -108,3 +124,22 @@ def full_disk_under(monkeypatch: pytest.MonkeyPatch, folder: Path, *, skip: int 
 
     monkeypatch.setattr(os, "fdopen", fdopen)
     monkeypatch.setattr(io, "open", open_)
+
+
+@contextlib.contextmanager
+def small_disk(folder: Path, size: str = "1m") -> Iterator[Path]:
+    """A real file system of `size` (tmpfs) mounted on `folder`, unmounted afterwards; the
+    test is skipped, with the reason, where mounting is not permitted (not root, or no
+    CAP_SYS_ADMIN in a container)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)]
+    try:
+        done = subprocess.run(mount, capture_output=True, text=True, check=False, timeout=30)
+    except OSError as exc:  # no mount program
+        pytest.skip(f"cannot mount a small file system here: {exc}")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True, check=False, timeout=30)

@@ -38,6 +38,19 @@ OTHER_DIFF = """\
 +beta patched
  gamma
 """
+# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
+OTHER_FIX = OTHER_DIFF.replace("beta patched", "beta_patched")
+# A quilt-style series on vllm/mod.py: this top patch's context holds MOD_DIFF's line.
+ON_TOP = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -10,4 +10,4 @@
+ line 10
+ line 11 patched
+-line 12
++line 12 patched too
+ line 13
+"""
 
 PATCH_TOML = """\
 id = "{id}"
@@ -79,6 +92,12 @@ def add_patch(
         assert sites is not None
         (folder / "sites.toml").write_text(textwrap.dedent(sites))
     return folder
+
+
+def add_keys(registry: Path, patch_id: str, text: str) -> None:
+    """Put top-level keys (TOML `text`) into a patch.toml, before its [upstream] table."""
+    toml = registry / patch_id / "patch.toml"
+    toml.write_text(toml.read_text().replace("[upstream]", f"{text}\n\n[upstream]"))
 
 
 def make_tree(root: Path, files: dict[str, str], version: str = "0.19.1") -> Path:
@@ -135,6 +154,20 @@ def build_manifest(
         executable=executable,
     )
     return Manifest("image", "0" * 64, "0.20.0", Base("base"), (entry,), vllm_root="/site")
+
+
+# A stand-in `vllm` program: prints its arguments as JSON (what the entrypoint exec'd it with).
+ECHO_VLLM = (
+    '#!/bin/sh\nexec "$PYTHON" -c \'import json,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
+)
+
+
+def stand_in_vllm(bin_dir: Path, script: str = ECHO_VLLM) -> Path:
+    """`bin_dir` made, holding an executable `vllm` running `script` (`ECHO_VLLM`)."""
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(script)
+    (bin_dir / "vllm").chmod(0o755)
+    return bin_dir
 
 
 def run_entrypoint(

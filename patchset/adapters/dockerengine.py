@@ -253,23 +253,9 @@ class Engine(Closing):
     ) -> ImageInfo:
         """The image `ref`, pulled first if it is not local."""
         if not self.image_exists(ref):
-            self.pull(ref, auth=auth, on_log=on_log)
+            what = f"cannot pull {ref} from {registry_of(ref)}"
+            self._transfer(self.api.pull, ref, what, auth, on_log)
         return self.inspect(ref)
-
-    def pull(
-        self,
-        ref: str,
-        *,
-        auth: Mapping[str, str] | None = None,
-        on_log: LogSink | None = None,
-    ) -> None:
-        repo, tag = split_ref(ref)
-        what = f"cannot pull {ref} from {registry_of(ref)}"
-        with _engine_call(what):
-            stream = self.api.pull(
-                repo, tag=tag, stream=True, decode=True, auth_config=registry_auth(auth)
-            )
-            self._follow(stream, what, on_log)
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = split_ref(ref)
@@ -374,13 +360,8 @@ class Engine(Closing):
         """Push `ref` to its registry and return the manifest digest the registry reported
         ("sha256:..."). Credentials: `auth`, else $PATCHSET_REGISTRY_USER/_PASSWORD, else
         the Docker config."""
-        repo, tag = split_ref(ref)
         what = f"{registry_of(ref)} refused the push of {ref}"
-        with _engine_call(what):
-            stream = self.api.push(
-                repo, tag=tag, stream=True, decode=True, auth_config=registry_auth(auth)
-            )
-            records = self._follow(stream, what, on_log)
+        records = self._transfer(self.api.push, ref, what, auth, on_log)
         for entry in reversed(records):
             digest = _str(_dict(entry.get("aux")).get("Digest"))
             if digest:
@@ -395,10 +376,25 @@ class Engine(Closing):
             return _one_line(message or json.dumps(dict(entry)))
         return ""
 
+    def _transfer(
+        self,
+        call: Callable[..., Iterable[Any]],
+        ref: str,
+        what: str,
+        auth: Mapping[str, str] | None,
+        on_log: LogSink | None,
+    ) -> list[dict[str, Any]]:
+        """A pull or a push of `ref` (the engine's `call`) with the registry's credentials:
+        its record stream read to the end, status lines logged; a DockerError saying `what`
+        on an error record. Returns the records with an "aux" part."""
+        repo, tag = split_ref(ref)
+        with _engine_call(what):
+            stream = call(repo, tag=tag, stream=True, decode=True, auth_config=registry_auth(auth))
+            return self._follow(stream, what, on_log)
+
     def _follow(
         self, stream: Iterable[Any], what: str, on_log: LogSink | None
     ) -> list[dict[str, Any]]:
-        """Read a pull/push record stream; raise on an error record, log status lines."""
         kept: list[dict[str, Any]] = []
         failure = ""
         for record in stream:  # read to the end even after an error: see build()

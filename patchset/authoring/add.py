@@ -9,6 +9,7 @@ check of the new patch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -29,6 +30,7 @@ from patchset.authoring.runtime_sites import SiteEdit, sites_toml
 from patchset.errors import RegistryError, UsageError
 from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
 from patchset.registry.model import check_relations
+from patchset.registry.write import why_not_written
 from patchset.release_check import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
@@ -90,9 +92,9 @@ def add_diff(
     with _staging(root, patch_id) as folder:
         if sites:
             header = f"Runtime sites of {patch_id}, made by `patchset add` from {origin}."
-            (folder / "sites.toml").write_text(sites_toml(patch_id, sites, header=header))
+            _write(folder / "sites.toml", sites_toml(patch_id, sites, header=header))
         else:
-            (folder / "patch.diff").write_text(payload.text, encoding="utf-8")
+            _write(folder / "patch.diff", payload.text)
 
         def write_toml(range_text: str, note: str, base: str | None) -> None:
             doc = _patch_doc(
@@ -113,7 +115,7 @@ def add_diff(
             )
             if requires:
                 doc["requires"] = list(dict.fromkeys(requires))
-            (folder / "patch.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
+            _write(folder / "patch.toml", tomlkit.dumps(doc))
 
         write_toml(vllm or ANY_RELEASE, "", base)
         try:  # the registry's rules, before a check
@@ -237,9 +239,9 @@ def _skeleton(
             " never ships."
         )
         text = "".join(f"# {line}\n" for line in header.splitlines()) + tomlkit.dumps(doc)
-        (folder / "patch.toml").write_text(text, encoding="utf-8")
+        _write(folder / "patch.toml", text)
         for name, content in files.items():
-            (folder / name).write_text(content, encoding="utf-8")
+            _write(folder / name, content)
         dest = root / patch_id
         _rename(folder, dest)
     return dest
@@ -389,20 +391,40 @@ def _sites_example(patch_id: str) -> str:
 @contextlib.contextmanager
 def _staging(root: Path, patch_id: str) -> Iterator[Path]:
     """`<id>/` inside a hidden folder of the registry root (the loader skips dot folders),
-    so the final rename is atomic; the hidden folder goes away whatever happened."""
+    so the final rename is atomic; the hidden folder goes away whatever happened (a write
+    that fails in it, `_write`, included: nothing is added)."""
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".add-{patch_id}-", dir=root))
-    except OSError as exc:
-        raise RegistryError(
-            f"the registry folder is not writable ({exc.strerror}); nothing was added",
-            path=root,
-        ) from None
-    try:
         folder = tmp / patch_id
         folder.mkdir()
+    except OSError as exc:
+        why = _not_written(exc, "the registry folder is not writable")
+        raise RegistryError(why, path=root) from None
+    try:
         yield folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write(path: Path, text: str) -> None:
+    """A file of the staging folder, written whole and fsynced (what is renamed into the
+    registry is on disk); a full disk or a quota is one line naming the file as it would
+    be named, exit 2."""
+    try:
+        with path.open("w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        named = path.parent.parent.parent / path.parent.name / path.name  # staging's
+        raise RegistryError(_not_written(exc, "cannot write"), path=named) from None
+
+
+def _not_written(exc: OSError, unwritable: str) -> str:
+    """A full disk said so (`registry.write.why_not_written`), another error as `unwritable`."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    why = why_not_written(exc) if full else f"{unwritable} ({exc.strerror})"
+    return f"{why}; nothing was added"
 
 
 def _unstaged(exc: RegistryError, folder: Path) -> str:
@@ -418,7 +440,10 @@ def _unstaged(exc: RegistryError, folder: Path) -> str:
 def _rename(folder: Path, dest: Path) -> None:
     if os.path.lexists(dest):  # someone added the same id meanwhile: never replaced
         raise UsageError(f"patch {dest.name!r} exists already", path=dest)
-    replace_folder(folder, dest)
+    try:
+        replace_folder(folder, dest)
+    except OSError as exc:
+        raise RegistryError(_not_written(exc, "cannot move it into place"), path=dest) from None
 
 
 def _move_into_place(folder: Path, dest: Path) -> Patch:

@@ -228,7 +228,17 @@ def _run(
     asked = operation == "apply" and bool(ids)
     by_id = {p.id: p for p in registry.patches}
 
+    seen: dict[str, bytes | None] = {}  # what the last plan read of the tree, by path
+
+    def read_tree(rel: str) -> bytes | None:  # as the tree is, before this run's edits
+        if rel in pending:
+            return pending[rel]
+        if rel not in seen:
+            seen[rel] = _read_file(root, rel)
+        return seen[rel]
+
     def plan() -> tuple[list[PatchResult], dict[str, bytes | None], set[str]]:
+        seen.clear()
         overlay: dict[str, bytes | None] = {}  # relpath: new bytes, or None to delete
         executable: set[str] = set()  # new files to create executable (git mode 755)
 
@@ -236,12 +246,6 @@ def _run(
             if rel in overlay:
                 return overlay[rel]
             return read_tree(rel)
-
-        def read_tree(rel: str) -> bytes | None:  # as the tree is, before this run's edits
-            if rel in pending:
-                return pending[rel]
-            path = transaction.resolve_inside(root, rel)
-            return path.read_bytes() if path.is_file() else None
 
         results = [
             _one(
@@ -272,19 +276,26 @@ def _run(
             )
         return results, overlay, executable
 
+    def replan() -> tuple[list[PatchResult], dict[str, bytes | None], set[str]]:
+        """Under the lock: the plan made before it again, unless a file it read has changed
+        meanwhile (another run wrote): a plan reads the tree only through `read_tree`."""
+        if all(_read_file(root, rel) == data for rel, data in list(seen.items())):
+            return results, overlay, executable
+        return plan()
+
     blocked: set[str] = set(STOPPERS)
     results, overlay, executable = plan()
     if not dry_run and any(r.outcome in blocked for r in results) and _lock_used(root):
         # Another run may be writing just now, and a half-written tree reads as a conflict:
         # wait for it and look again before saying so.
         with transaction.locked(root):
-            results, overlay, executable = plan()
+            results, overlay, executable = replan()
     written = False
     if not dry_run and overlay and not any(r.outcome in blocked for r in results):
         transaction.check_writable(root, list(overlay))  # before the lock file appears
         with transaction.locked(root):
             # again under the lock: another run may have written
-            results, overlay, executable = plan()
+            results, overlay, executable = replan()
             if overlay and not any(r.outcome in blocked for r in results):
                 transaction.check_writable(root, list(overlay))
                 transaction.commit(root, overlay, executable=executable)
@@ -345,6 +356,11 @@ def _check_version(release: str, *, given: bool, root: Path) -> None:
             " pass --vllm-version",
             path=root,
         ) from None
+
+
+def _read_file(root: Path, rel: str) -> bytes | None:
+    path = transaction.resolve_inside(root, rel)
+    return path.read_bytes() if path.is_file() else None
 
 
 def _lock_used(root: Path) -> bool:

@@ -2,9 +2,10 @@
 `[applies]` predicate, judged before anything is evaluated (`apply` without `--patch`).
 
 The facts come from where `apply` runs: the served configuration given (`--served`), the GPUs
-(`--compute-capability`, else nvidia-smi) and the versions the target's dist-infos say (torch,
-triton, the CUDA runtime), read without importing. A predicate that cannot be known here is
-not a pass: the patch is skipped, naming the leaves that were unknown.
+(`--compute-capability`, else nvidia-smi, which names the driver too) and the versions the
+target's dist-infos say (torch, triton, the CUDA runtime), read without importing. A predicate
+that cannot be known here is not a pass: the patch is skipped, naming the leaves that were
+unknown.
 """
 
 from __future__ import annotations
@@ -19,32 +20,33 @@ from typing import Literal
 from patchset.errors import UsageError
 from patchset.kernel import gpus
 from patchset.kernel.capability import Capability, in_scope
-from patchset.kernel.predicates import Facts, evaluate, installed_versions
+from patchset.kernel.predicates import Facts, cuda_version, evaluate, installed_versions
 from patchset.registry import Patch
 
 DETECT: Literal["detect"] = "detect"  # find this machine's GPUs with nvidia-smi
-CUDA_RUNTIMES = ("nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime")
 
 
 @dataclass(frozen=True)
 class Hardware:
     """The GPUs apply judges against: the first one's capability for `[hardware]` scopes,
-    every one's (and their names) for `[applies]`; None: not known."""
+    every one's (and their names) for `[applies]`, and the NVIDIA driver's version; None:
+    not known."""
 
     capability: Capability | None
     capabilities: tuple[Capability, ...] | None
     names: tuple[str, ...] | None
+    driver: str | None = None
 
 
 def hardware(given: Capability | Literal["detect"] | None) -> Hardware:
-    """`--compute-capability X.Y` (a GPU of that capability, name unknown), `none` (known:
-    no GPU), or what nvidia-smi lists (nothing listed: not known)."""
+    """`--compute-capability X.Y` (a GPU of that capability, name and driver unknown), `none`
+    (known: no GPU), or what nvidia-smi lists (nothing listed: not known)."""
     if given == DETECT:
         found = gpus.query()
         if not found.gpus:
             return Hardware(None, None, None)
         caps = tuple(g.capability for g in found.gpus)
-        return Hardware(caps[0], caps, tuple(g.name for g in found.gpus))
+        return Hardware(caps[0], caps, tuple(g.name for g in found.gpus), found.driver)
     if given is None:
         return Hardware(None, (), ())
     assert not isinstance(given, str)
@@ -55,12 +57,11 @@ def facts(
     root: Path, served: Mapping[str, str] | None, gpu: Hardware, *, this_python: bool
 ) -> Facts:
     """What `[applies]` reads on this tree. `served` empty or None: not known."""
-    names = ("torch", "triton", *CUDA_RUNTIMES)
-    found = installed_versions(root, names)
-    versions = {k: v for k, v in found.items() if k in ("torch", "triton")}
-    cuda = next((found[n] for n in CUDA_RUNTIMES if n in found), None)
-    if cuda is not None:
+    versions = installed_versions(root, ("torch", "triton"))
+    if (cuda := cuda_version(root)) is not None:
         versions["cuda"] = cuda
+    if gpu.driver is not None:
+        versions["driver"] = gpu.driver
     if this_python:  # the target is this interpreter's own vLLM
         versions["python"] = ".".join(map(str, sys.version_info[:3]))
     return Facts(

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from patchset._plain import fields_dict
 from patchset.errors import ExitCode
 
 Outcome = Literal[
@@ -55,15 +56,7 @@ class PatchResult:
     files: tuple[str, ...] = ()  # the files this patch changed (or would change)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "patch": self.patch,
-            "revision": self.revision,
-            "variant": self.variant,
-            "outcome": self.outcome,
-            "details": list(self.details),
-            "warnings": list(self.warnings),
-            "files": list(self.files),
-        }
+        return fields_dict(self)
 
 
 @dataclass(frozen=True)
@@ -98,15 +91,7 @@ class ApplyReport:
     def to_dict(self) -> dict[str, object]:
         return {
             "schema": SCHEMA,
-            "operation": self.operation,
-            "target": str(self.target),
-            "vllm": self.vllm,
-            "registry": self.registry,
-            "dry_run": self.dry_run,
-            "written": self.written,
-            "recovered": list(self.recovered),
-            "strict": self.strict,
-            "compute_capability": self.compute_capability,
+            **fields_dict(self, skip=("results",)),
             "exit_code": self.exit_code,
             "results": [r.to_dict() for r in self.results],
         }

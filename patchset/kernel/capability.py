@@ -6,6 +6,8 @@ and the image entrypoint evaluates it with `in_scope` at container start: one ev
 scope that loads also runs. Supported: ``== != >= <= > <`` with "major" or "major.minor",
 ``==12.*`` / ``!=12.*`` (any minor of a major), and ``~=12.0`` (at least 12.0, same major).
 ``===``, pre-releases and more than two numbers mean nothing for a GPU and are refused.
+A clause of that shape is evaluated as a version specifier's (`kernel.specifiers`) over
+"major.minor": the same rules as ``torch = ">=2.9"``.
 """
 
 from __future__ import annotations
@@ -13,10 +15,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .specifiers import Grammar, VersionTest, parse_clauses
+
 Capability = tuple[int, int]  # (major, minor), e.g. (12, 0) for sm_120
 Clause = Callable[[Capability], bool]
 
-_CLAUSE = re.compile(r"^(~=|==|!=|<=|>=|<|>)\s*(\d+)(?:\.(\d+|\*))?$")
+# major or major.minor, or major.* (not major.minor.*): a version clause of two numbers at most
+_SCOPES = Grammar(
+    re.compile(r"^(~=|==|!=|<=|>=|<|>)\s*(\d+(?:\.\d+(?!\.\*))?)(\.\*)?$"),
+    "a compute-capability clause",
+    "(use ==, !=, >=, <=, >, < or ~= with major.minor, e.g. '>=12.0', or '==12.*')",
+    "major.minor, e.g. '~=12.0'",
+)
 _CAPABILITY = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
 
 
@@ -30,36 +40,12 @@ def parse_capability(text: str) -> Capability:
 
 def parse_scope(scope: str) -> tuple[Clause, ...]:
     """The clauses of `scope`; ValueError with a one-line reason when one cannot be evaluated."""
-    return tuple(_clause(raw.strip(), scope) for raw in scope.split(","))
+    tests = parse_clauses(scope, _SCOPES)
+    return tuple(_over_capability(test) for test in tests)
 
 
-def _clause(text: str, scope: str) -> Clause:
-    match = _CLAUSE.match(text)
-    if match is None:
-        raise ValueError(
-            f"{text!r} in {scope!r} is not a compute-capability clause"
-            " (use ==, !=, >=, <=, >, < or ~= with major.minor, e.g. '>=12.0', or '==12.*')"
-        )
-    op, major_text, minor_text = match.groups()
-    major = int(major_text)
-    if minor_text == "*":
-        if op not in ("==", "!="):
-            raise ValueError(f"{text!r} in {scope!r}: '.*' goes with == or != only")
-        return (lambda c: c[0] == major) if op == "==" else (lambda c: c[0] != major)
-    bound = (major, int(minor_text or 0))
-    if op == "~=":
-        if minor_text is None:
-            raise ValueError(f"{text!r} in {scope!r}: '~=' needs major.minor, e.g. '~=12.0'")
-        return lambda c: c >= bound and c[0] == major
-    compare: dict[str, Clause] = {
-        "==": lambda c: c == bound,
-        "!=": lambda c: c != bound,
-        ">=": lambda c: c >= bound,
-        "<=": lambda c: c <= bound,
-        ">": lambda c: c > bound,
-        "<": lambda c: c < bound,
-    }
-    return compare[op]
+def _over_capability(test: VersionTest) -> Clause:
+    return lambda c: test(f"{c[0]}.{c[1]}")
 
 
 def in_scope(scope: str | None, capability: Capability | None) -> bool:

@@ -30,11 +30,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .capability import Capability, in_scope, parse_scope
+from .specifiers import parse_specifier, satisfies, version_key
 
 SERVED_LEAVES: tuple[str, ...] = (
     "quantization",
@@ -72,107 +73,6 @@ class PredicateError(ValueError):
         self.message = message
         self.where = where
         super().__init__(f"{where}: {message}")
-
-
-# -- versions --------------------------------------------------------------------------------
-
-_VERSION = re.compile(
-    r"^\s*v?(?P<release>\d+(?:\.\d+)*)"
-    r"(?:[-_.]?(?P<pre>a|b|c|rc|alpha|beta|pre|preview)[-_.]?(?P<pre_n>\d*))?"
-    r"(?:[-_.]?(?P<post>post|rev|r)[-_.]?(?P<post_n>\d*))?"
-    r"(?:[-_.]?(?P<dev>dev)[-_.]?(?P<dev_n>\d*))?"
-    r"(?:\+[a-z0-9]+(?:[-_.][a-z0-9]+)*)?\s*$",
-    re.IGNORECASE,
-)
-_PHASE = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "c": 3, "rc": 3, "pre": 3}
-_PHASE["preview"] = 3
-VersionKey = tuple[tuple[int, ...], int, int]
-
-
-def version_key(text: str) -> VersionKey:
-    """A version (``2.9.0+cu130``, ``2.10.0a0``, ``575.57.08``) as a sortable key: its
-    numbers (trailing zeros dropped), then its phase (dev < a < b < rc < final < post) and that
-    phase's number. The local part (``+cu130``) is ignored. ValueError if not a version."""
-    match = _VERSION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a version")
-    release = tuple(int(n) for n in match["release"].split("."))
-    while len(release) > 1 and release[-1] == 0:
-        release = release[:-1]
-    if match["pre"]:
-        phase, number = _PHASE[match["pre"].lower()], int(match["pre_n"] or 0)
-    elif match["dev"] and not match["post"]:
-        phase, number = 0, int(match["dev_n"] or 0)
-    elif match["post"]:
-        phase, number = 5, int(match["post_n"] or 0)
-    else:
-        phase, number = 4, 0
-    return release, phase, number
-
-
-_SPEC = re.compile(r"^(~=|==|!=|<=|>=|<|>)\s*(\S+?)(\.\*)?$")
-VersionTest = Callable[[str], bool]
-
-
-def parse_specifier(text: str) -> tuple[VersionTest, ...]:
-    """The clauses of a comma-separated specifier (``>=2.9,<3``, ``==2.9.*``, ``~=12.8``),
-    each a test of a version string; ValueError with a one-line reason."""
-    if not text.strip():
-        raise ValueError("an empty specifier")
-    return tuple(_spec_clause(part.strip(), text) for part in text.split(","))
-
-
-def _spec_clause(text: str, whole: str) -> VersionTest:
-    match = _SPEC.match(text)
-    if match is None:
-        raise ValueError(
-            f"{text!r} in {whole!r} is not a version clause (use ==, !=, >=, <=, >, < or ~=,"
-            " e.g. '>=2.9' or '==2.9.*')"
-        )
-    op, version, star = match.groups()
-    try:
-        bound = version_key(version)
-    except ValueError:
-        raise ValueError(f"{text!r} in {whole!r}: {version!r} is not a version") from None
-    if star:
-        if op not in ("==", "!="):
-            raise ValueError(f"{text!r} in {whole!r}: '.*' goes with == or != only")
-        prefix = tuple(int(n) for n in version.split("."))
-
-        def starts(v: str) -> bool:
-            numbers = version_key(v)[0]
-            numbers = numbers + (0,) * (len(prefix) - len(numbers))
-            return numbers[: len(prefix)] == prefix
-
-        return starts if op == "==" else (lambda v: not starts(v))
-    if op == "~=":
-        parts = version.split(".")
-        if len(parts) < 2:
-            raise ValueError(f"{text!r} in {whole!r}: '~=' needs two numbers, e.g. '~=2.9'")
-        head = tuple(int(n) for n in parts[:-1])
-        return lambda v: version_key(v) >= bound and _padded(version_key(v)[0], head)
-    tests: dict[str, Callable[[VersionKey], bool]] = {
-        "==": lambda k: k == bound,
-        "!=": lambda k: k != bound,
-        ">=": lambda k: k >= bound,
-        "<=": lambda k: k <= bound,
-        ">": lambda k: k > bound,
-        "<": lambda k: k < bound,
-    }
-    test = tests[op]
-    return lambda v: test(version_key(v))
-
-
-def _padded(numbers: tuple[int, ...], head: tuple[int, ...]) -> bool:
-    numbers = numbers + (0,) * (len(head) - len(numbers))
-    return numbers[: len(head)] == head
-
-
-def satisfies(version: str, specifier: str) -> bool:
-    """Whether `version` meets every clause of `specifier` (ValueError on either)."""
-    clauses = parse_specifier(specifier)
-    version_key(version)
-    return all(clause(version) for clause in clauses)
 
 
 # -- the tree --------------------------------------------------------------------------------
@@ -469,6 +369,23 @@ def installed_versions(
     return found
 
 
+# The CUDA runtime's own distributions, newest first: their version is the runtime's.
+CUDA_RUNTIMES = ("nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime")
+_TORCH_CUDA = re.compile(r"\+cu(\d+)(\d)$")  # torch's local version: 2.9.0+cu128
+
+
+def cuda_version(site_packages: Path | str) -> str | None:
+    """The CUDA runtime installed in `site_packages`, from dist-info only (nothing imported):
+    the version of NVIDIA's runtime distribution (`CUDA_RUNTIMES`, e.g. ``12.8.90``), else
+    the CUDA of torch's local version (``2.9.0+cu128``: ``12.8``); None when neither says."""
+    found = installed_versions(site_packages, ("torch", *CUDA_RUNTIMES))
+    runtime = next((found[n] for n in CUDA_RUNTIMES if n in found), None)
+    if runtime is not None:
+        return runtime
+    tagged = _TORCH_CUDA.search(found.get("torch", ""))
+    return f"{tagged[1]}.{tagged[2]}" if tagged else None
+
+
 def _metadata(path: Path) -> dict[str, str]:
     """`Name` and `Version` of a METADATA file's header (lowercase keys)."""
     fields: dict[str, str] = {}
@@ -488,6 +405,7 @@ def _metadata(path: Path) -> dict[str, str]:
 
 __all__ = [
     "COMBINATORS",
+    "CUDA_RUNTIMES",
     "ENV_NAME",
     "FALSY",
     "HARDWARE_LEAVES",
@@ -501,6 +419,7 @@ __all__ = [
     "Node",
     "PredicateError",
     "Verdict",
+    "cuda_version",
     "evaluate",
     "installed_versions",
     "parse",

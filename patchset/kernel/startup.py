@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .manifest import Check, Manifest, Outcome, PatchEntry
-from .predicates import Facts, evaluate, installed_versions, switch_word
+from .predicates import Facts, cuda_version, evaluate, installed_versions, switch_word
 from .tree import sha256
 
 POLICIES = ("fail", "warn")
@@ -87,18 +87,22 @@ def facts(
     capabilities: Sequence[tuple[int, int]] | None,
     gpu_names: Sequence[str] | None,
     site_packages: Path,
+    driver: str | None = None,
 ) -> Facts:
     """What this container knows: the served configuration (the definition's arguments and
-    the start's), the GPUs, and the versions of torch and triton (their dist-info, never
-    imported) and Python. CUDA and the driver stay unknown (so named) unless given as
-    PATCHSET_CUDA_VERSION / PATCHSET_DRIVER_VERSION."""
+    the start's), the GPUs and the NVIDIA driver (`driver`, from the one nvidia-smi query),
+    the versions of torch and triton and the CUDA runtime (their dist-info, never imported)
+    and Python. PATCHSET_CUDA_VERSION / PATCHSET_DRIVER_VERSION, when set, win; a CUDA or
+    driver nobody says stays unknown (so named)."""
     versions = installed_versions(site_packages)
     versions.setdefault("torch", "")  # absent: known absent, no specifier holds
     versions.setdefault("triton", "")
     versions["python"] = ".".join(str(n) for n in sys.version_info[:3])
+    found = {"cuda": cuda_version(site_packages), "driver": driver}
     for key, name in (("cuda", "PATCHSET_CUDA_VERSION"), ("driver", "PATCHSET_DRIVER_VERSION")):
-        if os.environ.get(name, "").strip():
-            versions[key] = os.environ[name].strip()
+        value = os.environ.get(name, "").strip() or found[key]
+        if value:
+            versions[key] = value
     return Facts(
         served=dict(served),
         compute_capability=None if capabilities is None else tuple(capabilities),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from patchset._plain import fields_dict
 from patchset.engine.order import on_top_of_required
 from patchset.errors import ExitCode
 from patchset.kernel.sites import SiteStatus
@@ -23,6 +24,9 @@ class AnchorCandidate:
     similarity: float
     lines: tuple[str, ...]
     unchanged: bool = False  # every line is a base-release line outside the anchor
+
+    def to_dict(self) -> dict[str, object]:
+        return {**fields_dict(self), "similarity": round(self.similarity, 3)}
 
 
 @dataclass(frozen=True)
@@ -45,25 +49,7 @@ class SiteRefresh:
         return self.status in ("applies", "skipped", "upstream") or self.anchor is not None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "site": self.site,
-            "file": self.file,
-            "status": self.status,
-            "line": self.line,
-            "candidates": [
-                {
-                    "line": c.line,
-                    "similarity": round(c.similarity, 3),
-                    "lines": list(c.lines),
-                    "unchanged": c.unchanged,
-                }
-                for c in self.candidates
-            ],
-            "anchor": self.anchor,
-            "picked": self.picked,
-            "text_follows": self.text_follows,
-            "reason": self.reason,
-        }
+        return fields_dict(self)
 
 
 @dataclass(frozen=True)
@@ -108,24 +94,7 @@ class RefreshResult:
         return ExitCode.OK if self.outcome in ("written", "proposed") else ExitCode.ATTENTION
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "patch": self.patch,
-            "kind": self.kind,
-            "vllm": self.vllm,
-            "from_variant": self.from_variant,
-            "base": self.base,
-            "outcome": self.outcome,
-            "variant": self.variant,
-            "revision": self.revision,
-            "payload": self.payload,
-            "ranges": [{"what": r.what, "old": r.old, "new": r.new} for r in self.ranges],
-            "conflicts": [{"file": c.file, "lines": list(c.lines)} for c in self.conflicts],
-            "workdir": None if self.workdir is None else str(self.workdir),
-            "sites": [s.to_dict() for s in self.sites],
-            "written": [str(p) for p in self.written],
-            "moved": [{"old": m.old, "new": m.new} for m in self.moved],
-            "exit_code": self.exit_code,
-        }
+        return {**fields_dict(self), "exit_code": self.exit_code}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchset._fs import sha256_hex, write_atomic
+from patchset._plain import fields_dict
 from patchset.errors import UsageError, one_line
 from patchset.refresh.job import Job
 from patchset.registry import Registry, ranges
@@ -46,14 +47,7 @@ class RefreshState:
     def to_json(self) -> dict[str, Any]:
         return {
             "schema": STATE_SCHEMA,
-            "patch": self.patch,
-            "revision": self.revision,
-            "from_variant": self.from_variant,
-            "from_sha256": self.from_sha256,
-            "base": self.base,
-            "vllm": self.vllm,
-            "versions": list(self.versions),
-            "moves": dict(self.moves),
+            **fields_dict(self, skip=("files",)),
             "files": dict(self.files),
         }
 
@@ -79,17 +73,9 @@ class RefreshState:
         files = data["files"]
         if not all(_release_path(k) and isinstance(v, str | None) for k, v in files.items()):
             raise UsageError("refresh state without a valid 'files'", path=path)
-        return cls(
-            patch=data["patch"],
-            revision=data["revision"],
-            from_variant=data["from_variant"],
-            from_sha256=data["from_sha256"],
-            base=data["base"],
-            vllm=data["vllm"],
-            versions=tuple(str(v) for v in data["versions"]),
-            files=files,
-            moves=moves,
-        )
+        checked = {key: data[key] for key in _STATE_KEYS}  # the keys checked are the ones kept
+        versions = tuple(str(v) for v in data["versions"])
+        return cls(**{**checked, "versions": versions, "moves": moves})
 
 
 def _version(text: object) -> bool:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,8 +61,39 @@ def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
     return source, target
 
 
+_PARSED: OrderedDict[bytes, tuple[FileDiff, ...]] = OrderedDict()  # by the text's digest
+_PARSED_KEPT = 64
+
+
 def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
-    """Parse a unified diff; anything the engine cannot apply faithfully is a PayloadError."""
+    """Parse a unified diff; anything the engine cannot apply faithfully is a PayloadError.
+
+    A text parsed once is not parsed again (its result is immutable and names no file):
+    `add` loads its new patch three times (staged, checked, moved into place), `update`
+    and `check --write` reload what they write, and a 60 MB payload took seconds each time.
+    Only successes are kept, so an error always names the file it was read from."""
+    key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+    if key in _PARSED:
+        _PARSED.move_to_end(key)
+        return _PARSED[key]
+    parsed = _parse_diff(text, file=file)
+    _PARSED[key] = parsed
+    while len(_PARSED) > _PARSED_KEPT:
+        _PARSED.popitem(last=False)
+    return parsed
+
+
+def parse_count() -> int:
+    """How many diff texts were parsed (not taken from the cache) in this process: the
+    tests of big payloads count parses instead of timing them."""
+    return _parses[0]
+
+
+_parses = [0]
+
+
+def _parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
+    _parses[0] += 1
     text = text.replace("\r\n", "\n")  # a CRLF payload means what its LF twin means
     patch = read_patchset(text, file=file)
     files: list[FileDiff] = []

@@ -6,20 +6,27 @@ may lead outside its own folder (a symlink, an archive member with ``..`` or an 
 path). A module a patch or site names in `requires_modules` must come from a support package
 or be one vLLM's processes have anyway: the standard library and the target's own packages
 (`TARGET_PACKAGES`). `import_problems` reads (with `ast`) the imports of every site's text and
-python patch and flags those nothing provides or the patch does not declare.
+python patch and flags those nothing provides or the patch does not declare; with a vLLM
+release at hand (`import_rule`: an installed vLLM's dist-info), the modules of vLLM's own
+declared requirements need no support package either.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.metadata
 import re
 import sys
 import tarfile
 import textwrap
 import zipfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from patchset.errors import RegistryError
 from patchset.registry.model import (
@@ -193,10 +200,73 @@ def _members(path: Path) -> list[tuple[str, str | None]]:
 # -- modules ---------------------------------------------------------------------------------
 
 
-def standard(module: str) -> bool:
-    """Whether `module` needs no support package: the standard library or a target package."""
+def standard(module: str, also: Iterable[str] = ()) -> bool:
+    """Whether `module` needs no support package: the standard library, a target package, or
+    one of `also` (top-level names)."""
     top = module.split(".", 1)[0]
-    return top in sys.stdlib_module_names or top in TARGET_PACKAGES or top == "__future__"
+    return (
+        top in sys.stdlib_module_names
+        or top in TARGET_PACKAGES
+        or top == "__future__"
+        or top in also
+    )
+
+
+@dataclass(frozen=True)
+class ImportRule:
+    """The third-party modules inserted code may import with no support package: the target
+    packages, and with a release at hand (`vllm`, its version) the import names of vLLM's
+    declared requirements, read from the dist-infos in `where`."""
+
+    vllm: str | None
+    where: str  # the folder read, or why no release is at hand
+    modules: frozenset[str] = frozenset()  # import names of vLLM's requirements
+
+    def describe(self) -> str:
+        if self.vllm is None:
+            return (
+                f"the standard library and {', '.join(TARGET_PACKAGES)} only ({self.where};"
+                " give --target DIR, a site-packages holding vLLM's dist-info, to allow its"
+                " declared requirements)"
+            )
+        return (
+            f"the standard library, {', '.join(TARGET_PACKAGES)} and the {len(self.modules)}"
+            f" modules of vLLM {self.vllm}'s requirements (its dist-info in {self.where})"
+        )
+
+
+def import_rule(site_packages: Path | None, why: str = "no vLLM release at hand") -> ImportRule:
+    """The rule for `site_packages` (a folder holding vLLM's ``*.dist-info``): each
+    Requires-Dist of its METADATA whose marker holds here with no extra, as import names: the
+    requirement's own dist-info's top_level.txt when it is installed there and has one, else
+    its normalised name (``prometheus-client``: ``prometheus_client``). None, or no vLLM
+    dist-info there: today's rule (`why` says so)."""
+    if site_packages is None:
+        return ImportRule(None, why)
+    infos: dict[str, Path] = {}
+    for folder in sorted(site_packages.glob("*.dist-info")):
+        infos.setdefault(canonicalize_name(folder.name.split("-", 1)[0]), folder)
+    if "vllm" not in infos:
+        return ImportRule(None, f"{site_packages} holds no vllm dist-info")
+    vllm = importlib.metadata.PathDistribution(infos["vllm"])
+    modules: set[str] = set()
+    for line in vllm.requires or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(requirement.name)
+        own = infos.get(name)
+        listed = (
+            None
+            if own is None
+            else importlib.metadata.PathDistribution(own).read_text("top_level.txt")
+        )
+        tops = [t.strip() for t in (listed or "").splitlines() if _TOP.match(t.strip())]
+        modules.update(tops or [name.replace("-", "_")])
+    return ImportRule(vllm.version, str(site_packages), frozenset(modules))
 
 
 def provider(module: str, packages: Iterable[SupportPackage]) -> SupportPackage | None:
@@ -257,12 +327,17 @@ def _imports(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def import_problems(patch: Patch, packages: Sequence[SupportPackage]) -> list[RegistryError]:
+def import_problems(
+    patch: Patch, packages: Sequence[SupportPackage], rule: ImportRule | None = None
+) -> list[RegistryError]:
     """The imports in the patch's inserted text (each site's `text` and its alternatives', a
-    python patch's module) of modules nothing provides, or that a support package provides
-    but the patch (or the site) does not declare in `requires_modules`."""
+    python patch's module) of modules nothing provides (by `rule`: without one, the target
+    packages only), or that a support package provides but the patch (or the site) does not
+    declare in `requires_modules`."""
     found: list[RegistryError] = []
     declared = set(patch.requires_modules)
+    allowed = rule.modules if rule is not None else frozenset()
+    said = f"; allowed without one: {rule.describe()}" if rule is not None else ""
 
     def judge(
         source: str, path: Path, key: str | None, also: Iterable[str], had: Iterable[str] = ()
@@ -272,11 +347,14 @@ def import_problems(patch: Patch, packages: Sequence[SupportPackage]) -> list[Re
             if standard(module) or module in had:  # the file imported it already
                 continue
             owner = provider(module, packages)
+            if owner is None and standard(module, allowed):
+                continue  # one of vLLM's requirements: its processes have it
             near = f" (line {line} of the text)"
             if owner is None:
                 message = (
                     f"imports {module!r}{near}, which no support package provides and vLLM's"
-                    f" processes do not have (add patches/{SUPPORT_FOLDER}/<name>/{SUPPORT_FILE})"
+                    f" processes do not have (add patches/{SUPPORT_FOLDER}/<name>/{SUPPORT_FILE}"
+                    f"){said}"
                 )
             elif not any(module == n or module.startswith(f"{n}.") or n.startswith(f"{module}.")
                          for n in names):  # fmt: skip

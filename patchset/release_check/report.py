@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from patchset._plain import fields_dict
 from patchset.engine.evaluate import State
 from patchset.errors import ExitCode
 from patchset.registry import ranges
@@ -17,6 +18,8 @@ VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 SCHEMA = "patchset.check/1"
 ATTENTION: frozenset[Verdict] = frozenset({"conflict", "partial", "missing-target"})
 Explain = Literal["none", "in-range", "all"]  # which failures get the nearest-lines text
+# what the memo keeps of a result and the JSON report leaves out
+_MEMO_ONLY = ("shifted", "failing_hunks", "failing_sites", "missing")
 
 
 @dataclass(frozen=True)
@@ -27,12 +30,7 @@ class Signals:
     ancestry: bool | None = None  # git sources: the release's history holds upstream.commit
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "forward": self.forward,
-            "reverse": self.reverse,
-            "probe": self.probe,
-            "ancestry": self.ancestry,
-        }
+        return fields_dict(self)
 
 
 @dataclass(frozen=True)
@@ -60,13 +58,7 @@ class CheckResult:
 
     def to_memo(self) -> dict[str, object]:
         """What the memo keeps: everything but the release and the range (given on reading)."""
-        data = self.to_dict()
-        del data["vllm"], data["in_range"]
-        data["shifted"] = self.shifted
-        data["failing_hunks"] = [list(pair) for pair in self.failing_hunks]
-        data["failing_sites"] = list(self.failing_sites)
-        data["missing"] = list(self.missing)
-        return data
+        return fields_dict(self, skip=("vllm", "in_range"))
 
     @classmethod
     def from_memo(cls, data: dict[str, Any], *, vllm: str, in_range: bool) -> CheckResult:
@@ -90,19 +82,7 @@ class CheckResult:
         )
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "vllm": self.vllm,
-            "patch": self.patch,
-            "revision": self.revision,
-            "variant": self.variant,
-            "verdict": self.verdict,
-            "in_range": self.in_range,
-            "detail": self.detail,
-            "signals": self.signals.to_dict(),
-            "disagreement": self.disagreement,
-            "locations": list(self.locations),
-            "moved_to": list(self.moved_to),
-        }
+        return fields_dict(self, skip=_MEMO_ONLY)
 
 
 @dataclass(frozen=True)

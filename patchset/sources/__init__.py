@@ -8,8 +8,10 @@ gitpython and the Docker client are slow to import and not always needed.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from patchset.errors import UsageError
 from patchset.sources.base import ReleaseInfo, ReleaseSource, ReleaseTree
@@ -32,70 +34,46 @@ SourceKind = Literal["index", "folder", "git", "image"]
 KINDS: tuple[SourceKind, ...] = get_args(SourceKind)
 
 
-class SourceFactory(Protocol):
-    """Makes a source of one kind from the text after ``kind:`` (a path, an image reference;
-    empty for the index); only the index uses `index_url` and `offline`."""
+@dataclass(frozen=True)
+class SourceOptions:
+    """The command line's source options, as a source kind's factory takes them: only the
+    index uses `index_url` and `offline`; `version` (``--source-version``) is a tree's."""
 
-    def __call__(
-        self,
-        where: str,
-        *,
-        index_url: str | None,
-        offline: bool,
-        prereleases: bool = False,
-        version: str | None = None,
-    ) -> ReleaseSource: ...
+    index_url: str | None = None
+    offline: bool = False
+    prereleases: bool = False
+    version: str | None = None
 
 
-def _index(
-    where: str,
-    *,
-    index_url: str | None,
-    offline: bool,
-    prereleases: bool = False,
-    version: str | None = None,
-) -> ReleaseSource:
-    return parse_source(None, index_url=index_url, offline=offline, prereleases=prereleases)
+# Makes a source of one kind from the text after ``kind:`` (a path, an image reference; empty
+# for the index) and the options.
+SourceFactory = Callable[[str, SourceOptions], ReleaseSource]
 
 
-def _folder(
-    where: str,
-    *,
-    index_url: str | None,
-    offline: bool,
-    prereleases: bool = False,
-    version: str | None = None,
-) -> ReleaseSource:
+def _index(where: str, given: SourceOptions) -> ReleaseSource:
+    return parse_source(
+        None, index_url=given.index_url, offline=given.offline, prereleases=given.prereleases
+    )
+
+
+def _folder(where: str, given: SourceOptions) -> ReleaseSource:
     from patchset.sources.folder import FolderSource  # noqa: PLC0415
 
-    return FolderSource(Path(where).expanduser(), version=version)
+    return FolderSource(Path(where).expanduser(), version=given.version)
 
 
-def _git(
-    where: str,
-    *,
-    index_url: str | None,
-    offline: bool,
-    prereleases: bool = False,
-    version: str | None = None,
-) -> ReleaseSource:
+def _git(where: str, given: SourceOptions) -> ReleaseSource:
     from patchset.sources.git import GitSource  # noqa: PLC0415
 
+    version = given.version
     if version is not None:
         from patchset.sources.folder import checked_version  # noqa: PLC0415
 
         version = checked_version(version)
-    return GitSource(Path(where).expanduser(), prereleases=prereleases, version=version)
+    return GitSource(Path(where).expanduser(), prereleases=given.prereleases, version=version)
 
 
-def _image(
-    where: str,
-    *,
-    index_url: str | None,
-    offline: bool,
-    prereleases: bool = False,
-    version: str | None = None,
-) -> ReleaseSource:
+def _image(where: str, given: SourceOptions) -> ReleaseSource:
     from patchset.sources.image import ImageSource  # noqa: PLC0415
 
     return ImageSource(where)
@@ -149,13 +127,7 @@ def parse_source(
         if sep and kind == known and known != "index":
             if not rest:
                 raise UsageError(f"{spec!r}: say which {'image' if kind == 'image' else 'folder'}")
-            return SOURCES[known](
-                rest,
-                index_url=index_url,
-                offline=offline,
-                prereleases=prereleases,
-                version=version,
-            )
+            return SOURCES[known](rest, SourceOptions(index_url, offline, prereleases, version))
     if sep and kind.isalpha() and len(kind) > 1 and not Path(spec).exists():
         hint = difflib.get_close_matches(kind, SOURCES, n=1)
         did_you_mean = f"; did you mean {hint[0]}:?" if hint else ""
@@ -163,4 +135,4 @@ def parse_source(
             f"{spec!r}: unknown source kind {kind!r} (use PATH, git:PATH, image:REF"
             f" or index){did_you_mean}"
         )
-    return SOURCES["folder"](spec, index_url=index_url, offline=offline, version=version)
+    return SOURCES["folder"](spec, SourceOptions(index_url, offline, version=version))

@@ -40,6 +40,11 @@ def _final(available: list[str], pre: bool) -> list[str]:
     return [v for v in available if not (ranges.is_version(v) and Version(v).is_prerelease)]
 
 
+def _since(available: list[str], first: Version, pre: bool) -> list[str]:
+    """What ``--since`` selects: the releases from `first` on, `first` included."""
+    return [v for v in _final(available, pre) if Version(v) >= first]
+
+
 def for_check(
     source: ReleaseSource,
     *,
@@ -73,7 +78,7 @@ def for_check(
     if since:
         after = _version(since, "--since ")
         assert available is not None
-        later = [v for v in _final(available, pre) if Version(v) >= after]
+        later = _since(available, after, pre)
         if len(later) > MAX_RELEASES:
             raise UsageError(
                 f"--since {since} selects {len(later)} releases of the {source.name}; a check"
@@ -108,7 +113,7 @@ def for_add(
     if versions:
         return list(dict.fromkeys(versions))
     if since:
-        return [v for v in _final(source.versions(), pre) if Version(v) >= Version(since)]
+        return _since(source.versions(), Version(since), pre)
     return source.cached_versions()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from patchset._plain import fields_dict
 from patchset.engine.evaluate import evaluate
 from patchset.errors import ExitCode
 from patchset.refresh.job import Job, stacked_reader
@@ -43,11 +44,7 @@ class CarryReport:
         return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "vllm": self.vllm,
-            "carried": [c.__dict__ for c in self.carried],
-            "exit_code": int(self.exit_code),
-        }
+        return {**fields_dict(self), "exit_code": int(self.exit_code)}
 
 
 def refresh_shifted(

@@ -13,18 +13,7 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, TargetError
 from patchset.registry import load_registry
 from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
-
-# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
-OTHER_DIFF = """\
---- a/vllm/other.py
-+++ b/vllm/other.py
-@@ -1,3 +1,3 @@
- alpha
--beta
-+beta_patched
- gamma
-"""
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_FIX, add_patch, make_tree
 
 DIFF = MOD_DIFF
 
@@ -254,7 +243,7 @@ def test_unqualified_apply_selects_what_fits(tmp_path: Path) -> None:
     the tree's release and whose hardware scope holds the GPU; the others are skipped."""
     root = tmp_path / "patches"
     add_patch(root, "a-old-pin", diff=DIFF, targets=["vllm/mod.py"], vllm="<0.19")
-    add_patch(root, "b-sm12x", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    add_patch(root, "b-sm12x", diff=OTHER_FIX, targets=["vllm/other.py"])
     _scoped(root, "b-sm12x", ">=12.0")
     add_patch(root, "c-fits", diff=DIFF, targets=["vllm/mod.py"])
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
@@ -288,3 +277,49 @@ def test_unqualified_apply_selects_what_fits(tmp_path: Path) -> None:
         "c-fits": "reverted",
     }
     assert (tree / "vllm/other.py").read_text() == OTHER
+
+
+def _count_evaluations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from patchset.engine import apply as engine_apply
+
+    seen: list[str] = []
+    real = getattr(engine_apply, "evaluate")  # noqa: B009 - not exported: the engine's own
+
+    def counted(patch, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(patch.id)
+        return real(patch, *args, **kwargs)
+
+    monkeypatch.setattr(engine_apply, "evaluate", counted)
+    return seen
+
+
+def test_the_plan_is_made_once_when_the_tree_stays_as_read(
+    tmp_path: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    seen = _count_evaluations(monkeypatch)
+    report = apply(load_registry(registry_dir), tree)
+    assert report.written and "line 11 patched\n" in (tree / "vllm/mod.py").read_text()
+    assert seen == ["mod-fix"]  # not planned again under the lock: nothing it read changed
+
+
+def test_a_file_changed_before_the_lock_is_planned_again(
+    tmp_path: Path, registry_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another run writes the patch between this run's plan and its lock: the plan is made
+    again under the lock, finds the patch there and writes nothing."""
+    tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY})
+    patched = make_tree(tmp_path / "p", {"vllm/mod.py": BODY})
+    apply(load_registry(registry_dir), patched)
+    real_locked = transaction.locked
+
+    def other_run_first(root: Path, **kwargs: float | None):  # type: ignore[no-untyped-def]
+        (tree / "vllm/mod.py").write_bytes((patched / "vllm/mod.py").read_bytes())
+        return real_locked(root, **kwargs)
+
+    monkeypatch.setattr(transaction, "locked", other_run_first)
+    seen = _count_evaluations(monkeypatch)
+    report = apply(load_registry(registry_dir), tree)
+    assert seen == ["mod-fix", "mod-fix"]
+    assert [r.outcome for r in report.results] == ["already-applied"] and not report.written
+    assert (tree / "vllm/mod.py").read_bytes() == (patched / "vllm/mod.py").read_bytes()

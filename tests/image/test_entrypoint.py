@@ -20,6 +20,7 @@ from tests.synthetic import (
     add_patch,
     exported_bundle,
     run_entrypoint,
+    stand_in_vllm,
 )
 
 STARTUP = "a = 1\nb = 2\nc = 3\n"
@@ -42,7 +43,6 @@ FROM_DEFINITION = "1"
 [serve]
 args = ["--model", "m"]
 """
-ECHO = '#!/bin/sh\nexec "$PYTHON" -c \'import json,os,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
 SMI = "#!/bin/sh\necho '{line}'\n"
 
 
@@ -59,10 +59,7 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     add_patch(registry, "breaks-it", diff=OTHER_DIFF, targets=["vllm/other.py"], when="startup")
     files = {"vllm/mod.py": BODY, "vllm/start.py": STARTUP, "vllm/other.py": OTHER}
     bundle, tree = exported_bundle(tmp_path, registry, files, DEFINITION)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(ECHO)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
     return bundle, tree, bin_dir
 
 
@@ -157,3 +154,32 @@ def test_compile_check_names_patch_file_and_line(setup: tuple[Path, Path, Path])
         " (does not compile after patching)" in done.stdout
     )
     assert {p: p.read_bytes() for p in tree.rglob("*.py")} == before  # nothing written
+
+
+def test_driver_and_cuda_known_at_start(tmp_path: Path) -> None:
+    """`[applies]` on the driver and the CUDA runtime at start: the driver from the fake
+    nvidia-smi's one answer line, CUDA from the site's dist-info; unknown (and so named)
+    when neither says."""
+    registry = tmp_path / "patches"
+    folder = add_patch(
+        registry, "other-fix", diff=STARTUP_DIFF, targets=["vllm/start.py"], when="startup"
+    )
+    applies = '\n[applies]\ncuda = ">=12.8"\ndriver = ">=570"\n'
+    (folder / "patch.toml").write_text((folder / "patch.toml").read_text() + applies)
+    definition = DEFINITION.replace('["mod-fix", "other-fix", "breaks-it"]', '["other-fix"]')
+    bundle, tree = exported_bundle(tmp_path, registry, {"vllm/start.py": STARTUP}, definition)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
+    (bin_dir / "nvidia-smi").write_text(SMI.format(line="NVIDIA GeForce RTX 5090, 12.0, 580.82.07"))
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    done = run_entrypoint(bundle, tree, bin_dir)
+    assert done.returncode == 0, done.stderr
+    assert "other-fix r1 (startup): skipped (applies: unknown here: cuda = '>=12.8')" in done.stdout
+    info = tree / "nvidia_cuda_runtime_cu12-12.8.90.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Name: nvidia-cuda-runtime-cu12\nVersion: 12.8.90\n")
+    done = run_entrypoint(bundle, tree, bin_dir)
+    assert done.returncode == 0, done.stderr
+    assert "patchset: other-fix r1 (startup): applied" in done.stdout
+    done = run_entrypoint(bundle, tree, bin_dir, PATCHSET_DRIVER_VERSION="550.54")
+    assert "other-fix r1 (startup): skipped (applies: " in done.stdout
+    assert "is false here" in done.stdout

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,17 @@ from patchset.image.export import export_runtime
 from patchset.kernel.order import in_order
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
-from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
+from tests.synthetic import (
+    BODY,
+    MOD_DIFF,
+    ON_TOP,
+    add_keys,
+    add_patch,
+    make_tree,
+    run_entrypoint,
+    stand_in_vllm,
+)
 
-# The quilt-style top of MOD_DIFF: its context holds MOD_DIFF's line.
-ON_TOP = """\
---- a/vllm/mod.py
-+++ b/vllm/mod.py
-@@ -10,4 +10,4 @@
- line 10
- line 11 patched
--line 12
-+line 12 patched too
- line 13
-"""
 DEFINITION = """\
 vllm = "0.20.0"
 cuda = "cu130"
@@ -46,7 +43,6 @@ patches = [{patches}]
 [serve]
 args = ["--model", "m"]
 """
-ECHO = '#!/bin/sh\nexec "$PYTHON" -c \'import json,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
 
 
 def sha(text: str) -> str:
@@ -56,9 +52,8 @@ def sha(text: str) -> str:
 def stacked_registry(root: Path, *, bottom: str = "startup", top: str = "startup") -> Path:
     """'a-top' requires 'z-bottom': the alphabet would put them the wrong way round."""
     add_patch(root, "z-bottom", diff=MOD_DIFF, targets=["vllm/mod.py"], when=bottom)
-    folder = add_patch(root, "a-top", diff=ON_TOP, targets=["vllm/mod.py"], when=top)
-    toml = folder / "patch.toml"
-    toml.write_text(toml.read_text().replace("[upstream]", 'requires = ["z-bottom"]\n\n[upstream]'))
+    add_patch(root, "a-top", diff=ON_TOP, targets=["vllm/mod.py"], when=top)
+    add_keys(root, "a-top", 'requires = ["z-bottom"]')
     return root
 
 
@@ -81,23 +76,9 @@ def start(tmp_path: Path, bundle: Path, **env: str) -> subprocess.CompletedProce
     tree = tmp_path / "site"
     if not tree.exists():
         make_tree(tree, {"vllm/mod.py": BODY}, version="0.20.0")
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        (bin_dir / "vllm").write_text(ECHO)
-        (bin_dir / "vllm").chmod(0o755)
-    return subprocess.run(
-        [sys.executable, str(bundle / "entrypoint.py")],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={
-            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
-            "PYTHON": sys.executable,
-            "PATCHSET_VLLM_ROOT": str(tree),
-            "PATCHSET_COMPUTE_CAPABILITY": "none",
-            **env,
-        },
-    )
+        stand_in_vllm(tmp_path / "bin")
+    env.setdefault("PATCHSET_COMPUTE_CAPABILITY", "none")
+    return run_entrypoint(bundle, tree, tmp_path / "bin", **env)
 
 
 def test_kernel_order_puts_each_item_after_what_it_requires() -> None:

@@ -37,15 +37,17 @@ REGISTRY = load_registry(REPO / "patches")
 TURBO = "vllm/v1/attention/backends/turboquant_attn.py"
 FLA = "vllm/model_executor/layers/fla/ops/utils.py"
 
-# What a real nvidia-smi prints for `--query-gpu=name,compute_cap --format=csv,noheader`.
+# What a real nvidia-smi prints for
+# `--query-gpu=name,compute_cap,driver_version --format=csv,noheader`.
 FAKE_SMI = """#!/bin/sh
-if [ "$1" != "--query-gpu=name,compute_cap" ] || [ "$2" != "--format=csv,noheader" ]; then
+if [ "$1" != "--query-gpu=name,compute_cap,driver_version" ] \\
+        || [ "$2" != "--format=csv,noheader" ]; then
     echo "fake nvidia-smi: unexpected arguments: $*" >&2; exit 2
 fi
 echo "{line}"
 """
-RTX_5090 = "NVIDIA GeForce RTX 5090, 12.0"
-RTX_3090 = "NVIDIA GeForce RTX 3090, 8.6"
+RTX_5090 = "NVIDIA GeForce RTX 5090, 12.0, 580.82.07"
+RTX_3090 = "NVIDIA GeForce RTX 3090, 8.6, 575.57.08"
 
 
 @pytest.fixture(scope="module")

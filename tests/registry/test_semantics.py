@@ -475,3 +475,71 @@ def test_check_judges_every_patch_and_shows_switch_and_lifecycle(tmp_path: Path)
     assert (
         "one: switch PN_CHECKED (default off); lifecycle deprecated; applies torch = '>=9'" in table
     )
+
+
+def _release_site(tmp_path: Path) -> Path:
+    """A site-packages holding vLLM 0.20.0's real dist-info METADATA (from the release's
+    wheel, through the package index source, cached) and two of its requirements installed
+    with a top_level.txt naming another import name than the distribution's."""
+    from patchset.sources.package_index import IndexSource
+
+    with IndexSource().open("0.20.0") as tree:
+        metadata = tree.read("vllm-0.20.0.dist-info/METADATA")
+    assert metadata is not None and b"Requires-Dist: prometheus_client" in metadata
+    site = tmp_path / "site"
+    (site / "vllm-0.20.0.dist-info").mkdir(parents=True)
+    (site / "vllm-0.20.0.dist-info" / "METADATA").write_bytes(metadata)
+    for dist, version, top in (
+        ("pyzmq", "26.2.0", "zmq"),
+        ("opencv_python_headless", "4.13.0", "cv2"),
+    ):
+        info = site / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "top_level.txt").write_text(f"{top}\n")
+    return site
+
+
+@pytest.mark.network  # the release's METADATA, from the cache (downloaded once when empty)
+def test_validate_allows_vllms_declared_requirements(tmp_path: Path) -> None:
+    """`import prometheus_client` in a site is what vLLM's processes have: with a release at
+    hand (--target: its dist-info) validate allows vLLM's Requires-Dist (as import names:
+    top_level.txt where installed, else the normalised name); an extra's requirement, an
+    unknown module and the distribution's name where its import name differs stay flagged;
+    with no release at hand, today's rule holds and the message says so."""
+    root = tmp_path / "patches"
+    texts = [
+        "import prometheus_client",  # Requires-Dist: prometheus_client (no top_level.txt here)
+        "from zmq import Context",  # pyzmq: top_level.txt says zmq
+        "import cv2",  # opencv-python-headless: top_level.txt says cv2
+        "import fastapi.routing",  # fastapi[standard]: the extra is the requirement's own
+        "import pyzmq",  # the distribution's name, not an import name it has
+        "import tensorizer",  # only in vLLM's `tensorizer` extra
+        "import sndr.engines",  # nothing provides it
+    ]
+    sites = "".join(
+        f'[[site]]\nname = "s{i}"\nfile = "vllm/run.py"\naction = "insert-after"\n'
+        f'marker = "patchset: s{i}"\nanchor = "def body(self):"\ntext = "{text}"\n\n'
+        for i, text in enumerate(texts)
+    )
+    add_patch(root, "rt-deps", sites=sites, targets=["vllm/run.py"], when="startup")
+    site = _release_site(tmp_path)
+    result = cli("--registry", root, "validate", "--target", site, "--format", "json", cwd=tmp_path)
+    assert result.code == 2, result.err
+    report = json.loads(result.out)
+    assert report["imports_allowed"] == {"vllm": "0.20.0", "from": str(site)}
+    flagged = {p["key"]: p["problem"] for p in report["problems"]}
+    assert sorted(flagged) == ["site[4].text", "site[5].text", "site[6].text"], flagged
+    assert "vLLM 0.20.0's requirements" in flagged["site[6].text"]
+    # no release at hand: the target packages only, and the message says why
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    result = cli("--registry", root, "validate", "--target", bare, "--format", "json", cwd=tmp_path)
+    report = json.loads(result.out)
+    assert report["imports_allowed"] == {"vllm": None, "from": f"{bare} holds no vllm dist-info"}
+    flagged = {p["key"]: p["problem"] for p in report["problems"]}
+    assert len(flagged) == len(texts), flagged
+    assert "imports 'prometheus_client' (line 1 of the text)" in flagged["site[0].text"]
+    assert "holds no vllm dist-info; give --target DIR" in flagged["site[0].text"]
+    result = cli("--registry", root, "validate", "--target", tmp_path / "nowhere", cwd=tmp_path)
+    assert result.code == 2 and "--target" in result.err and "no such folder" in result.err

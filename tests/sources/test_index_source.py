@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -429,6 +430,58 @@ def test_the_garbage_collector_is_the_callers(index: FakeIndex, tmp_cache: Cache
             ["0.2.0"], paths=[UTILS], progress=lambda *_: during.append(gc.isenabled())
         )
     assert during and not any(during) and gc.isenabled()
+
+
+def member_requests(index: FakeIndex, version: str) -> list[str]:
+    """The range requests for a release's members (the directory's suffix read left out)."""
+    return [
+        r for r in index.server.ranges(index.wheel_path(version)) if not r.startswith("bytes=-")
+    ]
+
+
+def fetched(index: FakeIndex, version: str, member: str) -> bool:
+    """Whether a member range request of the release covered `member`'s local header."""
+    with zipfile.ZipFile(io.BytesIO(index.wheels[version])) as zf:
+        offset = zf.getinfo(member).header_offset
+    spans = [r.removeprefix("bytes=").split("-") for r in member_requests(index, version)]
+    return any(int(a) <= offset <= int(b) for a, b in spans)
+
+
+def test_prefetch_fetches_a_file_releases_share_once(
+    fake_index: FakeIndex, tmp_cache: Cache
+) -> None:
+    """A member several releases hold with the same sha256 comes from the oldest of them;
+    each release then reads it from the cache, checked against its own RECORD."""
+    shared, own = b"shared = 1\n", "vllm/own.py"
+    for v in ("0.3.0", "0.4.0", "0.5.0"):
+        fake_index.add_release(v, {UTILS: shared, own: f"v = {v!r}\n".encode()})
+    source(fake_index, tmp_cache).prefetch(["0.5.0", "0.3.0", "0.4.0"], paths=[UTILS, own])
+    assert fetched(fake_index, "0.3.0", UTILS) and fetched(fake_index, "0.3.0", own)
+    for v in ("0.4.0", "0.5.0"):
+        assert fetched(fake_index, v, own) and not fetched(fake_index, v, UTILS)
+        with offline_source(tmp_cache).open(v) as tree:
+            assert tree.read(UTILS) == shared
+            assert tree.read(own) == f"v = {v!r}\n".encode()
+    hits = dict(fake_index.server.hits)
+    source(fake_index, tmp_cache).prefetch(["0.3.0", "0.4.0", "0.5.0"], paths=[UTILS, own])
+    assert dict(fake_index.server.hits) == hits  # all cached: nothing asked again
+
+
+def test_prefetch_looks_for_moves_only_of_files_that_were_there(
+    fake_index: FakeIndex, tmp_cache: Cache
+) -> None:
+    """A file a release lacks: the files a moved-file search reads (same name elsewhere) are
+    fetched ahead where an older release had it (it vanished), not where only newer ones have
+    it (not written yet: no search)."""
+    path, elsewhere = "vllm/new/mod.py", "vllm/other/mod.py"
+    fake_index.add_release("0.3.0", {elsewhere: b"a = 3\n"})
+    fake_index.add_release("0.4.0", {path: b"b = 4\n", elsewhere: b"a = 4\n"})
+    fake_index.add_release("0.5.0", {elsewhere: b"a = 5\n"})
+    source(fake_index, tmp_cache).prefetch(["0.3.0", "0.4.0", "0.5.0"], paths=[path])
+    assert member_requests(fake_index, "0.3.0") == []
+    assert fetched(fake_index, "0.5.0", elsewhere)
+    with offline_source(tmp_cache).open("0.5.0") as tree:
+        assert tree.read(elsewhere) == b"a = 5\n"
 
 
 def test_prefetch_names_what_failed(index: FakeIndex, tmp_cache: Cache) -> None:

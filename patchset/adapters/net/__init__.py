@@ -137,10 +137,7 @@ def fetch_page(
 
     def attempt(wait: _Patience) -> tuple[str, str, bytes]:
         with _open(url, wait, transport=transport, headers={"Accept": accept}) as response:
-            body = response.read(max_bytes + 1)
-            if len(body) > max_bytes:
-                raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
-            _check_length(response, len(body))
+            body = _read_body(response, url, max_bytes)
             kind = response.headers.get("Content-Type") or ""
             return response.url, kind, body
 
@@ -161,11 +158,7 @@ def fetch_bytes(
 
     def attempt(wait: _Patience) -> bytes:
         with _open(url, wait, transport=transport) as response:
-            body = response.read(max_bytes + 1)
-            if len(body) > max_bytes:
-                raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
-            _check_length(response, len(body))
-            return body
+            return _read_body(response, url, max_bytes)
 
     return _with_retries(url, attempt, retries=retries, timeout=timeout, what=what, hint="")
 
@@ -493,6 +486,16 @@ def _stream(response: _Response, out: IO[bytes], progress: Progress | None) -> s
     return digest.hexdigest()
 
 
+def _read_body(response: _Response, url: str, max_bytes: int) -> bytes:
+    """The whole body, at most `max_bytes` (a SourceError if larger; a body cut short is
+    tried again)."""
+    body = response.read(max_bytes + 1)
+    if len(body) > max_bytes:
+        raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
+    _check_length(response, len(body))
+    return body
+
+
 def _check_length(response: _Response, received: int) -> None:
     """urllib returns a short body without complaint when the connection drops early."""
     declared = response.headers.get("Content-Length")
@@ -533,10 +536,7 @@ def fetch_answer(
         try:
             if response.status >= 500:
                 raise _TransientError(f"HTTP {response.status}")
-            body = response.read(max_bytes + 1)
-            if len(body) > max_bytes:
-                raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
-            _check_length(response, len(body))
+            body = _read_body(response, url, max_bytes)
             found = {str(k).lower(): str(v) for k, v in response.headers.items()}
             return Answer(response.status, found, body)
         finally:

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from patchset._gc import collector_paused
 from patchset.adapters import forge
 from patchset.authoring import add
 from patchset.authoring import remove as removal
@@ -202,6 +203,9 @@ def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None
     return prepared
 
 
+# The collector paused for the run, as for check: a payload's lines are objects without cycles,
+# and its full passes walked them all again and again (60 MB: 4x 20 MB's CPU; issue 23 item 19).
+@collector_paused()
 def run(args: argparse.Namespace) -> int:
     root: Path = args.registry
     pr, url_forge = forge.pr_ref(args.pr) if args.pr else (None, None)
@@ -289,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+@collector_paused()
 def run_update(args: argparse.Namespace) -> int:
     root: Path = args.registry
     patch = updates.find(load_registry(root, tolerant=True), args.id)  # before any download

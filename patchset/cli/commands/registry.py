@@ -11,8 +11,9 @@ from rich.text import Text
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
-from patchset.errors import ExitCode, RegistryError
+from patchset.errors import ExitCode, RegistryError, UsageError
 from patchset.image.definition import load_definitions
+from patchset.kernel import vllm
 from patchset.registry import (
     PATCH_FILE,
     LoadProblem,
@@ -21,7 +22,7 @@ from patchset.registry import (
     load_registry,
     patch_problems,
 )
-from patchset.registry.support import import_problems
+from patchset.registry.support import ImportRule, import_problems, import_rule
 from patchset.registry.toml import load_toml
 from patchset.schemas import check_project, document_problems
 
@@ -38,6 +39,15 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show = add_command(sub, "show", "show one patch's metadata and payload", run_show)
     show.add_argument("id", metavar="ID")
     validate = add_command(sub, "validate", VALIDATE_HELP, run_validate, VALIDATE_DESCRIPTION)
+    validate.add_argument(
+        "--target",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a site-packages holding vLLM's dist-info: its declared requirements may be"
+        " imported by inserted code without a support package (default: the vLLM this Python"
+        " would import; none: only the standard library and vllm, torch, triton, transformers)",
+    )
     for p in (listing, show, validate):
         p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -172,6 +182,19 @@ def _schema_keys(line: str) -> set[str]:
     return {".".join(k for k in (named["at"], name) if k) for name in names}
 
 
+def _import_rule(target: Path | None) -> ImportRule:
+    """What inserted code may import without a support package: vLLM's declared requirements
+    where a release is at hand (`--target`, else this Python's vLLM), else today's rule."""
+    if target is not None:
+        if not target.is_dir():
+            raise UsageError(f"--target {target}: no such folder")
+        return import_rule(target)
+    try:
+        return import_rule(vllm.find_installed())
+    except vllm.NotATargetError:
+        return import_rule(None, "no --target given and no vLLM importable here")
+
+
 def run_validate(args: argparse.Namespace) -> int:
     """Every problem of every patch in one run (each names its file and key, and the TOML
     line when there is one); exit 2 when there is any. The JSON Schemas are checked once all
@@ -188,8 +211,9 @@ def run_validate(args: argparse.Namespace) -> int:
         )
         for patch_id, first in registry.problems.items()
     }
+    rule = _import_rule(args.target)
     for patch in registry.patches:  # what the patches' inserted text imports
-        found = [LoadProblem(e) for e in import_problems(patch, registry.support)]
+        found = [LoadProblem(e) for e in import_problems(patch, registry.support, rule)]
         if found:
             problems[patch.id] = found
     schema_only = {
@@ -219,6 +243,7 @@ def run_validate(args: argparse.Namespace) -> int:
                     ),
                 ],
                 "builds": len(definitions),
+                "imports_allowed": {"vllm": rule.vllm, "from": rule.where},
                 "schema_checked": checked,
                 "removed": [str(item.path) for item in removed],
             }

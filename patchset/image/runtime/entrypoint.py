@@ -408,7 +408,7 @@ def run_patches(
     stock = manifest.delivery == "stock"
     check_plugin_files(manifest, root)
     try:
-        gpus, names, gpu = gpu_query.detect(os.environ.get("PATCHSET_COMPUTE_CAPABILITY"))
+        gpus, names, gpu, driver = gpu_query.detect(os.environ.get("PATCHSET_COMPUTE_CAPABILITY"))
     except ValueError as exc:
         raise StartRefusedError(str(exc)) from None
     try:
@@ -417,7 +417,7 @@ def run_patches(
         raise StartRefusedError(str(exc)) from None
     plan, run = Plan(root), startup.Run()
     served = served_from_args([*manifest.serve_args, *extra_args])
-    known = startup.facts(served, gpus, names, root)
+    known = startup.facts(served, gpus, names, root, driver)
     patches = series(manifest)
     out: dict[str, str] = {}  # the patches not in at this start, and why
     where = Here(stock, verify, served, gpus, gpu)

@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from patchset.adapters import net
@@ -153,33 +153,50 @@ class Meter:
         self._report(version, done, total)
 
 
-def in_parallel(fn: Callable[[_T], _R], items: list[_T], *, workers: int) -> list[_R]:
-    """`fn` over `items` in daemon threads (Ctrl-C does not wait for them), results in order;
-    the first failure is raised once all are done."""
+def each_done(
+    fn: Callable[[_T], _R], items: list[_T], *, workers: int
+) -> Iterator[tuple[_T, _R | None, BaseException | None]]:
+    """`fn` over `items` in daemon threads (Ctrl-C does not wait for them): each item with its
+    result, or with what it raised, as it is done (one item is run here, without a thread)."""
     if len(items) <= 1:
-        return [fn(item) for item in items]
-    jobs: queue.Queue[int] = queue.Queue()
-    for i in range(len(items)):
-        jobs.put(i)
-    results: queue.Queue[tuple[int, _R | None, BaseException | None]] = queue.Queue()
+        for item in items:
+            try:
+                value = fn(item)
+            except BaseException as exc:  # as a thread's failure is handed over
+                yield item, None, exc
+            else:
+                yield item, value, None
+        return
+    jobs: queue.Queue[_T] = queue.Queue()
+    for item in items:
+        jobs.put(item)
+    results: queue.Queue[tuple[_T, _R | None, BaseException | None]] = queue.Queue()
 
     def work() -> None:
         while True:
             try:
-                i = jobs.get_nowait()
+                item = jobs.get_nowait()
             except queue.Empty:
                 return
             try:
-                results.put((i, fn(items[i]), None))
+                results.put((item, fn(item), None))
             except BaseException as exc:  # handed to the caller's thread
-                results.put((i, None, exc))
+                results.put((item, None, exc))
 
     for _ in range(min(workers, len(items))):
         threading.Thread(target=work, daemon=True).start()
+    for _ in items:
+        yield results.get()
+
+
+def in_parallel(fn: Callable[[_T], _R], items: list[_T], *, workers: int) -> list[_R]:
+    """`fn` over `items` in daemon threads, results in order; the first failure is raised
+    once all are done."""
     out: dict[int, _R] = {}
     failure: BaseException | None = None
-    for _ in items:
-        i, value, exc = results.get()
+    for i, value, exc in each_done(
+        lambda i: fn(items[i]), list(range(len(items))), workers=workers
+    ):
         if exc is not None:
             failure = failure or exc
         else:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,7 +20,7 @@ from patchset.sources.base import DownloadProgress, ReleaseSource
 from patchset.sources.package_index import wheel
 from patchset.sources.package_index.cache import Cache, Manifest
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
-from patchset.sources.package_index.members import Members, Meter
+from patchset.sources.package_index.members import Members, Meter, each_done
 from patchset.sources.package_index.sdist import sdist_manifest
 from patchset.sources.package_index.settings import IndexSettings
 from patchset.sources.package_index.tree import IndexTree
@@ -118,7 +117,9 @@ class IndexSource(ReleaseSource):
         `progress(version, received, expected)` in bytes as requests are answered, with
         ``received == expected`` once a release is ready. Returns each release's manifest file.
 
-        Every release is tried; then a SourceError names all that failed. The workers are
+        First every release's manifest, then the members (`_to_fetch`): each sha256 once, from
+        the first release holding it (consecutive releases share most files), none the cache
+        has. Every release is tried; then a SourceError names all that failed. The workers are
         daemon threads: Ctrl-C ends the run at once, without waiting for them.
         """
         wanted = list(dict.fromkeys(versions))
@@ -127,43 +128,36 @@ class IndexSource(ReleaseSource):
             return {}
         if not self.offline:
             self.index.files()  # once, before the threads want it
-        jobs: queue.Queue[str] = queue.Queue()
-        for v in wanted:
-            jobs.put(v)
-        results: queue.Queue[tuple[str, Exception | None]] = queue.Queue()
-        kept: dict[str, Path] = {}
         meter = self.members.meter = Meter(progress) if progress is not None else None
+        failed: dict[str, BaseException] = {}
+        trees: dict[str, IndexTree] = {}
 
-        def work() -> None:
-            while True:
-                try:
-                    version = jobs.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    artifact = self.fetch(version, files).manifest.artifact
-                    kept[version] = self.cache.manifest_path(artifact)
-                    results.put((version, None))
-                except Exception as exc:  # handed to the main thread as is
-                    results.put((version, exc))
+        def build(version: str) -> None:
+            manifest, fallback = self._manifest(version)
+            trees[version] = IndexTree(self.members, manifest, fallback)
 
-        failed: list[str] = []
-        for _ in range(max(1, min(workers, len(wanted)))):
-            threading.Thread(target=work, daemon=True).start()
-        for _ in wanted:
-            version, exc = results.get()
+        def fetch(version: str) -> None:
+            trees[version].fetch(todo[version], keep=False)
+
+        try:
+            failed.update(_failures(each_done(build, wanted, workers=max(1, workers))))
+            ordered = sorted(trees, key=ranges.version_key)
+            todo = _to_fetch([(v, trees[v]) for v in ordered], files, self.members.has)
+            failed.update(_failures(each_done(fetch, ordered, workers=max(1, workers))))
+        finally:
             if meter is not None:
-                meter.finish(version)
-            if isinstance(exc, SourceError):
-                failed.append(f"{version}: {exc}")
-            elif exc is not None:
+                for version in wanted:
+                    meter.finish(version)
+            self.members.meter = None
+        for exc in failed.values():
+            if not isinstance(exc, SourceError):
                 raise exc
-        self.members.meter = None
         if failed:
             raise SourceError(
-                f"{len(failed)} of {len(wanted)} releases failed: " + "; ".join(sorted(failed))
+                f"{len(failed)} of {len(wanted)} releases failed: "
+                + "; ".join(sorted(f"{v}: {exc}" for v, exc in failed.items()))
             )
-        return {v: kept[v] for v in wanted}
+        return {v: self.cache.manifest_path(trees[v].manifest.artifact) for v in wanted}
 
     # -- choosing and building manifests --------------------------------------------------
 
@@ -378,3 +372,44 @@ def _manifest(file: IndexFile, verified: str, members: dict[str, list[Any]]) -> 
 def _canonical(version: str) -> str:
     """The version as the index's file names spell it (``0.20`` is ``vllm-0.20``...)."""
     return str(Version(version)) if ranges.is_version(version) else version
+
+
+def _to_fetch(
+    trees: list[tuple[str, IndexTree]], paths: list[str], cached: Callable[[str], bool]
+) -> dict[str, list[str]]:
+    """What each release of a prefetch (oldest first) fetches: `paths`, and for a path it
+    lacks the files a moved-file search would read (`IndexTree.stand_ins`), unless the path
+    is only in later releases (not written yet: nothing to look for); a member whose sha256
+    an older release fetches, or the cache holds, is left to them. An sdist's tree is given
+    all (its files come with its manifest)."""
+    first = {
+        p: next((i for i, (_, t) in enumerate(trees) if p in t.manifest.members), None)
+        for p in paths
+    }
+    claimed: set[str] = set()
+    out: dict[str, list[str]] = {}
+    for i, (version, tree) in enumerate(trees):
+        members = tree.manifest.members
+        lacking = [p for p in paths if p not in members]
+        vanished = [p for p in lacking if (at := first[p]) is None or at < i]
+        wanted = [*paths, *tree.stand_ins(vanished)]
+        if tree.manifest.kind != "wheel":
+            out[version] = wanted
+            continue
+        mine = []
+        for p in dict.fromkeys(wanted):
+            entry = members.get(p)
+            if entry is None or entry[0] in claimed:
+                continue
+            claimed.add(entry[0])
+            if not cached(entry[0]):
+                mine.append(p)
+        out[version] = mine
+    return out
+
+
+def _failures(
+    done: Iterable[tuple[str, object, BaseException | None]],
+) -> dict[str, BaseException]:
+    """The releases of a parallel step that failed, with what they raised."""
+    return {version: exc for version, _, exc in done if exc is not None}

@@ -130,9 +130,10 @@ class IndexTree(ReleaseTree):
             pure = PurePosixPath(path)
             if pure.suffix != ".py":
                 continue
-            same = [p for p, _, name in members if name == pure.name]
+            file_name, folder_name = pure.name, pure.parent.name  # once, not once a member
+            same = [p for p, _, name in members if name == file_name]
             if not same:
-                same = [p for p, folder, _ in members if folder == pure.parent.name]
+                same = [p for p, folder, _ in members if folder == folder_name]
             found += same
         return found
 

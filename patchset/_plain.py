@@ -1,0 +1,41 @@
+"""Frozen dataclasses as plain data (what `--format json` writes): the one place a result's
+fields become a dict, so a new field shows up in every report without a hand-written line.
+
+Standard library only, below every package that writes a report (engine, release check,
+refresh)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+
+def plain(value: object) -> object:
+    """`value` as JSON-ready data: an object with its own `to_dict` by it, another dataclass
+    by `fields_dict`, tuples and lists as lists, mappings with plain values, a path as its
+    text; anything else (str, int, float, bool, None) as it is."""
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return fields_dict(value)
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def fields_dict(obj: DataclassInstance, *, skip: Collection[str] = ()) -> dict[str, object]:
+    """`obj`'s fields in the order they are declared, each as `plain` data, but those in
+    `skip`."""
+    return {
+        f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name not in skip
+    }
