@@ -244,17 +244,12 @@ class Engine(Closing):
             tags=_strs(data.get("RepoTags")),
         )
 
-    def ensure_image(
-        self,
-        ref: str,
-        *,
-        auth: Mapping[str, str] | None = None,
-        on_log: LogSink | None = None,
-    ) -> ImageInfo:
-        """The image `ref`, pulled first if it is not local."""
+    def ensure_image(self, ref: str, *, on_log: LogSink | None = None) -> ImageInfo:
+        """The image `ref`, pulled first if it is not local (credentials as `push` finds them
+        without `auth`: $PATCHSET_REGISTRY_USER/_PASSWORD, else the Docker config)."""
         if not self.image_exists(ref):
             what = f"cannot pull {ref} from {registry_of(ref)}"
-            self._transfer(self.api.pull, ref, what, auth, on_log)
+            self._transfer(self.api.pull, ref, what, None, on_log)
         return self.inspect(ref)
 
     def tag(self, image_id: str, ref: str) -> None:
