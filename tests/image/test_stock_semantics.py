@@ -7,7 +7,9 @@ started as the docs say, then the exported compose.yaml brought up by Debian's
 - a predicate on the served configuration and one on the GPU (PATCHSET_COMPUTE_CAPABILITY);
 - a warn-policy failure (its proof fails) that serves, and the same with the policy `fail`;
 - a support package imported by an inserted site in a process vLLM-style spawned (the
-  stand-in has no torch: the import of vllm stops after our site ran, which is enough).
+  stand-in has no torch: the import of vllm stops after our site ran, which is enough);
+- `patchset verify IMAGE --bundle DIR` (and `--start` on a built image): the start's apply
+  and proofs in a throwaway container, per patch `verified` or failed by its policy.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import yaml
 from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
+from tests.helpers.cli import cli
 from tests.image.test_runtime_export import recorded, run_stock
 from tests.infra.standin import build_standin_base
 from tests.synthetic import PATCH_TOML
@@ -192,6 +195,43 @@ def test_support_package_in_a_spawned_process(
     assert got["marks"] and all(int(m) != got["parent"] for m in got["marks"])  # the child's
 
 
+def outcomes(out: str) -> dict[str, str]:
+    report = json.loads(out)
+    assert report["mode"] == "start"
+    return {p["patch"].removesuffix(" r1"): p["outcome"] for p in report["patches"]}
+
+
+def test_verify_proves_a_bundles_startup_patches(
+    docker_client: Any, standin_020: str, bundle: Path
+) -> None:
+    """`patchset verify IMAGE --bundle DIR`: the startup patches applied and their proofs run
+    in a throwaway container of the stock image, with no vllm serve; a warn-policy failure
+    leaves the verdict good, the policy `fail` (one --env) makes it exit 1."""
+    env = ["--env", "PATCHSET_COMPUTE_CAPABILITY=12.0"]
+    args: list[str | Path] = ["verify", standin_020, "--bundle", bundle, "--format", "json", *env]
+    result = cli(*args)
+    assert result.code == 0, result.err
+    assert outcomes(result.out) == {
+        "off-default": "off",
+        "fp8-only": "applied",
+        "sm12-only": "applied",
+        "may-fail": "failed (warn)",
+        "uses-support": "verified",
+    }
+    assert json.loads(result.out)["ok"] is True
+    result = cli(*args, "--env", "PS_E2E_OFF=1", "--env", "PATCHSET_ON_FAILURE_MAY_FAIL=fail")
+    assert result.code == 1, result.err
+    got = outcomes(result.out)
+    assert got["off-default"] == "applied" and got["may-fail"] == "failed (fail)"
+    table = cli("verify", standin_020, "--bundle", bundle, *env)
+    assert table.code == 0, table.err
+    assert "uses-support r1 (startup): verified" in table.out
+    assert "the start would serve" in table.out
+    # the present-only check of the same bundle does not get this far: --env needs a start
+    assert cli("verify", standin_020, "--env", "A=1").code == 2
+    assert cli("verify", standin_020, "--bundle", bundle.parent / "patches").code == 2
+
+
 @pytest.mark.skipif(
     shutil.which("docker-compose") is None, reason="Debian's docker-compose is not installed"
 )
@@ -244,6 +284,7 @@ def test_a_built_image_honours_the_same_semantics(
     package is in /opt/patchset/support, and the image verifies."""
     from patchset.adapters.dockerengine import Engine
     from patchset.image.build import build
+    from patchset.image.verify import per_patch, prove_start, verify_image
     from tests.infra.standin import for_tests
 
     repository = f"patchset-test/semantics-{uuid.uuid4().hex[:8]}"
@@ -268,6 +309,12 @@ def test_a_built_image_honours_the_same_semantics(
             docker_client, report.image_id, None, env={**env, "PS_E2E_OFF": "0"}
         )
         assert status == 0 and line(out, "off-default").startswith("off (PS_E2E_OFF=0;"), out
+        # its startup patches' proofs: only a start runs them (`verify --start`)
+        present = verify_image(engine, report.image_id)
+        assert not any(r.state == "verified" for r in present.results), present
+        proved = prove_start(engine, report.image_id, environment=env)
+        assert {p.patch: p.outcome for p in per_patch(proved)}["uses-support r1"] == "verified"
+        assert proved.ok
     finally:
         for tag in report.tags:
             engine.untag(tag)
