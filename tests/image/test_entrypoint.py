@@ -142,6 +142,25 @@ def test_verify_reports_without_writing(setup: tuple[Path, Path, Path]) -> None:
     assert os.environ.get("PATCHSET_VLLM_ROOT") is None
 
 
+def test_prove_is_a_start_without_the_exec(setup: tuple[Path, Path, Path]) -> None:
+    """`--prove` (what `patchset verify --start/--bundle` runs): the startup patches written,
+    a JSON report, and no vllm exec'd (none on PATH either)."""
+    bundle, tree, _bin_dir = setup
+    empty = tree.parent / "empty-bin"
+    empty.mkdir()
+    done = start(bundle, tree, empty, "--prove", PATCHSET_COMPUTE_CAPABILITY="12.0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    states = {r["patch"]: r["state"] for r in report["results"]}
+    assert (
+        report["ok"] and states["other-fix r1"] == "applied" and states["mod-fix r1"] == "applied"
+    )
+    assert "b = 22" in (tree / "vllm" / "start.py").read_text()  # written, as a start does
+    assert "ready in" not in done.stdout
+    done = start(bundle, tree, empty, PATCHSET_COMPUTE_CAPABILITY="12.0")  # a real start: no vllm
+    assert done.returncode == 9 and "no vllm program on PATH" in done.stderr
+
+
 def test_compile_check_names_patch_file_and_line(setup: tuple[Path, Path, Path]) -> None:
     bundle, tree, bin_dir = setup
     before = {p: p.read_bytes() for p in tree.rglob("*.py")}

@@ -382,7 +382,7 @@ def test_build_installs_python_patch_as_plugin_distribution(
         **{'patches = ["tolist-cudagraph"]': 'patches = ["tolist-cudagraph", "envs-probe"]'},
     )
     report = build(d, registry, engine=engine)
-    from patchset.image.build import verify_image
+    from patchset.image.verify import verify_image
 
     result = verify_image(engine, report.image_id)
     states = {r.patch: r.state for r in result.results}
