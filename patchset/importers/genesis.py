@@ -39,7 +39,7 @@ from patchset.importers.genesis_registry import (
     _Skip,
     read_registry,
 )
-from patchset.importers.genesis_text import _patchers, _runtime
+from patchset.importers.genesis_text import _patchers, _runtime, stacked_anchors
 from patchset.importers.genesis_wiring import _python
 from patchset.importers.model import Collected, CollectionError, Draft, Entry, Support, patch_id
 from patchset.importers.pystatic import (
@@ -100,6 +100,7 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
             )
         )
     _drop_dangling(drafts)
+    stacked_anchors(drafts)
     return Collected(NAME, repository, commit, drafts, skipped, supports, dict(package.broken))
 
 

@@ -51,10 +51,8 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(bundle, the tree to patch, a bin folder): mod-fix is a build-time patch scoped to
     compute capability >= 12.0, other-fix a startup one."""
     registry = tmp_path / "patches"
-    folder = add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    (folder / "patch.toml").write_text(
-        (folder / "patch.toml").read_text() + '\n[hardware]\ncompute_capability = ">=12.0"\n'
-    )
+    scoped = '\n[hardware]\ncompute_capability = ">=12.0"\n'
+    add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=scoped)
     add_patch(registry, "other-fix", diff=STARTUP_DIFF, targets=["vllm/start.py"], when="startup")
     add_patch(registry, "breaks-it", diff=OTHER_DIFF, targets=["vllm/other.py"], when="startup")
     files = {"vllm/mod.py": BODY, "vllm/start.py": STARTUP, "vllm/other.py": OTHER}
@@ -142,6 +140,25 @@ def test_verify_reports_without_writing(setup: tuple[Path, Path, Path]) -> None:
     assert {r["patch"]: r["state"] for r in report["results"]}["other-fix r1"] == "applies"
     assert (tree / "vllm" / "start.py").read_text() == STARTUP
     assert os.environ.get("PATCHSET_VLLM_ROOT") is None
+
+
+def test_prove_is_a_start_without_the_exec(setup: tuple[Path, Path, Path]) -> None:
+    """`--prove` (what `patchset verify --start/--bundle` runs): the startup patches written,
+    a JSON report, and no vllm exec'd (none on PATH either)."""
+    bundle, tree, _bin_dir = setup
+    empty = tree.parent / "empty-bin"
+    empty.mkdir()
+    done = start(bundle, tree, empty, "--prove", PATCHSET_COMPUTE_CAPABILITY="12.0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    states = {r["patch"]: r["state"] for r in report["results"]}
+    assert (
+        report["ok"] and states["other-fix r1"] == "applied" and states["mod-fix r1"] == "applied"
+    )
+    assert "b = 22" in (tree / "vllm" / "start.py").read_text()  # written, as a start does
+    assert "ready in" not in done.stdout
+    done = start(bundle, tree, empty, PATCHSET_COMPUTE_CAPABILITY="12.0")  # a real start: no vllm
+    assert done.returncode == 9 and "no vllm program on PATH" in done.stderr
 
 
 def test_compile_check_names_patch_file_and_line(setup: tuple[Path, Path, Path]) -> None:

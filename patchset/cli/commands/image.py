@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from patchset.cli.loading import load
 from patchset.cli.options import add_command, option_values, repeatable, switch
 from patchset.cli.output import FORMATS, console, emit, err_lines, print_json, table
-from patchset.errors import ExitCode
+from patchset.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from patchset.image.build import BuildReport
@@ -47,6 +47,26 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p = add_command(sub, name, handler)
         p.add_argument("image", metavar="IMAGE")
         p.add_argument("--format", choices=FORMATS, default="table")
+    switch(  # verify's own
+        p,
+        "--start",
+        "run the start itself in a throwaway container (startup patches written, every"
+        " [[verify]] run), all but the exec of vllm serve",
+    )
+    p.add_argument(
+        "--bundle",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="a `runtime export` folder, copied to /opt/patchset of a stock IMAGE"
+        " (implies --start)",
+    )
+    repeatable(
+        p,
+        "--env",
+        "KEY=VALUE",
+        "a variable of that start (switches, policies, PATCHSET_COMPUTE_CAPABILITY)",
+    )
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -109,12 +129,34 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     from patchset.adapters import dockerengine  # see the module docstring
-    from patchset.image.build import verify_image
+    from patchset.image import verify
 
+    start = args.start or args.bundle is not None
+    environment = verify.environment_of(args.env)
+    if environment and not start:
+        raise UsageError("--env goes with --start or --bundle (a start's variables)")
     with dockerengine.connect() as engine:
-        result = verify_image(engine, engine.inspect(args.image).id)
+        image = engine.inspect(args.image).id
+        if start:
+            result = verify.prove_start(engine, image, bundle=args.bundle, environment=environment)
+        else:
+            result = verify.verify_image(engine, image)
     if args.format == "json":
-        print_json(result.to_json())
+        print_json(verify.report_json(result, mode="start" if start else "present"))
+    elif start:
+        con = console()
+        for r in result.results:
+            con.print(f"{r.patch} ({r.apply}): {r.state}", markup=False)
+        if result.error:
+            con.print(f"refused: {result.error}", markup=False)
+        out = table(f"a start of {args.image}, without vllm serve", ["patch", "apply", "outcome"])
+        for proof in verify.per_patch(result):
+            out.add_row(proof.patch, proof.apply, proof.outcome)
+        con.print(out)
+        con.print(
+            "the start would serve" if result.ok else "the start would be refused",
+            markup=False,
+        )
     else:
         con = console()
         for r in result.results:
