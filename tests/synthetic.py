@@ -78,13 +78,16 @@ def add_patch(
     targets: list[str],
     vllm: str = ">=0.1",
     when: str = "build",
+    tail: str = "",
 ) -> Path:
+    """A synthetic patch folder (`PATCH_TOML`, `tail` appended to it: tables after
+    [upstream]) with its diff or sites."""
     folder = registry / patch_id
     folder.mkdir(parents=True)
     kind = "diff" if diff is not None else "runtime"
     quoted = "[" + ", ".join(f'"{t}"' for t in targets) + "]"
     (folder / "patch.toml").write_text(
-        PATCH_TOML.format(id=patch_id, kind=kind, vllm=vllm, when=when, targets=quoted)
+        PATCH_TOML.format(id=patch_id, kind=kind, vllm=vllm, when=when, targets=quoted) + tail
     )
     if diff is not None:
         (folder / "patch.diff").write_text(textwrap.dedent(diff))

@@ -51,10 +51,8 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(bundle, the tree to patch, a bin folder): mod-fix is a build-time patch scoped to
     compute capability >= 12.0, other-fix a startup one."""
     registry = tmp_path / "patches"
-    folder = add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    (folder / "patch.toml").write_text(
-        (folder / "patch.toml").read_text() + '\n[hardware]\ncompute_capability = ">=12.0"\n'
-    )
+    scoped = '\n[hardware]\ncompute_capability = ">=12.0"\n'
+    add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=scoped)
     add_patch(registry, "other-fix", diff=STARTUP_DIFF, targets=["vllm/start.py"], when="startup")
     add_patch(registry, "breaks-it", diff=OTHER_DIFF, targets=["vllm/other.py"], when="startup")
     files = {"vllm/mod.py": BODY, "vllm/start.py": STARTUP, "vllm/other.py": OTHER}
