@@ -17,12 +17,11 @@ Facts of the collection this relies on:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.authoring.runtime_sites import sites_from_edit
@@ -434,8 +433,3 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
     )
     header = f'"""club-3090 {raw}: {hook.name}, imported by `patchset import club-3090`."""\n'
     return Draft(str(out["id"]), raw, out, {"plugin.py": header + body}, lost)
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
