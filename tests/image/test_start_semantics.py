@@ -178,6 +178,37 @@ def test_a_predicate_false_for_the_definition_is_left_out_of_the_export(tmp_path
     assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["patches"] == []
 
 
+def test_a_retired_patch_is_never_exported(tmp_path: Path) -> None:
+    """A patch retired (by its state, or by `retire_after` below the definition's release) is
+    left out of the bundle with a line, and its switch is not in compose.yaml; a deprecated
+    one still goes in."""
+    registry = tmp_path / "patches"
+    add(registry, "gone", "vllm/a.py", "A = 2",
+        '[switch]\nenv = "PS_GONE"\n\n[lifecycle]\nstate = "retired"\n')  # fmt: skip
+    add(registry, "aged-out", "vllm/b.py", "B = 2",
+        '[lifecycle]\nstate = "stable"\nretire_after = "0.19.1"\n')  # fmt: skip
+    add(registry, "old-but-here", "vllm/c.py", "C = 2",
+        '[lifecycle]\nstate = "deprecated"\nretire_after = "0.20.0"\n')  # fmt: skip
+    (tmp_path / "builds").mkdir()
+    definition = tmp_path / "builds" / "0.20.0.toml"
+    ids = ["gone", "aged-out", "old-but-here"]
+    definition.write_text(DEFINITION.format(patches=json.dumps(ids), extra=""))
+    logged: list[str] = []
+    export_runtime(
+        load_definition(definition),
+        load_registry(registry),
+        tmp_path / "bundle",
+        source=FolderSource(make_tree(tmp_path / "release", FILES, version="0.20.0")),
+        log=logged.append,
+    )
+    left_out = [line for line in logged if "never exported or built; left out" in line]
+    assert [line.split(":")[0] for line in left_out] == ["gone", "aged-out"], logged
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert [p["id"] for p in manifest["patches"]] == ["old-but-here"]
+    assert "PS_GONE" not in (tmp_path / "bundle" / "compose.yaml").read_text()
+    assert not (tmp_path / "bundle" / "payloads" / "gone").exists()
+
+
 @pytest.mark.parametrize(
     ("capability", "state"),
     [
