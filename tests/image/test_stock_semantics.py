@@ -34,7 +34,7 @@ from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from tests.helpers.cli import cli
-from tests.image.test_runtime_export import recorded, run_stock
+from tests.image.test_runtime_export import FAKE_SMI, RTX_5090, recorded, run_stock
 from tests.infra.standin import build_standin_base
 from tests.synthetic import PATCH_TOML
 
@@ -55,6 +55,8 @@ PATCHES = [
     ("uses-support", "vllm/env_override.py", "import os", "import psup as _psup\n_psup.mark()",
      '[[verify]]\nfile = "vllm/env_override.py"\ncontains = "_psup.mark()"\n',
      'requires_modules = ["psup"]\n'),
+    ("new-stack", "vllm/connections.py", "import asyncio", "PS_E2E_STACK = 1",
+     '[applies]\nall = [{ cuda = ">=12.8" }, { driver = ">=570" }]\n', ""),
     # a pinned wheel and a pinned sdist (built below); vllm/__init__.py imports vllm.version first
     ("uses-pinned", "vllm/version.py",
      "# SPDX-FileCopyrightText: Copyright contributors to the vLLM project",
@@ -242,6 +244,40 @@ def test_predicates_on_served_config_and_gpu(
     )
 
 
+def test_driver_and_cuda_from_nvidia_smi_and_dist_info(
+    docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
+) -> None:
+    """`[applies]` on the CUDA runtime and the NVIDIA driver with neither variable set: unknown
+    (and named) on the bare stand-in; known once a fake nvidia-smi answers the one query
+    (driver 580.82.07) and the CUDA runtime's dist-info is in dist-packages."""
+    status, out = start(docker_client, standin_020, bundle)
+    assert status == 0, out
+    assert line(out, "new-stack").startswith("skipped (applies: unknown here: cuda"), out
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(line=RTX_5090))
+    smi.chmod(0o755)
+    info = tmp_path / "nvidia_cuda_runtime_cu12-12.8.90.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: nvidia-cuda-runtime-cu12\nVersion: 12.8.90\n"
+    )
+    site = "/usr/local/lib/python3.11/dist-packages"
+    status, out, _ = run_stock(
+        docker_client,
+        standin_020,
+        bundle,
+        env={"PATCHSET_EXEC": "/opt/e2e/vllm"},  # no PATCHSET_COMPUTE_CAPABILITY: nvidia-smi
+        mounts={
+            str(bundle.parent / "bin"): "/opt/e2e",
+            str(smi): "/usr/local/bin/nvidia-smi",
+            str(info): f"{site}/{info.name}",
+        },
+    )
+    assert status == 0, out
+    assert "GPU: 12.0 (NVIDIA GeForce RTX 5090)" in out
+    assert line(out, "new-stack") == "applied"
+
+
 def test_warn_failure_serves_and_fail_refuses(
     docker_client: Any, standin_020: str, bundle: Path
 ) -> None:
@@ -294,6 +330,7 @@ def test_verify_proves_a_bundles_startup_patches(
         "may-fail": "failed (warn)",
         "uses-support": "verified",
         "uses-pinned": "verified",
+        "new-stack": "skipped",
     }
     assert json.loads(result.out)["ok"] is True
     result = cli(*args, "--env", "PS_E2E_OFF=1", "--env", "PATCHSET_ON_FAILURE_MAY_FAIL=fail")
@@ -332,14 +369,13 @@ def test_pinned_wheel_and_sdist_in_a_spawned_process(
         assert pids and all(int(pid) != got["parent"] for pid in pids), got  # the child's
 
 
-@pytest.mark.skipif(
-    shutil.which("docker-compose") is None, reason="Debian's docker-compose is not installed"
-)
 def test_the_exported_compose_file_comes_up(
     docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
 ) -> None:
     """The compose.yaml as exported, with only the GPU reservation dropped and the image
     pointed at the stand-in (a run-specific tag); the switch lines are its own comments."""
+    if shutil.which("docker-compose") is None:  # never skipped: provision.sh installs it
+        pytest.fail("no docker-compose on PATH: run tests/infra/provision.sh", pytrace=False)
     compose = yaml.safe_load((bundle / "compose.yaml").read_text())
     assert (
         '# PS_E2E_OFF: "1"  # off-default: off by default' in (bundle / "compose.yaml").read_text()
