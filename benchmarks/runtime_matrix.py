@@ -776,12 +776,19 @@ def cold_check(registry_dir: Path, versions: list[str]) -> float:
         env = {**os.environ, "PATCHSET_CACHE_DIR": str(Path(tmp) / "cache")}
         with bytecode(True):
             start = time.perf_counter()
+            cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
             done = subprocess.run(
                 [*command, "--format", "json"], env=env, capture_output=True, check=False
             )
             took = time.perf_counter() - start
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"the cold check failed: {done.stderr.decode()[-2000:]}")
+    process = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
+    print(
+        f"cold: {took:.2f} s (process time {process:.2f} s; load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
     return took
 
 

@@ -37,23 +37,44 @@ from patchset.kernel.tree import sha256 as sha256_hex
 
 
 @contextlib.contextmanager
+def _hidden_file(dest: Path, *, mode: int | None, suffix: str) -> Iterator[tuple[IO[bytes], Path]]:
+    """A hidden file beside `dest` (the shape `registry.leftovers` sweeps) to write, fsynced
+    when the block ends, with the mode and owner `dest` will have (see `attributes_for`);
+    removed when the block raises."""
+    attrs = attributes_for(dest, mode=mode)
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=suffix)
+    try:
+        with os.fdopen(fd, "w+b") as out:
+            yield out, Path(name)
+            out.flush()
+            os.fsync(out.fileno())
+            set_attributes(out.fileno(), attrs)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
 def atomic_file(
     dest: Path, *, mode: int | None = None, suffix: str = ".tmp"
 ) -> Iterator[IO[bytes]]:
     """A file to write (read/write, seekable) that replaces `dest` in one rename when the
     block ends without error, with `dest`'s mode and owner (see `attributes_for`), and
     vanishes when it raises."""
-    attrs = attributes_for(dest, mode=mode)
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=suffix)
+    with _hidden_file(dest, mode=mode, suffix=suffix) as (out, name):
+        yield out
     try:
-        with os.fdopen(fd, "w+b") as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
-            set_attributes(out.fileno(), attrs)
         os.replace(name, dest)
     finally:
-        Path(name).unlink(missing_ok=True)
+        name.unlink(missing_ok=True)
+
+
+def staged_file(dest: Path, data: bytes) -> Path:
+    """`data` in a hidden file beside `dest`, fsynced, with the mode and owner `dest` will
+    have: the caller renames it in or removes it."""
+    with _hidden_file(dest, mode=None, suffix=".tmp") as (out, name):
+        out.write(data)
+    return name
 
 
 def write_atomic(dest: Path, data: bytes, *, mode: int | None = None) -> None:
@@ -116,6 +137,7 @@ __all__ = [
     "resolve_inside",
     "set_attributes",
     "sha256_hex",
+    "staged_file",
     "sync_folder",
     "write_atomic",
     "write_json_atomic",

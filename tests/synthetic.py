@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +39,19 @@ OTHER_DIFF = """\
 +beta patched
  gamma
 """
+# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
+OTHER_FIX = OTHER_DIFF.replace("beta patched", "beta_patched")
+# A quilt-style series on vllm/mod.py: this top patch's context holds MOD_DIFF's line.
+ON_TOP = """\
+--- a/vllm/mod.py
++++ b/vllm/mod.py
+@@ -10,4 +10,4 @@
+ line 10
+ line 11 patched
+-line 12
++line 12 patched too
+ line 13
+"""
 
 PATCH_TOML = """\
 id = "{id}"
@@ -65,13 +79,16 @@ def add_patch(
     targets: list[str],
     vllm: str = ">=0.1",
     when: str = "build",
+    tail: str = "",
 ) -> Path:
+    """A synthetic patch folder (`PATCH_TOML`, `tail` appended to it: tables after
+    [upstream]) with its diff or sites."""
     folder = registry / patch_id
     folder.mkdir(parents=True)
     kind = "diff" if diff is not None else "runtime"
     quoted = "[" + ", ".join(f'"{t}"' for t in targets) + "]"
     (folder / "patch.toml").write_text(
-        PATCH_TOML.format(id=patch_id, kind=kind, vllm=vllm, when=when, targets=quoted)
+        PATCH_TOML.format(id=patch_id, kind=kind, vllm=vllm, when=when, targets=quoted) + tail
     )
     if diff is not None:
         (folder / "patch.diff").write_text(textwrap.dedent(diff))
@@ -79,6 +96,12 @@ def add_patch(
         assert sites is not None
         (folder / "sites.toml").write_text(textwrap.dedent(sites))
     return folder
+
+
+def add_keys(registry: Path, patch_id: str, text: str) -> None:
+    """Put top-level keys (TOML `text`) into a patch.toml, before its [upstream] table."""
+    toml = registry / patch_id / "patch.toml"
+    toml.write_text(toml.read_text().replace("[upstream]", f"{text}\n\n[upstream]"))
 
 
 def make_tree(root: Path, files: dict[str, str], version: str = "0.19.1") -> Path:
@@ -90,6 +113,24 @@ def make_tree(root: Path, files: dict[str, str], version: str = "0.19.1") -> Pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text.encode())
     return root
+
+
+def definition_text(
+    vllm: str,
+    patches: Sequence[str],
+    *,
+    repository: str = "patchset/vllm-openai",
+    tables: str = "",
+    args: Sequence[str] = ("--model", "m"),
+) -> str:
+    """A build definition (builds/<vllm>.toml) for `vllm` listing `patches`, with `tables`
+    (TOML, e.g. an [env] table) before its [serve] table."""
+    return (
+        f'vllm = "{vllm}"\ncuda = "cu130"\nbase = "vllm/vllm-openai:v{vllm}-cu130"\n'
+        f'repository = "{repository}"\ntags = ["{{vllm}}-{{cuda}}"]\n'
+        f"patches = {json.dumps(list(patches))}\n\n{tables}"
+        f"[serve]\nargs = {json.dumps(list(args))}\n"
+    )
 
 
 def exported_bundle(
@@ -135,6 +176,20 @@ def build_manifest(
         executable=executable,
     )
     return Manifest("image", "0" * 64, "0.20.0", Base("base"), (entry,), vllm_root="/site")
+
+
+# A stand-in `vllm` program: prints its arguments as JSON (what the entrypoint exec'd it with).
+ECHO_VLLM = (
+    '#!/bin/sh\nexec "$PYTHON" -c \'import json,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
+)
+
+
+def stand_in_vllm(bin_dir: Path, script: str = ECHO_VLLM) -> Path:
+    """`bin_dir` made, holding an executable `vllm` running `script` (`ECHO_VLLM`)."""
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(script)
+    (bin_dir / "vllm").chmod(0o755)
+    return bin_dir
 
 
 def run_entrypoint(

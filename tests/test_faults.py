@@ -48,7 +48,7 @@ from tests.hardening import (
 )
 from tests.helpers.cli import cli as cli_in_process
 from tests.reliability import FAULT, REUSED, record
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, OTHER_FIX, add_patch, make_tree
 
 FAULTRUN = Path(__file__).parent / "faultrun.py"
 
@@ -60,7 +60,7 @@ FILES = {
 }
 DIFF = (
     MOD_DIFF
-    + OTHER_DIFF.replace("beta patched", "beta_patched")  # compiles, as vllm/other.py did
+    + OTHER_FIX
     + """\
 --- a/vllm/sub/third.py
 +++ b/vllm/sub/third.py
@@ -702,8 +702,7 @@ def _two_patch_project(tmp_path: Path) -> tuple[Path, Path]:
     tree = make_tree(tmp_path / "tree", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
     registry = tmp_path / "patches"
     add_patch(registry, "mod-edit", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    fix = OTHER_DIFF.replace("beta patched", "beta_patched")  # compiles, as vllm/other.py did
-    add_patch(registry, "other-edit", diff=fix, targets=["vllm/other.py"])
+    add_patch(registry, "other-edit", diff=OTHER_FIX, targets=["vllm/other.py"])
     return registry, tree
 
 

@@ -26,12 +26,12 @@ from patchset.registry.paths import check_relpath
 from tests.fake_index import FakeIndex, Reply
 from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
 from tests.reliability import HOSTILE, record
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, OTHER_FIX
 
 CORPUS = Path(__file__).parent / "corpus"
 PWNED = Path("/tmp/patchset-pwned")  # what the Python-looking payloads would create if run
 
-GOOD_DIFF = MOD_DIFF + OTHER_DIFF.replace("beta patched", "beta_patched")  # it compiles
+GOOD_DIFF = MOD_DIFF + OTHER_FIX
 GOOD_SITES = """\
 [[site]]
 name = "five"

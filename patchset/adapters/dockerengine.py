@@ -109,6 +109,22 @@ def _dict(value: object) -> dict[str, Any]:
     return cast(dict[str, Any], value) if isinstance(value, dict) else {}
 
 
+def _tar_of(files: Mapping[str, bytes]) -> bytes:
+    """A tar archive of `files` (absolute paths) rooted at /, with their folders."""
+    buffer = io.BytesIO()
+    folders = sorted({str(parent) for path in files for parent in Path(path).parents} - {"/"})
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for folder in folders:
+            info = tarfile.TarInfo(folder.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            archive.addfile(info)
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
 def split_ref(ref: str) -> tuple[str, str]:
     """``repo[:tag|@digest]`` -> (repo, tag or digest); no tag means ``latest``."""
     if "@" in ref:
@@ -244,17 +260,12 @@ class Engine(Closing):
             tags=_strs(data.get("RepoTags")),
         )
 
-    def ensure_image(
-        self,
-        ref: str,
-        *,
-        auth: Mapping[str, str] | None = None,
-        on_log: LogSink | None = None,
-    ) -> ImageInfo:
-        """The image `ref`, pulled first if it is not local."""
+    def ensure_image(self, ref: str, *, on_log: LogSink | None = None) -> ImageInfo:
+        """The image `ref`, pulled first if it is not local (credentials as `push` finds them
+        without `auth`: $PATCHSET_REGISTRY_USER/_PASSWORD, else the Docker config)."""
         if not self.image_exists(ref):
             what = f"cannot pull {ref} from {registry_of(ref)}"
-            self._transfer(self.api.pull, ref, what, auth, on_log)
+            self._transfer(self.api.pull, ref, what, None, on_log)
         return self.inspect(ref)
 
     def tag(self, image_id: str, ref: str) -> None:
@@ -436,19 +447,26 @@ class Engine(Closing):
         *,
         network: bool = False,
         timeout: float = 300.0,
+        environment: Mapping[str, str] | None = None,
+        files: Mapping[str, bytes] | None = None,
     ) -> str:
         """Run ``python3 -c code`` in a throwaway container of `image` and return its stdout.
-        With network=False the container has no network at all (``--network none``)."""
+        With network=False the container has no network at all (``--network none``);
+        `environment` is set in it, and `files` (absolute path: bytes, mode 644, their
+        folders 755) are copied in before it starts."""
         what = f"python3 in {image} failed"
         with (
             self._container(
                 image,
                 what,
                 entrypoint=["python3", "-c", code],
+                environment=dict(environment or {}),
                 **({} if network else {"network_mode": "none"}),
             ) as container,
             _engine_call(what),
         ):
+            if files and not container.put_archive("/", _tar_of(files)):
+                raise DockerError(f"{what}: the engine refused the files copied in")
             container.start()
             try:
                 result = _dict(container.wait(timeout=timeout))

@@ -23,8 +23,9 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, public_source
+from patchset.image.verify import verify_image
 from patchset.kernel import tree, vllm
-from patchset.kernel.manifest import Base, Manifest, ManifestError, PatchEntry, StartReport
+from patchset.kernel.manifest import Base, Manifest, PatchEntry
 from patchset.registry import Registry
 
 REPORT_KEYS = ("id", "revision", "apply", "variant", "payload_sha256", "verdict")
@@ -352,29 +353,6 @@ def _removal(root: str, deleted: list[str]) -> str:
         quoted = " ".join(shlex.quote(f"{root}/{f}") for f in emptied)
         line += f' && for d in {quoted}; do rmdir -- "$d" 2>/dev/null || true; done'
     return line
-
-
-def verify_image(engine: dockerengine.Engine, image: str) -> StartReport:
-    """Re-check, in a throwaway container with no network, that every patch is present."""
-    code = (
-        "import runpy, sys\n"
-        "sys.argv = ['entrypoint', '--verify']\n"
-        "try:\n"
-        f"    runpy.run_path('{RUNTIME_DIR}/entrypoint.py', run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-    )
-    try:
-        out = engine.run_python(image, code, network=False)
-    except DockerError as exc:
-        raise BuildError(f"{image}: verification could not run: {exc}") from exc
-    lines = out.strip().splitlines()
-    if not lines or not lines[-1].startswith("{"):
-        raise BuildError(f"{image}: no patchset manifest/runtime in this image")
-    try:
-        return StartReport.loads(lines[-1])
-    except ManifestError as exc:
-        raise BuildError(f"{image}: {exc}") from None
 
 
 def _verify(engine: dockerengine.Engine, image_id: str, log: LogSink) -> None:

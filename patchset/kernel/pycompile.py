@@ -84,8 +84,23 @@ class _Known:
     declares: bool = False
 
 
-@functools.lru_cache(maxsize=256)
+# Sources compiled whole, by content (oldest first out): `_known` compiles each once, and
+# an edit of a source already here is judged by its units.
+_KNOWN: dict[bytes, _Known] = {}
+_KNOWN_KEPT = 256
+
+
 def _known(source: bytes) -> _Known:
+    known = _KNOWN.get(source)
+    if known is None:
+        known = _compile_known(source)
+        if len(_KNOWN) >= _KNOWN_KEPT:
+            del _KNOWN[next(iter(_KNOWN))]
+        _KNOWN[source] = known
+    return known
+
+
+def _compile_known(source: bytes) -> _Known:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -108,48 +123,45 @@ def _known(source: bytes) -> _Known:
 
 
 @functools.lru_cache(maxsize=512)
-def _edits_of(source: bytes) -> list[int]:
-    """How many edits of this source were judged (a counter, one per content)."""
-    return [0]
+def _edits_of(source: bytes) -> dict[bytes, CompileError | None]:
+    """The edits of this source judged so far and their answers (one dict per content): the
+    same edit met again (one patch on the same file in several releases, whose other files
+    differ) is answered from here."""
+    return {}
 
 
 def clear_cache() -> None:
     """Forget the sources compiled (a benchmark's "nothing known yet")."""
-    _known.cache_clear()
+    _KNOWN.clear()
     _edits_of.cache_clear()
 
 
 def edit_error(before: bytes | None, after: bytes) -> CompileError | None:
     """`broken_by(before, after)` for an edit of a file, each source compiled once (cached by
-    content). The first edit of a source compiles `after` whole (and `before` only if that
-    fails), as `broken_by` does; from the second on (many patches on one file, or one
-    patch's variants), or when `before` is itself an `after` compiled whole here (an apply,
-    each patch editing the file the one before left), `before` is compiled once and, where
-    it compiles and every changed line lies in a def or class of it, each such unit as it
-    stands in `after` is cut out and compiled alone: when all compile, so does `after` (see
-    `_units_compile`). Otherwise `after` is compiled whole, so the answer, and the message,
-    are always those of compiling it."""
+    content), each edit judged once. The first edit of a source compiles `after` whole (and
+    `before` only if that fails), as `broken_by` does; from the second on (many patches on
+    one file, or one patch's variants), or when `before` was itself compiled whole here (an
+    apply, each patch editing the file the one before left), `before` is compiled once and,
+    where it compiles and every changed line lies in a def or class of it, each such unit as
+    it stands in `after` is cut out and compiled alone: when all compile, so does `after`
+    (see `_units_compile`). Otherwise `after` is compiled whole, so the answer, and the
+    message, are always those of compiling it."""
     if before is None:
         return _known(after).error
-    tally = _edits_of(before)
-    tally[0] += 1
-    if tally[0] == 1:
-        error = _whole(after)
-        return None if error is None or _known(before).error is not None else error
-    known = _known(before)
-    if known.error is not None:
-        return None  # already broken: not the edit's doing
-    if _units_compile(known, before, after):
-        return None
-    return _whole(after)
-
-
-def _whole(after: bytes) -> CompileError | None:
-    """`after` compiled whole; an edit of it is then judged by its units from the first
-    (`after` is known: an apply edits the file each patch before left, in turn)."""
-    error = _known(after).error
-    _edits_of(after)[0] += 1
-    return error
+    edits = _edits_of(before)
+    if after in edits:
+        return edits[after]
+    if not edits and before not in _KNOWN:
+        error = _known(after).error
+        answer = None if error is None or _known(before).error is not None else error
+    elif _known(before).error is not None:
+        answer = None  # already broken: not the edit's doing
+    elif _units_compile(_known(before), before, after):
+        answer = None
+    else:
+        answer = _known(after).error
+    edits[after] = answer
+    return answer
 
 
 def _units_compile(known: _Known, before: bytes, after: bytes) -> bool:

@@ -23,7 +23,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.toml_document import TOMLDocument
 
-from patchset._fs import attributes_for, set_attributes, sync_folder
+from patchset._fs import staged_file, sync_folder
 from patchset.errors import PatchsetError, RegistryError
 from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
 from patchset.registry.ranges import same_range
@@ -114,7 +114,7 @@ class RegistryChange:
             # Every byte is written first, beside its file: a full disk fails here, while
             # the registry is still untouched. Swapping in then only renames and links.
             for path, data in order:
-                staged[path] = _stage(path, data)
+                staged[path] = staged_file(path, data)
             for path, _ in order:
                 swapped.append(_swap_in(path, staged.pop(path)))
             for folder in dict.fromkeys(p.parent for p in self._planned):
@@ -145,23 +145,6 @@ class _Swap:
     path: Path
     old: Path | None  # a second name of the file it replaced (a hard link)
     before: bytes | None = None  # the file it replaced, where no link could be made
-
-
-def _stage(dest: Path, data: bytes) -> Path:
-    """`data` in a hidden file beside `dest` (the shape `leftovers` sweeps), fsynced, with
-    the mode and owner `dest` will have; the caller renames it in or removes it."""
-    attrs = attributes_for(dest)
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-            set_attributes(out.fileno(), attrs)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
-    return Path(name)
 
 
 def _swap_in(dest: Path, staged: Path) -> _Swap:
@@ -221,7 +204,7 @@ def _undo(swapped: list[_Swap]) -> None:
             if swap.old is not None:
                 os.replace(swap.old, swap.path)
             elif swap.before is not None:
-                os.replace(_stage(swap.path, swap.before), swap.path)
+                os.replace(staged_file(swap.path, swap.before), swap.path)
             else:
                 swap.path.unlink(missing_ok=True)
         except OSError:  # pragma: no cover -- the folder turned read-only mid-way

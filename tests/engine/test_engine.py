@@ -13,18 +13,7 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, TargetError
 from patchset.registry import load_registry
 from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
-
-# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
-OTHER_DIFF = """\
---- a/vllm/other.py
-+++ b/vllm/other.py
-@@ -1,3 +1,3 @@
- alpha
--beta
-+beta_patched
- gamma
-"""
+from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_FIX, add_patch, make_tree
 
 DIFF = MOD_DIFF
 
@@ -254,7 +243,7 @@ def test_unqualified_apply_selects_what_fits(tmp_path: Path) -> None:
     the tree's release and whose hardware scope holds the GPU; the others are skipped."""
     root = tmp_path / "patches"
     add_patch(root, "a-old-pin", diff=DIFF, targets=["vllm/mod.py"], vllm="<0.19")
-    add_patch(root, "b-sm12x", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    add_patch(root, "b-sm12x", diff=OTHER_FIX, targets=["vllm/other.py"])
     _scoped(root, "b-sm12x", ">=12.0")
     add_patch(root, "c-fits", diff=DIFF, targets=["vllm/mod.py"])
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})

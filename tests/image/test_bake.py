@@ -16,8 +16,9 @@ from patchset.adapters import dockerengine
 from patchset.cli.main import main
 from patchset.errors import BuildError
 from patchset.image.bake import bake, bake_data, contexts_folder, pinned_base, target_name
-from patchset.image.build import build, verify_image
+from patchset.image.build import build
 from patchset.image.definition import load_definition
+from patchset.image.verify import verify_image
 from patchset.registry import load_registry
 from tests.infra.docker_fixtures import StandinImage
 from tests.infra.standin import for_tests, standin_tag

@@ -18,8 +18,10 @@ from tests.synthetic import (
     OTHER,
     OTHER_DIFF,
     add_patch,
+    definition_text,
     exported_bundle,
     run_entrypoint,
+    stand_in_vllm,
 )
 
 STARTUP = "a = 1\nb = 2\nc = 3\n"
@@ -28,21 +30,9 @@ STARTUP_DIFF = STARTUP_DIFF.replace("-beta\n+beta patched", "-b = 2\n+b = 22").r
     " gamma", " c = 3"
 )
 
-DEFINITION = """\
-vllm = "0.20.0"
-cuda = "cu130"
-base = "vllm/vllm-openai:v0.20.0-cu130"
-repository = "patchset/vllm-openai"
-tags = ["{vllm}-{cuda}"]
-patches = ["mod-fix", "other-fix", "breaks-it"]
-
-[env]
-FROM_DEFINITION = "1"
-
-[serve]
-args = ["--model", "m"]
-"""
-ECHO = '#!/bin/sh\nexec "$PYTHON" -c \'import json,os,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
+DEFINITION = definition_text(
+    "0.20.0", ["mod-fix", "other-fix", "breaks-it"], tables='[env]\nFROM_DEFINITION = "1"\n\n'
+)
 SMI = "#!/bin/sh\necho '{line}'\n"
 
 
@@ -51,18 +41,13 @@ def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(bundle, the tree to patch, a bin folder): mod-fix is a build-time patch scoped to
     compute capability >= 12.0, other-fix a startup one."""
     registry = tmp_path / "patches"
-    folder = add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    (folder / "patch.toml").write_text(
-        (folder / "patch.toml").read_text() + '\n[hardware]\ncompute_capability = ">=12.0"\n'
-    )
+    scoped = '\n[hardware]\ncompute_capability = ">=12.0"\n'
+    add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=scoped)
     add_patch(registry, "other-fix", diff=STARTUP_DIFF, targets=["vllm/start.py"], when="startup")
     add_patch(registry, "breaks-it", diff=OTHER_DIFF, targets=["vllm/other.py"], when="startup")
     files = {"vllm/mod.py": BODY, "vllm/start.py": STARTUP, "vllm/other.py": OTHER}
     bundle, tree = exported_bundle(tmp_path, registry, files, DEFINITION)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(ECHO)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
     return bundle, tree, bin_dir
 
 
@@ -147,6 +132,25 @@ def test_verify_reports_without_writing(setup: tuple[Path, Path, Path]) -> None:
     assert os.environ.get("PATCHSET_VLLM_ROOT") is None
 
 
+def test_prove_is_a_start_without_the_exec(setup: tuple[Path, Path, Path]) -> None:
+    """`--prove` (what `patchset verify --start/--bundle` runs): the startup patches written,
+    a JSON report, and no vllm exec'd (none on PATH either)."""
+    bundle, tree, _bin_dir = setup
+    empty = tree.parent / "empty-bin"
+    empty.mkdir()
+    done = start(bundle, tree, empty, "--prove", PATCHSET_COMPUTE_CAPABILITY="12.0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    states = {r["patch"]: r["state"] for r in report["results"]}
+    assert (
+        report["ok"] and states["other-fix r1"] == "applied" and states["mod-fix r1"] == "applied"
+    )
+    assert "b = 22" in (tree / "vllm" / "start.py").read_text()  # written, as a start does
+    assert "ready in" not in done.stdout
+    done = start(bundle, tree, empty, PATCHSET_COMPUTE_CAPABILITY="12.0")  # a real start: no vllm
+    assert done.returncode == 9 and "no vllm program on PATH" in done.stderr
+
+
 def test_compile_check_names_patch_file_and_line(setup: tuple[Path, Path, Path]) -> None:
     bundle, tree, bin_dir = setup
     before = {p: p.read_bytes() for p in tree.rglob("*.py")}
@@ -170,11 +174,9 @@ def test_driver_and_cuda_known_at_start(tmp_path: Path) -> None:
     applies = '\n[applies]\ncuda = ">=12.8"\ndriver = ">=570"\n'
     (folder / "patch.toml").write_text((folder / "patch.toml").read_text() + applies)
     definition = DEFINITION.replace('["mod-fix", "other-fix", "breaks-it"]', '["other-fix"]')
+    assert definition != DEFINITION
     bundle, tree = exported_bundle(tmp_path, registry, {"vllm/start.py": STARTUP}, definition)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(ECHO)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
     (bin_dir / "nvidia-smi").write_text(SMI.format(line="NVIDIA GeForce RTX 5090, 12.0, 580.82.07"))
     (bin_dir / "nvidia-smi").chmod(0o755)
     done = run_entrypoint(bundle, tree, bin_dir)

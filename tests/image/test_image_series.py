@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +21,17 @@ from patchset.image.export import export_runtime
 from patchset.kernel.order import in_order
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
-from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
-
-# The quilt-style top of MOD_DIFF: its context holds MOD_DIFF's line.
-ON_TOP = """\
---- a/vllm/mod.py
-+++ b/vllm/mod.py
-@@ -10,4 +10,4 @@
- line 10
- line 11 patched
--line 12
-+line 12 patched too
- line 13
-"""
-DEFINITION = """\
-vllm = "0.20.0"
-cuda = "cu130"
-base = "vllm/vllm-openai:v0.20.0-cu130"
-repository = "patchset/vllm-openai"
-tags = ["{{vllm}}-{{cuda}}"]
-patches = [{patches}]
-
-[serve]
-args = ["--model", "m"]
-"""
-ECHO = '#!/bin/sh\nexec "$PYTHON" -c \'import json,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
+from tests.synthetic import (
+    BODY,
+    MOD_DIFF,
+    ON_TOP,
+    add_keys,
+    add_patch,
+    definition_text,
+    make_tree,
+    run_entrypoint,
+    stand_in_vllm,
+)
 
 
 def sha(text: str) -> str:
@@ -56,17 +41,16 @@ def sha(text: str) -> str:
 def stacked_registry(root: Path, *, bottom: str = "startup", top: str = "startup") -> Path:
     """'a-top' requires 'z-bottom': the alphabet would put them the wrong way round."""
     add_patch(root, "z-bottom", diff=MOD_DIFF, targets=["vllm/mod.py"], when=bottom)
-    folder = add_patch(root, "a-top", diff=ON_TOP, targets=["vllm/mod.py"], when=top)
-    toml = folder / "patch.toml"
-    toml.write_text(toml.read_text().replace("[upstream]", 'requires = ["z-bottom"]\n\n[upstream]'))
+    add_patch(root, "a-top", diff=ON_TOP, targets=["vllm/mod.py"], when=top)
+    add_keys(root, "a-top", 'requires = ["z-bottom"]')
     return root
 
 
-def export(tmp_path: Path, patches: str, **when: str) -> tuple[Path, dict[str, Any]]:
+def export(tmp_path: Path, patches: list[str], **when: str) -> tuple[Path, dict[str, Any]]:
     registry = stacked_registry(tmp_path / "patches", **when)
     release = make_tree(tmp_path / "release", {"vllm/mod.py": BODY}, version="0.20.0")
     (tmp_path / "builds").mkdir()
-    (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION.format(patches=patches))
+    (tmp_path / "builds" / "0.20.0.toml").write_text(definition_text("0.20.0", patches))
     bundle = tmp_path / "bundle"
     export_runtime(
         load_definition(tmp_path / "builds" / "0.20.0.toml"),
@@ -81,23 +65,9 @@ def start(tmp_path: Path, bundle: Path, **env: str) -> subprocess.CompletedProce
     tree = tmp_path / "site"
     if not tree.exists():
         make_tree(tree, {"vllm/mod.py": BODY}, version="0.20.0")
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        (bin_dir / "vllm").write_text(ECHO)
-        (bin_dir / "vllm").chmod(0o755)
-    return subprocess.run(
-        [sys.executable, str(bundle / "entrypoint.py")],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={
-            "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
-            "PYTHON": sys.executable,
-            "PATCHSET_VLLM_ROOT": str(tree),
-            "PATCHSET_COMPUTE_CAPABILITY": "none",
-            **env,
-        },
-    )
+        stand_in_vllm(tmp_path / "bin")
+    env.setdefault("PATCHSET_COMPUTE_CAPABILITY", "none")
+    return run_entrypoint(bundle, tree, tmp_path / "bin", **env)
 
 
 def test_kernel_order_puts_each_item_after_what_it_requires() -> None:
@@ -122,16 +92,16 @@ def test_build_series_puts_build_patches_first_then_requires_order(tmp_path: Pat
 @pytest.mark.parametrize(
     ("patches", "when", "message"),
     [
-        ('"a-top"', {}, "a-top requires z-bottom, which this definition does not list"),
+        (["a-top"], {}, "a-top requires z-bottom, which this definition does not list"),
         (
-            '"a-top", "z-bottom"',
+            ["a-top", "z-bottom"],
             {"top": "build"},
             "a-top is applied at build but requires z-bottom, applied at startup",
         ),
     ],
 )
 def test_a_definition_missing_a_required_patch_is_refused(
-    tmp_path: Path, patches: str, when: dict[str, str], message: str
+    tmp_path: Path, patches: list[str], when: dict[str, str], message: str
 ) -> None:
     with pytest.raises(RegistryError, match=message) as caught:
         export(tmp_path, patches, **when)
@@ -143,7 +113,7 @@ def test_a_definition_missing_a_required_patch_is_refused(
 def test_manifest_holds_the_series_in_order_with_stacked_digests(
     tmp_path: Path, bottom: str
 ) -> None:
-    _, manifest = export(tmp_path, '"a-top", "z-bottom"', bottom=bottom)
+    _, manifest = export(tmp_path, ["a-top", "z-bottom"], bottom=bottom)
     entries = manifest["patches"]
     assert [(e["id"], e["requires"]) for e in entries] == [
         ("z-bottom", []),
@@ -157,7 +127,7 @@ def test_manifest_holds_the_series_in_order_with_stacked_digests(
 
 @pytest.mark.parametrize("bottom", ["startup", "build"])
 def test_the_entrypoint_applies_the_series_and_finds_it_again(tmp_path: Path, bottom: str) -> None:
-    bundle, _ = export(tmp_path, '"a-top", "z-bottom"', bottom=bottom)
+    bundle, _ = export(tmp_path, ["a-top", "z-bottom"], bottom=bottom)
     done = start(tmp_path, bundle)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if " r1 " in line]
@@ -191,7 +161,7 @@ def test_the_entrypoint_applies_the_series_and_finds_it_again(tmp_path: Path, bo
 def test_a_patch_whose_required_one_is_out_is_skipped(
     tmp_path: Path, env: dict[str, str], bottom_state: str, top_state: str
 ) -> None:
-    bundle, _ = export(tmp_path, '"a-top", "z-bottom"')
+    bundle, _ = export(tmp_path, ["a-top", "z-bottom"])
     done = start(tmp_path, bundle, **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"patchset: z-bottom r1 (startup): {bottom_state}\n" in done.stdout
@@ -202,7 +172,7 @@ def test_a_patch_whose_required_one_is_out_is_skipped(
 def test_a_patch_whose_required_one_failed_is_skipped_and_nothing_is_written(
     tmp_path: Path,
 ) -> None:
-    bundle, _ = export(tmp_path, '"a-top", "z-bottom"')
+    bundle, _ = export(tmp_path, ["a-top", "z-bottom"])
     start(tmp_path, bundle, PATCHSET_DISABLE="z-bottom,a-top")  # lays out the tree
     edited = BODY.replace("line 11\n", "line 11 edited by hand\n")
     (tmp_path / "site" / "vllm" / "mod.py").write_text(edited)
@@ -221,7 +191,7 @@ def test_a_patch_whose_required_one_failed_is_skipped_and_nothing_is_written(
 
 
 def test_a_patch_whose_required_one_is_out_of_scope_here_is_skipped(tmp_path: Path) -> None:
-    bundle, manifest = export(tmp_path, '"a-top", "z-bottom"')
+    bundle, manifest = export(tmp_path, ["a-top", "z-bottom"])
     manifest["patches"][0]["compute_capability"] = ">=12.0"  # as [hardware] would put it
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     done = start(tmp_path, bundle, PATCHSET_COMPUTE_CAPABILITY="8.6")

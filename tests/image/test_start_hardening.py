@@ -24,7 +24,14 @@ import pytest
 from patchset.image.manifest import public_source
 from patchset.kernel.manifest import Manifest, ManifestError
 from tests.engine.test_python_kind import TOML as PROBE_TOML
-from tests.synthetic import MOD_DIFF, add_patch, exported_bundle, run_entrypoint
+from tests.synthetic import (
+    BODY,
+    MOD_DIFF,
+    add_patch,
+    exported_bundle,
+    run_entrypoint,
+    stand_in_vllm,
+)
 
 DEFINITION = """\
 vllm = "0.20.0"
@@ -37,8 +44,6 @@ patches = ["mod-fix"]
 [serve]
 args = ["--model", "m"]
 """
-BODY = "".join(f"line {i}\n" for i in range(1, 21))
-ECHO = '#!/bin/sh\nexec "$PYTHON" -c \'import json,sys; print(json.dumps(sys.argv[1:]))\' "$@"\n'
 
 Setup = tuple[Path, Path, Path]
 
@@ -48,10 +53,7 @@ def setup(tmp_path: Path) -> Setup:
     registry = tmp_path / "patches"
     add_patch(registry, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], when="startup")
     bundle, site = exported_bundle(tmp_path, registry, {"vllm/mod.py": BODY}, DEFINITION)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(ECHO)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
     return bundle, site, bin_dir
 
 
@@ -258,10 +260,7 @@ def with_plugin(tmp_path: Path) -> Setup:
         "vllm/v1/engine/__init__.py": "class EngineCoreRequest:\n    prompt = None\n",
     }
     bundle, site = exported_bundle(tmp_path, registry, files, definition)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(ECHO)
-    (bin_dir / "vllm").chmod(0o755)
+    bin_dir = stand_in_vllm(tmp_path / "bin")
     return bundle, site, bin_dir
 
 

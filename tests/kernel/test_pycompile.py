@@ -73,9 +73,38 @@ def test_an_edit_judged_by_its_units_is_judged_as_the_whole_file(seed: int) -> N
                 new = [indent + "_patchset_x = 1"]  # the common, valid edit
             lines[at : at + rng.choice([0, 0, 1, 2])] = new
         after = "\n".join(lines).encode()
+        other = after + b"\n_patchset_y = 2\n"  # another edit of the same source
         pycompile.clear_cache()
         want = broken_by(before, after)
         assert pycompile.edit_error(before, after) == want  # a first edit: compiled whole
-        assert pycompile.edit_error(before, after) == want  # a second: by its units
+        assert pycompile.edit_error(before, after) == want  # the same edit: its answer kept
+        pycompile.clear_cache()
+        pycompile.edit_error(before, before + b"\n")  # an edit before: from now on, by units
+        assert pycompile.edit_error(before, after) == want
+        assert pycompile.edit_error(before, other) == broken_by(before, other)
         judged_alone += pycompile._units_compile(pycompile._known(before), before, after)
     assert judged_alone > 5  # the units alone decided a share of them
+
+
+def test_the_same_edit_again_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One patch meeting the same file in several releases (its other files differ): the
+    edit is judged once; a source compiled whole here has its next edit judged by units."""
+    before = Path(pycompile.__file__).read_bytes()
+    after = before.replace(b"    return None\n", b"    x = 1\n    return None\n", 1)
+    assert after != before
+    pycompile.clear_cache()
+    compiled: list[str] = []
+    real = compile
+
+    def counting(source: object, name: str, *args: object, **kwargs: object) -> object:
+        compiled.append(name)
+        return real(source, name, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.compile", counting)
+    assert pycompile.edit_error(before, after) is None
+    assert compiled == ["<patched>"]  # a first edit: `after` whole
+    assert pycompile.edit_error(before, after) is None
+    assert compiled == ["<patched>"]  # again: nothing compiled
+    again = after.replace(b"    x = 1\n", b"    x = 2\n", 1)
+    assert pycompile.edit_error(after, again) is None
+    assert compiled == ["<patched>", "<unit>"]  # `after` was compiled whole: by its unit

@@ -16,30 +16,17 @@ from patchset.registry import load_registry
 from patchset.release_check import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
 from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, OTHER, add_patch, make_tree
+from tests.synthetic import (
+    BODY,
+    MOD_DIFF,
+    ON_TOP,
+    OTHER,
+    OTHER_FIX,
+    add_keys,
+    add_patch,
+    make_tree,
+)
 
-# OTHER_DIFF with an edit that still compiles (apply checks a patched .py file compiles)
-OTHER_DIFF = """\
---- a/vllm/other.py
-+++ b/vllm/other.py
-@@ -1,3 +1,3 @@
- alpha
--beta
-+beta_patched
- gamma
-"""
-
-# A quilt-style series on vllm/mod.py: the second patch's context holds the first's line.
-ON_TOP = """\
---- a/vllm/mod.py
-+++ b/vllm/mod.py
-@@ -10,4 +10,4 @@
- line 10
- line 11 patched
--line 12
-+line 12 patched too
- line 13
-"""
 ELSEWHERE = """\
 --- a/vllm/mod.py
 +++ b/vllm/mod.py
@@ -52,19 +39,13 @@ ELSEWHERE = """\
 """
 
 
-def extra(registry: Path, patch_id: str, text: str) -> None:
-    """Put top-level keys into a patch.toml (before its [upstream] table)."""
-    toml = registry / patch_id / "patch.toml"
-    toml.write_text(toml.read_text().replace("[upstream]", f"{text}\n\n[upstream]"))
-
-
 @pytest.fixture
 def series(tmp_path: Path) -> Path:
     """'a-second' requires 'z-first': the alphabet would put them the wrong way round."""
     root = tmp_path / "patches"
     add_patch(root, "z-first", diff=MOD_DIFF, targets=["vllm/mod.py"])
     add_patch(root, "a-second", diff=ON_TOP, targets=["vllm/mod.py"])
-    extra(root, "a-second", 'requires = ["z-first"]')
+    add_keys(root, "a-second", 'requires = ["z-first"]')
     return root
 
 
@@ -105,7 +86,7 @@ def test_a_patch_requiring_a_skipped_one_is_skipped(tmp_path: Path) -> None:
     root = tmp_path / "patches"
     add_patch(root, "z-first", diff=MOD_DIFF, targets=["vllm/mod.py"], vllm=">=0.20")
     add_patch(root, "a-second", diff=ON_TOP, targets=["vllm/mod.py"])
-    extra(root, "a-second", 'requires = ["z-first"]')
+    add_keys(root, "a-second", 'requires = ["z-first"]')
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY}, version="0.19.1")
     report = apply(load_registry(root), tree)
     outcomes = {r.patch: (r.outcome, r.details[0]) for r in report.results}
@@ -148,8 +129,8 @@ def test_same_edit_twice_is_refused_naming_both(tmp_path: Path) -> None:
 def test_declared_conflicts_refuse_the_pair(tmp_path: Path) -> None:
     root = tmp_path / "patches"
     add_patch(root, "fix-mod", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    add_patch(root, "fix-other", diff=OTHER_DIFF, targets=["vllm/other.py"])
-    extra(root, "fix-other", 'conflicts = ["fix-mod"]')
+    add_patch(root, "fix-other", diff=OTHER_FIX, targets=["vllm/other.py"])
+    add_keys(root, "fix-other", 'conflicts = ["fix-mod"]')
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
     report = apply(load_registry(root), tree)
     assert {r.patch: r.outcome for r in report.results} == {
@@ -166,8 +147,8 @@ def test_conflicts_hold_across_runs_read_from_the_tree(tmp_path: Path) -> None:
     conflict) is refused, exit 1, nothing written (was: exit 0, both in the tree)."""
     root = tmp_path / "patches"
     add_patch(root, "fix-mod", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    add_patch(root, "fix-other", diff=OTHER_DIFF, targets=["vllm/other.py"])
-    extra(root, "fix-other", 'conflicts = ["fix-mod"]')
+    add_patch(root, "fix-other", diff=OTHER_FIX, targets=["vllm/other.py"])
+    add_keys(root, "fix-other", 'conflicts = ["fix-mod"]')
     tree = make_tree(tmp_path / "t", {"vllm/mod.py": BODY, "vllm/other.py": OTHER})
     registry = load_registry(root)
     assert apply(registry, tree, patches=["fix-other"]).written
@@ -187,8 +168,8 @@ def test_conflicts_hold_across_runs_read_from_the_tree(tmp_path: Path) -> None:
 def test_requires_and_conflicts_of_one_id_is_refused_on_load(tmp_path: Path) -> None:
     root = tmp_path / "patches"
     add_patch(root, "fix-mod", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    add_patch(root, "fix-other", diff=OTHER_DIFF, targets=["vllm/other.py"])
-    extra(root, "fix-other", 'requires = ["fix-mod"]\nconflicts = ["fix-mod"]')
+    add_patch(root, "fix-other", diff=OTHER_FIX, targets=["vllm/other.py"])
+    add_keys(root, "fix-other", 'requires = ["fix-mod"]\nconflicts = ["fix-mod"]')
     with pytest.raises(RegistryError, match="conflicts: fix-mod is also in requires"):
         load_registry(root)
 
@@ -215,7 +196,7 @@ def test_bad_relations_are_refused_naming_the_file(
 
 
 def test_a_requires_cycle(series: Path) -> None:
-    extra(series, "z-first", 'requires = ["a-second"]')
+    add_keys(series, "z-first", 'requires = ["a-second"]')
     with pytest.raises(RegistryError, match="requires: a cycle: "):
         load_registry(series)
 
@@ -225,12 +206,12 @@ def test_validate_reports_every_patch_and_others_skip_with_a_warning(
 ) -> None:
     root = tmp_path / "patches"
     add_patch(root, "good-one", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    bad_state = add_patch(root, "bad-state", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    bad_state = add_patch(root, "bad-state", diff=OTHER_FIX, targets=["vllm/other.py"])
     toml = bad_state / "patch.toml"
     toml.write_text(
         toml.read_text().replace('"unsubmitted"', '"opne"').replace("revision = 1", "revision = 0")
     )
-    broken = add_patch(root, "half-written", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    broken = add_patch(root, "half-written", diff=OTHER_FIX, targets=["vllm/other.py"])
     (broken / "patch.toml").write_text('id = "half-written"\ntitle = "x\n')  # bad TOML
     assert main(["--registry", str(root), "validate"]) == ExitCode.BAD_INPUT
     err = capsys.readouterr().err
@@ -255,13 +236,12 @@ def test_x_table_is_free_form_and_kept_by_writes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "patches"
-    folder = add_patch(root, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    toml = folder / "patch.toml"
-    toml.write_text(
-        toml.read_text()
-        + '\n[x]\n# our own notes\nload_bearing = ["qwen3-27b compose"]\n'
-        + 'drop_when = "upstream ships #36325"\nevidence = { run = 12, tokens_s = 99.7 }\n'
+    notes = (
+        '\n[x]\n# our own notes\nload_bearing = ["qwen3-27b compose"]\n'
+        'drop_when = "upstream ships #36325"\nevidence = { run = 12, tokens_s = 99.7 }\n'
     )
+    folder = add_patch(root, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=notes)
+    toml = folder / "patch.toml"
     patch = load_registry(root).get("mod-fix")
     assert patch.x["drop_when"] == "upstream ships #36325"
     assert patch.x["evidence"] == {"run": 12, "tokens_s": 99.7}
@@ -315,7 +295,7 @@ def test_validate_reports_every_semantic_problem_of_a_patch_with_its_line(
     patch's first problem only, and the other patches load."""
     root = tmp_path / "patches"
     add_patch(root, "good-one", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    folder = add_patch(root, "three-bad", diff=OTHER_DIFF, targets=["vllm/other.py"])
+    folder = add_patch(root, "three-bad", diff=OTHER_FIX, targets=["vllm/other.py"])
     toml = folder / "patch.toml"
     toml.write_text(
         toml.read_text()
@@ -425,13 +405,11 @@ def test_validate_reports_every_problem_of_each_variant(
     """Two `[[variants]]`, each with its own problems (a range that is not PEP 440 and an
     unknown key in one, a missing payload file in the other): all of them are reported."""
     root = tmp_path / "patches"
-    folder = add_patch(root, "variants", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    toml = folder / "patch.toml"
-    toml.write_text(
-        toml.read_text()
-        + '\n[[variants]]\npayload = "patch.diff"\nvllm = "=>0.1"\nbse = "0.1"\n'
-        + '\n[[variants]]\npayload = "gone.diff"\nvllm = ">=0.2"\n'
+    variants = (
+        '\n[[variants]]\npayload = "patch.diff"\nvllm = "=>0.1"\nbse = "0.1"\n'
+        '\n[[variants]]\npayload = "gone.diff"\nvllm = ">=0.2"\n'
     )
+    add_patch(root, "variants", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=variants)
     assert main(["--registry", str(root), "validate", "--format", "json"]) == 2
     report = json.loads(capsys.readouterr().out)
     keys = {p["key"] for p in report["problems"]}

@@ -12,9 +12,8 @@ from patchset.release_check import CheckResult, Explain, check, check_tree
 from patchset.release_check.memo import Memo
 from patchset.sources.folder import FolderSource
 from tests.engine.test_python_kind import ENGINE, registry_with, tree
-from tests.registry.test_stacks import ON_TOP, extra
 from tests.synthetic import BODY as SYNTHETIC_BODY
-from tests.synthetic import MOD_DIFF, add_patch, make_tree
+from tests.synthetic import MOD_DIFF, ON_TOP, add_keys, add_patch, make_tree
 
 BODY = "".join(f"line {i}\n" for i in range(1, 41))
 TWO_HUNKS = """\
@@ -251,7 +250,7 @@ def test_a_stacked_patch_is_memoised_and_follows_what_it_requires(
     registry = tmp_path / "patches"
     add_patch(registry, "z-first", diff=MOD_DIFF, targets=["vllm/mod.py"])
     add_patch(registry, "a-second", diff=ON_TOP, targets=["vllm/mod.py"])
-    extra(registry, "a-second", 'requires = ["z-first"]')
+    add_keys(registry, "a-second", 'requires = ["z-first"]')
     tree = make_tree(tmp_path / "tree", {"vllm/mod.py": SYNTHETIC_BODY})
 
     def run() -> tuple[Memo, dict[str, str]]:

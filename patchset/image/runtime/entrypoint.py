@@ -8,6 +8,11 @@ stock image (manifest ``"delivery": "stock"``): there it applies the build patch
 
     python3 /opt/patchset/entrypoint.py [vllm serve arguments...]
     python3 /opt/patchset/entrypoint.py --verify      # JSON report, exit 0 when all present
+    python3 /opt/patchset/entrypoint.py --prove [args...]  # a start without the exec: JSON
+
+`--prove` (what `patchset verify IMAGE --start/--bundle` runs in a throwaway container) does
+all a start does, the startup patches written and every applied patch's `[[verify]]` run,
+then prints the JSON report instead of exec'ing vllm serve.
 
 Every file is planned in memory first (patched, sha256-checked, compiled with this Python),
 then written by rename; what decides whether and how each patch runs (its switch, predicate,
@@ -494,6 +499,8 @@ def load_manifest() -> Manifest:
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     verify = argv[:1] == ["--verify"]
+    dry = argv[:1] == ["--prove"]  # a start, reported in JSON, with no exec
+    report = verify or dry
     program = os.environ.get("PATCHSET_EXEC", "vllm")
     manifest: Manifest | None = None
     refusal, root, version = None, None, "?"
@@ -510,9 +517,9 @@ def main(argv: list[str]) -> int:
         sys.path[:0] = path  # the support packages, for the modules patches declare
         sys.path.append(str(root))
         version = release_check(manifest, root) if stock else manifest.vllm
-        if not verify and shutil.which(program) is None:
+        if not report and shutil.which(program) is None:
             raise StartRefusedError(f"no {program} program on PATH: nothing to start")
-        run, plan = run_patches(manifest, verify=verify, extra_args=argv[1:] if verify else argv)
+        run, plan = run_patches(manifest, verify=verify, extra_args=argv[1:] if report else argv)
         if run.ok and not verify:
             try:
                 commit(plan)
@@ -527,7 +534,7 @@ def main(argv: list[str]) -> int:
         refusal, run = str(exc), startup.Run()
         run.ok = False
         policy = "fail" if isinstance(exc, startup.StartInputError) else _policy()
-    if verify:
+    if report:
         registry = None if manifest is None else manifest.registry
         print(json.dumps(StartReport(run.ok, registry, refusal, tuple(run.results)).to_json()))
         return 0 if run.ok else 1
