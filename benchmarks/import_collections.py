@@ -31,7 +31,10 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -40,11 +43,14 @@ from packaging.specifiers import SpecifierSet  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
 import patchset  # noqa: E402
+from patchset.engine.order import required_chain  # noqa: E402
 from patchset.importers import genesis, genesis_registry, genesis_text, import_collection  # noqa: E402
 from patchset.importers.land import _write_patch  # noqa: E402
 from patchset.importers.model import Draft  # noqa: E402
 from patchset.importers.pystatic import Package  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
+from patchset.registry.model import Patch  # noqa: E402
+from patchset.release_check.memo import Memo  # noqa: E402
 from patchset.sources import parse_source  # noqa: E402
 from tests.helpers.cli import cli  # noqa: E402
 
@@ -65,127 +71,318 @@ def _stripped(drafts: list[Draft], root: Path) -> Path:
     return registry
 
 
-def _genesis_verdict(patchers: list[genesis_text.Patcher], read: dict[str, str | None]) -> str:
-    """What Genesis's TextPatcher rules make of a release's files (its documented layers)."""
+# The reference is Genesis's own code, run from the checkout in a child process (so nothing of
+# it stays in this one): each imported runtime patch's `apply_module` is imported and its
+# `apply()` called on a scratch copy of a release's target files. Stubbed, and only these:
+# the dispatcher's `should_apply` (says yes: the switch and the served model are not the
+# question here) and `log_decision`; `guards.vllm_install_root` (its documented test hook)
+# points at the scratch copy; Genesis's persistent caches are off and their file is scratch.
+_CHILD = "--genesis-reference"
+_MODULE_COPY = "-module"  # beside each scratch tree: the copy the module's apply() runs on
+
+
+def _reference_child(jobs_file: str, out_file: str) -> None:
+    """In the child: run each job's module's own apply() on each of its scratch trees."""
+    import importlib  # noqa: PLC0415 - the child's own imports
+    import json  # noqa: PLC0415
+    import logging  # noqa: PLC0415
+
+    sys.path.insert(0, os.environ["PATCHSET_GENESIS_DIR"])
+    dispatcher = importlib.import_module("sndr.dispatcher")
+    guards = importlib.import_module("sndr.engines.vllm.detection.guards")
+    text_patch = importlib.import_module("sndr.kernel.text_patch")
+    setattr(dispatcher, "should_apply", lambda _pid: (True, "benchmark"))  # noqa: B010
+    setattr(dispatcher, "log_decision", lambda *_a, **_k: None)  # noqa: B010
+    merged: list[str] = []
+
+    class _Merged(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "upstream-merged" in str(record.msg):
+                merged.append(str(record.args[1]) if record.args else "")  # type: ignore[index]
+
+    logger = logging.getLogger("genesis.wiring.text_patch")
+    logger.addHandler(_Merged())
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    calls: list[dict[str, object]] = []
+    original = text_patch.TextPatcher.apply
+
+    def recorded(self: object) -> object:
+        merged.clear()
+        result, failure = original(self)
+        calls.append(
+            {
+                "file": str(getattr(self, "target_file", "")),
+                "result": result.value,
+                "reason": failure.reason if failure else None,
+                "subs": len(getattr(self, "sub_patches", [])),
+                "merged": len(merged),
+            }
+        )
+        return result, failure
+
+    text_patch.TextPatcher.apply = recorded
+
+    def run(tree: str, modules: list[str], *, own_patchers: bool) -> dict[str, object]:
+        setattr(guards, "vllm_install_root", lambda: str(Path(tree) / "vllm"))  # noqa: B010
+        for module in modules:  # the patches it requires first, as patchset stacks them
+            calls.clear()
+            # afresh for each tree: a module may remember that it ran (`_APPLIED = True`)
+            mod = importlib.reload(importlib.import_module(module))
+            factories = _factories(mod, text_patch.TextPatcher) if own_patchers else []
+            try:
+                if factories:
+                    status, reason = "applied", ""
+                    for factory in factories:
+                        made = factory()
+                        for patcher in made if isinstance(made, list | tuple) else [made]:
+                            if patcher is None:  # its resolve_vllm_file found no file
+                                calls.append({"result": "skipped", "reason": "target_file_missing"})
+                            elif isinstance(patcher, text_patch.TextPatcher):
+                                patcher.apply()
+                else:
+                    status, reason = mod.apply()
+            except Exception as exc:
+                status, reason = "raised", f"{type(exc).__name__}: {exc}"
+        how = "patchers" if factories else "module"
+        return {"how": how, "status": status, "reason": str(reason), "calls": calls[:]}
+
+    out = []
+    for tree, modules in json.loads(Path(jobs_file).read_text()):
+        out.append(
+            {
+                "tree": tree,
+                "patchers": run(tree, modules, own_patchers=True),
+                "module": run(tree + _MODULE_COPY, modules, own_patchers=False),
+            }
+        )
+    Path(out_file).write_text(json.dumps(out))
+
+
+def _factories(mod: object, patcher_class: type) -> list[Callable[[], object]]:
+    """The module's own functions that build its TextPatchers and take no argument, in source
+    order (its manifest and test-fixture helpers aside)."""
+    import ast  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    tree = ast.parse(inspect.getsource(mod))  # type: ignore[arg-type]
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef) or node.name == "apply":
+            continue
+        if "manifest" in node.name or "fixture" in node.name:
+            continue
+        builds = any(
+            isinstance(c, ast.Call) and getattr(c.func, "id", None) == patcher_class.__name__
+            for c in ast.walk(node)
+        )
+        func = getattr(mod, node.name, None)
+        if not builds or func is None:
+            continue
+        params = inspect.signature(func).parameters.values()
+        if all(p.default is not inspect.Parameter.empty for p in params):
+            found.append(func)
+    return found
+
+
+def _run_reference(
+    checkout: Path, jobs: list[tuple[str, list[str]]], root: Path
+) -> dict[str, dict[str, Any]]:
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    jobs_file, out_file = root / "reference-jobs.json", root / "reference-out.json"
+    jobs_file.write_text(json.dumps(jobs))
+    entries, _, _ = genesis_registry.read_registry(checkout / genesis_registry.REGISTRY_FILE)
+    switches = {str(e["env_flag"]): "1" for e in entries.values() if e.get("env_flag")}
+    env = {
+        **os.environ,
+        **switches,  # every switch on: whether one is set is not the question either
+        "PATCHSET_GENESIS_DIR": str(checkout),
+        "GENESIS_NO_PATCH_CACHE": "1",
+        "GENESIS_FILE_CACHE_PATH": str(root / "genesis-file-cache.json"),
+        "XDG_CACHE_HOME": str(root / "cache"),
+    }
+    subprocess.run(
+        [sys.executable, __file__, _CHILD, str(jobs_file), str(out_file)],
+        check=True,
+        cwd=root,
+        env=env,
+    )
+    return {r["tree"]: r for r in json.loads(out_file.read_text())}
+
+
+_UPSTREAM_REASONS = ("upstream_merged", "sub_upstream_merged_abort_bundle")
+
+
+def _their_verdict(run: dict[str, Any]) -> str:
+    """Genesis's outcome as a check verdict: each TextPatcher.apply() the module made, or, when
+    it made none, the module's own reason for stopping first."""
+    status, reason, calls = run["status"], run["reason"].lower(), run["calls"]
+    if status == "raised":
+        return "error"
+    if not calls or (status != "applied" and all(c["result"] == "applied" for c in calls)):
+        # the module stopped before (or rolled back after) its patchers: its own reason
+        if status == "applied":
+            return "needed"
+        if "upstream" in reason or "drift marker" in reason:
+            return "upstream"
+        if any(w in reason for w in ("not found", "missing", "disappeared", "not resolvable")):
+            return "missing-target"
+        return "conflict"
     verdicts = []
-    for patcher in patchers:
-        text = read.get(patcher.file)
-        if text is None:
-            verdicts.append("missing-target")
-            continue
-        if any(m in text for m in patcher.drift):
+    for call in calls:
+        result, why = call["result"], call["reason"]
+        if result == "applied":
+            verdicts.append("needed")
+        elif result == "idempotent" or why in _UPSTREAM_REASONS:
             verdicts.append("upstream")
-            continue
-        applied = merged = 0
-        state = "needed"
-        for sub in patcher.subs:
-            if any(m in text for m in sub.markers):
-                merged += 1
-                continue
-            count = text.count(sub.anchor)
-            if count == 0:
-                if sub.required:
-                    state = "conflict"
-                    break
-                continue
-            if count > 1:
-                state = "conflict"
-                break
-            text = text.replace(sub.anchor, sub.replacement, 1)
-            applied += 1
-        if state == "needed" and not applied:
-            # every sub-patch skipped: upstream when each was by its own marker
-            state = "upstream" if merged == len(patcher.subs) else "conflict"
-        verdicts.append(state)
+        elif why == "target_file_missing":
+            verdicts.append("missing-target")
+        elif why == "no_applicable_sub_patches" and call["merged"] == call["subs"]:
+            verdicts.append("upstream")  # every sub-patch skipped by its own upstream marker
+        else:
+            verdicts.append("conflict")
     for worst in ("missing-target", "conflict", "needed"):
         if worst in verdicts:
             return worst
     return "upstream"
 
 
-def _genesis_text(
-    patchers: list[genesis_text.Patcher], read: dict[str, str | None]
-) -> dict[str, str]:
-    out = {}
-    for patcher in patchers:
-        text = read.get(patcher.file)
-        if text is None:
-            continue
-        for sub in patcher.subs:
-            if not any(m in text for m in sub.markers) and text.count(sub.anchor) == 1:
-                text = text.replace(sub.anchor, sub.replacement, 1)
-        out[patcher.file] = text
-    return out
-
-
 def _plain(text: str) -> str:
-    """A file's text with patchset's marker comments taken out (lines ending the marker)."""
-    return "\n".join(line for line in text.split("\n") if not line.strip().startswith("# Genesis "))
+    """A file's text without either side's marker comments (Genesis's wiring-marker line at
+    the top, patchset's `# Genesis <id> ...` site markers)."""
+    return "\n".join(
+        line
+        for line in text.split("\n")
+        if not line.strip().startswith(("# Genesis ", "# [Genesis wiring marker: "))
+    )
+
+
+def _scratch(target: Path, files: dict[str, bytes | None], version: str) -> None:
+    for file, data in files.items():
+        if data is not None:
+            (target / file).parent.mkdir(parents=True, exist_ok=True)
+            (target / file).write_bytes(data)
+    (target / "vllm").mkdir(parents=True, exist_ok=True)
+    (target / "vllm" / "__init__.py").touch()
+    (target / "vllm" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
+
+
+def _folded(text: str) -> str:
+    return "\n".join(" ".join(line.split()) for line in text.split("\n"))
+
+
+def _why(
+    ours: str, theirs: str, reasons: list[str], anchors: list[str], files: list[bytes | None]
+) -> str:
+    """Which documented case a difference is (docs/import.md), or "unexplained"."""
+    texts = [_folded(f.decode(errors="replace")) for f in files if f is not None]
+    raw = [f.decode(errors="replace") for f in files if f is not None]
+    if (
+        ours == "needed"
+        and theirs == "conflict"
+        and any(
+            not any(a in t for t in raw) and any(_folded(a) in t for t in texts) for a in anchors
+        )
+    ):
+        return "better: whitespace-folded match"
+    if ours == "missing-target" and any("falls back to" in r for r in reasons):
+        return "loss: a fallback file (said by the import)"
+    if any("whichever the release has" in r for r in reasons):
+        return "loss: one of two files (said by the import)"
+    return "unexplained"
 
 
 def _agreement(  # noqa: PLR0915 - one walk over patches and releases
-    checkout: Path, registry: Path, root: Path
-) -> tuple[int, int, int, int, float]:
+    checkout: Path, registry: Path, root: Path, reasons: dict[str, list[str]]
+) -> tuple[int, int, int, int, float, list[str]]:
     source = parse_source(None)
     versions = [
         v for v in source.versions() if not Version(v).is_prerelease and Version(v) >= SINCE
     ]
     reg = load_registry(registry, tolerant=True)
-    patchset.check(reg, versions, source=source)  # cold: fills the memo
+    # A memo of its own: the user cache's is shared (and cleared by other benchmarks' cold runs).
+    patchset.check(reg, versions, source=source, memo=Memo(root / "memo"))  # cold: fills it
     start = time.perf_counter()
-    report = patchset.check(reg, versions, source=source)
+    report = patchset.check(reg, versions, source=source, memo=Memo(root / "memo"))
     warm = time.perf_counter() - start
     package = Package(checkout)
     entries, _, _ = genesis_registry.read_registry(checkout / genesis_registry.REGISTRY_FILE)
-    agree = pairs = same = compared = 0
     trees = {}
+    jobs: list[tuple[str, list[str]]] = []
+    pairs_of: list[tuple[str, str, str, dict[str, bytes | None]]] = []
+    by_id = {p.id: p for p in reg.patches}
+
+    def module_of(patch: Patch) -> str:
+        return str(entries[str(patch.x.get("genesis_id"))].get("apply_module"))
+
     for patch in reg.patches:
         if patch.kind != "runtime":
             continue
-        gid = str(patch.x.get("genesis_id"))
-        module = str(entries[gid].get("apply_module"))
-        scope = package.scope(module)
-        assert scope is not None
-        patchers, _ = genesis_text._patchers(scope)
-        in_range = [v for v in versions if Version(v) in SpecifierSet(str(patch.vllm))]
-        both_apply: tuple[str, dict[str, str | None]] | None = None
-        for version in in_range:
+        chain = [r for r in required_chain(patch, by_id) if r.kind == "runtime"]
+        files: list[str] = []
+        for one in (*chain, patch):
+            scope = package.scope(module_of(one))
+            assert scope is not None
+            patchers, _ = genesis_text._patchers(scope)
+            files += [f for p in patchers for f in (p.file, *p.other_files)]
+        files = list(dict.fromkeys(files))
+        for version in versions:
+            if Version(version) not in SpecifierSet(str(patch.vllm)):
+                continue
             if version not in trees:
                 trees[version] = source.open(version).__enter__()
-            tree = trees[version]
-            read = {}
-            for p in patchers:
-                data = tree.read(p.file)
-                read[p.file] = None if data is None else data.decode(errors="replace")
-            theirs = _genesis_verdict(patchers, read)
-            ours = report.result(version, patch.id).verdict
-            ours = "conflict" if ours == "partial" else ours
-            pairs += 1
-            agree += theirs == ours
-            if theirs != ours:
-                print(f"differ: {patch.id} {version} genesis={theirs} patchset={ours}")
-            if theirs == ours == "needed":
-                both_apply = (version, read)
-        if both_apply is not None:
-            version, read = both_apply
-            target = root / "apply" / patch.id
-            for file, text in read.items():
-                if text is not None:
-                    (target / file).parent.mkdir(parents=True, exist_ok=True)
-                    (target / file).write_text(text)
-            (target / "vllm" / "__init__.py").write_text("")
-            (target / "vllm" / "_version.py").write_text(f"__version__ = version = '{version}'\n")
-            done = patchset.apply(reg, target, patches=[patch.id], version=version, force=True)
-            if any(r.outcome != "applied" for r in done.results):
-                print(f"not applied: {patch.id} {version} (its [applies] unknown without a GPU)")
-                continue
-            expected = _genesis_text(patchers, read)
-            compared += 1
-            alike = all(_plain((target / f).read_text()) == _plain(t) for f, t in expected.items())
-            same += alike
-            if not alike:
-                print(f"bytes differ: {patch.id} {version}")
-    return agree, pairs, same, compared, warm
+            read = {f: trees[version].read(f) for f in files}
+            scratch = root / "genesis-ref" / patch.id / version
+            _scratch(scratch, read, version)
+            _scratch(Path(f"{scratch}{_MODULE_COPY}"), read, version)
+            jobs.append((str(scratch), [module_of(r) for r in (*chain, patch)]))
+            pairs_of.append((patch.id, version, str(scratch), read))
+    runs = _run_reference(checkout, jobs, root)
+    agree = same = compared = 0
+    differ: list[str] = []
+    both: dict[str, tuple[str, str, dict[str, bytes | None]]] = {}
+    for pid, version, tree, read in pairs_of:
+        run = runs[tree]
+        theirs, module = _their_verdict(run["patchers"]), _their_verdict(run["module"])
+        ours = report.result(version, pid).verdict
+        ours = "conflict" if ours == "partial" else ours
+        agree += ours in (theirs, module)
+        if ours not in (theirs, module):
+            anchors = [s.anchor for v in by_id[pid].variants for s in v.sites]
+            why = _why(ours, theirs, reasons.get(pid, []), anchors, list(read.values()))
+            differ.append(why)
+            print(
+                f"differ: {pid} {version} genesis={theirs} module={module} patchset={ours}"
+                f" ({why}): {report.result(version, pid).detail} || {run}"
+            )
+        if theirs == ours == "needed":
+            both[pid] = (version, tree, read)  # the newest release (versions ascend)
+    for pid, (version, ref, read) in sorted(both.items()):
+        target = root / "apply" / pid
+        _scratch(target, read, version)
+        below = [r.id for r in required_chain(by_id[pid], by_id) if r.kind == "runtime"]
+        done = patchset.apply(reg, target, patches=[*below, pid], version=version, force=True)
+        if any(r.outcome != "applied" for r in done.results):
+            print(f"not applied: {pid} {version} (its [applies] unknown without a GPU)")
+            continue
+        compared += 1
+        theirs_files = {f: Path(ref, f).read_bytes() for f, data in read.items() if data}
+        alike = all(
+            _plain((target / f).read_text()) == _plain(t.decode()) for f, t in theirs_files.items()
+        )
+        same += alike
+        if not alike:
+            blank = all(
+                _plain(Path(target, f).read_text()).replace("\n\n", "\n")
+                == _plain(t.decode()).replace("\n\n", "\n")
+                for f, t in theirs_files.items()
+            )
+            why = "bytes: a blank line after an anchor" if blank else "bytes: unexplained"
+            differ.append(why)
+            print(f"bytes differ: {pid} {version} ({why})")
+    return agree, len(pairs_of), same, compared, warm, differ
 
 
 def main() -> None:
@@ -225,16 +422,33 @@ def main() -> None:
             registry = _stripped(g_drafts, root)
             g_imported = len(load_registry(registry, tolerant=True).patches)
             print(f"genesis (stripped of the issue-24 keys): {g_imported} load")
-        agree, pairs, same, compared, warm = _agreement(genesis_dir, registry, root)
+        reasons = {e.patch: e.reasons for e in report.entries if e.patch}
+        agree, pairs, same, compared, warm, differ = _agreement(
+            genesis_dir, registry, root, reasons
+        )
+        cases = Counter(differ)
+        for why, n in sorted(cases.items()):
+            print(f"  {n:4d} {why}")
+        better = sum(n for w, n in cases.items() if w.startswith("better"))
+        loss = sum(n for w, n in cases.items() if w.startswith("loss"))
+        unexplained = sum(n for w, n in cases.items() if w.endswith("unexplained"))
         print(
             f"genesis_imported={g_imported}/{g_total} club_imported={c_imported}/{c_distinct}"
             f" genesis_s={report.seconds:.1f} club_s={c_report.seconds:.1f}"
             f" validate={g_rc},{c_rc} check_warm_s={warm:.2f} agree={agree}/{pairs}"
-            f" bytes={same}/{compared}"
+            f" documented_better={better} documented_loss={loss} bytes={same}/{compared}"
+            f" bytes_documented={compared - same - cases['bytes: unexplained']}"
+            f" unexplained={unexplained}"
         )
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("PATCHSET_BENCH_KEEP"):
+            print(f"kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == _CHILD:
+        _reference_child(sys.argv[2], sys.argv[3])
+    else:
+        main()

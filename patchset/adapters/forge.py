@@ -55,9 +55,25 @@ def pr_ref(pr: str) -> tuple[str, str | None]:
     return f"{owner}/{repo}#{number}", url["forge"] if url else None
 
 
+def configured_url(explicit: str | None, env: str, default: str, what: str) -> str:
+    """`explicit`, else $`env`, else `default`, without a trailing slash. A URL from the
+    environment that cannot be used is bad configuration (UsageError, exit 2) naming the
+    variable; one the caller gave is checked where it is used."""
+    if explicit:
+        return explicit.rstrip("/")
+    value = os.environ.get(env)
+    if not value:
+        return default
+    try:
+        net.check_url(value, what)
+    except SourceError as exc:
+        raise UsageError(f"${env}: {exc}") from None
+    return value.rstrip("/")
+
+
 def forge_url(explicit: str | None = None) -> str:
     """The forge's base URL: `explicit`, else $PATCHSET_FORGE_URL, else the default."""
-    return (explicit or os.environ.get(FORGE_ENV) or DEFAULT_FORGE).rstrip("/")
+    return configured_url(explicit, FORGE_ENV, DEFAULT_FORGE, "the forge URL")
 
 
 def pr_diff_url(pr: str, forge: str | None = None) -> str:
@@ -96,7 +112,7 @@ class PullState:
 
 def api_url(explicit: str | None = None) -> str:
     """The forge API's base URL: `explicit`, else $PATCHSET_FORGE_API_URL, else the default."""
-    return (explicit or os.environ.get(API_ENV) or DEFAULT_FORGE_API).rstrip("/")
+    return configured_url(explicit, API_ENV, DEFAULT_FORGE_API, "the forge API URL")
 
 
 class ForgeAPI:

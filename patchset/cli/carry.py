@@ -1,5 +1,6 @@
 """`patchset refresh --all --vllm V [--write]`: every diff patch that fits V only at an
-offset or with fuzz, carried onto V as an exact variant (patchset/upstream/carry.py)."""
+offset or with fuzz, carried onto V as an exact variant, and every runtime patch whose
+anchors V moved, with its new anchors (patchset/upstream/carry.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
         return report.exit_code
     out = table(
-        f"patches fitting vllm {report.vllm} only at an offset or with fuzz",
+        f"patches fitting vllm {report.vllm} only at an offset, with fuzz or with moved anchors",
         ["patch", "outcome", "variant", "how"],
     )
     for c in report.carried:

@@ -78,7 +78,7 @@ def repo_root(environ: dict[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     if env.get(WORKSPACE_ENV):
         return Path(env[WORKSPACE_ENV])
-    from patchset.adapters.gitrepo import toplevel  # noqa: PLC0415  (GitPython: only here)
+    from patchset.adapters.gitrepo import toplevel  # (GitPython: only here)
 
     return toplevel(Path.cwd()) or Path.cwd()
 

@@ -18,6 +18,7 @@ sys.excepthook = _interrupted_on_start  # before the imports below, which take a
 
 import argparse  # noqa: E402 - after the hook above, on purpose
 import contextlib  # noqa: E402
+import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -25,51 +26,25 @@ import threading  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Iterator, Sequence  # noqa: E402
 from types import FrameType  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 from patchset import __version__  # noqa: E402
-from patchset.adapters.actions import workflow_command  # noqa: E402
 from patchset.cli import options  # noqa: E402
-from patchset.cli.commands import add as add_cmd  # noqa: E402
-from patchset.cli.commands import apply as apply_cmd  # noqa: E402
-from patchset.cli.commands import bake as bake_cmd  # noqa: E402
-from patchset.cli.commands import bump as bump_cmd  # noqa: E402
-from patchset.cli.commands import cache as cache_cmd  # noqa: E402
-from patchset.cli.commands import check as check_cmd  # noqa: E402
-from patchset.cli.commands import completion as completion_cmd  # noqa: E402
-from patchset.cli.commands import image as image_cmd  # noqa: E402
-from patchset.cli.commands import import_ as import_cmd  # noqa: E402
-from patchset.cli.commands import project as project_cmd  # noqa: E402
-from patchset.cli.commands import refresh as refresh_cmd  # noqa: E402
-from patchset.cli.commands import registry as registry_cmd  # noqa: E402
-from patchset.cli.commands import runtime as runtime_cmd  # noqa: E402
-from patchset.cli.commands import upstream as upstream_cmd  # noqa: E402
-from patchset.cli.output import err_console, set_quiet  # noqa: E402
 from patchset.errors import ExitCode, PatchsetError, one_line  # noqa: E402
-from patchset.project import Project, resolve  # noqa: E402
 
-COMMANDS = (
-    registry_cmd,
-    apply_cmd,
-    check_cmd,
-    image_cmd,
-    refresh_cmd,
-    add_cmd,
-    project_cmd,
-    bake_cmd,
-    runtime_cmd,
-    completion_cmd,
-    cache_cmd,
-    upstream_cmd,
-    bump_cmd,
-    import_cmd,
-)
+if TYPE_CHECKING:
+    from patchset.project import Project
 
 DEBUG_ENV = "PATCHSET_DEBUG"
 CACHE_ENV = "PATCHSET_CACHE_DIR"
+COMMANDS_PACKAGE = "patchset.cli.commands"
+_VALUED = ("--registry", "--builds")  # the global options that take a value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; given `argv`, only the module of the command it names is
+    imported (and builds that command's parser): the others are their line in the command
+    list, so `patchset --version` or `patchset check` import nothing they do not use."""
     parser = options.Parser(
         prog="patchset",
         description="Patch registry, apply engine, release check and image builds for vLLM.",
@@ -79,10 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"patchset {__version__}")
     options.add_global_options(parser, in_command=False)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMANDS:
-        module.add_parsers(sub)
+    wanted = None if argv is None else options.COMMAND_HELP.get(_command_word(argv))
+    for name, command in options.COMMAND_HELP.items():
+        if " " in name or name in sub.choices:  # nested, or built with its module
+            continue
+        if argv is None or (wanted is not None and wanted.module == command.module):
+            importlib.import_module(f"{COMMANDS_PACKAGE}.{command.module}").add_parsers(sub)
+        else:
+            sub.add_parser(name, help=command.help)  # its line in the list, nothing more
     _finish_commands(sub, [])
     return parser
+
+
+def _command_word(argv: Sequence[str]) -> str:
+    """The word of `argv` that names the command: the first after the global options."""
+    words = iter(argv)
+    for word in words:
+        if word in _VALUED:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return ""
 
 
 def _finish_commands(sub: argparse._SubParsersAction[Any], path: list[str]) -> None:
@@ -136,12 +128,17 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     """parse_args; a usage error under `--format github` is also an `::error::` on stdout."""
     words = list(sys.argv[1:] if argv is None else argv)
     try:
-        return parser.parse_args(words)
+        args = parser.parse_args(words)
+        if getattr(args, "handler", None) is None:  # a command _command_word did not see
+            args = build_parser().parse_args(words)
     except SystemExit:
         if options.Parser.last_error and options.wants_github(words):
+            from patchset.adapters.actions import workflow_command
+
             line = workflow_command("error", options.Parser.last_error, title="patchset")
             sys.stdout.write(line + "\n")
         raise
+    return args
 
 
 @contextlib.contextmanager
@@ -171,6 +168,9 @@ def project_defaults(args: argparse.Namespace, project: Project) -> Iterator[Non
 
 def _fatal(args: argparse.Namespace | None, message: str) -> None:
     """One line on stderr; under --format github also an `::error::` workflow command."""
+    from patchset.adapters.actions import workflow_command
+    from patchset.cli.output import err_console
+
     err_console().print(f"patchset: error: {message}", markup=False, soft_wrap=True)
     if args is not None and getattr(args, "format", None) == "github":
         line = workflow_command("error", message, title=f"patchset {args.command}")
@@ -217,24 +217,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _signals():
             return _main(argv)
     except KeyboardInterrupt:
-        err_console().print("patchset: interrupted", markup=False)
+        sys.stderr.write("patchset: interrupted\n")
         return ExitCode.INTERRUPTED
     except Terminated:
-        err_console().print("patchset: terminated (SIGTERM); cleaned up", markup=False)
+        sys.stderr.write("patchset: terminated (SIGTERM); cleaned up\n")
         return ExitCode.TERMINATED
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
     args: argparse.Namespace | None = None
     try:
-        args = _parse(parser, argv)
+        args = _parse(parser, words)
+        from patchset.cli.output import quiet  # the command's, not --version's
+        from patchset.project import resolve
+
         configure_logging(args.verbose, args.quiet)
-        set_quiet(args.quiet > 0)
         project = resolve(registry=args.registry, builds=args.builds)
         args.registry, args.builds = project.registry, project.builds
         args.pyproject = project.pyproject
-        with project_defaults(args, project):
+        with project_defaults(args, project), quiet(args.quiet > 0):
             code: int = args.handler(args)
         sys.stdout.flush()
     except PatchsetError as exc:
@@ -254,7 +257,6 @@ def _main(argv: Sequence[str] | None) -> int:
         return ExitCode.INTERNAL
     finally:
         reset_logging()
-        set_quiet(False)
     return code
 
 

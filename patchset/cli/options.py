@@ -9,18 +9,18 @@ one given before is not overwritten by a default.
 from __future__ import annotations
 
 import argparse
-import difflib
+import itertools
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from patchset.errors import COMMON, ExitCode, describe_codes, one_line
-from patchset.kernel.predicates import SERVED_LEAVES
-from patchset.kernel.sites import parse_served
 
 E = ExitCode
+T = TypeVar("T")
 APPLY_CODES = (E.OK, E.ATTENTION, E.BAD_INPUT, E.MISSING_TARGET, E.OUT_OF_RANGE)
 PLAIN = (E.OK, E.BAD_INPUT)  # reads and writes local files only
 FETCHES = (E.OK, E.BAD_INPUT, E.UNAVAILABLE)  # reads a release, an image or a forge too
@@ -28,51 +28,157 @@ REPORTS = (E.OK, E.ATTENTION, E.BAD_INPUT, E.UNAVAILABLE)  # and may ask for att
 SITE_PACKAGES = "/usr/local/lib/python3.12/dist-packages"
 IMAGE = "localhost:5000/vllm-openai:0.19.1-cu130"
 
-# command -> (its own exit codes, one example); shown at the foot of `patchset COMMAND --help`
-# with the codes' words from `errors.MEANING` and the codes every command shares after them.
-COMMAND_HELP: dict[str, tuple[tuple[ExitCode, ...], str]] = {
-    "list": (PLAIN, "patchset list --format json"),
-    "show": (PLAIN, "patchset show fla-tma-sm12x"),
-    "validate": (PLAIN, "patchset validate"),
-    "apply": (
+
+@dataclass(frozen=True)
+class Command:
+    """A command as the top level knows it before its module is imported: the module of
+    `patchset.cli.commands` that builds its parser and runs it, its line in `patchset --help`,
+    its own exit codes and one example (shown at the foot of its `--help`, with the codes'
+    words from `errors.MEANING` and the codes every command shares after them)."""
+
+    module: str
+    help: str
+    codes: tuple[ExitCode, ...]
+    example: str
+
+
+# Every command, in the order `patchset --help` lists them (a nested one, "runtime export",
+# under its parent's name). main() imports a command's module only when that command runs.
+COMMAND_HELP: dict[str, Command] = {
+    "list": Command(
+        "registry", "list the patches in the registry", PLAIN, "patchset list --format json"
+    ),
+    "show": Command(
+        "registry", "show one patch's metadata and payload", PLAIN, "patchset show fla-tma-sm12x"
+    ),
+    "validate": Command(
+        "registry",
+        "load and validate every patch (and build definition); print the registry digest",
+        PLAIN,
+        "patchset validate",
+    ),
+    "apply": Command(
+        "apply",
+        "apply patches to a vLLM tree, all or nothing",
         (*APPLY_CODES, E.ALREADY_APPLIED, E.APPLIED_WITH_WARNINGS, E.UPSTREAM),
         f"patchset apply --target {SITE_PACKAGES} --dry-run",
     ),
-    "revert": (
+    "revert": Command(
+        "apply",
+        "take applied patches out of a vLLM tree, all or nothing",
         (*APPLY_CODES[:4], E.ALREADY_APPLIED, E.APPLIED_WITH_WARNINGS),
         f"patchset revert --target {SITE_PACKAGES}",
     ),
-    "check": (REPORTS, "patchset check --since 0.19.0 --format github"),
-    "build": (REPORTS, "patchset build builds/0.19.1.toml --push"),
-    "inspect": (FETCHES, f"patchset inspect {IMAGE}"),
-    "verify": (REPORTS, f"patchset verify {IMAGE}"),
-    "refresh": (REPORTS, "patchset refresh fla-tma-sm12x --vllm 0.20.0 --write"),
-    "add": (FETCHES, "patchset add fla-tma-sm12x --pr vllm-project/vllm#36325"),
-    "update": (FETCHES, "patchset update fla-tma-sm12x --from-tree site-packages --vllm 0.19.1"),
-    "remove": (PLAIN, "patchset remove fla-tma-sm12x"),
-    "init": (PLAIN, "patchset init ."),
-    "import": (REPORTS, "patchset import genesis ../genesis-vllm-patches --dry-run"),
-    "bake": (PLAIN, "patchset bake -o docker-bake.json"),
-    "runtime": (PLAIN, "patchset runtime export out/ --build builds/0.19.1.toml"),
-    "runtime export": (FETCHES, "patchset runtime export out/ --build builds/0.19.1.toml"),
-    "bump": (REPORTS, "patchset bump builds/0.19.1.toml --to 0.20.0 --format markdown"),
-    "upstream": (REPORTS, "patchset upstream --format github"),
-    "completion": (
+    "check": Command(
+        "check",
+        "which patches a vLLM release still needs",
+        REPORTS,
+        "patchset check --since 0.19.0 --format github",
+    ),
+    "build": Command(
+        "image",
+        "build, verify and tag a patched vLLM image from builds/<name>.toml",
+        REPORTS,
+        "patchset build builds/0.19.1.toml --push",
+    ),
+    "inspect": Command(
+        "image",
+        "print a patched image's provenance (labels and manifest)",
+        FETCHES,
+        f"patchset inspect {IMAGE}",
+    ),
+    "verify": Command(
+        "image",
+        "re-check, with no network, that every patch is present in an image",
+        REPORTS,
+        f"patchset verify {IMAGE}",
+    ),
+    "refresh": Command(
+        "refresh",
+        "carry a patch that no longer fits onto a newer vLLM release",
+        REPORTS,
+        "patchset refresh fla-tma-sm12x --vllm 0.20.0 --write",
+    ),
+    "add": Command(
+        "add",
+        "add a patch from a pull request, a diff, an edited tree, overlays, or a skeleton",
+        FETCHES,
+        "patchset add fla-tma-sm12x --pr vllm-project/vllm#36325",
+    ),
+    "update": Command(
+        "add",
+        "a new payload for a diff patch: from its pull request, a diff or an edited tree",
+        FETCHES,
+        "patchset update fla-tma-sm12x --from-tree site-packages --vllm 0.19.1",
+    ),
+    "remove": Command(
+        "add",
+        "take a patch out of the registry (refused while another patch or a build uses it)",
+        PLAIN,
+        "patchset remove fla-tma-sm12x",
+    ),
+    "init": Command(
+        "project",
+        "lay out patches/, builds/ and [tool.patchset] in DIR/pyproject.toml",
+        PLAIN,
+        "patchset init .",
+    ),
+    "bake": Command(
+        "bake",
+        "write a docker-bake.json and build contexts for the build definitions",
+        PLAIN,
+        "patchset bake -o docker-bake.json",
+    ),
+    "runtime": Command(
+        "runtime",
+        "patches for the stock vLLM image without a rebuild (runtime export)",
+        PLAIN,
+        "patchset runtime export out/ --build builds/0.19.1.toml",
+    ),
+    "runtime export": Command(
+        "runtime",
+        "write a read-only bundle, compose.yaml and docker run line for a build definition",
+        FETCHES,
+        "patchset runtime export out/ --build builds/0.19.1.toml",
+    ),
+    "completion": Command(
+        "completion",
+        "print a shell completion script (bash, zsh, tcsh)",
         PLAIN,
         "patchset completion bash > ~/.local/share/bash-completion/completions/patchset",
+    ),
+    "cache": Command("cache", "show, prune or clear the release cache", PLAIN, "patchset cache"),
+    "upstream": Command(
+        "upstream",
+        "ask the forge about each patch's pull request; say what changed",
+        REPORTS,
+        "patchset upstream --format github",
+    ),
+    "bump": Command(
+        "bump",
+        "carry a build definition onto a newer vLLM release (keep, drop, refresh)",
+        REPORTS,
+        "patchset bump builds/0.19.1.toml --to 0.20.0 --format markdown",
+    ),
+    "import": Command(
+        "import_",
+        "import a whole collection (genesis, club-3090) into the registry",
+        REPORTS,
+        "patchset import genesis ../genesis-vllm-patches --dry-run",
     ),
 }
 
 
 def command_codes(command: str) -> tuple[ExitCode, ...]:
     """Every exit code `command` can end with: its own, then those every command shares."""
-    own = COMMAND_HELP.get(command, (PLAIN, ""))[0]
-    return (*own, *COMMON)
+    known = COMMAND_HELP.get(command)
+    return (*(known.codes if known else PLAIN), *COMMON)
 
 
 def footer(command: str) -> str:
     """The `--help` footer of `command`: its exit codes and one example."""
-    example = COMMAND_HELP.get(command, ((), f"patchset {command}"))[1] or f"patchset {command}"
+    known = COMMAND_HELP.get(command)
+    example = known.example if known else f"patchset {command}"
     codes = describe_codes(command_codes(command))
     return f"{codes}\nSee docs/exit-codes.md.\n\nexample:\n  {example}"
 
@@ -89,14 +195,17 @@ def epilog() -> str:
 def add_command(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     name: str,
-    helptext: str,
     handler: Callable[[argparse.Namespace], int] | None,
     description: str | None = None,
 ) -> argparse.ArgumentParser:
-    """The parser of command `name`: `helptext` in the command list, `description` atop its
-    `--help`, `handler` run for it (main() adds the global options, the footer and the
+    """The parser of command `name` ("runtime export" for a nested one), its line in the
+    command list from `COMMAND_HELP`, `description` atop its `--help` (default: that line),
+    `handler` run for it (main() adds the global options, the exit-code footer and the
     formatter that keeps a description's lines)."""
-    parser = sub.add_parser(name, help=helptext, description=description)
+    helptext = COMMAND_HELP[name].help
+    parser = sub.add_parser(
+        name.rpartition(" ")[2], help=helptext, description=description or helptext
+    )
     if handler is not None:
         parser.set_defaults(handler=handler)
     return parser
@@ -166,6 +275,8 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         match = _INVALID_CHOICE.search(message)
         if match:
+            import difflib
+
             choices = [c.strip().strip("'") for c in match["choices"].split(",")]
             close = difflib.get_close_matches(match["word"], choices, n=1, cutoff=0.6)
             if close:
@@ -180,13 +291,51 @@ def wants_github(argv: list[str]) -> bool:
     """Whether the command line asks for `--format github` (read before it parses)."""
     return any(
         a == "--format=github" or (a == "--format" and b == "github")
-        for a, b in zip(argv, [*argv[1:], ""], strict=True)
+        for a, b in itertools.pairwise([*argv, ""])
     )
 
 
 def served_arg(text: str) -> dict[str, str]:
     """`--served KEY=VALUE,...` (apply, check) as argparse reads it."""
+    from patchset.kernel.predicates import SERVED_LEAVES  # only when --served is given
+    from patchset.kernel.sites import parse_served
+
     try:
         return parse_served(text, SERVED_LEAVES)  # sites' `when` keys and [applies]' served
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def option_values(args: object, *names: str) -> dict[str, Any]:
+    """The options `names` (their dests; or a library result's fields), as keywords for the
+    library call that takes them by the same names."""
+    return {name: getattr(args, name) for name in names}
+
+
+def request(cls: Callable[..., T], args: argparse.Namespace, **given: Any) -> T:
+    """A library request (a dataclass): each field the option of the same name where the
+    command line has one, `given` for the rest (and over those)."""
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    taken = {n: getattr(args, n) for n in names if n not in given and hasattr(args, n)}
+    return cls(**taken, **given)
+
+
+def repeatable(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup,
+    flag: str,
+    metavar: str,
+    helptext: str | None = None,
+    **more: Any,
+) -> None:
+    """An option given once per value (`--credit A --credit B`): a list, empty when absent."""
+    parser.add_argument(flag, action="append", default=[], metavar=metavar, help=helptext, **more)
+
+
+def switch(
+    parser: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup,
+    flag: str,
+    helptext: str,
+    **more: Any,
+) -> None:
+    """An option that is off unless given (`--dry-run`)."""
+    parser.add_argument(flag, action="store_true", help=helptext, **more)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
 from rich.progress import ProgressColumn, Task
@@ -70,10 +71,15 @@ def err_lines() -> Callable[[str], None]:
 _quiet = False  # -q: no progress on stderr (bars or lines), as logging shows errors only
 
 
-def set_quiet(quiet: bool) -> None:
-    """`main` says whether -q was given (and resets it when the command ends)."""
+@contextlib.contextmanager
+def quiet(on: bool) -> Iterator[None]:
+    """`main` says whether -q was given, for the command's run (reset when it ends)."""
     global _quiet  # noqa: PLW0603 - one process-wide CLI setting, like logging's level
-    _quiet = quiet
+    _quiet = on
+    try:
+        yield
+    finally:
+        _quiet = False
 
 
 def progress_console() -> Console | None:
@@ -86,6 +92,23 @@ class DescriptionColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         return text(task.description)
+
+
+class Report(Protocol):
+    """What a command's report has for `--format json`."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=Report)
+
+
+def emit(report: R, fmt: str, render: Callable[[R], object]) -> None:
+    """`report` as `--format json` asks (its `to_dict`), else as `render` shows it to people."""
+    if fmt == "json":
+        print_json(report.to_dict())
+    else:
+        render(report)
 
 
 def print_json(data: Any) -> None:

@@ -13,6 +13,7 @@ from patchset.errors import UsageError
 from patchset.image.definition import BuildDefinition, load_definition, load_definitions
 from patchset.registry import Registry
 from patchset.release_check import CheckReport
+from patchset.release_check.run import ProgressBar
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource
 from patchset.upstream.pins import BuildsReport, check_builds
@@ -33,13 +34,23 @@ def run(
     registry: Registry,
     source: ReleaseSource,
     markdown: Callable[[CheckReport, Registry], str],
+    *,
+    progress: ProgressBar | None = None,
 ) -> int:
+    """The check of the definitions as `patchset.check` runs one (the files they read
+    prefetched, with `progress`), shown as the command line asks."""
     chosen = definitions(args)
     later: list[str] = []
     if args.vllm or args.since:
         later = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
     report = check_builds(
-        registry, chosen, source=source, later=later, max_fuzz=args.fuzz, served=args.served
+        registry,
+        chosen,
+        source=source,
+        later=later,
+        max_fuzz=args.fuzz,
+        served=args.served,
+        progress=progress,
     )
     if args.format == "json":
         print_json(report.to_dict())

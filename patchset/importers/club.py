@@ -17,12 +17,11 @@ Facts of the collection this relies on:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.authoring.runtime_sites import sites_from_edit
@@ -30,10 +29,9 @@ from patchset.errors import PatchsetError
 from patchset.importers import scripts as anchor_scripts
 from patchset.importers.club_diffs import _diff_payload, _diff_targets, _edits_files
 from patchset.importers.club_meta import (
-    NAME,
+    CLUB,
     PATCHES_YML,
-    PREFIX,
-    REPOSITORY,
+    Making,
     Releases,
     _builds,
     _composes,
@@ -45,7 +43,7 @@ from patchset.importers.club_meta import (
 from patchset.importers.club_overlays import _overlay
 from patchset.importers.common import origin_of
 from patchset.importers.genesis_wiring import rebinds
-from patchset.importers.model import Collected, CollectionError, Draft, Entry, patch_id
+from patchset.importers.model import Collected, CollectionError, Draft, Entry
 from patchset.importers.pystatic import Package, Scope
 from patchset.importers.scripts import ScriptRefused
 from patchset.importers.tomlout import dumps
@@ -53,12 +51,7 @@ from patchset.sources.base import ReleaseSource
 
 
 def detect(folder: Path) -> Path:
-    path = folder / PATCHES_YML
-    if not path.is_file() or not (folder / "models").is_dir():
-        raise CollectionError(
-            f"{folder}: not a club-3090 checkout (looked for {PATCHES_YML} and models/)"
-        )
-    return path
+    return CLUB.checkout_file(folder, PATCHES_YML, "models")
 
 
 def _yaml(path: Path) -> object:
@@ -89,7 +82,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         raise CollectionError(
             f"{path}: an unknown layout (looked for schema_version: 1 and patches:)"
         )
-    repository, commit = origin_of(folder, REPOSITORY)
+    repository, commit = origin_of(folder, CLUB.repository)
     mounts, pins = _composes(folder, broken)
     releases = Releases(sources)
     drafts: list[Draft] = []
@@ -99,7 +92,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
     try:
         listed = {str(p.get("id")): p for p in data["patches"] if isinstance(p, dict)}
         for raw, meta in listed.items():
-            if only and raw not in only and patch_id(PREFIX, raw) not in only:
+            if only and raw not in only and CLUB.id_of(raw) not in only:
                 continue
             files = [str(f) for f in meta.get("files") or []]
             scope = _scope(files, meta)
@@ -125,7 +118,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                     Entry(raw, "not-imported", reasons=[f"the same code as {digests[code]}"])
                 )
                 continue
-            digests[code] = patch_id(PREFIX, raw)
+            digests[code] = CLUB.id_of(raw)
             wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=_key)
             wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=_key)
             try:
@@ -176,7 +169,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         if d.meta.get("kind") == "runtime"
     ]
     return Collected(
-        NAME, repository, commit, drafts, entries, broken=broken, builds=builds, ran=ran
+        CLUB.name, repository, commit, drafts, entries, broken=broken, builds=builds, ran=ran
     )
 
 
@@ -279,10 +272,10 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
             )
             return main
         # install.sh runs a script besides the diff: its edit is a patch of its own
-        script_meta["id"] = patch_id(PREFIX, f"{raw}-script")
+        script_meta["id"] = CLUB.id_of(f"{raw}-script")
         script_meta["title"] = f"club-3090 {raw}: the edit of its install script"
         try:
-            extra = _scripted(raw, script_meta, target, releases, pinned, timeout, [])
+            extra = _scripted(Making(raw, script_meta), target, releases, pinned, timeout)
         except _Skip as why:
             lost.append(f"its anchor script is not carried: {why}")
             return main
@@ -294,25 +287,24 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
                 "an anchor script (the collection's code): run with --run-scripts to import it"
             )
         own = None if install is not None else [f for f in scripts if not f.name.startswith("_")]
-        return _scripted(raw, out, target, releases, pinned, timeout, lost, own)
+        return _scripted(Making(raw, out, lost), target, releases, pinned, timeout, own)
     overlay = [f for f in files if f.suffix == ".py"]
     if not overlay:
         raise _Skip("no vLLM code in the folder", scope=True)
-    return _overlay(raw, out, root, target, overlay, mounts, releases, lost)
+    return _overlay(Making(raw, out, lost), root, target, overlay, mounts, releases)
 
 
 def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
-    raw: str,
-    out: dict[str, object],
+    patch: Making,
     folder: Path,
     releases: Releases,
     pinned: list[str],
     timeout: float,
-    lost: list[str],
     files: list[Path] | None = None,
 ) -> Draft:
     """Run the anchor scripts (the collection's code) on a scratch copy of each release they
     target; the edit of the newest release they fit becomes runtime sites."""
+    raw, out, lost = patch.raw, patch.meta, patch.lost
     found = anchor_scripts.pieces(folder if folder.is_dir() else folder.parent, files)
     if not found:
         raise _Skip("an install.sh that runs no script this importer can find")
@@ -434,8 +426,3 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
     )
     header = f'"""club-3090 {raw}: {hook.name}, imported by `patchset import club-3090`."""\n'
     return Draft(str(out["id"]), raw, out, {"plugin.py": header + body}, lost)
-
-
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield

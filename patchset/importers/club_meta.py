@@ -16,21 +16,29 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.importers.model import Draft, patch_id
+from patchset.importers.model import Collection, Draft
 from patchset.importers.tomlout import dumps
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
-NAME = "club-3090"
-REPOSITORY = "noonghunna/club-3090"
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
-PREFIX = "club"
+CLUB = Collection("club-3090", "club-3090", "noonghunna/club-3090", "club")
 STOCK_CUDA = "cu129"  # the compose names only vllm/vllm-openai:vX.Y.Z
 _MOUNT = re.compile(
     r"-\s*['\"]?([^\s:'\"]+/patches/[^\s:'\"]+):[^\s:'\"]*?/(vllm/[^\s:'\"]+?)(?::ro)?['\"]?\s*$",
     re.M,
 )
 _IMAGE = re.compile(r"vllm/vllm-openai:v(\d+\.\d+\.\d+)")
+
+
+@dataclass
+class Making:
+    """The patch a club folder is becoming: its id in the collection, its patch.toml data so
+    far, and what of the collection's patch does not carry over."""
+
+    raw: str
+    meta: dict[str, object]
+    lost: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -170,7 +178,7 @@ def _metadata(
         x["drift_guard"] = str(guard)
     lifecycle = {"state": "deprecated" if meta.get("deprecated_on") else "stable"}
     out: dict[str, object] = {
-        "id": patch_id(PREFIX, raw),
+        "id": CLUB.id_of(raw),
         "title": f"club-3090 {raw}",
         "description": f"Imported from club-3090 ({repository}) patch {raw}.\n",
         "revision": 1,
@@ -181,7 +189,7 @@ def _metadata(
         "lifecycle": lifecycle,
         "upstream": up,
         "provenance": {
-            "collection": NAME,
+            "collection": CLUB.name,
             "repository": repository,
             **({"commit": commit} if commit else {}),
             "file": PATCHES_YML,

@@ -11,20 +11,19 @@ from pathlib import Path
 
 from patchset.authoring.tree import unified
 from patchset.importers.club_diffs import _vllm_path
-from patchset.importers.club_meta import Releases, _key, _Skip
+from patchset.importers.club_meta import Making, Releases, _key, _Skip
 from patchset.importers.model import Draft
 
 
 def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
-    raw: str,
-    out: dict[str, object],
+    patch: Making,
     root: Path,
     folder: Path,
     files: list[Path],
     mounts: dict[str, str],
     releases: Releases,
-    lost: list[str],
 ) -> Draft:
+    raw, out, lost = patch.raw, patch.meta, patch.lost
     where: dict[str, Path] = {}
     for file in files:
         rel = str(file.relative_to(root))

@@ -28,20 +28,18 @@ from packaging.version import InvalidVersion, Version
 
 from patchset.importers.common import origin_of
 from patchset.importers.genesis_registry import (
-    NAME,
+    GENESIS,
     PACKAGE,
     PATCHES_DIR,
     PINS_MODULE,
-    PREFIX,
     REGISTRY_FILE,
-    REPOSITORY,
     _metadata,
     _Skip,
     read_registry,
 )
-from patchset.importers.genesis_text import _patchers, _runtime
+from patchset.importers.genesis_text import _patchers, _runtime, stacked_anchors
 from patchset.importers.genesis_wiring import _python
-from patchset.importers.model import Collected, CollectionError, Draft, Entry, Support, patch_id
+from patchset.importers.model import Collected, CollectionError, Draft, Entry, Support
 from patchset.importers.pystatic import (
     Package,
     Unresolved,
@@ -49,19 +47,7 @@ from patchset.importers.pystatic import (
 
 
 def detect(folder: Path) -> Path:
-    registry = folder / REGISTRY_FILE
-    ok = registry.is_file() and (folder / PATCHES_DIR).is_dir()
-    if ok:
-        try:
-            ok = "PATCH_REGISTRY" in registry.read_text(errors="replace")
-        except OSError:
-            ok = False
-    if not ok:
-        raise CollectionError(
-            f"{folder}: not a Genesis checkout (looked for {REGISTRY_FILE} holding"
-            f" PATCH_REGISTRY and {PATCHES_DIR}/)"
-        )
-    return registry
+    return GENESIS.checkout_file(folder, REGISTRY_FILE, PATCHES_DIR, holding="PATCH_REGISTRY")
 
 
 def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
@@ -70,10 +56,12 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
     if problem is not None:
         if "unknown layout" in problem:
             raise CollectionError(f"{registry_file}: {problem}")
-        return Collected(NAME, REPOSITORY, None, [], [], broken={REGISTRY_FILE: problem})
-    repository, commit = origin_of(folder, REPOSITORY)
+        return Collected(
+            GENESIS.name, GENESIS.repository, None, [], [], broken={REGISTRY_FILE: problem}
+        )
+    repository, commit = origin_of(folder, GENESIS.repository)
     package = Package(folder)
-    ids = {gid: patch_id(PREFIX, gid) for gid in entries}
+    ids = {gid: GENESIS.id_of(gid) for gid in entries}
     drafts: list[Draft] = []
     skipped: list[Entry] = []
     done_modules: dict[str, str] = {}
@@ -100,7 +88,10 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
             )
         )
     _drop_dangling(drafts)
-    return Collected(NAME, repository, commit, drafts, skipped, supports, dict(package.broken))
+    stacked_anchors(drafts)
+    return Collected(
+        GENESIS.name, repository, commit, drafts, skipped, supports, dict(package.broken)
+    )
 
 
 def _floor(package: Package) -> str:
@@ -164,7 +155,7 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
     lost: list[str] = []
     meta = _metadata(gid, entry, ids, lost, _floor(package))
     meta["provenance"] = {
-        "collection": NAME,
+        "collection": GENESIS.name,
         "repository": where["repository"],
         **({"commit": where["commit"]} if where["commit"] else {}),
         "file": REGISTRY_FILE,

@@ -10,13 +10,13 @@ import ast
 import re
 from pathlib import Path
 
-NAME = "genesis"
-REPOSITORY = "Sandermage/genesis-vllm-patches"
+from patchset.importers.model import Collection
+
 REGISTRY_FILE = "sndr/dispatcher/registry.py"
 PATCHES_DIR = "sndr/engines/vllm/patches"
 PACKAGE = "sndr"
 PINS_MODULE = "sndr.engines.vllm.detection.guards"
-PREFIX = "genesis"
+GENESIS = Collection("genesis", "Genesis", "Sandermage/genesis-vllm-patches", "genesis")
 _LIFECYCLE = {
     "experimental": "experimental",
     "stable": "stable",
@@ -74,10 +74,10 @@ def _metadata(
     meta: dict[str, object] = {
         "id": ids[gid],
         "title": f"Genesis {gid}: {title}"[:200],
-        "description": f"Imported from Genesis ({REPOSITORY}) patch {gid}: {title}\n",
+        "description": f"Imported from Genesis ({GENESIS.repository}) patch {gid}: {title}\n",
         "revision": 1,
         "apply": "startup",
-        "origin": f"Genesis {gid} ({REPOSITORY})",
+        "origin": f"Genesis {gid} ({GENESIS.repository})",
         "credit": ["Sandermage (Genesis)", *([str(credit)] if credit else [])],
     }
     x: dict[str, object] = {"genesis_id": gid}

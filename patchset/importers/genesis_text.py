@@ -7,11 +7,14 @@ The facts of the collection this relies on are in `patchset.importers.genesis`.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
+import tomllib
 from dataclasses import dataclass, field
 
 from patchset.importers.common import imported_modules
 from patchset.importers.genesis_registry import PACKAGE, _Skip
+from patchset.importers.model import Draft
 from patchset.importers.pystatic import (
     Scope,
     Unresolved,
@@ -30,6 +33,9 @@ class Sub:
     required: bool
     markers: list[str]
     line: int
+    # appended to the list under an `if` of its own: Genesis adds it only in some states of
+    # the file (another patch applied first, an upstream shape), so patchset's site is optional
+    conditional: bool = False
 
 
 @dataclass
@@ -40,6 +46,9 @@ class Patcher:
     drift: list[str]
     line: int
     other_files: list[str] = field(default_factory=list)
+    # one of the patchers a factory returns by which file the release has (`if new: return
+    # TextPatcher(new...)`, `if legacy: return TextPatcher(legacy...)`): Genesis builds one
+    either: list[str] = field(default_factory=list)  # the files of the others
 
 
 def _call_name(node: ast.Call) -> str:
@@ -87,7 +96,25 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
                 if "fixture" in text or "pristine" in text:
                     continue  # a test or manifest fixture path, not the patch
                 unresolved.append(f"{scope.path.name}:{call.lineno}: {exc}")
+    _either(scope.tree, owner, found)
     return found, unresolved
+
+
+def _either(tree: ast.Module, owner: dict[int, ast.AST], found: list[Patcher]) -> None:
+    """Mark the patchers one function returns in turn on different files (one is built)."""
+    returned: dict[int, list[int]] = {}  # function -> the lines of its `return TextPatcher(`
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Return)
+            and isinstance(node.value, ast.Call)
+            and _call_name(node.value) == "TextPatcher"
+        ):
+            returned.setdefault(id(owner.get(id(node), tree)), []).append(node.value.lineno)
+    for lines in returned.values():
+        group = [p for p in found if p.line in lines]
+        if len({p.file for p in group}) > 1:
+            for patcher in group:
+                patcher.either = [p.file for p in group if p.file != patcher.file]
 
 
 def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[dict[str, ast.expr]]:
@@ -244,6 +271,7 @@ def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.ex
 
 def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr]) -> list[Sub]:
     items: list[ast.expr]
+    conditional: set[int] = set()
     if isinstance(node, ast.List | ast.Tuple):
         items = list(node.elts)
     elif isinstance(node, ast.Name) and (node.id in local or node.id in scope.assigned):
@@ -252,23 +280,16 @@ def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr
             raise Unresolved(f"line {node.lineno}: sub_patches {node.id} is built at run time")
         items = list(value.elts)
         holder = func if node.id in local else scope.tree
-        for call in ast.walk(holder):
-            if (
-                isinstance(call, ast.Call)
-                and isinstance(call.func, ast.Attribute)
-                and call.func.attr == "append"
-                and isinstance(call.func.value, ast.Name)
-                and call.func.value.id == node.id
-                and call.args
-            ):
-                items.append(call.args[0])
+        appended = _appended(holder, node.id)
+        items += appended
+        conditional = {id(a) for a in appended if _under_own_if(holder, a, value)}
     elif (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id in scope.functions
         and (built := _built_list(scope.functions[node.func.id])) is not None
     ):
-        items, local = built[0], {**local, **built[1]}
+        items, local, conditional = built[0], {**local, **built[1]}, built[2]
     else:
         raise Unresolved(f"line {node.lineno}: sub_patches is built at run time")
     subs = []
@@ -278,7 +299,9 @@ def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr
             call = local.get(item.id) or scope.assigned.get(item.id) or item
         if not (isinstance(call, ast.Call) and _call_name(call) == "TextPatch"):
             raise Unresolved(f"line {item.lineno}: a sub-patch built at run time")
-        subs.append(_sub(scope, call, local))
+        sub = _sub(scope, call, local)
+        sub.conditional = id(item) in conditional
+        subs.append(sub)
     if not subs:
         raise Unresolved(f"line {node.lineno}: no sub-patch")
     return subs
@@ -286,9 +309,9 @@ def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr
 
 def _built_list(
     func: ast.FunctionDef | ast.AsyncFunctionDef,
-) -> tuple[list[ast.expr], dict[str, ast.expr]] | None:
+) -> tuple[list[ast.expr], dict[str, ast.expr], set[int]] | None:
     """The items a helper returns as a list: `return [...]`, or a local list it appends to
-    and returns."""
+    and returns (with the ids of those appended under an `if` of their own)."""
     returned = returned_expr(func)
     local = local_assignments(func)
     value = returned[0] if returned else None
@@ -299,21 +322,37 @@ def _built_list(
     if isinstance(value, ast.Name) and value.id in local:
         name, value = value.id, local[value.id]
         if isinstance(value, ast.List | ast.Tuple):
-            items = list(value.elts)
-            for call in ast.walk(func):
-                if (
-                    isinstance(call, ast.Call)
-                    and isinstance(call.func, ast.Attribute)
-                    and call.func.attr == "append"
-                    and isinstance(call.func.value, ast.Name)
-                    and call.func.value.id == name
-                    and call.args
-                ):
-                    items.append(call.args[0])  # noqa: PERF401 - one walk, in source order
-            return items, local
+            appended = _appended(func, name)
+            conditional = {id(a) for a in appended if _under_own_if(func, a, value)}
+            return [*value.elts, *appended], local, conditional
     if isinstance(value, ast.List | ast.Tuple):
-        return list(value.elts), local
+        return list(value.elts), local, set()
     return None
+
+
+def _appended(holder: ast.AST, name: str) -> list[ast.expr]:
+    """What `name.append(x)` adds to the list `name` in `holder`, in source order."""
+    calls = [
+        call
+        for call in ast.walk(holder)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "append"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == name
+        and call.args
+    ]
+    return [c.args[0] for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset))]
+
+
+def _under_own_if(holder: ast.AST, item: ast.expr, start: ast.expr) -> bool:
+    """Whether `item` is appended inside an `if` that does not also hold the list's start."""
+    return any(
+        isinstance(node, ast.If)
+        and any(n is item for n in ast.walk(node))
+        and not any(n is start for n in ast.walk(node))
+        for node in ast.walk(holder)
+    )
 
 
 def _sub(scope: Scope, call: ast.Call, local: dict[str, ast.expr]) -> Sub:
@@ -351,26 +390,34 @@ def _runtime(
     names: set[str] = set()
     markers: set[str] = set()
     modules: list[str] = []
-    texts = [sub.replacement for p in patchers for sub in p.subs]
     for patcher in patchers:
         if patcher.other_files:
             lost.append(
                 f"{patcher.file}: the collection falls back to {', '.join(patcher.other_files)}"
                 " where it is missing; only the first is a target"
             )
-        # A drift marker makes that file's patcher obsolete (read before any of its edits),
-        # the others going on. One that its own inserted text holds (Genesis's banner as
-        # "residue" detection) would fire on patchset's own edit: left out. With one patcher
-        # they are the patch's probe; with several, each patcher's sites carry its own.
-        drift = [m for m in patcher.drift if not any(m in t for t in texts)]
-        file_probe: list[str] = []
-        if drift and len(patchers) == 1:
+        # A drift marker makes that file's patcher obsolete (read before any of its edits).
+        # The first file's are the patch's `[upstream.probe]`: weighed on the file as it is,
+        # after "already applied", so one that the patch's own text holds (Genesis's banner
+        # as residue detection, the very function it adds) cannot fire on patchset's own
+        # edit, and one file's drift makes the whole patch upstream, as Genesis's modules
+        # skip it whole. A later patcher's are its sites' probes, read (as Genesis reads them)
+        # on the file as the patchers before it leave it; one that an earlier site of the same
+        # patcher inserts would fire there where Genesis, reading once before that patcher's
+        # first edit, does not: left out of the later sites.
+        if patcher.either:
+            lost.append(
+                f"{patcher.file}: the collection patches it or {', '.join(patcher.either)},"
+                " whichever the release has; patchset targets each, their sites optional"
+            )
+        drift = patcher.drift if patcher is not patchers[0] else []
+        if patcher is patchers[0] and patcher.drift:
             up = meta["upstream"]
             assert isinstance(up, dict)
-            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(drift))}
-        elif drift:
-            file_probe = drift
-        for sub in patcher.subs:
+            up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(patcher.drift))}
+        for index, sub in enumerate(patcher.subs):
+            before = [s.replacement for s in patcher.subs[:index]]
+            file_probe = [m for m in drift if not any(m in t for t in before)]
             if not sub.anchor.strip():
                 raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")
             marker = f"Genesis {gid} {patcher.marker} :: {sub.name}".replace("\n", " ")
@@ -384,8 +431,13 @@ def _runtime(
                 "marker": marker,
                 "anchor": sub.anchor,
                 "text": sub.replacement,
-                "optional": not sub.required,
+                "optional": not sub.required or sub.conditional or bool(patcher.either),
             }
+            if sub.conditional:
+                lost.append(
+                    f"sub-patch {sub.name}: the module adds it only under an `if` (a state of"
+                    " the file); optional here"
+                )
             probe = [m for m in [*sub.markers, *file_probe] if m]
             if probe:
                 site["probe"] = {"any": list(dict.fromkeys(probe))}
@@ -396,3 +448,42 @@ def _runtime(
     meta["targets"] = targets
     header = f"Imported from Genesis {gid} by patchset import genesis; one site per TextPatch."
     return {"sites.toml": dumps({"site": sites}, header=header)}, list(dict.fromkeys(modules))
+
+
+def stacked_anchors(drafts: list[Draft]) -> None:
+    """An anchor that holds the text a patch it `requires` inserts (PN388 reads P34's edit):
+    patchset writes that site's marker comment above its text, so the anchor gets the marker
+    line there too, its own shape kept as the alternative (the text as Genesis's own patcher
+    leaves it, with its marker at the top of the file)."""
+    by_id = {d.id: d for d in drafts}
+    for draft in drafts:
+        required = draft.meta.get("requires")
+        if not isinstance(required, list) or "sites.toml" not in draft.payloads:
+            continue
+        beneath = [
+            site
+            for rid in required
+            if rid in by_id and "sites.toml" in by_id[rid].payloads
+            for site in tomllib.loads(by_id[rid].payloads["sites.toml"])["site"]
+            if site["action"] == "replace"
+        ]
+        text = draft.payloads["sites.toml"]
+        data = tomllib.loads(text)
+        changed = False
+        for site in data["site"]:
+            anchor = str(site["anchor"])
+            for below in beneath:
+                block = str(below["text"]).strip("\n")
+                at = anchor.find(block)
+                if not block or at < 0 or (at > 0 and anchor[at - 1] != "\n"):
+                    continue
+                indent = block[: len(block) - len(block.lstrip(" \t"))]
+                anchor = f"{anchor[:at]}{indent}# {below['marker']}\n{anchor[at:]}"
+            if anchor != site["anchor"]:
+                alternatives = [{"anchor": site["anchor"]}, *site.get("alternatives", [])]
+                site["anchor"], site["alternatives"] = anchor, alternatives
+                changed = True
+        if changed:
+            top = itertools.takewhile(lambda line: line.startswith("#"), text.splitlines())
+            header = "\n".join(line[2:] for line in top)
+            draft.payloads["sites.toml"] = dumps(data, header=header)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from patchset.errors import ExitCode, PatchsetError
@@ -19,6 +20,38 @@ class CollectionError(PatchsetError):
     know (exit 2)."""
 
     exit_code = ExitCode.BAD_INPUT
+
+
+@dataclass(frozen=True)
+class Collection:
+    """Who a collection is: its name (`patchset import NAME`), how its docs call it, the
+    repository a checkout is taken for when its remote does not say, its patch ids' prefix."""
+
+    name: str
+    title: str
+    repository: str
+    prefix: str
+
+    def id_of(self, raw: str) -> str:
+        return patch_id(self.prefix, raw)
+
+    def checkout_file(self, folder: Path, file: str, beside: str, holding: str = "") -> Path:
+        """`folder/file`, when `folder` is a checkout of this collection: the file is there
+        (holding `holding`, when given) and so is the folder `beside`; else one line naming
+        what was looked for."""
+        path = folder / file
+        ok = path.is_file() and (folder / beside).is_dir()
+        if ok and holding:
+            try:
+                ok = holding in path.read_text(errors="replace")
+            except OSError:
+                ok = False
+        if not ok:
+            held = f" holding {holding}" if holding else ""
+            raise CollectionError(
+                f"{folder}: not a {self.title} checkout (looked for {file}{held} and {beside}/)"
+            )
+        return path
 
 
 def patch_id(prefix: str, raw: str) -> str:

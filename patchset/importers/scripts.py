@@ -5,9 +5,16 @@ edits installed vLLM files in place, at paths it hard-codes. It is run against a
 of one release at a time: a folder holding a stub `vllm/` package with the release's target
 files, the script's site-packages path rewritten to that folder, `PYTHONPATH` pointing there
 (for scripts that find vLLM with `importlib.util.find_spec`), its own process group, a time
-bound. What it changed under the scratch `vllm/` is the edit; a script that fails on a
-release says that release does not fit; one that hangs, or changes a file outside its scratch
-tree that it names, is refused.
+bound, its working folder inside the scratch tree. A launcher of patchset's own installs an
+audit hook (`sys.addaudithook`) before the script runs: every write it attempts (an `open`
+for writing, a rename, remove, mkdir, link, chmod, truncate, a file copy) is resolved against
+its working folder, symlinks followed, and one outside the scratch tree is refused there and
+then (the call raises `PermissionError`) and reported; starting a process (which the hook
+could not follow) is refused the same way. What it changed under the scratch `vllm/` is the
+edit; a script that fails on a release says that release does not fit; one that hangs, or
+tries to write outside its scratch tree (relative paths included), is refused. The named
+absolute paths outside are also compared before and after, in case a write escaped the hook
+(`ctypes`).
 """
 
 from __future__ import annotations
@@ -30,6 +37,59 @@ _HEREDOC = re.compile(
 _CALL = re.compile(r"python3?\s+\"?([^\s\"]*?([\w.-]+\.py))\"?")
 _PATH = re.compile(r"[\"']([\w./{}$-]*?([\w-]+/)+[\w-]+\.py)[\"']")
 _ABS = re.compile(r"[\"'](/[^\"'\s]{2,})[\"']")
+
+
+_REFUSED = "patchset-sandbox-refused: "
+# Run as `python LAUNCHER SCRATCH SCRIPT`: patchset's own code, never the collection's.
+_LAUNCHER = """\
+import os, runpy, sys
+
+ROOT = os.path.realpath(sys.argv[1])
+SCRIPT = sys.argv[2]
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+PATHS = {  # event: the indexes of its arguments that are paths it writes
+    "os.rename": (0, 1), "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,),
+    "os.symlink": (1,), "os.link": (1,), "os.chmod": (0,), "os.chown": (0,),
+    "os.truncate": (0,), "os.utime": (0,), "shutil.copyfile": (1,), "shutil.copytree": (1,),
+    "shutil.rmtree": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+}
+SPAWN = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+         "os.forkpty", "pty.spawn")
+
+
+def refuse(what):
+    os.write(2, ("%s%s\\n" % (REFUSED, what)).encode(errors="replace"))
+    raise PermissionError("patchset's sandbox: %s" % what)
+
+
+def inside(path):
+    if isinstance(path, int):
+        return True  # a descriptor it already holds
+    path = os.fsdecode(path)
+    full = os.path.realpath(os.path.join(os.getcwd(), path))
+    return full == ROOT or full.startswith(ROOT + os.sep) or full in ("/dev/null",)
+
+
+def hook(event, args):
+    if event == "open":
+        path, mode, flags = args
+        writes = (flags & WRITES) if mode is None else any(c in mode for c in "wax+")
+        if path is not None and writes and not inside(path):
+            refuse(os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(path))))
+    elif event in PATHS:
+        for i in PATHS[event]:
+            if i < len(args) and args[i] is not None and not inside(args[i]):
+                refuse(os.path.realpath(os.path.join(os.getcwd(), os.fsdecode(args[i]))))
+    elif event in SPAWN:
+        refuse("a process (%s)" % event)
+
+
+REFUSED = @REFUSED@
+sys.argv = [SCRIPT]
+sys.path[0] = os.path.dirname(os.path.abspath(SCRIPT))
+sys.addaudithook(hook)
+runpy.run_path(SCRIPT, run_name="__main__")
+""".replace("@REFUSED@", repr(_REFUSED))
 
 
 class ScriptRefused(Exception):  # noqa: N818 - the reason a script is not imported
@@ -187,10 +247,13 @@ def run(
             before = {p: _stat(p) for p in outside}
             script = work / f"script_{i}.py"
             script.write_text(text)
-            code, output = _execute(script, site, work, home, timeout, piece.name)
-            changed = [p for p in outside if _stat(p) != before[p]]
-            if changed:
-                raise ScriptRefused(f"{piece.name} wrote outside its scratch tree: {changed[0]}")
+            code, output, refused = _execute(script, scratch, site, home, timeout, piece.name)
+            changed = [str(p) for p in outside if _stat(p) != before[p]]
+            if refused or changed:
+                what = (refused or changed)[0]
+                if what.startswith("a process"):
+                    raise ScriptRefused(f"{piece.name} started {what}: refused")
+                raise ScriptRefused(f"{piece.name} wrote outside its scratch tree: {what}")
             if code != 0:
                 return Run(version, ok=False, reason=f"{piece.name} failed: {output}")
         run_ = Run(version, ok=True)
@@ -227,18 +290,22 @@ def _stat(path: Path) -> tuple[int, int] | None:
 
 
 def _execute(  # noqa: PLR0917 - the script and its scratch folders
-    script: Path, site: Path, work: Path, home: Path, timeout: float, name: str
-) -> tuple[int, str]:
+    script: Path, scratch: Path, site: Path, home: Path, timeout: float, name: str
+) -> tuple[int, str, list[str]]:
+    """Run `script` under the launcher (cwd: its own folder, inside `scratch`): its exit
+    code, its last line of output, and the writes outside `scratch` it was refused."""
+    launcher = scratch / "launch.py"
+    launcher.write_text(_LAUNCHER)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(site),
         "HOME": str(home),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "TMPDIR": str(work),
+        "TMPDIR": str(script.parent),
     }
     with subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=work,
+        [sys.executable, str(launcher), str(scratch), str(script)],
+        cwd=script.parent,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -252,4 +319,6 @@ def _execute(  # noqa: PLR0917 - the script and its scratch folders
             proc.communicate()
             raise ScriptRefused(f"{name} hung: stopped after {timeout:g} s") from None
     lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-    return proc.returncode, (lines[-1] if lines else f"exit {proc.returncode}")[:300]
+    refused = [line.removeprefix(_REFUSED) for line in lines if line.startswith(_REFUSED)]
+    said = [line for line in lines if not line.startswith(_REFUSED)]
+    return proc.returncode, (said[-1] if said else f"exit {proc.returncode}")[:300], refused

@@ -1,10 +1,14 @@
 """`patchset refresh --all --vllm V`: every diff patch that fits release V only at an offset
 or with fuzz carried onto V as a new variant that fits it exactly (what a patch bot does on
-each upstream roll), so the next release starts from exact context.
+each upstream roll), so the next release starts from exact context; and every runtime patch
+whose anchors no longer all match V, carried by `patchset.refresh` (new anchors where one
+candidate is clearly best, as `refresh ID` proposes them).
 
-The check picks them (verdict ``needed``, ``shifted``); the new payload is git's diff of V's
-files against them as the patch leaves them, written as `refresh` writes a variant (the old
-one keeps the releases before V). Runtime and python patches have nothing to re-offset.
+The check picks them (verdict ``needed``, ``shifted``; a runtime patch ``partial`` or
+``conflict``); a diff patch's new payload is git's diff of V's files against them as the patch
+leaves them, written as `refresh` writes a variant (the old one keeps the releases before V).
+A runtime site with no clear new anchor leaves its patch for hand work (`refresh ID --pick`);
+python patches carry no text to move.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any, Literal
 
 from patchset._plain import fields_dict
 from patchset.engine.evaluate import evaluate
-from patchset.errors import ExitCode
+from patchset.errors import ExitCode, PatchsetError
 from patchset.refresh.job import Job, stacked_reader
 from patchset.refresh.merge import diff_of, write_diff_variant
 from patchset.refresh.record import payload_name
@@ -56,9 +60,12 @@ def refresh_shifted(
     report = check(registry, [target], source=source)
     carried = []
     for result in report.results:
+        patch = registry.get(result.patch)
+        if patch.kind == "runtime" and result.verdict in ("partial", "conflict"):
+            carried.append(_new_anchors(registry, patch.id, target, source=source, write=write))
+            continue
         if result.verdict != "needed" or not result.shifted:
             continue
-        patch = registry.get(result.patch)
         if patch.kind != "diff":
             why = f"a {patch.kind} patch: its anchors match by text, nothing to re-offset"
             carried.append(Carried(patch.id, "skipped", None, why))
@@ -82,3 +89,21 @@ def refresh_shifted(
             name = payload_name(patch, target, ".diff", payload)
             carried.append(Carried(patch.id, "proposed", name, how))
     return CarryReport(target, tuple(carried))
+
+
+def _new_anchors(
+    registry: Registry, patch_id: str, target: str, *, source: ReleaseSource, write: bool
+) -> Carried:
+    """A runtime patch carried onto `target` by `patchset.refresh` (its sites' new anchors)."""
+    from patchset.refresh import refresh  # noqa: PLC0415 -- gitpython: on use
+
+    try:
+        done = refresh(registry, patch_id, target, source=source, write=write)
+    except PatchsetError as exc:
+        return Carried(patch_id, "skipped", None, f"refresh: {exc}")
+    moved = [s.site for s in done.sites if s.anchor is not None]
+    if done.outcome in ("written", "proposed"):
+        outcome: Outcome = "written" if done.outcome == "written" else "proposed"
+        return Carried(patch_id, outcome, done.variant, f"new anchors: {', '.join(moved)}")
+    why = f"a site has no clear new anchor: `patchset refresh {patch_id} --vllm {target} --pick`"
+    return Carried(patch_id, "skipped", None, why)

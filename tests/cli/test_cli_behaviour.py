@@ -294,3 +294,13 @@ def test_import_patchset_is_cheap() -> None:
     first, second = proc.stdout.splitlines()
     assert first == "['patchset']"
     assert second == "patchset.engine.apply patchset.release_check.run 0"
+
+
+@pytest.mark.parametrize("argv", [[], ["-v"], ["-q", "--traceback"]])
+def test_no_command_is_a_usage_error(argv: list[str]) -> None:
+    """`patchset` alone (or with options only) says a command is needed: exit 2, no
+    internal error (the `--format github` look-ahead once failed on an empty command line)."""
+    result = cli(*argv)
+    assert result.code == ExitCode.BAD_INPUT, result.err
+    assert "the following arguments are required: COMMAND" in result.err
+    assert "internal error" not in result.err

@@ -51,6 +51,22 @@ def run_cli(
     )
 
 
+def nox_sessions(cwd: Path, *args: str) -> set[str]:
+    """The sessions `nox --list ARGS` lists in `cwd` (this checkout importable), after
+    checking it exits 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "nox", "--list", *args],
+        cwd=cwd,
+        env=environment(None),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {line.split()[1] for line in proc.stdout.splitlines() if line[:2] in ("* ", "- ")}
+
+
 @dataclass(frozen=True)
 class Result:
     """What an in-process run ended with."""

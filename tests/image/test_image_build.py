@@ -20,6 +20,7 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.build import build
 from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
+from tests.helpers.cli import run_cli
 from tests.infra.docker_fixtures import AuthRegistry, StandinImage
 from tests.infra.registry import Registry as RunningRegistry
 from tests.infra.standin import build_standin_base, for_tests, standin_tag
@@ -143,21 +144,9 @@ def test_build_0191_recipe(
     assert recorded["argv"][-2:] == ["--port", "9000"]
     assert recorded["env"]["VLLM_USE_FLASHINFER_SAMPLER"] == "1"
     # inspect and verify through the CLI
-    proc = subprocess.run(
-        [sys.executable, "-m", "patchset", "verify", report.tags[1]],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    proc = run_cli("verify", report.tags[1])
     assert proc.returncode == 0 and "verified" in proc.stdout, proc.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "patchset", "inspect", report.tags[0], "--format", "json"],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    proc = run_cli("inspect", report.tags[0], "--format", "json")
     assert json.loads(proc.stdout)["manifest"]["registry"] == REGISTRY.digest
 
 

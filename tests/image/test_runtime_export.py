@@ -13,7 +13,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ import yaml
 from patchset.image.definition import BuildDefinition, load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
+from tests.helpers.cli import run_cli
 from tests.infra.docker_fixtures import StandinImage
 from tests.infra.standin import (
     build_standin_base,
@@ -111,23 +111,14 @@ def recorded(out: str) -> dict[str, Any]:
 
 
 def test_export_writes_bundle_compose_and_run_line(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "runtime",
-            "export",
-            str(tmp_path / "rt"),
-            "--build",
-            str(REPO / "builds" / "0.20.0.toml"),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
+    proc = run_cli(
+        "runtime",
+        "export",
+        str(tmp_path / "rt"),
+        "--build",
+        str(REPO / "builds" / "0.20.0.toml"),
+        "--format",
+        "json",
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -158,22 +149,7 @@ def test_export_writes_bundle_compose_and_run_line(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "runtime",
-            "export",
-            str(other),
-            "--build",
-            str(REPO / "builds" / "0.20.0.toml"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    proc = run_cli("runtime", "export", str(other), "--build", str(REPO / "builds" / "0.20.0.toml"))
     assert proc.returncode == 2 and "not empty" in proc.stderr, proc.stderr
     assert sorted(p.name for p in other.iterdir()) == ["keep.txt"]
 
@@ -351,23 +327,8 @@ def test_the_printed_docker_run_line_runs(
     home.mkdir()
     build = tmp_path / "0.20.0.toml"  # the base named by the stand-in's test-only tag
     build.write_text(for_tests((REPO / "builds" / "0.20.0.toml").read_text()))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "runtime",
-            "export",
-            str(tmp_path / "rt"),
-            "--build",
-            str(build),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
+    proc = run_cli(
+        "runtime", "export", str(tmp_path / "rt"), "--build", str(build), "--format", "json"
     )
     line = json.loads(proc.stdout)["docker_run"]
     assert " --gpus all " in line and line.startswith("docker run --rm ")
@@ -634,25 +595,16 @@ def test_python_patch_that_raises(tmp_path: Path, docker_client: Any, standin_02
 def test_export_from_the_image_itself(tmp_path: Path, docker_client: Any, standin_020: str) -> None:
     """--source image:REF reads the release's files from the (local) image: the same digests
     as the index's, and the bundle starts there."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "runtime",
-            "export",
-            str(tmp_path / "rt"),
-            "--build",
-            str(REPO / "builds" / "0.20.0.toml"),
-            "--source",
-            f"image:{standin_tag('0.20.0')}",  # a test-only tag, never the official name
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
+    proc = run_cli(
+        "runtime",
+        "export",
+        str(tmp_path / "rt"),
+        "--build",
+        str(REPO / "builds" / "0.20.0.toml"),
+        "--source",
+        f"image:{standin_tag('0.20.0')}",
+        "--format",
+        "json",
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["release_files"].startswith(f"image {standin_tag('0.20.0')}")

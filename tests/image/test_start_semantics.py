@@ -178,6 +178,37 @@ def test_a_predicate_false_for_the_definition_is_left_out_of_the_export(tmp_path
     assert json.loads((tmp_path / "bundle" / "manifest.json").read_text())["patches"] == []
 
 
+def test_a_retired_patch_is_never_exported(tmp_path: Path) -> None:
+    """A patch retired (by its state, or by `retire_after` below the definition's release) is
+    left out of the bundle with a line, and its switch is not in compose.yaml; a deprecated
+    one still goes in."""
+    registry = tmp_path / "patches"
+    add(registry, "gone", "vllm/a.py", "A = 2",
+        '[switch]\nenv = "PS_GONE"\n\n[lifecycle]\nstate = "retired"\n')  # fmt: skip
+    add(registry, "aged-out", "vllm/b.py", "B = 2",
+        '[lifecycle]\nstate = "stable"\nretire_after = "0.19.1"\n')  # fmt: skip
+    add(registry, "old-but-here", "vllm/c.py", "C = 2",
+        '[lifecycle]\nstate = "deprecated"\nretire_after = "0.20.0"\n')  # fmt: skip
+    (tmp_path / "builds").mkdir()
+    definition = tmp_path / "builds" / "0.20.0.toml"
+    ids = ["gone", "aged-out", "old-but-here"]
+    definition.write_text(DEFINITION.format(patches=json.dumps(ids), extra=""))
+    logged: list[str] = []
+    export_runtime(
+        load_definition(definition),
+        load_registry(registry),
+        tmp_path / "bundle",
+        source=FolderSource(make_tree(tmp_path / "release", FILES, version="0.20.0")),
+        log=logged.append,
+    )
+    left_out = [line for line in logged if "never exported or built; left out" in line]
+    assert [line.split(":")[0] for line in left_out] == ["gone", "aged-out"], logged
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert [p["id"] for p in manifest["patches"]] == ["old-but-here"]
+    assert "PS_GONE" not in (tmp_path / "bundle" / "compose.yaml").read_text()
+    assert not (tmp_path / "bundle" / "payloads" / "gone").exists()
+
+
 @pytest.mark.parametrize(
     ("capability", "state"),
     [
@@ -273,3 +304,64 @@ def test_compose_lists_every_switch_commented_with_its_default(
 ) -> None:
     compose = (bundle[0] / "compose.yaml").read_text()
     assert '      # PS_ENABLE_OFF: "1"  # off-default: off by default\n' in compose
+
+
+def test_a_module_that_fails_to_import_and_proofs_that_raise_or_hang(tmp_path: Path) -> None:
+    """What the start does with a declared module that is carried as exported but fails to
+    import (the patch fails by its policy, nothing of it written), a `[[verify]]` whose
+    expression raises and one that hangs (killed after its timeout, reported), and the
+    patch's own `[failure] env` knob: unset it warns, set truthy it is fatal (club-3090's
+    w4a8 rule), and a value that is no policy refuses the start in one line."""
+    registry = tmp_path / "patches"
+    warn = '[failure]\npolicy = "warn"\nenv = "PS_BROKEN_STRICT"\n'
+    add(registry, "needs-broken", "vllm/a.py", "import pbroken", warn,
+        extra='requires_modules = ["pbroken"]\n')  # fmt: skip
+    hang = '[[verify]]\nmodule = "json"\nexpr = "__import__(\'time\').sleep(60)"\ntimeout = 1\n'
+    add(registry, "hangs", "vllm/b.py", "B = 1", f'[failure]\npolicy = "warn"\n\n{hang}')
+    boom = '[[verify]]\nmodule = "json"\nexpr = "1 / 0"\n'
+    add(registry, "raises", "vllm/c.py", "C = 1", f'[failure]\npolicy = "warn"\n\n{boom}')
+    support = registry / "_support" / "pbroken"
+    (support / "src" / "pbroken").mkdir(parents=True)
+    (support / "support.toml").write_text(SUPPORT.replace("psup", "pbroken"))
+    (support / "src" / "pbroken" / "__init__.py").write_text("raise RuntimeError('broken')\n")
+    ids = ["needs-broken", "hangs", "raises"]
+    definition = DEFINITION.format(patches=json.dumps(ids), extra="")
+    folder, site_folder = exported_bundle(tmp_path, registry, FILES, definition)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\necho serving\n")
+    (bin_dir / "vllm").chmod(0o755)
+    env = {"PATCHSET_COMPUTE_CAPABILITY": "none"}
+
+    def run(**more: str) -> subprocess.CompletedProcess[str]:
+        for rel, text in FILES.items():
+            (site_folder / rel).write_text(text)
+        return run_entrypoint(folder, site_folder, bin_dir, **env, **more)
+
+    done = run()
+    assert done.returncode == 0, done.stderr
+    got = states(done)
+    assert got["needs-broken"] == (
+        "FAILED (its [failure] policy = warn: left out, the start goes on): requires module"
+        " pbroken, which does not import: RuntimeError: broken"
+    )
+    assert (site_folder / "vllm/a.py").read_text() == FILES["vllm/a.py"]  # nothing of it
+    assert got["hangs/verify"] == (
+        "verify FAILED (its [failure] policy = warn): verify json:"
+        " __import__('time').sleep(60): no answer in 1 s"
+    )
+    assert got["raises/verify"] == (
+        "verify FAILED (its [failure] policy = warn): verify json: 1 / 0:"
+        " ZeroDivisionError: division by zero"
+    )
+    assert done.stdout.rstrip().endswith("serving")
+    strict = run(PS_BROKEN_STRICT="1")
+    assert strict.returncode == 9
+    assert states(strict)["needs-broken"].startswith("FAILED: requires module pbroken")
+    assert all((site_folder / rel).read_text() == text for rel, text in FILES.items())
+    assert states(run(PS_BROKEN_STRICT="warn"))["needs-broken"].startswith(
+        "FAILED (PS_BROKEN_STRICT=warn: left out"
+    )
+    bogus = run(PS_BROKEN_STRICT="maybe")
+    assert bogus.returncode == 9
+    assert "PS_BROKEN_STRICT='maybe': use fail, warn or a switch word" in bogus.stderr

@@ -14,10 +14,16 @@ started as the docs say, then the exported compose.yaml brought up by Debian's
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import io
 import json
 import shutil
 import subprocess
+import tarfile
 import uuid
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +34,7 @@ from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from tests.helpers.cli import cli
-from tests.image.test_runtime_export import recorded, run_stock
+from tests.image.test_runtime_export import FAKE_SMI, RTX_5090, recorded, run_stock
 from tests.infra.standin import build_standin_base
 from tests.synthetic import PATCH_TOML
 
@@ -49,6 +55,15 @@ PATCHES = [
     ("uses-support", "vllm/env_override.py", "import os", "import psup as _psup\n_psup.mark()",
      '[[verify]]\nfile = "vllm/env_override.py"\ncontains = "_psup.mark()"\n',
      'requires_modules = ["psup"]\n'),
+    ("new-stack", "vllm/connections.py", "import asyncio", "PS_E2E_STACK = 1",
+     '[applies]\nall = [{ cuda = ">=12.8" }, { driver = ">=570" }]\n', ""),
+    # a pinned wheel and a pinned sdist (built below); vllm/__init__.py imports vllm.version first
+    ("uses-pinned", "vllm/version.py",
+     "# SPDX-FileCopyrightText: Copyright contributors to the vLLM project",
+     "import pwheel as _pwheel\nimport psdist as _psdist\n_pwheel.mark()\n_psdist.mark()",
+     '[[verify]]\nattribute = "pwheel:mark"\n\n[[verify]]\nmodule = "psdist"\n'
+     'expr = "m.KIND == \'sdist\'"\n',
+     'requires_modules = ["pwheel", "psdist"]\n'),
 ]  # fmt: skip
 PSUP = """import os
 
@@ -57,6 +72,66 @@ def mark():
     with open(f"/tmp/psup-mark-{os.getpid()}", "w") as fh:
         fh.write(str(os.getpid()))
 """
+PINNED = """import os
+
+KIND = "{kind}"
+
+
+def mark():
+    with open(f"/tmp/{name}-mark-{{os.getpid()}}", "w") as fh:
+        fh.write(str(os.getpid()))
+"""
+
+
+def pinned_wheel(folder: Path) -> str:
+    """`pwheel` as a pure wheel written by hand (a zip: the package, its dist-info with
+    METADATA, WHEEL and RECORD); its file name."""
+    name = "pwheel-0.1.0-py3-none-any.whl"
+    files = {
+        "pwheel/__init__.py": PINNED.format(kind="wheel", name="pwheel").encode(),
+        "pwheel-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pwheel\nVersion: 0.1.0\n",
+        "pwheel-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\n"
+        b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{rel},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}\n"
+        for rel, data in files.items()
+    )
+    files["pwheel-0.1.0.dist-info/RECORD"] = (record + "pwheel-0.1.0.dist-info/RECORD,,\n").encode()
+    with zipfile.ZipFile(folder / name, "w", zipfile.ZIP_DEFLATED) as archive:
+        for rel, data in files.items():
+            archive.writestr(rel, data)
+    return name
+
+
+def pinned_sdist(folder: Path) -> str:
+    """`psdist` as an sdist (a tar.gz: its root folder, PKG-INFO, pyproject.toml and a src/
+    layout); its file name."""
+    name = "psdist-0.1.0.tar.gz"
+    files = {
+        "psdist-0.1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: psdist\nVersion: 0.1.0\n",
+        "psdist-0.1.0/pyproject.toml": b'[project]\nname = "psdist"\nversion = "0.1.0"\n',
+        "psdist-0.1.0/src/psdist/__init__.py": PINNED.format(kind="sdist", name="psdist").encode(),
+    }
+    with tarfile.open(folder / name, "w:gz") as archive:
+        for rel, data in files.items():
+            info = tarfile.TarInfo(rel)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return name
+
+
+def pin(registry: Path, package: str, build: Callable[[Path], str]) -> None:
+    folder = registry / "_support" / package
+    folder.mkdir(parents=True)
+    name = build(folder)
+    sha = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+    (folder / "support.toml").write_text(
+        f'name = "{package}"\nmodules = ["{package}"]\nfile = "{name}"\nsha256 = "{sha}"\n'
+    )
+
+
 # Stands for `vllm serve`: starts a process with spawn (as vLLM's engine core and workers
 # are), which imports vllm (our site in vllm/env_override.py runs, then torch is missing).
 SPAWNER = """#!/usr/bin/python3
@@ -74,9 +149,10 @@ if __name__ == "__main__":
     proc = multiprocessing.get_context("spawn").Process(target=child)
     proc.start()
     proc.join()
-    marks = [open(m).read() for m in sorted(glob.glob("/tmp/psup-mark-*"))]
-    print(json.dumps({"argv": sys.argv[1:], "parent": os.getpid(), "marks": marks,
-                      "pythonpath": os.environ.get("PYTHONPATH", "")}))
+    marks = {name: [open(m).read() for m in sorted(glob.glob(f"/tmp/{name}-mark-*"))]
+             for name in ("psup", "pwheel", "psdist")}
+    print(json.dumps({"argv": sys.argv[1:], "parent": os.getpid(), "marks": marks.pop("psup"),
+                      "pinned": marks, "pythonpath": os.environ.get("PYTHONPATH", "")}))
 """
 
 
@@ -105,6 +181,8 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "src" / "psup").mkdir(parents=True)
     (package / "support.toml").write_text('name = "psup"\nmodules = ["psup"]\npath = "src"\n')
     (package / "src" / "psup" / "__init__.py").write_text(PSUP)
+    pin(registry, "pwheel", pinned_wheel)
+    pin(registry, "psdist", pinned_sdist)
     text = (REPO / "builds" / "0.20.0.toml").read_text()
     text = text.replace(
         'patches = ["tolist-cudagraph"]', f"patches = {json.dumps([p[0] for p in PATCHES])}"
@@ -166,6 +244,40 @@ def test_predicates_on_served_config_and_gpu(
     )
 
 
+def test_driver_and_cuda_from_nvidia_smi_and_dist_info(
+    docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
+) -> None:
+    """`[applies]` on the CUDA runtime and the NVIDIA driver with neither variable set: unknown
+    (and named) on the bare stand-in; known once a fake nvidia-smi answers the one query
+    (driver 580.82.07) and the CUDA runtime's dist-info is in dist-packages."""
+    status, out = start(docker_client, standin_020, bundle)
+    assert status == 0, out
+    assert line(out, "new-stack").startswith("skipped (applies: unknown here: cuda"), out
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_SMI.format(line=RTX_5090))
+    smi.chmod(0o755)
+    info = tmp_path / "nvidia_cuda_runtime_cu12-12.8.90.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: nvidia-cuda-runtime-cu12\nVersion: 12.8.90\n"
+    )
+    site = "/usr/local/lib/python3.11/dist-packages"
+    status, out, _ = run_stock(
+        docker_client,
+        standin_020,
+        bundle,
+        env={"PATCHSET_EXEC": "/opt/e2e/vllm"},  # no PATCHSET_COMPUTE_CAPABILITY: nvidia-smi
+        mounts={
+            str(bundle.parent / "bin"): "/opt/e2e",
+            str(smi): "/usr/local/bin/nvidia-smi",
+            str(info): f"{site}/{info.name}",
+        },
+    )
+    assert status == 0, out
+    assert "GPU: 12.0 (NVIDIA GeForce RTX 5090)" in out
+    assert line(out, "new-stack") == "applied"
+
+
 def test_warn_failure_serves_and_fail_refuses(
     docker_client: Any, standin_020: str, bundle: Path
 ) -> None:
@@ -217,6 +329,8 @@ def test_verify_proves_a_bundles_startup_patches(
         "sm12-only": "applied",
         "may-fail": "failed (warn)",
         "uses-support": "verified",
+        "uses-pinned": "verified",
+        "new-stack": "skipped",
     }
     assert json.loads(result.out)["ok"] is True
     result = cli(*args, "--env", "PS_E2E_OFF=1", "--env", "PATCHSET_ON_FAILURE_MAY_FAIL=fail")
@@ -232,14 +346,36 @@ def test_verify_proves_a_bundles_startup_patches(
     assert cli("verify", standin_020, "--bundle", bundle.parent / "patches").code == 2
 
 
-@pytest.mark.skipif(
-    shutil.which("docker-compose") is None, reason="Debian's docker-compose is not installed"
-)
+def test_pinned_wheel_and_sdist_in_a_spawned_process(
+    docker_client: Any, standin_020: str, bundle: Path
+) -> None:
+    """Support packages of kind wheel and sdist (a pinned file and its sha256): the bundle
+    carries the wheel as it is and the sdist's package unpacked, the start imports both and
+    their proofs (an attribute, an expression) run in fresh interpreters, and the site vLLM's
+    spawned process imports runs both."""
+    carried = sorted(p.relative_to(bundle).as_posix() for p in (bundle / "support").rglob("*.*"))
+    assert "support/pwheel/pwheel-0.1.0-py3-none-any.whl" in carried
+    assert "support/psdist/psdist/__init__.py" in carried
+    status, out = start(docker_client, standin_020, bundle)
+    assert status == 0, out
+    assert line(out, "uses-pinned") == "applied"
+    assert "patchset: uses-pinned r1 (startup): verified" in out
+    got = recorded(out)
+    path = got["pythonpath"].split(":")
+    assert "/opt/patchset/support/pwheel/pwheel-0.1.0-py3-none-any.whl" in path
+    assert "/opt/patchset/support/psdist" in path
+    for name in ("pwheel", "psdist"):
+        pids = got["pinned"][name]
+        assert pids and all(int(pid) != got["parent"] for pid in pids), got  # the child's
+
+
 def test_the_exported_compose_file_comes_up(
     docker_client: Any, standin_020: str, bundle: Path, tmp_path: Path
 ) -> None:
     """The compose.yaml as exported, with only the GPU reservation dropped and the image
     pointed at the stand-in (a run-specific tag); the switch lines are its own comments."""
+    if shutil.which("docker-compose") is None:  # never skipped: provision.sh installs it
+        pytest.fail("no docker-compose on PATH: run tests/infra/provision.sh", pytrace=False)
     compose = yaml.safe_load((bundle / "compose.yaml").read_text())
     assert (
         '# PS_E2E_OFF: "1"  # off-default: off by default' in (bundle / "compose.yaml").read_text()
@@ -305,6 +441,16 @@ def test_a_built_image_honours_the_same_semantics(
         assert line(out, "uses-support") == "applied"
         assert line(out, "sm12-only") == "applied"
         assert "patchset: uses-support r1 (startup): verified" in out
+        status, out, _ = run_stock(  # the pinned wheel and sdist, in a spawned process
+            docker_client,
+            report.image_id,
+            None,
+            env={**env, "PATCHSET_EXEC": "/opt/e2e/vllm"},
+            mounts={str(bundle.parent / "bin"): "/opt/e2e"},
+        )
+        assert status == 0 and line(out, "uses-pinned") == "applied", out
+        pinned = recorded(out)["pinned"]
+        assert pinned["pwheel"] and pinned["psdist"], out
         status, out, _ = run_stock(
             docker_client, report.image_id, None, env={**env, "PS_E2E_OFF": "0"}
         )

@@ -172,6 +172,44 @@ def test_club_anchor_script_writing_outside_is_refused(tmp_path: Path) -> None:
     assert entry.reasons == [f"refused: patch_x.py wrote outside its scratch tree: {outside}"]
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        "open(UP + OUTSIDE.lstrip('/'), 'w').write('after')",  # relative to its working folder
+        "import os; os.replace('x.tmp' if open('x.tmp', 'w') else '', UP + OUTSIDE.lstrip('/'))",
+        "import os; os.symlink(OUTSIDE, 'link'); open('link', 'w').write('after')",
+        "import shutil; shutil.copyfile(__file__, UP + OUTSIDE.lstrip('/'))",
+    ],
+)
+def test_club_anchor_script_relative_write_outside_is_refused(tmp_path: Path, write: str) -> None:
+    """A write the script names by a relative path (or through a symlink it makes) is
+    caught by the sandbox's audit hook, refused before it happens, and named."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("before\n")
+    script = (
+        "T = '/usr/local/lib/python3.12/dist-packages/vllm/x.py'\n"
+        "UP = '../' * 40\n"
+        f"OUTSIDE = {str(outside)[1:]!r}.join(['/', ''])\n"  # not an absolute path literal
+        f"{write}\n"
+    )
+    collected = _club(tmp_path, run_scripts=True, script=script)
+    entry = next(e for e in collected.entries if e.source_id == "m-anchor")
+    assert entry.reasons == [f"refused: patch_x.py wrote outside its scratch tree: {outside}"]
+    assert outside.read_text() == "before\n"  # refused before it happened
+
+
+def test_club_anchor_script_starting_a_process_is_refused(tmp_path: Path) -> None:
+    script = (
+        "T = '/usr/local/lib/python3.12/dist-packages/vllm/x.py'\n"
+        "import subprocess\nsubprocess.run(['true'])\n"
+    )
+    collected = _club(tmp_path, run_scripts=True, script=script)
+    entry = next(e for e in collected.entries if e.source_id == "m-anchor")
+    assert entry.reasons == ["refused: patch_x.py started a process (subprocess.Popen): refused"], (
+        entry.reasons
+    )
+
+
 def test_club_forms(tmp_path: Path) -> None:
     collected = _club(tmp_path)
     diff = _draft(collected, "m-vllm-pr111-diff")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Provision what the docker-marked tests need on a Debian-like machine, as root:
-# the Docker engine, Debian's distribution registry, mmdebstrap and htpasswd.
+# the Docker engine, Debian's distribution registry, mmdebstrap, htpasswd and docker-compose
+# (the exported compose.yaml is brought up by it).
 # Idempotent: installs only what is missing and starts dockerd only when no engine answers.
 # It never skips silently: anything it cannot do ends it with one line and a non-zero exit.
 #
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 me="tests/infra/provision.sh"
-packages=(docker.io docker-registry mmdebstrap apache2-utils)
+packages=(docker.io docker-registry mmdebstrap apache2-utils docker-compose)
 timeout="${PATCHSET_DOCKERD_TIMEOUT:-60}"
 driver="${PATCHSET_DOCKERD_STORAGE_DRIVER:-overlay2}"
 log="${PATCHSET_DOCKERD_LOG:-/tmp/patchset-dockerd.log}"

@@ -22,6 +22,7 @@ from patchset.sources.package_index import IndexSource
 from patchset.upstream import Status
 from patchset.upstream.bump import Action
 from patchset.upstream.pins import Role
+from tests.helpers.cli import run_cli
 from tests.helpers.schemas import assert_matches, undocumented
 from tests.infra.docker_fixtures import StandinImage
 
@@ -74,22 +75,7 @@ def test_a_real_check_report_matches_its_schema() -> None:
     assert {r["verdict"] for r in data["results"]} >= {"needed", "upstream", "missing-target"}
     assert any(r["disagreement"] for r in data["results"])  # nullable fields seen non-null
     assert_matches(data, "check")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "check",
-            "--vllm",
-            "0.21.0",
-            "--offline",
-            "--format=json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=REPO,
-    )
+    proc = run_cli("check", "--vllm", "0.21.0", "--offline", "--format=json")
     assert proc.returncode == 0, proc.stderr
     assert_matches(json.loads(proc.stdout), "check")
 

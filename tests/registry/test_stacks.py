@@ -236,13 +236,12 @@ def test_x_table_is_free_form_and_kept_by_writes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "patches"
-    folder = add_patch(root, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    toml = folder / "patch.toml"
-    toml.write_text(
-        toml.read_text()
-        + '\n[x]\n# our own notes\nload_bearing = ["qwen3-27b compose"]\n'
-        + 'drop_when = "upstream ships #36325"\nevidence = { run = 12, tokens_s = 99.7 }\n'
+    notes = (
+        '\n[x]\n# our own notes\nload_bearing = ["qwen3-27b compose"]\n'
+        'drop_when = "upstream ships #36325"\nevidence = { run = 12, tokens_s = 99.7 }\n'
     )
+    folder = add_patch(root, "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=notes)
+    toml = folder / "patch.toml"
     patch = load_registry(root).get("mod-fix")
     assert patch.x["drop_when"] == "upstream ships #36325"
     assert patch.x["evidence"] == {"run": 12, "tokens_s": 99.7}
@@ -406,13 +405,11 @@ def test_validate_reports_every_problem_of_each_variant(
     """Two `[[variants]]`, each with its own problems (a range that is not PEP 440 and an
     unknown key in one, a missing payload file in the other): all of them are reported."""
     root = tmp_path / "patches"
-    folder = add_patch(root, "variants", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    toml = folder / "patch.toml"
-    toml.write_text(
-        toml.read_text()
-        + '\n[[variants]]\npayload = "patch.diff"\nvllm = "=>0.1"\nbse = "0.1"\n'
-        + '\n[[variants]]\npayload = "gone.diff"\nvllm = ">=0.2"\n'
+    variants = (
+        '\n[[variants]]\npayload = "patch.diff"\nvllm = "=>0.1"\nbse = "0.1"\n'
+        '\n[[variants]]\npayload = "gone.diff"\nvllm = ">=0.2"\n'
     )
+    add_patch(root, "variants", diff=MOD_DIFF, targets=["vllm/mod.py"], tail=variants)
     assert main(["--registry", str(root), "validate", "--format", "json"]) == 2
     report = json.loads(capsys.readouterr().out)
     keys = {p["key"] for p in report["problems"]}

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.sources.folder import FolderSource
 from patchset.sources.git import GitSource
+from tests.helpers.cli import run_cli
 from tests.infra.docker_fixtures import StandinImage
 from tests.releases import materialize
 from tests.sources.test_git_source import commit, git, git_identity  # noqa: F401 - autouse fixture
@@ -53,22 +52,8 @@ def test_git_and_folder_agree_with_the_index(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_image_source_through_the_cli(standin_base: StandinImage) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "patchset",
-            "check",
-            "--source",
-            f"image:{standin_base.ref}",  # a test-only tag, never the official name
-            "--format",
-            "json",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    proc = run_cli(
+        "check", "--source", f"image:{standin_base.ref}", "--format", "json", timeout=300
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

@@ -5,9 +5,6 @@ project's noxfile."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -15,6 +12,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+
+from tests.helpers.cli import nox_sessions
 
 REPO = Path(__file__).parents[2]
 
@@ -72,15 +71,5 @@ def test_another_projects_noxfile_gets_build_sessions(tmp_path: Path) -> None:
     (tmp_path / "noxfile.py").write_text(
         "import patchset.nox\n\nNAMES = patchset.nox.build_sessions('builds')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "nox", "--list"],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    listed = {line.split()[1] for line in proc.stdout.splitlines() if line[:2] in ("* ", "- ")}
+    listed = nox_sessions(tmp_path)
     assert listed == {"build-0.19.1", "build-broken"}  # a broken one is listed, build says why

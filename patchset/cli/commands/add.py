@@ -6,19 +6,19 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchset._gc import collector_paused
-from patchset.adapters import forge
-from patchset.authoring import add
-from patchset.authoring import remove as removal
-from patchset.authoring import update as updates
-from patchset.authoring.layout import Layout
-from patchset.authoring.payload import MAX_DELETIONS, PayloadRequest, Prepared, prepare
-from patchset.cli.options import add_command
+from patchset.adapters.forge import DEFAULT_FORGE, FORGE_ENV, pr_ref
+from patchset.authoring.payload import MAX_DELETIONS
+from patchset.cli.options import add_command, option_values, repeatable, request, switch
 from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
 from patchset.cli.sourceopts import add_source_options
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import STATES, WHENS, load_registry
+from patchset.registry import STATES, WHENS
+
+if TYPE_CHECKING:
+    from patchset.authoring.payload import Prepared
 
 DESCRIPTION = """\
 Add a patch to the registry: the diff of a pull request (--pr OWNER/REPO#N or its URL, fetched
@@ -67,28 +67,25 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
             help="whole-file copies of vLLM files with a fix; the release (and file) they were"
             " copied from is found by content unless --vllm (and =vllm/PATH) say it",
         )
-        what.add_argument(
-            "--python", action="store_true", help="lay out a python patch skeleton to fill in"
-        )
-        p.add_argument(
+        switch(what, "--python", "lay out a python patch skeleton to fill in")
+        switch(
+            p,
             "--runtime",
-            action="store_true",
-            help="with --from-tree or --overlay: anchored runtime sites instead of a diff (each"
+            "with --from-tree or --overlay: anchored runtime sites instead of a diff (each"
             " anchor the fewest of the release's lines that occur once in the file); alone: lay"
             " out a runtime patch skeleton to fill in",
         )
-    p.add_argument(
+    repeatable(
+        p,
         "--file",
-        action="append",
-        default=[],
-        metavar="vllm/PATH",
-        help="with --from-tree: only this file (repeatable; one not in the release is created,"
-        " one not in the edited tree deleted)",
+        "vllm/PATH",
+        "with --from-tree: only this file (repeatable; one not in the release is created, one"
+        " not in the edited tree deleted)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--allow-deletions",
-        action="store_true",
-        help=f"with --from-tree: let the patch delete more than {MAX_DELETIONS} files of the"
+        f"with --from-tree: let the patch delete more than {MAX_DELETIONS} files of the"
         " release that the edited tree lacks",
     )
     p.add_argument(
@@ -100,7 +97,7 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
         "--forge-url",
         metavar="URL",
         help=f"the forge serving <owner>/<repo>/pull/<n>.diff (default: the PR URL's, else"
-        f" ${forge.FORGE_ENV} or {forge.DEFAULT_FORGE})",
+        f" ${FORGE_ENV} or {DEFAULT_FORGE})",
     )
     p.add_argument("--strip", type=int, metavar="N", help="drop N leading path parts, as -pN")
     p.add_argument(
@@ -109,47 +106,42 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
         help="the folder the diff's paths are relative to, e.g. 'vllm' for a diff made inside"
         " the vllm/ package (default: found)",
     )
-    p.add_argument("--vllm", action="append", default=[], metavar="VERSION")
+    repeatable(p, "--vllm", "VERSION")
     p.add_argument(
         "--since", metavar="VERSION", help="check every release from VERSION on (VERSION included)"
     )
     add_source_options(p)
-    p.add_argument("--no-check", action="store_true", help="check no release")
+    switch(p, "--no-check", "check no release")
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
-REMOVE_HELP = "take a patch out of the registry (refused while another patch or a build uses it)"
-REMOVE_DESCRIPTION = (
-    "Remove a patch folder from the registry, whole. Refused (exit 2, nothing removed)"
-    " while another patch requires it, conflicts with it or is superseded by it, or a"
-    " build definition lists it: each is named."
-)
+REMOVE_DESCRIPTION = """\
+Remove a patch folder from the registry, whole. Refused (exit 2, nothing removed) while
+another patch requires it, conflicts with it or is superseded by it, or a build definition
+lists it: each is named."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    helptext = "add a patch from a pull request, a diff, an edited tree, overlays, or a skeleton"
-    p = add_command(sub, "add", helptext, run, DESCRIPTION)
+    p = add_command(sub, "add", run, DESCRIPTION)
     p.add_argument("id", metavar="ID", help="the new patch's id (3-64 of a-z 0-9 -)")
     _sources(p, update=False)
     p.add_argument("--state", choices=STATES, help="upstream state (default: open with --pr)")
     p.add_argument("--title", metavar="TEXT")
-    p.add_argument("--credit", action="append", default=[], metavar="TEXT")
+    repeatable(p, "--credit", "TEXT")
     p.add_argument("--apply", choices=WHENS, default=None, help="build (default) or startup")
     p.add_argument(
         "--range", metavar="SPEC", help="the declared vLLM range (default: from the check)"
     )
-    p.add_argument(
+    repeatable(
+        p,
         "--requires",
-        action="append",
-        default=[],
-        metavar="ID",
-        help="a patch this one goes on top of (repeatable; a stacked series, as quilt's)",
+        "ID",
+        "a patch this one goes on top of (repeatable; a stacked series, as quilt's)",
     )
-    helptext = "a new payload for a diff patch: from its pull request, a diff or an edited tree"
-    u = add_command(sub, "update", helptext, run_update, UPDATE_DESCRIPTION)
+    u = add_command(sub, "update", run_update, UPDATE_DESCRIPTION)
     u.add_argument("id", metavar="ID", help="the patch to update")
     _sources(u, update=True)
-    r = add_command(sub, "remove", REMOVE_HELP, run_remove, REMOVE_DESCRIPTION)
+    r = add_command(sub, "remove", run_remove, REMOVE_DESCRIPTION)
     r.add_argument("id", metavar="ID", help="the patch to remove")
     r.add_argument("--format", choices=FORMATS, default="table")
 
@@ -176,28 +168,22 @@ def _progress(fmt: str) -> Callable[[int], Callable[[str], None]]:
 
 def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None) -> Prepared:
     """The releases to check, the new payload, where it came from and the notes on it, the
-    notes shown on stderr (`add` and `update`)."""
-    prepared = prepare(
-        PayloadRequest(
-            from_tree=args.from_tree,
-            files=tuple(args.file),
-            overlay=tuple(getattr(args, "overlay", None) or ()),
-            diff=args.diff,
-            pr=pr,
-            forge_url=forge_url,
-            layout=Layout(strip=args.strip, root=args.root),
-            vllm=tuple(args.vllm),
-            since=args.since,
-            pre=args.pre,
-            source=args.source,
-            source_version=args.source_version,
-            index_url=args.index_url,
-            offline=args.offline,
-            no_check=args.no_check,
-            allow_deletions=args.allow_deletions,
-            runtime=bool(getattr(args, "runtime", False)),
-        )
+    notes shown on stderr (`add` and `update`); the request's other fields are the options
+    of the same names."""
+    from patchset.authoring.layout import Layout
+    from patchset.authoring.payload import PayloadRequest, prepare
+
+    wanted = request(
+        PayloadRequest,
+        args,
+        files=tuple(args.file),
+        overlay=tuple(getattr(args, "overlay", None) or ()),
+        pr=pr,
+        forge_url=forge_url,
+        layout=Layout(strip=args.strip, root=args.root),
+        vllm=tuple(args.vllm),
     )
+    prepared = prepare(wanted)
     for note in prepared.notes:
         err_console().print(note, markup=False, soft_wrap=True)
     return prepared
@@ -207,8 +193,10 @@ def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None
 # and its full passes walked them all again and again (60 MB: 4x 20 MB's CPU; issue 23 item 19).
 @collector_paused()
 def run(args: argparse.Namespace) -> int:
+    from patchset.authoring import add
+
     root: Path = args.registry
-    pr, url_forge = forge.pr_ref(args.pr) if args.pr else (None, None)
+    pr, url_forge = pr_ref(args.pr) if args.pr else (None, None)
     forge_url = args.forge_url or url_forge
     given = args.diff is not None or args.from_tree is not None or bool(args.overlay)
     if args.python or (args.runtime and not given):
@@ -241,18 +229,10 @@ def run(args: argparse.Namespace) -> int:
         args.id,
         payload,
         pr=pr,
-        state=args.state,
-        title=args.title,
-        origin=prepared.origin,
-        credit=args.credit,
-        apply=args.apply,
         vllm=args.range,
-        source=prepared.source,
-        versions=versions,
         on_release=_progress(args.format)(len(versions)),
-        requires=args.requires,
-        base=prepared.base,
-        sites=prepared.sites,
+        **option_values(args, "state", "title", "credit", "apply", "requires"),
+        **option_values(prepared, "origin", "source", "versions", "base", "sites"),
     )
     patch = result.patch
     if args.format == "json":
@@ -295,9 +275,12 @@ def run(args: argparse.Namespace) -> int:
 
 @collector_paused()
 def run_update(args: argparse.Namespace) -> int:
+    from patchset.authoring import update as updates
+    from patchset.registry import load_registry
+
     root: Path = args.registry
     patch = updates.find(load_registry(root, tolerant=True), args.id)  # before any download
-    pr, url_forge = forge.pr_ref(args.pr) if args.pr else (None, None)
+    pr, url_forge = pr_ref(args.pr) if args.pr else (None, None)
     forge_url = args.forge_url or url_forge
     if args.diff is None and args.from_tree is None:
         pr = pr or patch.upstream.pr
@@ -361,6 +344,8 @@ def run_update(args: argparse.Namespace) -> int:
 
 
 def run_remove(args: argparse.Namespace) -> int:
+    from patchset.authoring import remove as removal
+
     folder = removal.remove(args.registry, args.id, builds=args.builds)
     if args.format == "json":
         print_json({"id": args.id, "removed": str(folder)})

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from patchset.adapters import gpu
 from patchset.cli.loading import load
-from patchset.cli.options import add_command, served_arg
+from patchset.cli.options import add_command, served_arg, switch
 from patchset.cli.output import FORMATS, console, print_json, styled, table
-from patchset.engine.apply import DETECT, ApplyReport, apply, revert
 from patchset.kernel.predicates import SERVED_LEAVES
+
+if TYPE_CHECKING:
+    from patchset.engine.apply import ApplyReport
 
 TARGET_HELP = (
     "folder holding the vllm/ package: an sdist root, a git checkout, a site-packages folder"
@@ -20,11 +21,8 @@ TARGET_HELP = (
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for name, helptext, handler in (
-        ("apply", "apply patches to a vLLM tree, all or nothing", run_apply),
-        ("revert", "take applied patches out of a vLLM tree, all or nothing", run_revert),
-    ):
-        p = add_command(sub, name, helptext, handler, helptext)
+    for name, handler in (("apply", run_apply), ("revert", run_revert)):
+        p = add_command(sub, name, handler)
         p.add_argument("--target", type=Path, default=None, metavar="DIR", help=TARGET_HELP)
         p.add_argument(
             "--patch",
@@ -34,13 +32,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             help="exactly this patch (repeatable; default: every patch that fits the tree's"
             " release and this machine's GPU, the others shown as skipped)",
         )
-        p.add_argument(
+        switch(
+            p,
             "--strict",
-            action="store_true",
-            help="exit 6 when nothing was to do and 7 on offsets or fuzz (default: 0 when every"
+            "exit 6 when nothing was to do and 7 on offsets or fuzz (default: 0 when every"
             " selected patch ends as asked)",
         )
-        p.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
+        switch(p, "--dry-run", "check everything, write nothing")
         p.add_argument(
             "--vllm-version",
             metavar="VERSION",
@@ -54,10 +52,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 help="the GPU to select patches for, e.g. 12.0, or 'none' (default: the first"
                 " GPU nvidia-smi reports; none without it)",
             )
-            p.add_argument(
+            switch(
+                p,
                 "--ignore-range",
-                action="store_true",
-                help="apply even where the release is outside a patch's declared range",
+                "apply even where the release is outside a patch's declared range",
             )
             p.add_argument(
                 "--fuzz",
@@ -76,24 +74,31 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                 + " (e.g. quantization=gptq,speculative=mtp; default: nothing, so such sites"
                 " are skipped, and patches whose predicate needs it are skipped naming it)",
             )
-            p.add_argument(
-                "--force",
-                action="store_true",
-                help="apply a patch even where its upstream probe finds the fix (warned)",
+            switch(
+                p, "--force", "apply a patch even where its upstream probe finds the fix (warned)"
             )
 
 
+def _tree(args: argparse.Namespace) -> dict[str, Any]:
+    """What `apply` and `revert` share: the registry, the tree, the patches, how to run."""
+    return {
+        "registry": load(args.registry, args.patches),
+        "target": args.target,
+        "patches": args.patches,
+        "dry_run": args.dry_run,
+        "version": args.vllm_version,
+        "strict": args.strict,
+    }
+
+
 def run_apply(args: argparse.Namespace) -> int:
+    from patchset.engine.apply import apply
+
     report = apply(
-        load(args.registry, args.patches),
-        args.target,
-        patches=args.patches,
-        dry_run=args.dry_run,
-        version=args.vllm_version,
+        **_tree(args),
         ignore_range=args.ignore_range,
         max_fuzz=args.fuzz,
         compute_capability=_capability(args.compute_capability),
-        strict=args.strict,
         served=args.served,
         force=args.force,
     )
@@ -101,6 +106,9 @@ def run_apply(args: argparse.Namespace) -> int:
 
 
 def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
+    from patchset.adapters import gpu
+    from patchset.engine.apply import DETECT
+
     if text is None:
         return DETECT
     if text.strip().lower() == "none":
@@ -109,15 +117,9 @@ def _capability(text: str | None) -> tuple[int, int] | Literal["detect"] | None:
 
 
 def run_revert(args: argparse.Namespace) -> int:
-    report = revert(
-        load(args.registry, args.patches),
-        args.target,
-        patches=args.patches,
-        dry_run=args.dry_run,
-        version=args.vllm_version,
-        strict=args.strict,
-    )
-    return show(report, args.format)
+    from patchset.engine.apply import revert
+
+    return show(revert(**_tree(args)), args.format)
 
 
 def show(report: ApplyReport, fmt: str) -> int:

@@ -6,10 +6,9 @@ import argparse
 from pathlib import Path
 
 from patchset.cli.loading import load
-from patchset.cli.options import add_command
+from patchset.cli.options import add_command, repeatable
 from patchset.cli.output import FORMATS, console, err_lines, print_json, table
 from patchset.errors import ExitCode, UsageError
-from patchset.image.definition import load_definitions
 
 DESCRIPTION = """\
 Write a BuildKit bake file (JSON) with one target per build definition (build-0-19-1 for
@@ -20,8 +19,7 @@ docker buildx bake [--push] [TARGET...]. Needs the base images on the local engi
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    helptext = "write a docker-bake.json and build contexts for the build definitions"
-    p = add_command(sub, "bake", helptext, run, DESCRIPTION)
+    p = add_command(sub, "bake", run, DESCRIPTION)
     p.add_argument(
         "--builds",
         dest="bake_builds",
@@ -38,14 +36,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="FILE",
         help="the bake file to write (default: docker-bake.json)",
     )
-    p.add_argument(
-        "--target",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="only this definition (0.19.1) or target (build-0-19-1); repeatable",
+    repeatable(
+        p, "--target", "NAME", "only this definition (0.19.1) or target (build-0-19-1); repeatable"
     )
-    p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
+    repeatable(p, "--tag", "REF", "an extra tag")
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
@@ -53,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     folder: Path = args.bake_builds or args.builds
     if not folder.is_dir():
         raise UsageError("build definitions folder does not exist", path=folder)
-    from patchset.image.bake import bake, target_name  # noqa: PLC0415 - docker is slow to import
+    from patchset.image.bake import bake, target_name  # docker is slow to import
+    from patchset.image.definition import load_definitions
 
     definitions = load_definitions(folder)
     if not definitions:

@@ -8,7 +8,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchset.cli.loading import load
-from patchset.cli.options import add_command
+from patchset.cli.options import add_command, switch
 from patchset.cli.output import console, print_json, table, text
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.image.definition import load_definition
@@ -16,24 +16,21 @@ from patchset.upstream.bump import BumpReport, bump, newest_release
 
 FORMATS = ("table", "json", "markdown")
 
-HELP = "carry a build definition onto a newer vLLM release (keep, drop, refresh)"
-DESCRIPTION = (
-    "Check the definition's patches on release V: a patch still needed is"
-    " kept, one upstream is dropped (with the check's evidence), one that conflicts is"
-    " refreshed where the three-way merge (or the new anchors) is clean and listed for"
-    " hand work where it is not. The new definition (builds/V.toml, after the old one's"
-    " name) keeps the old one's text with vllm, base and tags moved to V. --write writes"
-    " the refreshed variants and the new definition; --format markdown gives a pull"
-    " request's body. Exit 0: the bump is complete (or, with --to latest, no newer"
-    " release yet: one line); 1: hand work is left."
-)
+DESCRIPTION = """\
+Check the definition's patches on release V: a patch still needed is kept, one upstream is
+dropped (with the check's evidence), one that conflicts is refreshed where the three-way
+merge (or the new anchors) is clean and listed for hand work where it is not. The new
+definition (builds/V.toml, after the old one's name) keeps the old one's text with vllm,
+base and tags moved to V. --write writes the refreshed variants and the new definition;
+--format markdown gives a pull request's body. Exit 0: the bump is complete (or, with --to
+latest, no newer release yet: one line); 1: hand work is left."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = add_command(sub, "bump", HELP, run, DESCRIPTION)
+    p = add_command(sub, "bump", run, DESCRIPTION)
     p.add_argument("definition", type=Path, metavar="DEFINITION", help="builds/X.toml")
     p.add_argument("--to", required=True, metavar="V", help="the release to bump to, or latest")
-    p.add_argument("--write", action="store_true", help="write the variants and definition")
+    switch(p, "--write", "write the variants and definition")
     p.add_argument("--format", choices=FORMATS, default="table")
     add_source_options(p, pre=False)
 

@@ -8,21 +8,17 @@ import re
 from patchset.cli.options import add_command
 from patchset.cli.output import console, print_json
 from patchset.errors import ExitCode
-from patchset.sources.package_index.cache import Cache, cache_location, summary
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "": 86400}
 
-HELP = "show, prune or clear the release cache"
-DESCRIPTION = (
-    "The release cache: each release's file list, the files read from it and"
-    " the index's answers. Its folder is $PATCHSET_CACHE_DIR, else the user cache folder"
-    " of the platform (platformdirs)."
-)
+DESCRIPTION = """\
+The release cache: each release's file list, the files read from it and the index's answers.
+Its folder is $PATCHSET_CACHE_DIR, else the user cache folder of the platform (platformdirs)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = add_command(sub, "cache", HELP, run, DESCRIPTION)
+    p = add_command(sub, "cache", run, DESCRIPTION)
     actions = p.add_subparsers(dest="cache_action", required=True, metavar="ACTION")
     info = actions.add_parser("info", help="where the cache is, its size and releases")
     info.add_argument("--format", choices=("table", "json"), default="table")
@@ -45,6 +41,8 @@ def _duration(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from patchset.sources.package_index.cache import Cache, cache_location, summary
+
     con = console()
     if args.cache_action == "info":
         found = summary()

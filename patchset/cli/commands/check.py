@@ -18,7 +18,7 @@ from patchset.adapters.actions import workflow_command
 from patchset.cli import github
 from patchset.cli.check_report import render_markdown, show_table
 from patchset.cli.loading import load
-from patchset.cli.options import served_arg
+from patchset.cli.options import add_command, served_arg, switch
 from patchset.cli.output import (
     DescriptionColumn,
     console,
@@ -27,10 +27,9 @@ from patchset.cli.output import (
     progress_console,
     shown,
 )
+from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
-from patchset.registry.write import write_ranges
 from patchset.release_check import CheckReport, Explain, check
-from patchset.sources import parse_source
 from patchset.sources.base import DownloadProgress, ReleaseSource
 
 DESCRIPTION = """\
@@ -38,15 +37,15 @@ Check every patch against one or more vLLM releases and give one verdict per pai
 needed (applies, release lacks the fix), upstream (reverse applies or the upstream probe
 matches), conflict, partial (some runtime sites match), missing-target (file absent; a
 moved file is named). Whether the release is in the patch's declared range is shown beside."""
+SOURCE_HELP = (
+    "where releases come from: the package index (default), PATH (a checkout, unpacked sdist"
+    " or site-packages), git:PATH (a vLLM clone), git:PATH@REF (one branch tip, as the next"
+    " release after its tag) or image:REF"
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "check",
-        help="which patches a vLLM release still needs",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "check", run, DESCRIPTION)
     p.add_argument(
         "--vllm",
         action="append",
@@ -59,35 +58,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="VERSION",
         help="every release from VERSION on, VERSION included (none yet: one line, exit 0)",
     )
-    p.add_argument(
-        "--pre",
-        action="store_true",
-        help="let 'latest' and --since pick pre-releases too (as pip --pre); yanked files never",
-    )
-    p.add_argument(
-        "--source",
-        metavar="SPEC",
-        help="where releases come from: the package index (default), PATH (a checkout,"
-        " unpacked sdist or site-packages), git:PATH (a vLLM clone), git:PATH@REF (one"
-        " branch tip, as the next release after its tag) or image:REF",
-    )
-    p.add_argument(
-        "--source-version",
-        metavar="X",
-        help="the release a folder or git:PATH@REF tree holds, when it cannot be read",
-    )
-    p.add_argument("--index-url", metavar="URL", help="the package index (default: pip's)")
-    p.add_argument("--offline", action="store_true", help="use the cache only")
+    add_source_options(p, source_help=SOURCE_HELP)
     p.add_argument(
         "--artifact",
         choices=("wheel", "sdist"),
         default=None,
         help="read releases from their wheels (default, the sdist as fallback) or their sdists",
     )
-    p.add_argument(
+    switch(
+        p,
         "--verify-full",
-        action="store_true",
-        help="download each release's whole artifact and check the index's sha256 first"
+        "download each release's whole artifact and check the index's sha256 first"
         " (default: each file read is checked against the wheel's RECORD and CRC)",
     )
     p.add_argument(
@@ -108,21 +89,21 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="what is served, for runtime sites with `when` (as apply --served); sites it"
         " leaves out read 'conditional' (default: unknown)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--explain",
-        action="store_true",
-        help="give every failing hunk its nearest lines, out-of-range releases and JSON"
+        "give every failing hunk its nearest lines, out-of-range releases and JSON"
         " included (by default only failures in the patch's range, and none in JSON)",
     )
-    p.add_argument(
+    switch(
+        p,
         "--suggest-ranges",
-        action="store_true",
-        help="print, per patch, the releases where it is needed beside its declared range",
+        "print, per patch, the releases where it is needed beside its declared range",
     )
-    p.add_argument(
+    switch(
+        p,
         "--write",
-        action="store_true",
-        help="with --suggest-ranges: record each range as the patch's vllm in patch.toml"
+        "with --suggest-ranges: record each range as the patch's vllm in patch.toml"
         " (comments and formatting kept; a patch needed in separate runs is left as is)",
     )
     p.add_argument(
@@ -133,16 +114,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a build definition: its patches on the release it pins (failing), and on the"
         " later releases --vllm/--since name as 'would carry forward' (never failing)",
     )
-    p.add_argument(
-        "--builds",
-        dest="all_builds",
-        action="store_true",
-        help="as --build, for every definition in the builds folder",
+    switch(
+        p, "--builds", "as --build, for every definition in the builds folder", dest="all_builds"
     )
-    p.add_argument(
+    switch(
+        p,
         "--wide",
-        action="store_true",
-        help="the full grid, a column per release (by default past six releases those with the"
+        "the full grid, a column per release (by default past six releases those with the"
         " same verdicts share a column, or each patch gets one strip, to fit 80 columns)",
     )
     p.add_argument(
@@ -152,7 +130,6 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="github: workflow annotations (errors where the exit code is 1), and the markdown"
         " table in $GITHUB_STEP_SUMMARY when set",
     )
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,20 +138,18 @@ def run(args: argparse.Namespace) -> int:
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
-    source = parse_source(
-        args.source,
-        index_url=args.index_url,
-        offline=args.offline,
-        prereleases=args.pre,
+    source = source_from(
+        args,
         artifact=args.artifact,
         verify_full=args.verify_full,
         timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
-        version=args.source_version,
     )
     if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
-        from patchset.cli import pins  # noqa: PLC0415
+        from patchset.cli import pins
 
-        return pins.run(args, registry, source, functools.partial(render_markdown, headline=False))
+        markdown = functools.partial(render_markdown, headline=False)
+        with collector_paused():  # as below
+            return pins.run(args, registry, source, markdown, progress=_bar)
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     # The collector paused for the whole run (a library call leaves the caller's alone): each
     # time it came back on it walked all that the releases had left (directories, results).
@@ -209,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
             wide=args.wide,
         )
     if args.write:
+        from patchset.registry.write import write_ranges  # --write only
+
         written, _ = write_ranges(registry, report.suggested)
         out = console() if args.format == "table" else err_console()
         for line in written:

@@ -9,23 +9,21 @@ from patchset.cli.options import add_command
 
 SHELLS = ("bash", "zsh", "tcsh")
 
-HELP = "print a shell completion script (bash, zsh, tcsh)"
-DESCRIPTION = (
-    "Print a completion script for SHELL on stdout. bash: save it as"
-    " ~/.local/share/bash-completion/completions/patchset; zsh: as _patchset in a folder"
-    " of your $fpath."
-)
+DESCRIPTION = """\
+Print a completion script for SHELL on stdout. bash: save it as
+~/.local/share/bash-completion/completions/patchset; zsh: as _patchset in a folder of your
+$fpath."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = add_command(sub, "completion", HELP, run, DESCRIPTION)
+    p = add_command(sub, "completion", run, DESCRIPTION)
     p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="one of: " + ", ".join(SHELLS))
 
 
 def run(args: argparse.Namespace) -> int:
-    import shtab  # noqa: PLC0415  (only this command needs it)
+    import shtab  # (only this command needs it)
 
-    from patchset.cli.main import build_parser  # noqa: PLC0415  (main imports this module)
+    from patchset.cli.main import build_parser  # (main imports this module)
 
     sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
     return 0

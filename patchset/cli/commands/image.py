@@ -7,32 +7,33 @@ command (and the in-image use of the engine) would pay it for nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchset.cli.loading import load
-from patchset.cli.options import add_command
-from patchset.cli.output import FORMATS, console, err_lines, print_json, table
+from patchset.cli.options import add_command, option_values, repeatable, switch
+from patchset.cli.output import FORMATS, console, emit, err_lines, print_json, table
 from patchset.errors import ExitCode, UsageError
-from patchset.image.definition import load_definition
-from patchset.image.manifest import MANIFEST_PATH
 
-BUILD_HELP = "build, verify and tag a patched vLLM image from builds/<name>.toml"
-BUILD_DESCRIPTION = (
-    "Build the thin patched image of a build definition on its official base;"
-    " nothing is tagged unless the build and its verification pass."
-)
+if TYPE_CHECKING:
+    from patchset.image.build import BuildReport
+
+BUILD_DESCRIPTION = """\
+Build the thin patched image of a build definition on its official base; nothing is tagged
+unless the build and its verification pass."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = add_command(sub, "build", BUILD_HELP, run_build, BUILD_DESCRIPTION)
+    p = add_command(sub, "build", run_build, BUILD_DESCRIPTION)
     p.add_argument("definition", type=Path, metavar="BUILD_TOML")
-    p.add_argument("--push", action="store_true", help="push every tag to its registry")
-    p.add_argument("--tag", action="append", default=[], metavar="REF", help="an extra tag")
-    p.add_argument("--no-cache", action="store_true", help="build without the layer cache")
-    p.add_argument(
+    switch(p, "--push", "push every tag to its registry")
+    repeatable(p, "--tag", "REF", "an extra tag")
+    switch(p, "--no-cache", "build without the layer cache")
+    switch(
+        p,
         "--strict",
-        action="store_true",
-        help="refuse a patch whose upstream fix the base holds (default: left out, a line)",
+        "refuse a patch whose upstream fix the base holds (default: left out, a line)",
     )
     p.add_argument(
         "--output",
@@ -42,21 +43,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="where build.log and report.json go (default: .patchset-builds/<name>)",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
-    for name, helptext, handler in (
-        ("inspect", "print a patched image's provenance (labels and manifest)", run_inspect),
-        (
-            "verify",
-            "re-check, with no network, that every patch is present in an image",
-            run_verify,
-        ),
-    ):
-        p = add_command(sub, name, helptext, handler, helptext)
+    for name, handler in (("inspect", run_inspect), ("verify", run_verify)):
+        p = add_command(sub, name, handler)
         p.add_argument("image", metavar="IMAGE")
         p.add_argument("--format", choices=FORMATS, default="table")
-    p.add_argument(  # verify's own
+    switch(  # verify's own
+        p,
         "--start",
-        action="store_true",
-        help="run the start itself in a throwaway container (startup patches written, every"
+        "run the start itself in a throwaway container (startup patches written, every"
         " [[verify]] run), all but the exec of vllm serve",
     )
     p.add_argument(
@@ -67,17 +61,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a `runtime export` folder, copied to /opt/patchset of a stock IMAGE"
         " (implies --start)",
     )
-    p.add_argument(
+    repeatable(
+        p,
         "--env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a variable of that start (switches, policies, PATCHSET_COMPUTE_CAPABILITY)",
+        "KEY=VALUE",
+        "a variable of that start (switches, policies, PATCHSET_COMPUTE_CAPABILITY)",
     )
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from patchset.image.build import build  # noqa: PLC0415 - see the module docstring
+    from patchset.image.build import build  # see the module docstring
+    from patchset.image.definition import load_definition
 
     definition = load_definition(args.definition)
     registry = load(args.registry)
@@ -86,15 +80,16 @@ def run_build(args: argparse.Namespace) -> int:
         definition,
         registry,
         extra_tags=tuple(args.tag),
-        push=args.push,
         nocache=args.no_cache,
         output=output,
         on_log=err_lines(),
-        strict=args.strict,
+        **option_values(args, "push", "strict"),
     )
-    if args.format == "json":
-        print_json(report.to_dict())
-        return ExitCode.OK
+    emit(report, args.format, functools.partial(_built, output=output))
+    return ExitCode.OK
+
+
+def _built(report: BuildReport, *, output: Path) -> None:
     con = console()
     out = table(f"built {report.image_id[:19]} on {report.base}", ["patch", "rev", "apply"])
     for p in report.patches:
@@ -106,13 +101,14 @@ def run_build(args: argparse.Namespace) -> int:
             markup=False,
         )
     con.print(
-        f"added {report.added_bytes} bytes over the base; report {output}/report.json", markup=False
+        f"added {report.added_bytes} bytes over the base; report {output}/report.json",
+        markup=False,
     )
-    return ExitCode.OK
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from patchset.image.inspect import inspect_image  # noqa: PLC0415 - see the module docstring
+    from patchset.image.inspect import inspect_image  # see the module docstring
+    from patchset.image.manifest import MANIFEST_PATH
 
     found = inspect_image(args.image)
     if args.format == "json":
@@ -132,8 +128,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    from patchset.adapters import dockerengine  # noqa: PLC0415 - see the module docstring
-    from patchset.image import verify  # noqa: PLC0415
+    from patchset.adapters import dockerengine  # see the module docstring
+    from patchset.image import verify
 
     start = args.start or args.bundle is not None
     environment = verify.environment_of(args.env)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patchset.cli.output import FORMATS, console, print_json
+from patchset.cli.options import add_command, option_values, repeatable, switch
+from patchset.cli.output import FORMATS, console, emit
 from patchset.importers import COLLECTIONS, ImportReport, import_collection
 
 DESCRIPTION = """\
@@ -19,12 +20,7 @@ skipped); exit 2 when DIR is not the named collection."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "import",
-        help="import a whole collection (genesis, club-3090) into the registry",
-        description=DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(sub, "import", run, DESCRIPTION)
     p.add_argument(
         "collection", choices=COLLECTIONS, metavar="COLLECTION", help="genesis | club-3090"
     )
@@ -36,11 +32,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="ID",
         help="only these patches (the collection's ids or patchset's)",
     )
-    p.add_argument("--dry-run", action="store_true", help="say what would change; write nothing")
-    p.add_argument(
+    switch(p, "--dry-run", "say what would change; write nothing")
+    switch(
+        p,
         "--run-scripts",
-        action="store_true",
-        help="club-3090: run its anchor scripts (the collection's own code) in scratch copies"
+        "club-3090: run its anchor scripts (the collection's own code) in scratch copies"
         " of each release",
     )
     p.add_argument(
@@ -50,16 +46,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         metavar="S",
         help="seconds per script run (default 60)",
     )
-    p.add_argument(
+    repeatable(
+        p,
         "--source",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="club-3090: where the releases that overlays are compared with come from"
-        " (default: the index); repeatable",
+        "SPEC",
+        "club-3090: where the releases that overlays are compared with come from (default: the"
+        " index); repeatable",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,17 +61,10 @@ def run(args: argparse.Namespace) -> int:
         args.collection,
         args.dir,
         args.registry,
-        only=args.only,
-        dry_run=args.dry_run,
-        run_scripts=args.run_scripts,
-        builds=args.builds,
-        script_timeout=args.script_timeout,
         sources=args.source,
+        **option_values(args, "only", "dry_run", "run_scripts", "builds", "script_timeout"),
     )
-    if args.format == "json":
-        print_json(report.to_dict())
-    else:
-        _render(report)
+    emit(report, args.format, _render)
     return report.exit_code
 
 

@@ -8,18 +8,21 @@ from pathlib import Path
 from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, print_json
 from patchset.errors import ExitCode
-from patchset.project import init_project
+
+DESCRIPTION = """\
+Lay out patches/, builds/ and [tool.patchset] in DIR/pyproject.toml; anything already there
+is kept as it is."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    helptext = "lay out patches/, builds/ and [tool.patchset] in DIR/pyproject.toml"
-    description = f"{helptext.capitalize()}; anything already there is kept as it is."
-    p = add_command(sub, "init", helptext, run, description)
+    p = add_command(sub, "init", run, DESCRIPTION)
     p.add_argument("dir", nargs="?", type=Path, default=Path(), metavar="DIR")
     p.add_argument("--format", choices=FORMATS, default="table")
 
 
 def run(args: argparse.Namespace) -> int:
+    from patchset.project import init_project
+
     result = init_project(args.dir)
     if args.format == "json":
         print_json(

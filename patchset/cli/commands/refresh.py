@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from patchset.cli.loading import load
-from patchset.cli.options import add_command
-from patchset.cli.output import FORMATS, console, print_json
+from patchset.cli.options import add_command, repeatable, switch
+from patchset.cli.output import FORMATS, console, emit
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
 from patchset.refresh import RefreshResult, SiteRefresh, abort, finish, refresh
@@ -35,39 +35,34 @@ where one is clearly best it is proposed as the new anchor. --write records the 
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    helptext = "carry a patch that no longer fits onto a newer vLLM release"
-    p = add_command(sub, "refresh", helptext, run, DESCRIPTION)
+    p = add_command(sub, "refresh", run, DESCRIPTION)
     p.add_argument("id", metavar="ID", nargs="?")
-    p.add_argument(
+    switch(
+        p,
         "--all",
-        action="store_true",
-        help="with --vllm: every diff patch that fits it only at an offset or with fuzz, as"
-        " an exact new variant (written with --write; patchset/cli/carry.py)",
+        "with --vllm: every diff patch that fits it only at an offset or with fuzz, as an exact"
+        " new variant, and every runtime patch whose anchors it moved, with the new anchors"
+        " where they are clear (written with --write; patchset/cli/carry.py)",
     )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument(
         "--vllm", metavar="VERSION", help="the release to carry it onto ('latest': the newest)"
     )
-    what.add_argument(
-        "--finish", action="store_true", help="turn the edited work folder into the new variant"
-    )
-    what.add_argument("--abort", action="store_true", help="drop an unfinished refresh")
+    switch(what, "--finish", "turn the edited work folder into the new variant")
+    switch(what, "--abort", "drop an unfinished refresh")
     p.add_argument(
         "--workdir",
         type=Path,
         metavar="DIR",
         help="where a conflicted merge is left (default: .patchset-refresh/ID beside the registry)",
     )
-    p.add_argument("--write", action="store_true", help="runtime patches: record the proposal")
-    p.add_argument(
-        "--dry-run", action="store_true", help="diff patches: show the merge, write nothing"
-    )
-    p.add_argument(
+    switch(p, "--write", "runtime patches: record the proposal")
+    switch(p, "--dry-run", "diff patches: show the merge, write nothing")
+    repeatable(
+        p,
         "--pick",
-        action="append",
-        default=[],
-        metavar="SITE=N",
-        help="runtime patches: take candidate N (1-based) as SITE's new anchor (repeatable)",
+        "SITE=N",
+        "runtime patches: take candidate N (1-based) as SITE's new anchor (repeatable)",
     )
     add_source_options(p)
     p.add_argument("--format", choices=FORMATS, default="table")
@@ -85,7 +80,7 @@ def _picks(values: list[str]) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     if args.all or args.id is None:
-        from patchset.cli import carry  # noqa: PLC0415
+        from patchset.cli import carry
 
         return carry.run(args)
     registry = load(args.registry, [args.id])
@@ -120,10 +115,7 @@ def run(args: argparse.Namespace) -> int:
             workdir=args.workdir,
             picks=_picks(args.pick),
         )
-    if args.format == "json":
-        print_json(result.to_dict())
-    else:
-        show(result)
+    emit(result, args.format, show)
     return result.exit_code
 
 

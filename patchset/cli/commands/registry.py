@@ -12,7 +12,6 @@ from patchset.cli.loading import load
 from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
 from patchset.errors import ExitCode, RegistryError, UsageError
-from patchset.image.definition import load_definitions
 from patchset.kernel import vllm
 from patchset.registry import (
     PATCH_FILE,
@@ -24,21 +23,17 @@ from patchset.registry import (
 )
 from patchset.registry.support import ImportRule, import_problems, import_rule
 from patchset.registry.toml import load_toml
-from patchset.schemas import check_project, document_problems
 
-VALIDATE_HELP = "load and validate every patch (and build definition); print the registry digest"
-VALIDATE_DESCRIPTION = (
-    "Load every patch and build definition as every command does, and check patch.toml,"
-    " sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas in"
-    " patchset/schemas/."
-)
+VALIDATE_DESCRIPTION = """\
+Load every patch and build definition as every command does, and check patch.toml,
+sites.toml, builds/*.toml and [tool.patchset] against the JSON Schemas in patchset/schemas/."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    listing = add_command(sub, "list", "list the patches in the registry", run_list)
-    show = add_command(sub, "show", "show one patch's metadata and payload", run_show)
+    listing = add_command(sub, "list", run_list)
+    show = add_command(sub, "show", run_show)
     show.add_argument("id", metavar="ID")
-    validate = add_command(sub, "validate", VALIDATE_HELP, run_validate, VALIDATE_DESCRIPTION)
+    validate = add_command(sub, "validate", run_validate, VALIDATE_DESCRIPTION)
     validate.add_argument(
         "--target",
         type=Path,
@@ -153,6 +148,8 @@ def run_show(args: argparse.Namespace) -> int:
 def _more_problems(folder: Path, found: list[LoadProblem]) -> list[str]:
     """The problems of a patch.toml that did not load that only its JSON Schema sees (the
     loader's own name their key); none when the file does not parse."""
+    from patchset.schemas import document_problems  # validate only
+
     file = folder / PATCH_FILE
     try:
         data = load_toml(file)
@@ -199,6 +196,9 @@ def run_validate(args: argparse.Namespace) -> int:
     """Every problem of every patch in one run (each names its file and key, and the TOML
     line when there is one); exit 2 when there is any. The JSON Schemas are checked once all
     load."""
+    from patchset.image.definition import load_definitions  # validate only
+    from patchset.schemas import check_project
+
     root = Path(args.registry)
     # Hidden files a killed write left (the loader skips them): removed once stale, and said.
     removed = leftovers.sweep(root) if root.is_dir() else []

@@ -4,29 +4,29 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchset.cli.loading import load
-from patchset.cli.options import add_command
-from patchset.cli.output import FORMATS, console, err_lines, print_json, table
+from patchset.cli.options import add_command, switch
+from patchset.cli.output import FORMATS, console, emit, err_lines, table
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
-from patchset.image.definition import load_definition
 
-HELP = "patches for the stock vLLM image without a rebuild (runtime export)"
-EXPORT_HELP = "write a read-only bundle, compose.yaml and docker run line for a build definition"
-EXPORT_DESCRIPTION = (
-    "Write a standard-library bundle (entrypoint, kernel, manifest, payloads,"
-    " plugins) that, mounted read-only into the stock image, applies the definition's"
-    " patches at start and execs `vllm serve`; with a compose.yaml service and"
-    " docker-run.sh. The release's files come from --source (default: the package index)."
-)
+if TYPE_CHECKING:
+    from patchset.image.export import ExportReport
+
+EXPORT_DESCRIPTION = """\
+Write a standard-library bundle (entrypoint, kernel, manifest, payloads, plugins) that,
+mounted read-only into the stock image, applies the definition's patches at start and execs
+`vllm serve`; with a compose.yaml service and docker-run.sh. The release's files come from
+--source (default: the package index)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     description = "Patches applied at container start by the stock vLLM image."
-    p = add_command(sub, "runtime", HELP, None, description)
+    p = add_command(sub, "runtime", None, description)
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    e = add_command(actions, "export", EXPORT_HELP, run_export, EXPORT_DESCRIPTION)
+    e = add_command(actions, "runtime export", run_export, EXPORT_DESCRIPTION)
     e.add_argument("folder", type=Path, metavar="DIR")
     e.add_argument(
         "--build",
@@ -36,16 +36,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="the build definition (default: the only one in the builds folder)",
     )
     add_source_options(e, pre=False)
-    e.add_argument(
+    switch(
+        e,
         "--strict",
-        action="store_true",
-        help="refuse a patch whose upstream fix the release holds (default: left out, a line)",
+        "refuse a patch whose upstream fix the release holds (default: left out, a line)",
     )
     e.add_argument("--format", choices=FORMATS, default="table")
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from patchset.image.export import default_definition, export_runtime  # noqa: PLC0415
+    from patchset.image.definition import load_definition
+    from patchset.image.export import default_definition, export_runtime
 
     definition = load_definition(args.build or default_definition(args.builds))
     registry = load(args.registry)
@@ -58,9 +59,11 @@ def run_export(args: argparse.Namespace) -> int:
         log=err_lines(),
         strict=args.strict,
     )
-    if args.format == "json":
-        print_json(report.to_dict())
-        return ExitCode.OK
+    emit(report, args.format, _exported)
+    return ExitCode.OK
+
+
+def _exported(report: ExportReport) -> None:
     con = console()
     out = table(
         f"runtime for {report.base} (vLLM {report.vllm}) in {report.folder}",
@@ -71,4 +74,3 @@ def run_export(args: argparse.Namespace) -> int:
     con.print(out)
     con.print(f"compose: {report.folder}/compose.yaml", markup=False)
     con.print(f"docker run: {report.docker_run}", markup=False, soft_wrap=True)
-    return ExitCode.OK

@@ -9,9 +9,8 @@ from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
 from patchset.adapters.forge import API_ENV, TOKEN_ENV, ForgeAPI
-from patchset.cli.github import repo_root, shown
 from patchset.cli.loading import load
-from patchset.cli.options import add_command
+from patchset.cli.options import add_command, switch
 from patchset.cli.output import console, print_json, styled, table, text
 from patchset.errors import UsageError
 from patchset.registry import PATCH_FILE, Registry
@@ -22,18 +21,16 @@ FORMATS = ("table", "json", "markdown", "github")
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 _STATE_LINE = re.compile(r"^\s*state\s*=")
 
-HELP = "ask the forge about each patch's pull request; say what changed"
-DESCRIPTION = (
-    "For each patch with [upstream] pr, the forge's answer (GitHub's REST API:"
-    f" the base from ${API_ENV}, default GitHub's; a token from ${TOKEN_ENV}, never"
-    " printed) beside the recorded state: newly merged (and its first release, with"
-    " --source git:PATH), closed without merging, still open, registry out of date."
-    " Answers are cached with their ETag (a 304 costs no rate limit)."
-)
+DESCRIPTION = f"""\
+For each patch with [upstream] pr, the forge's answer (GitHub's REST API: the base from
+${API_ENV}, default GitHub's; a token from ${TOKEN_ENV}, never printed) beside
+the recorded state: newly merged (and its first release, with --source git:PATH), closed
+without merging, still open, registry out of date. Answers are cached with their ETag (a
+304 costs no rate limit)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = add_command(sub, "upstream", HELP, run, DESCRIPTION)
+    p = add_command(sub, "upstream", run, DESCRIPTION)
     p.add_argument("--patch", action="append", default=[], metavar="ID", help="only this one")
     p.add_argument(
         "--source",
@@ -41,9 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="a local vLLM clone: the first release tag holding each merged PR's commit",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.add_argument(
-        "--write", action="store_true", help="record the forge's state in each patch.toml"
-    )
+    switch(p, "--write", "record the forge's state in each patch.toml")
     p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
 
 
@@ -139,6 +134,8 @@ def _cell(value: str) -> str:
 def workflow_lines(report: UpstreamReport, registry: Registry) -> list[str]:
     """One `::error` per finding that needs attention, on its patch.toml's `state` line; one
     `::notice` with the counts."""
+    from patchset.cli.github import repo_root, shown  # --format github only (the check's)
+
     root = repo_root()
     lines = []
     for f in report.findings:

@@ -1,0 +1,178 @@
+# ruff: noqa: E501 - the Genesis-shaped modules below are written as such modules are
+"""How Genesis's TextPatcher rules carry over: drift markers, conditional and either-or
+sub-patches, an anchor reading a required patch's edit (modules written here, read statically)."""
+
+from __future__ import annotations
+
+import textwrap
+import tomllib
+from pathlib import Path
+
+import patchset
+from patchset.importers import genesis_text
+from patchset.importers.land import _write_patch
+from patchset.importers.model import Draft
+from patchset.importers.pystatic import Package
+from patchset.importers.tomlout import dumps
+from patchset.registry import load_registry
+from patchset.sources import parse_source
+from tests import import_fixtures as fx
+
+HEADER = """\
+from sndr.engines.vllm.detection.guards import resolve_vllm_file
+from sndr.kernel import TextPatch, TextPatcher
+"""
+
+
+def _sites(
+    tmp_path: Path, body: str
+) -> tuple[dict[str, object], list[dict[str, object]], list[str]]:
+    (tmp_path / "sndr").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "sndr" / "m.py").write_text(HEADER + textwrap.dedent(body))
+    scope = Package(tmp_path).scope("sndr.m")
+    assert scope is not None
+    patchers, unresolved = genesis_text._patchers(scope)
+    assert not unresolved, unresolved
+    meta: dict[str, object] = {"upstream": {}}
+    lost: list[str] = []
+    payloads, _ = genesis_text._runtime("genesis-t", "T", patchers, meta, lost)
+    return meta, tomllib.loads(payloads["sites.toml"])["site"], lost
+
+
+def test_a_drift_marker_its_own_text_holds_is_the_patch_probe(tmp_path: Path) -> None:
+    # Genesis skips the patch when upstream has the function the patch itself adds: patchset
+    # weighs the patch's probe after "already applied", so it is kept.
+    meta, _, _ = _sites(
+        tmp_path,
+        """
+        def _make_patcher():
+            return TextPatcher(
+                patch_name="t",
+                target_file=resolve_vllm_file("x.py"),
+                marker="T v1",
+                sub_patches=[TextPatch(name="a", anchor="def f():\\n", replacement="def f():\\n    g()\\n", required=True)],
+                upstream_drift_markers=["[Genesis T", "    g()\\n"],
+            )
+        """,
+    )
+    assert meta["upstream"] == {"probe": {"file": "vllm/x.py", "any": ["[Genesis T", "    g()\n"]}}
+
+
+def test_a_later_patchers_drift_is_read_after_the_patchers_before(tmp_path: Path) -> None:
+    # Two shapes of one file, two patchers: the second's drift marker is the first's edit
+    # (Genesis then skips it); a marker the second's own first sub-patch inserts is left out
+    # of its later sites, where Genesis (reading once, before its first edit) never sees it.
+    _, sites, _ = _sites(
+        tmp_path,
+        """
+        def _one():
+            return TextPatcher(
+                patch_name="one", target_file=resolve_vllm_file("x.py"), marker="T one",
+                sub_patches=[TextPatch(name="old", anchor="a = 1\\n", replacement="a = cdiv(1)\\n", required=True)],
+                upstream_drift_markers=["[Genesis T"],
+            )
+
+        def _two():
+            return TextPatcher(
+                patch_name="two", target_file=resolve_vllm_file("x.py"), marker="T two",
+                sub_patches=[
+                    TextPatch(name="new", anchor="b = 1\\n", replacement="b = cdiv(2)\\n", required=True),
+                    TextPatch(name="new2", anchor="c = 1\\n", replacement="c = 3\\n", required=True),
+                ],
+                upstream_drift_markers=["a = cdiv(", "b = cdiv("],
+            )
+        """,
+    )
+    assert [s["name"] for s in sites] == ["old", "new", "new2"]
+    assert "probe" not in sites[0]
+    assert sites[1]["probe"] == {"any": ["a = cdiv(", "b = cdiv("]}
+    assert sites[2]["probe"] == {"any": ["a = cdiv("]}  # "b = cdiv(" is site new's own edit
+
+
+def test_a_sub_patch_appended_under_an_if_is_optional(tmp_path: Path) -> None:
+    _, sites, lost = _sites(
+        tmp_path,
+        """
+        def apply():
+            target = resolve_vllm_file("x.py")
+            content = open(target).read()
+            if target is not None:
+                subs = [TextPatch(name="base", anchor="x = 1\\n", replacement="x = 2\\n", required=True)]
+                if "[Genesis OTHER]" in content:
+                    subs.append(TextPatch(name="over", anchor="y = 1\\n", replacement="y = 2\\n", required=True))
+                TextPatcher(patch_name="t", target_file=target, marker="T", sub_patches=subs).apply()
+        """,
+    )
+    assert [(s["name"], s["optional"]) for s in sites] == [("base", False), ("over", True)]
+    assert any("sub-patch over" in line and "`if`" in line for line in lost), lost
+
+
+def test_patchers_returned_in_turn_on_two_files_are_optional(tmp_path: Path) -> None:
+    _, sites, lost = _sites(
+        tmp_path,
+        """
+        def _make_patcher():
+            new = resolve_vllm_file("new.py")
+            legacy = resolve_vllm_file("legacy.py")
+            if new is not None:
+                return TextPatcher(patch_name="n", target_file=new, marker="T",
+                    sub_patches=[TextPatch(name="n", anchor="n = 1\\n", replacement="n = 2\\n", required=True)])
+            if legacy is not None:
+                return TextPatcher(patch_name="l", target_file=legacy, marker="T",
+                    sub_patches=[TextPatch(name="l", anchor="l = 1\\n", replacement="l = 2\\n", required=True)])
+            return None
+        """,
+    )
+    assert [(s["file"], s["optional"]) for s in sites] == [
+        ("vllm/new.py", True),
+        ("vllm/legacy.py", True),
+    ]
+    assert sum("whichever the release has" in line for line in lost) == 2
+
+
+BASE_TEXT = "def forward(x):\n    y = x + 1\n    return y\n"
+
+
+def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: Path) -> None:
+    """PN388 reads P34's edit: with patchset's marker comment above P34's text, the stacked
+    anchor still matches on top of it (and, as its alternative, on Genesis's own result)."""
+    below_site = {
+        "name": "b",
+        "file": "vllm/x.py",
+        "action": "replace",
+        "marker": "Genesis B b",
+        "anchor": "    y = x + 1\n",
+        "text": "    y = x + 2\n",
+        "optional": False,
+    }
+    above_site = {
+        "name": "a",
+        "file": "vllm/x.py",
+        "action": "replace",
+        "marker": "Genesis A a",
+        "anchor": "def forward(x):\n    y = x + 2\n    return y\n",
+        "text": "def forward(x):\n    y = x + 2\n    return y * 3\n",
+        "optional": False,
+    }
+
+    def draft(pid: str, site: dict[str, object], **extra: object) -> Draft:
+        meta = {"id": pid, "title": pid, "description": pid, "kind": "runtime", "revision": 1}
+        meta |= {"vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
+        meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
+        meta |= extra
+        return Draft(pid, pid, meta, {"sites.toml": dumps({"site": [site]}, header="h")})
+
+    drafts = [draft("t-below", below_site), draft("t-above", above_site, requires=["t-below"])]
+    genesis_text.stacked_anchors(drafts)
+    site = tomllib.loads(drafts[1].payloads["sites.toml"])["site"][0]
+    assert site["anchor"] == "def forward(x):\n    # Genesis B b\n    y = x + 2\n    return y\n"
+    assert site["alternatives"] == [{"anchor": above_site["anchor"]}]
+    registry = tmp_path / "patches"
+    for d in drafts:
+        _write_patch(registry / d.id, d.meta, d.payloads)
+    release = fx.release(tmp_path / "r", "0.20.0", {"vllm/x.py": BASE_TEXT})
+    report = patchset.check(
+        load_registry(registry), ["0.20.0"], source=parse_source(str(release)), use_memo=False
+    )
+    result = report.result("0.20.0", "t-above")
+    assert result.verdict == "needed", result.detail
