@@ -2,6 +2,12 @@
 
     python3 benchmarks/reliability_report.py           # 200 random examples per property
     python3 benchmarks/reliability_report.py --long    # 2,000
+    python3 benchmarks/reliability_report.py --sizes 20,40,60   # only item 19's timing
+
+With --sizes, `patchset add --from-tree --file` of a new module of each size (MB) is timed
+in a fresh process (wall and CPU seconds; issue 23 item 19: linear in the size) and the table
+between the size markers in docs/reliability.md is rewritten; the tests count the work
+instead (tests/authoring/test_hostile_authoring.py::test_a_big_new_file_costs_linear_work).
 
 Every hostile input and injected fault is recorded by the test that tries it
 (tests/reliability.py), with whether anything was lost or half-written; the reused download
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "reliability.md"
 LOG = ROOT / ".reliability.jsonl"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
+SIZES_BEGIN, SIZES_END = "<!-- sizes:begin -->", "<!-- sizes:end -->"
+LINE = "x = 'a short line of a generated module'\n"
 TEST_FILES = [
     "tests/test_hostile_corpus.py",
     "tests/test_hostile_text.py",
@@ -67,34 +76,88 @@ def table(records: list[dict[str, object]]) -> list[str]:
     return lines
 
 
-def rewrite(lines: list[str], *, code: int, seconds: float, long: bool) -> None:
-    commit = subprocess.run(
+def time_sizes(sizes: list[int]) -> list[str]:
+    """`add --from-tree --file` of a new module of each size: a table of wall and CPU s."""
+    import tempfile  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT))
+    from tests.synthetic import BODY, make_tree  # noqa: PLC0415 -- once ROOT is on the path
+    from tests.timing import run_patchset  # noqa: PLC0415
+
+    lines = ["| new file | wall s | CPU s | CPU s per 20 MB |", "|---:|---:|---:|---:|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        release = make_tree(Path(tmp, "release"), {"vllm/mod.py": BODY})
+        for size in sizes:
+            registry = Path(tmp, f"reg{size}")
+            registry.mkdir()
+            tree = make_tree(Path(tmp, f"tree{size}"), {"vllm/mod.py": BODY})
+            (tree / "vllm" / "big.py").write_text(LINE * (size * 1_000_000 // len(LINE)))
+            words = ["--registry", str(registry), "add", "big", "--from-tree", str(tree)]
+            words += ["--vllm", "0.19.1", "--source", str(release), "--file", "vllm/big.py"]
+            wall, cpu, _ = run_patchset(words, {})
+            print(f"{size} MB: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+            lines.append(f"| {size} MB | {wall:.1f} | {cpu:.1f} | {cpu * 20 / size:.1f} |")
+            shutil.rmtree(tree)
+            shutil.rmtree(registry)
+    return lines
+
+
+def _commit() -> str:
+    return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
     ).stdout.strip()
+
+
+def _replace_block(begin: str, end: str, block: list[str]) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    DOC.write_text(head + "\n".join([begin, *block, end]) + tail, encoding="utf-8")
+
+
+def rewrite_sizes(lines: list[str]) -> None:
+    load = os.getloadavg()[0]
+    command = "python3 benchmarks/reliability_report.py --sizes"
+    _replace_block(
+        SIZES_BEGIN,
+        SIZES_END,
+        [
+            f"From `{command}` at commit `{_commit() or '?'}` ({time.strftime('%Y-%m-%d')};"
+            f" load average {load:.1f} on 2 shared cores).",
+            "",
+            *lines,
+        ],
+    )
+
+
+def rewrite(lines: list[str], *, code: int, seconds: float, long: bool) -> None:
+    commit = _commit()
     outcome = "all passed" if code == 0 else f"FAILED (pytest exit {code})"
     profile = " --long" if long else ""
     block = [
-        BEGIN,
         f"From `python3 benchmarks/reliability_report.py{profile}` at commit `{commit or '?'}`"
         f" ({time.strftime('%Y-%m-%d')}, {seconds:.0f} s on this machine; tests: {outcome}).",
         "",
         *lines,
-        END,
     ]
-    text = DOC.read_text(encoding="utf-8")
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    DOC.write_text(head + "\n".join(block) + tail, encoding="utf-8")
+    _replace_block(BEGIN, END, block)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--long", action="store_true", help="ten times the random examples")
+    parser.add_argument(
+        "--sizes", metavar="MB,MB", help="only time `add` of new files of these sizes (item 19)"
+    )
     options = parser.parse_args()
+    if options.sizes:
+        rewrite_sizes(time_sizes([int(n) for n in options.sizes.split(",")]))
+        print(f"{DOC.relative_to(ROOT)}: size table rewritten")
+        return 0
     code, seconds = run_tests(long=options.long)
     records = [json.loads(line) for line in LOG.read_text().splitlines()] if LOG.exists() else []
     lines = table(records)

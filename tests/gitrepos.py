@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+from tests import synthetic
+
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -42,22 +44,10 @@ def commit(
     return git(repo, "rev-parse", "HEAD")
 
 
-DEFINITION = """\
-vllm = "{vllm}"
-cuda = "cu130"
-base = "vllm/vllm-openai:v{vllm}-cu130"
-repository = "team/vllm-openai"
-tags = ["{{vllm}}-{{cuda}}"]
-patches = [{patches}]
-
-[serve]
-args = []
-"""
-
-
 def definition_text(vllm: str, patches: list[str] | tuple[str, ...]) -> str:
-    """A minimal build definition pinned to `vllm`, listing `patches`."""
-    return DEFINITION.format(vllm=vllm, patches=", ".join(f'"{p}"' for p in patches))
+    """A minimal build definition pinned to `vllm`, listing `patches` (a team's repository,
+    no serve arguments)."""
+    return synthetic.definition_text(vllm, patches, repository="team/vllm-openai", args=())
 
 
 def line_diff(name: str) -> str:

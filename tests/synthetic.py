@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -112,6 +113,24 @@ def make_tree(root: Path, files: dict[str, str], version: str = "0.19.1") -> Pat
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(text.encode())
     return root
+
+
+def definition_text(
+    vllm: str,
+    patches: Sequence[str],
+    *,
+    repository: str = "patchset/vllm-openai",
+    tables: str = "",
+    args: Sequence[str] = ("--model", "m"),
+) -> str:
+    """A build definition (builds/<vllm>.toml) for `vllm` listing `patches`, with `tables`
+    (TOML, e.g. an [env] table) before its [serve] table."""
+    return (
+        f'vllm = "{vllm}"\ncuda = "cu130"\nbase = "vllm/vllm-openai:v{vllm}-cu130"\n'
+        f'repository = "{repository}"\ntags = ["{{vllm}}-{{cuda}}"]\n'
+        f"patches = {json.dumps(list(patches))}\n\n{tables}"
+        f"[serve]\nargs = {json.dumps(list(args))}\n"
+    )
 
 
 def exported_bundle(

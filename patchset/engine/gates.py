@@ -20,7 +20,7 @@ from typing import Literal
 from patchset.errors import UsageError
 from patchset.kernel import gpus
 from patchset.kernel.capability import Capability, in_scope
-from patchset.kernel.predicates import Facts, cuda_version, evaluate, installed_versions
+from patchset.kernel.predicates import CUDA_RUNTIMES, Facts, cuda_of, evaluate, installed_versions
 from patchset.registry import Patch
 
 DETECT: Literal["detect"] = "detect"  # find this machine's GPUs with nvidia-smi
@@ -57,8 +57,9 @@ def facts(
     root: Path, served: Mapping[str, str] | None, gpu: Hardware, *, this_python: bool
 ) -> Facts:
     """What `[applies]` reads on this tree. `served` empty or None: not known."""
-    versions = installed_versions(root, ("torch", "triton"))
-    if (cuda := cuda_version(root)) is not None:
+    read = installed_versions(root, ("torch", "triton", *CUDA_RUNTIMES))  # one scan
+    versions = {k: v for k, v in read.items() if k in ("torch", "triton")}
+    if (cuda := cuda_of(read)) is not None:
         versions["cuda"] = cuda
     if gpu.driver is not None:
         versions["driver"] = gpu.driver

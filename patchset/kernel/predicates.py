@@ -376,13 +376,18 @@ _TORCH_CUDA = re.compile(r"\+cu(\d+)(\d)$")  # torch's local version: 2.9.0+cu12
 
 def cuda_version(site_packages: Path | str) -> str | None:
     """The CUDA runtime installed in `site_packages`, from dist-info only (nothing imported):
-    the version of NVIDIA's runtime distribution (`CUDA_RUNTIMES`, e.g. ``12.8.90``), else
-    the CUDA of torch's local version (``2.9.0+cu128``: ``12.8``); None when neither says."""
-    found = installed_versions(site_packages, ("torch", *CUDA_RUNTIMES))
-    runtime = next((found[n] for n in CUDA_RUNTIMES if n in found), None)
+    see `cuda_of`."""
+    return cuda_of(installed_versions(site_packages, ("torch", *CUDA_RUNTIMES)))
+
+
+def cuda_of(versions: Mapping[str, str]) -> str | None:
+    """The CUDA runtime from `installed_versions` of torch and `CUDA_RUNTIMES`: the version of
+    NVIDIA's runtime distribution (``12.8.90``), else the CUDA of torch's local version
+    (``2.9.0+cu128``: ``12.8``); None when neither says."""
+    runtime = next((versions[n] for n in CUDA_RUNTIMES if versions.get(n)), None)
     if runtime is not None:
         return runtime
-    tagged = _TORCH_CUDA.search(found.get("torch", ""))
+    tagged = _TORCH_CUDA.search(versions.get("torch", ""))
     return f"{tagged[1]}.{tagged[2]}" if tagged else None
 
 
@@ -419,6 +424,7 @@ __all__ = [
     "Node",
     "PredicateError",
     "Verdict",
+    "cuda_of",
     "cuda_version",
     "evaluate",
     "installed_versions",

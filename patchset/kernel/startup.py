@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .manifest import Check, Manifest, Outcome, PatchEntry
-from .predicates import Facts, cuda_version, evaluate, installed_versions, switch_word
+from .predicates import CUDA_RUNTIMES, Facts, cuda_of, evaluate, installed_versions, switch_word
 from .tree import sha256
 
 POLICIES = ("fail", "warn")
@@ -94,11 +94,10 @@ def facts(
     the versions of torch and triton and the CUDA runtime (their dist-info, never imported)
     and Python. PATCHSET_CUDA_VERSION / PATCHSET_DRIVER_VERSION, when set, win; a CUDA or
     driver nobody says stays unknown (so named)."""
-    versions = installed_versions(site_packages)
-    versions.setdefault("torch", "")  # absent: known absent, no specifier holds
-    versions.setdefault("triton", "")
+    read = installed_versions(site_packages, ("torch", "triton", *CUDA_RUNTIMES))  # one scan
+    versions = {"torch": read.get("torch", ""), "triton": read.get("triton", "")}  # "": absent
     versions["python"] = ".".join(str(n) for n in sys.version_info[:3])
-    found = {"cuda": cuda_version(site_packages), "driver": driver}
+    found = {"cuda": cuda_of(read), "driver": driver}
     for key, name in (("cuda", "PATCHSET_CUDA_VERSION"), ("driver", "PATCHSET_DRIVER_VERSION")):
         value = os.environ.get(name, "").strip() or found[key]
         if value:

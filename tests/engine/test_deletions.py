@@ -36,6 +36,7 @@ from tests.synthetic import (
     MemoryReleases,
     add_patch,
     build_manifest,
+    definition_text,
     exported_bundle,
     make_tree,
 )
@@ -318,17 +319,7 @@ def test_from_tree_expresses_deletions(tmp_path: Path) -> None:
     assert git_class(pristine, normalize_diff(found.text, file="t").text) == "needed"
 
 
-DEFINITION = """\
-vllm = "0.20.0"
-cuda = "cu130"
-base = "vllm/vllm-openai:v0.20.0-cu130"
-repository = "patchset/vllm-openai"
-tags = ["{vllm}-{cuda}"]
-patches = ["drop-it"]
-
-[serve]
-args = ["--model", "m"]
-"""
+DEFINITION = definition_text("0.20.0", ["drop-it"])
 
 
 def _starter(bin_dir: Path, bundle: Path, site: Path) -> Callable[..., Completed]:

@@ -18,6 +18,7 @@ from tests.synthetic import (
     OTHER,
     OTHER_DIFF,
     add_patch,
+    definition_text,
     exported_bundle,
     run_entrypoint,
     stand_in_vllm,
@@ -29,20 +30,9 @@ STARTUP_DIFF = STARTUP_DIFF.replace("-beta\n+beta patched", "-b = 2\n+b = 22").r
     " gamma", " c = 3"
 )
 
-DEFINITION = """\
-vllm = "0.20.0"
-cuda = "cu130"
-base = "vllm/vllm-openai:v0.20.0-cu130"
-repository = "patchset/vllm-openai"
-tags = ["{vllm}-{cuda}"]
-patches = ["mod-fix", "other-fix", "breaks-it"]
-
-[env]
-FROM_DEFINITION = "1"
-
-[serve]
-args = ["--model", "m"]
-"""
+DEFINITION = definition_text(
+    "0.20.0", ["mod-fix", "other-fix", "breaks-it"], tables='[env]\nFROM_DEFINITION = "1"\n\n'
+)
 SMI = "#!/bin/sh\necho '{line}'\n"
 
 
@@ -184,6 +174,7 @@ def test_driver_and_cuda_known_at_start(tmp_path: Path) -> None:
     applies = '\n[applies]\ncuda = ">=12.8"\ndriver = ">=570"\n'
     (folder / "patch.toml").write_text((folder / "patch.toml").read_text() + applies)
     definition = DEFINITION.replace('["mod-fix", "other-fix", "breaks-it"]', '["other-fix"]')
+    assert definition != DEFINITION
     bundle, tree = exported_bundle(tmp_path, registry, {"vllm/start.py": STARTUP}, definition)
     bin_dir = stand_in_vllm(tmp_path / "bin")
     (bin_dir / "nvidia-smi").write_text(SMI.format(line="NVIDIA GeForce RTX 5090, 12.0, 580.82.07"))

@@ -67,15 +67,14 @@ def test_a_refusal_names_the_failing_patch_first(tmp_path: Path) -> None:
     assert not (tmp_path / "bundle").exists()
 
 
+def _fixed_upstream(registry: Path) -> None:
+    """'fixed-upstream': OTHER_DIFF with a probe that finds it upstream in 0.20.0."""
+    add_patch(registry, "fixed-upstream", diff=OTHER_DIFF, targets=["vllm/other.py"], tail=PROBE)
+
+
 def test_an_upstream_patch_is_left_out_with_a_line(tmp_path: Path) -> None:
     add_patch(tmp_path / "patches", "mod-fix", diff=MOD_DIFF, targets=["vllm/mod.py"])
-    add_patch(
-        tmp_path / "patches",
-        "fixed-upstream",
-        diff=OTHER_DIFF,
-        targets=["vllm/other.py"],
-        tail=PROBE,
-    )
+    _fixed_upstream(tmp_path / "patches")
     files = {"vllm/mod.py": BODY, "vllm/other.py": OTHER.replace("beta", "beta patched")}
     logged = export(tmp_path, ["mod-fix", "fixed-upstream"], files)
     assert any(
@@ -89,13 +88,7 @@ def test_an_upstream_patch_is_left_out_with_a_line(tmp_path: Path) -> None:
 
 
 def test_strict_refuses_an_upstream_patch(tmp_path: Path) -> None:
-    add_patch(
-        tmp_path / "patches",
-        "fixed-upstream",
-        diff=OTHER_DIFF,
-        targets=["vllm/other.py"],
-        tail=PROBE,
-    )
+    _fixed_upstream(tmp_path / "patches")
     files = {"vllm/other.py": OTHER.replace("beta", "beta patched")}
     with pytest.raises(BuildError, match=r"upstream in 0\.20\.0.*--strict refuses it"):
         export(tmp_path, ["fixed-upstream"], files, strict=True)

@@ -27,22 +27,11 @@ from tests.synthetic import (
     ON_TOP,
     add_keys,
     add_patch,
+    definition_text,
     make_tree,
     run_entrypoint,
     stand_in_vllm,
 )
-
-DEFINITION = """\
-vllm = "0.20.0"
-cuda = "cu130"
-base = "vllm/vllm-openai:v0.20.0-cu130"
-repository = "patchset/vllm-openai"
-tags = ["{{vllm}}-{{cuda}}"]
-patches = [{patches}]
-
-[serve]
-args = ["--model", "m"]
-"""
 
 
 def sha(text: str) -> str:
@@ -57,11 +46,11 @@ def stacked_registry(root: Path, *, bottom: str = "startup", top: str = "startup
     return root
 
 
-def export(tmp_path: Path, patches: str, **when: str) -> tuple[Path, dict[str, Any]]:
+def export(tmp_path: Path, patches: list[str], **when: str) -> tuple[Path, dict[str, Any]]:
     registry = stacked_registry(tmp_path / "patches", **when)
     release = make_tree(tmp_path / "release", {"vllm/mod.py": BODY}, version="0.20.0")
     (tmp_path / "builds").mkdir()
-    (tmp_path / "builds" / "0.20.0.toml").write_text(DEFINITION.format(patches=patches))
+    (tmp_path / "builds" / "0.20.0.toml").write_text(definition_text("0.20.0", patches))
     bundle = tmp_path / "bundle"
     export_runtime(
         load_definition(tmp_path / "builds" / "0.20.0.toml"),
@@ -103,16 +92,16 @@ def test_build_series_puts_build_patches_first_then_requires_order(tmp_path: Pat
 @pytest.mark.parametrize(
     ("patches", "when", "message"),
     [
-        ('"a-top"', {}, "a-top requires z-bottom, which this definition does not list"),
+        (["a-top"], {}, "a-top requires z-bottom, which this definition does not list"),
         (
-            '"a-top", "z-bottom"',
+            ["a-top", "z-bottom"],
             {"top": "build"},
             "a-top is applied at build but requires z-bottom, applied at startup",
         ),
     ],
 )
 def test_a_definition_missing_a_required_patch_is_refused(
-    tmp_path: Path, patches: str, when: dict[str, str], message: str
+    tmp_path: Path, patches: list[str], when: dict[str, str], message: str
 ) -> None:
     with pytest.raises(RegistryError, match=message) as caught:
         export(tmp_path, patches, **when)
@@ -124,7 +113,7 @@ def test_a_definition_missing_a_required_patch_is_refused(
 def test_manifest_holds_the_series_in_order_with_stacked_digests(
     tmp_path: Path, bottom: str
 ) -> None:
-    _, manifest = export(tmp_path, '"a-top", "z-bottom"', bottom=bottom)
+    _, manifest = export(tmp_path, ["a-top", "z-bottom"], bottom=bottom)
     entries = manifest["patches"]
     assert [(e["id"], e["requires"]) for e in entries] == [
         ("z-bottom", []),
@@ -138,7 +127,7 @@ def test_manifest_holds_the_series_in_order_with_stacked_digests(
 
 @pytest.mark.parametrize("bottom", ["startup", "build"])
 def test_the_entrypoint_applies_the_series_and_finds_it_again(tmp_path: Path, bottom: str) -> None:
-    bundle, _ = export(tmp_path, '"a-top", "z-bottom"', bottom=bottom)
+    bundle, _ = export(tmp_path, ["a-top", "z-bottom"], bottom=bottom)
     done = start(tmp_path, bundle)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if " r1 " in line]
@@ -172,7 +161,7 @@ def test_the_entrypoint_applies_the_series_and_finds_it_again(tmp_path: Path, bo
 def test_a_patch_whose_required_one_is_out_is_skipped(
     tmp_path: Path, env: dict[str, str], bottom_state: str, top_state: str
 ) -> None:
-    bundle, _ = export(tmp_path, '"a-top", "z-bottom"')
+    bundle, _ = export(tmp_path, ["a-top", "z-bottom"])
     done = start(tmp_path, bundle, **env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"patchset: z-bottom r1 (startup): {bottom_state}\n" in done.stdout
@@ -183,7 +172,7 @@ def test_a_patch_whose_required_one_is_out_is_skipped(
 def test_a_patch_whose_required_one_failed_is_skipped_and_nothing_is_written(
     tmp_path: Path,
 ) -> None:
-    bundle, _ = export(tmp_path, '"a-top", "z-bottom"')
+    bundle, _ = export(tmp_path, ["a-top", "z-bottom"])
     start(tmp_path, bundle, PATCHSET_DISABLE="z-bottom,a-top")  # lays out the tree
     edited = BODY.replace("line 11\n", "line 11 edited by hand\n")
     (tmp_path / "site" / "vllm" / "mod.py").write_text(edited)
@@ -202,7 +191,7 @@ def test_a_patch_whose_required_one_failed_is_skipped_and_nothing_is_written(
 
 
 def test_a_patch_whose_required_one_is_out_of_scope_here_is_skipped(tmp_path: Path) -> None:
-    bundle, manifest = export(tmp_path, '"a-top", "z-bottom"')
+    bundle, manifest = export(tmp_path, ["a-top", "z-bottom"])
     manifest["patches"][0]["compute_capability"] = ">=12.0"  # as [hardware] would put it
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     done = start(tmp_path, bundle, PATCHSET_COMPUTE_CAPABILITY="8.6")
