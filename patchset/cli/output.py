@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
-from rich.progress import ProgressColumn, Task
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -85,13 +84,6 @@ def quiet(on: bool) -> Iterator[None]:
 def progress_console() -> Console | None:
     """stderr for progress (bars, "checked ..." lines), or None under -q."""
     return None if _quiet else err_console()
-
-
-class DescriptionColumn(ProgressColumn):
-    """A progress task's description (a file name from the index), as text."""
-
-    def render(self, task: Task) -> Text:
-        return text(task.description)
 
 
 class Report(Protocol):
