@@ -12,11 +12,14 @@ Span = tuple[int, int]  # [start, end) of a file's own lines; start == end: an i
 # Line breaks `str.splitlines` knows that `split_text` does not cut at (a lone CR, a form
 # feed, ...): a file holding one has other line numbers there, and no spans are given for it.
 _OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
+_BREAK_CHARS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\r"
 
 
 @functools.lru_cache(maxsize=128)
 def other_breaks(text: str) -> bool:
     """Whether `str.splitlines` cuts the text where `split_text` does not (once a content)."""
+    if not any(c in text for c in _BREAK_CHARS):  # the common case: a scan per character
+        return False
     return _OTHER_BREAKS.search(text) is not None
 
 

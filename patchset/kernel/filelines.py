@@ -11,9 +11,6 @@ the one it came from.
 
 from __future__ import annotations
 
-import bisect
-import itertools
-
 _DEPTH = 16  # edits kept as a chain; a longer one starts afresh (every look-up walks it)
 
 
@@ -25,13 +22,13 @@ def fold(line: str) -> str:
 class FileLines:
     """A file's lines and what sites share of them (see the module). Never changed in place."""
 
-    __slots__ = ("_depth", "_folds", "_parent", "_splice", "_starts", "_text", "lines")
+    __slots__ = ("_all", "_depth", "_folds", "_parent", "_splice", "_text", "lines")
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines  # not to be changed while this object is in use
         self._folds: dict[int, str] = {}  # line: its folded text, for the lines looked at
         self._text: str | None = None
-        self._starts: list[int] | None = None  # where each line starts in `text`
+        self._all: list[str] | None = None  # every line folded, once asked for
         self._parent: FileLines | None = None  # the lines this came from, while chained
         # The edit that made these: lines[at:at+size] of those replaced by `count` lines.
         self._splice: tuple[int, int, int] | None = None
@@ -76,8 +73,11 @@ class FileLines:
 
     @property
     def folded(self) -> list[str]:
-        """Every line folded (a whole-file look, e.g. for the nearest lines of a miss)."""
-        return self.folds(0, len(self.lines))
+        """Every line folded (a whole-file look, e.g. for the nearest lines of a miss): made
+        once, the same list each time (not to be changed)."""
+        if self._all is None:
+            self._all = self.folds(0, len(self.lines))
+        return self._all
 
     @property
     def text(self) -> str:
@@ -112,16 +112,18 @@ class FileLines:
         if not word:  # a blank line: every line is looked at
             return [i for i in range(len(self.lines)) if not self.fold_at(i)]
         text = self.text
-        if self._starts is None:
-            self._starts = [0, *itertools.accumulate(len(x) + 1 for x in self.lines)]
-        starts = self._starts
         out = []
+        line = done = 0  # the line holding text[done], counted up to there
         at = text.find(word)
         while at >= 0:
-            i = bisect.bisect_right(starts, at) - 1
-            if self.fold_at(i) == folded:
-                out.append(i)
-            at = text.find(word, starts[i + 1])  # the next line on
+            line += text.count("\n", done, at)
+            if self.fold_at(line) == folded:
+                out.append(line)
+            done = text.find("\n", at) + 1  # the next line on
+            if not done:
+                break
+            line += 1
+            at = text.find(word, done)
         return out
 
 
