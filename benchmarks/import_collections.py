@@ -2,18 +2,22 @@
 
     PATCHSET_GENESIS_DIR=... PATCHSET_CLUB3090_DIR=... python3 benchmarks/import_collections.py
 
-Each collection is imported into a fresh project (club-3090 with --run-scripts, its releases
-from the package index); then:
+Each collection is imported into a fresh project (club-3090 with --run-scripts, Genesis with
+--source index; releases from the package index's cache); then:
 - counts: imported (with or without loss), not imported, out of scope; the import time;
 - validate: `patchset validate` of the imported registry (its exit code);
-- check: `patchset check --since 0.17.0` of the whole imported registry, warm (the second run);
-- Genesis agreement: for every imported runtime patch and every release in its range, the
-  verdict Genesis's own patcher would reach with that release's files (TextPatcher's
-  documented rules, modelled here: a file missing -> missing-target; a drift marker in the
-  file -> upstream; a required anchor missing or any anchor ambiguous -> conflict; no
-  sub-patch applied -> conflict; else needed), against patchset's check verdict; and, where
-  both apply, whether patchset's apply gives the same bytes as Genesis's replacement
-  (Genesis's marker line aside) on the newest release in range.
+- check: `patchset check --since 0.17.0` of the whole imported registry, warm (the second run,
+  with a memo of the benchmark's own);
+- Genesis agreement: for every imported runtime patch and every release in its range,
+  Genesis's own code run on a scratch copy of the release's target files (the checkout's
+  patch module imported in a child process, its TextPatcher factories' patchers applied by
+  its `sndr.kernel.text_patch`, and its own `apply()` on a second copy; see `_reference_child`
+  for the few stubs) against patchset's check verdict; where both apply, whether patchset's
+  apply gives the same bytes as Genesis's patchers (marker comments aside) on the newest
+  release in range. Each difference is printed with its documented case (docs/import.md):
+  "better: ...", "loss: ..." (said by the import), "bytes: ...", or "unexplained".
+
+PATCHSET_BENCH_KEEP=1 keeps the scratch folder (printed) to look at the trees.
 
 While the registry does not load the issue-24 keys ([switch], [applies], [lifecycle],
 [provenance], requires_modules), the import leaves every patch out as "does not load"; the
@@ -21,7 +25,9 @@ benchmark then also writes the drafts without those keys to a second registry (`
 and runs the check and the agreement on it: the sites and ranges are the same.
 
 Last line: genesis_imported=<n>/<entries> club_imported=<n>/<distinct> genesis_s=<s>
-club_s=<s> validate=<genesis rc>,<club rc> check_warm_s=<s> agree=<n>/<pairs> bytes=<n>/<pairs>
+club_s=<s> validate=<genesis rc>,<club rc> check_warm_s=<s> agree=<n>/<pairs>
+documented_better=<n> documented_loss=<n> bytes=<n>/<pairs> bytes_documented=<n>
+unexplained=<n>
 """
 
 from __future__ import annotations
@@ -391,9 +397,10 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="patchset-import-bench-"))
     try:
         g_registry = root / "genesis" / "patches"
-        report = import_collection("genesis", genesis_dir, g_registry)
+        # the releases (index cache) let patchers that pick their file at run time be variants
+        report = import_collection("genesis", genesis_dir, g_registry, sources=["index"])
         g_total = len({e.source_id for e in report.entries})
-        g_drafts = genesis.collect(genesis_dir).drafts
+        g_drafts = genesis.collect(genesis_dir, sources=[parse_source(None)]).drafts
         g_imported = report.count("imported", "imported-with-loss")
         print(
             f"genesis: {report.to_dict()['imported']} imported, "

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
-from rich.progress import ProgressColumn, Task
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -87,13 +86,6 @@ def progress_console() -> Console | None:
     return None if _quiet else err_console()
 
 
-class DescriptionColumn(ProgressColumn):
-    """A progress task's description (a file name from the index), as text."""
-
-    def render(self, task: Task) -> Text:
-        return text(task.description)
-
-
 class Report(Protocol):
     """What a command's report has for `--format json`."""
 
@@ -112,8 +104,9 @@ def emit(report: R, fmt: str, render: Callable[[R], object]) -> None:
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    """`data` as indented JSON on stdout, in one write (json.dump writes each token on its
+    own: 200,000 writes for `check --builds` of 2,750 results, a second of CPU)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def table(title: str | None, columns: list[str]) -> Table:

@@ -96,8 +96,8 @@ def revert(
     target: Path | str | None,
     *,
     patches: list[str] | tuple[str, ...] | None = None,
-    dry_run: bool = False,
     version: str | None = None,
+    dry_run: bool = False,
     strict: bool = False,
 ) -> ApplyReport:
     """Take the selected patches out again; the same all-or-nothing rules as `apply`. With no

@@ -6,14 +6,17 @@ never disagree about whether a patch fits.
 
 from __future__ import annotations
 
+import collections
 import difflib
 import functools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from patchset.engine.spans import Span, merged, of_site, other_breaks
+from patchset.engine.spans import clear_caches as spans_clear
 from patchset.kernel import pycompile
+from patchset.kernel.filelines import FileLines
 from patchset.kernel.hunks import (
     FileResult,
     HunkResult,
@@ -23,18 +26,14 @@ from patchset.kernel.hunks import (
     join_text,
     split_text,
 )
-from patchset.kernel.pycompile import CompileError, broken_by, edit_error
-from patchset.kernel.sites import GOOD, FileLines, SiteResult, apply_site, revert_site
+from patchset.kernel.pycompile import CompileError, edit_error
+from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
 
 State = Literal["applies", "already-applied", "conflict", "partial", "missing-target"]
 Reader = Callable[[str], bytes | None]
-Span = tuple[int, int]  # [start, end) of a file's own lines; start == end: an insertion there
-# Line breaks `str.splitlines` knows that `split_text` does not cut at (a lone CR, a form
-# feed, ...): a file holding one has other line numbers there, and no spans are given for it.
-_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
 
 
 @dataclass(frozen=True)
@@ -89,12 +88,6 @@ def _compile_break(
 
 
 @functools.lru_cache(maxsize=128)
-def _other_breaks(text: str) -> bool:
-    """Whether `str.splitlines` cuts the text where `split_text` does not (once a content)."""
-    return _OTHER_BREAKS.search(text) is not None
-
-
-@functools.lru_cache(maxsize=128)
 def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
     """A target file as sites read it (text, lines and what sites share: the folded lines and
     where each stands), made once per content: every patch on the file, in every release
@@ -109,13 +102,13 @@ def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
 
 # The lines an evaluation's change was rendered from, by the bytes rendered: an apply reads
 # each patch's result as the next one's file, which then shares the folding of its lines.
-_made: dict[bytes, FileLines] = {}
+_made: collections.OrderedDict[bytes, FileLines] = collections.OrderedDict()
 _MADE_KEPT = 64
 
 
 def _keep_made(data: bytes, view: FileLines) -> None:
     if len(_made) >= _MADE_KEPT:
-        del _made[next(iter(_made))]
+        _made.popitem(last=False)  # the oldest (a dict's first key is found by a scan)
     _made[data] = view
 
 
@@ -124,7 +117,7 @@ def clear_caches() -> None:
     sites): a benchmark's "nothing known yet"."""
     pycompile.clear_cache()
     _site_file.cache_clear()
-    _other_breaks.cache_clear()
+    spans_clear()
     _made.clear()
 
 
@@ -399,7 +392,7 @@ def evaluate_runtime(
             splice = new.splice
             assert splice is not None  # an edit made it
             done = edits.setdefault(site.file, [])
-            spans.setdefault(site.file, []).extend(_site_spans(view.lines, new.lines, splice, done))
+            spans.setdefault(site.file, []).extend(of_site(view.lines, new.lines, splice, done))
             done.append(splice)
     statuses = {r.status for r in results}
     if not statuses <= set(GOOD):
@@ -419,7 +412,7 @@ def evaluate_runtime(
     def blame(rel: str) -> str:
         _, eol, eof = texts[rel]
         for name, lines in steps.get(rel, []):
-            if broken_by(datas[rel], _render(*originals[rel], lines, eol, eof)) is not None:
+            if edit_error(datas[rel], _render(*originals[rel], lines, eol, eof)) is not None:
                 return f"site {name}"
         return ""
 
@@ -430,57 +423,13 @@ def evaluate_runtime(
     for f, data in changes.items():
         _keep_made(data, texts[f][0])
     known = {
-        f: _merged([span for span in found if span is not None])
+        f: merged([span for span in found if span is not None])
         for f, found in spans.items()
-        if f in changes and None not in found and not _other_breaks(originals[f][0])
+        if f in changes and None not in found and not other_breaks(originals[f][0])
     }
     return Evaluation(
         "applies", sites=tuple(results), changes=changes, warnings=warnings, spans=known
     )
-
-
-def _site_spans(
-    old: list[str],
-    new: list[str],
-    splice: tuple[int, int, int],
-    earlier: list[tuple[int, int, int]],
-) -> list[Span | None]:
-    """The spans of the file's own lines one site's edit changes: the lines it replaced
-    (`splice`: at, size, count) against the lines it put in, diffed alone (a replace that
-    keeps a line of its anchor changes the lines around it, as a diff of the file says),
-    then carried back through the `earlier` edits of the same file to its own lines."""
-    at, size, count = splice
-    matcher = difflib.SequenceMatcher(None, old[at : at + size], new[at : at + count], False)
-    return [
-        _carried_back((at + i1, at + i2), earlier)
-        for tag, i1, i2, _, _ in matcher.get_opcodes()
-        if tag != "equal"
-    ]
-
-
-def _carried_back(span: Span, earlier: list[tuple[int, int, int]]) -> Span | None:
-    """`span` of lines after the `earlier` edits as a span of the lines before them; None
-    when an end falls inside an earlier edit's new lines (a site editing another's text: a
-    line diff of the file tells what it changed)."""
-    start, end = span
-    for at, size, count in reversed(earlier):
-        if at < start < at + count or at < end < at + count:
-            return None
-        moved = count - size
-        start -= moved if start >= at + count else 0
-        end -= moved if end >= at + count else 0
-    return start, end
-
-
-def _merged(spans: list[Span]) -> tuple[Span, ...]:
-    """Spans in order, those that touch made one (a line diff has an equal line between two)."""
-    out: list[Span] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(end, out[-1][1]))
-        else:
-            out.append((start, end))
-    return tuple(out)
 
 
 def evaluate_python(patch: Patch, read: Reader) -> Evaluation:

@@ -94,12 +94,15 @@ def _meeting(
     """Each pair of patches (neither requiring the other) changing the same lines: the first
     file in order where they meet, and where."""
     out: list[tuple[Patch, Patch, str, order.Span]] = []
+    on_file: dict[str, list[int]] = {}  # file: the places of the patches changing it
+    for i, patch in enumerate(selected):
+        for file in spans.get(patch.id, ()):
+            on_file.setdefault(file, []).append(i)
     for i, a in enumerate(selected):
         if a.id not in spans:
             continue
-        for b in selected[i + 1 :]:
-            if b.id not in spans or not spans[a.id].keys() & spans[b.id].keys():
-                continue
+        later = sorted({j for file in spans[a.id] for j in on_file[file] if j > i})
+        for b in (selected[j] for j in later):  # those sharing a file with `a`, in order
             if order.related(a, b, by_id):
                 continue
             for file in sorted(spans[a.id].keys() & spans[b.id].keys()):

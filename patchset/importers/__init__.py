@@ -37,8 +37,10 @@ def import_collection(
     wanted = set(only) or None
     if collection == "genesis":
         from patchset.importers import genesis  # noqa: PLC0415 - one importer per call
+        from patchset.sources import parse_source  # noqa: PLC0415
 
-        collected = genesis.collect(source, only=wanted)
+        given = [parse_source(spec) for spec in sources]
+        collected = genesis.collect(source, only=wanted, sources=given)
     elif collection == "club-3090":
         from patchset.importers import club  # noqa: PLC0415 - one importer per call
         from patchset.sources import parse_source  # noqa: PLC0415

@@ -32,16 +32,14 @@ from patchset.importers.club_meta import (
     CLUB,
     PATCHES_YML,
     Making,
-    Releases,
     _builds,
     _composes,
-    _key,
     _metadata,
     _models,
     _Skip,
 )
 from patchset.importers.club_overlays import _overlay
-from patchset.importers.common import origin_of
+from patchset.importers.common import Releases, origin_of, version_key
 from patchset.importers.genesis_wiring import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry
 from patchset.importers.pystatic import Package, Scope
@@ -119,8 +117,8 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 )
                 continue
             digests[code] = CLUB.id_of(raw)
-            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=_key)
-            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=_key)
+            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
+            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
             try:
                 draft = _draft(
                     raw,
@@ -329,17 +327,18 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
         if good:
             lost.append(
                 "the script edits nothing on the releases its composes pin"
-                f" ({', '.join(sorted(tried, key=_key))}); imported for"
+                f" ({', '.join(sorted(tried, key=version_key))}); imported for"
                 f" {good[0].version}..{good[-1].version}"
             )
-            runs = sorted([*runs, *extra], key=lambda r: _key(r.version))
+            runs = sorted([*runs, *extra], key=lambda r: version_key(r.version))
     if not good:
         why = "; ".join(f"{r.version}: {r.reason}" for r in runs)
         raise _Skip(f"the script fits no release it targets ({why})")
     lost.extend(
         f"the script does not fit {r.version}: {r.reason}"
         for r in runs
-        if not r.ok and _key(good[0].version) <= _key(r.version) <= _key(good[-1].version)
+        if not r.ok
+        and version_key(good[0].version) <= version_key(r.version) <= version_key(good[-1].version)
     )
     newest = good[-1]
     lost.extend(f"the script creates {created}: not carried" for created in newest.created)

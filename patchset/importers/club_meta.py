@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
+from patchset.importers.common import version_key
 from patchset.importers.model import Collection, Draft
 from patchset.importers.tomlout import dumps
-from patchset.sources.base import ReleaseSource, ReleaseTree
 
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
@@ -39,43 +37,6 @@ class Making:
     raw: str
     meta: dict[str, object]
     lost: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Releases:
-    """The releases overlays are compared with, each tree opened once."""
-
-    sources: Sequence[ReleaseSource]
-    _stack: ExitStack = field(default_factory=ExitStack)
-    _trees: dict[str, ReleaseTree] = field(default_factory=dict)
-    _versions: list[tuple[str, ReleaseSource]] | None = None
-
-    def versions(self) -> list[str]:
-        if self._versions is None:
-            found: dict[str, ReleaseSource] = {}
-            for source in self.sources:
-                for version in source.cached_versions() or source.versions():
-                    found.setdefault(version, source)
-            self._versions = sorted(found.items(), key=lambda kv: _key(kv[0]))
-        return [v for v, _ in self._versions]
-
-    def read(self, version: str, path: str) -> bytes | None:
-        if version not in self._trees:
-            self.versions()
-            assert self._versions is not None
-            source = dict(self._versions)[version]
-            self._trees[version] = self._stack.enter_context(source.open(version))
-        return self._trees[version].read(path)
-
-    def close(self) -> None:
-        self._stack.close()
-
-
-def _key(version: str) -> Version:
-    try:
-        return Version(version)
-    except InvalidVersion:
-        return Version("0")
 
 
 class _Skip(Exception):  # noqa: N818 - a reason, not an error
@@ -210,7 +171,7 @@ def _builds(
             for d in drafts
             if model in _models(listed.get(d.source_id, {})) and d.meta.get("kind") != "python"
         ]
-        for version in sorted(versions, key=_key):
+        for version in sorted(versions, key=version_key):
             fitting = [i for i in ids if _fits(drafts, i, version)]
             if not fitting:
                 continue  # none of the collection's patches is for this model and release

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from patchset.authoring.tree import unified
 from patchset.importers.club_diffs import _vllm_path
-from patchset.importers.club_meta import Making, Releases, _key, _Skip
+from patchset.importers.club_meta import Making, _Skip
+from patchset.importers.common import Releases, version_key
 from patchset.importers.model import Draft
 
 
@@ -59,7 +60,11 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
             cost += (
                 old.decode(errors="replace") != text and not (ours - theirs) and not (theirs - ours)
             )
-        if best is None or cost < best[0] or (cost == best[0] and _key(version) > _key(best[1])):
+        if (
+            best is None
+            or cost < best[0]
+            or (cost == best[0] and version_key(version) > version_key(best[1]))
+        ):
             best = (cost, version)
     assert best is not None
     cost, base = best

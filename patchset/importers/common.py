@@ -1,11 +1,18 @@
-"""What both importers share: the collection's provenance, the imports a text makes."""
+"""What both importers share: the collection's provenance, the imports a text makes, the
+releases it is read against."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from patchset.adapters.gitrepo import provenance
+from patchset.sources.base import ReleaseSource, ReleaseTree
 
 _IMPORT = re.compile(
     r"^\s*(?:from\s+([A-Za-z_][\w.]*)\s+import\b|import\s+([A-Za-z_][\w.]*))", re.M
@@ -37,3 +44,42 @@ def imported_modules(text: str, package: str) -> list[str]:
         if module == package or module.startswith(package + "."):
             found.append(module)
     return list(dict.fromkeys(found))
+
+
+@dataclass
+class Releases:
+    """The releases a collection is read against (overlays compared, files looked up), each
+    tree opened once."""
+
+    sources: Sequence[ReleaseSource]
+    _stack: ExitStack = field(default_factory=ExitStack)
+    _trees: dict[str, ReleaseTree] = field(default_factory=dict)
+    _versions: list[tuple[str, ReleaseSource]] | None = None
+
+    def versions(self) -> list[str]:
+        if self._versions is None:
+            found: dict[str, ReleaseSource] = {}
+            for source in self.sources:
+                for version in source.cached_versions() or source.versions():
+                    found.setdefault(version, source)
+            self._versions = sorted(found.items(), key=lambda kv: version_key(kv[0]))
+        return [v for v, _ in self._versions]
+
+    def read(self, version: str, path: str) -> bytes | None:
+        if version not in self._trees:
+            self.versions()
+            assert self._versions is not None
+            source = dict(self._versions)[version]
+            self._trees[version] = self._stack.enter_context(source.open(version))
+        return self._trees[version].read(path)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def version_key(version: str) -> Version:
+    """A release's version for sorting (one that is none sorts first)."""
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return Version("0")

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.importers.common import origin_of
+from patchset.importers.common import Releases, origin_of
+from patchset.importers.genesis_files import by_release, picks_files
 from patchset.importers.genesis_registry import (
     GENESIS,
     PACKAGE,
@@ -44,13 +45,27 @@ from patchset.importers.pystatic import (
     Package,
     Unresolved,
 )
+from patchset.sources.base import ReleaseSource
 
 
 def detect(folder: Path) -> Path:
     return GENESIS.checkout_file(folder, REGISTRY_FILE, PATCHES_DIR, holding="PATCH_REGISTRY")
 
 
-def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
+def collect(
+    folder: Path, *, only: set[str] | None = None, sources: Sequence[ReleaseSource] = ()
+) -> Collected:
+    """The checkout's entries as drafts. With `sources`, a patcher that picks its file at
+    run time gets a variant per run of releases that pick the same files (genesis_files)."""
+    releases = Releases(sources) if sources else None
+    try:
+        return _collect(folder, only, releases)
+    finally:
+        if releases is not None:
+            releases.close()
+
+
+def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> Collected:
     registry_file = detect(folder)
     entries, lines, problem = read_registry(registry_file)
     if problem is not None:
@@ -71,7 +86,7 @@ def collect(folder: Path, *, only: set[str] | None = None) -> Collected:
             continue
         where = {"repository": repository, "commit": commit, "line": lines[gid]}
         try:
-            draft = _draft(gid, entry, ids, package, where, done_modules)
+            draft = _draft(gid, entry, ids, package, where, done_modules, releases)
         except _Skip as why:
             skipped.append(Entry(gid, "not-imported", reasons=[str(why)]))
             continue
@@ -136,6 +151,7 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
     package: Package,
     where: Mapping[str, object],
     done_modules: dict[str, str],
+    releases: Releases | None = None,
 ) -> Draft:
     if entry.get("__unreadable__"):
         raise _Skip("its PATCH_REGISTRY entry is not a literal")
@@ -171,7 +187,10 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
                 f"{rel}: {len(unresolved)} of {len(patchers) + len(unresolved)} text patchers"
                 f" built at run time: {unresolved[0]}"
             )
-        payloads, modules = _runtime(pid, gid, patchers, meta, lost)
+        picked = None
+        if releases is not None and picks_files(patchers):
+            picked = by_release((pid, gid), patchers, meta, releases)
+        payloads, modules = picked or _runtime(pid, gid, patchers, meta, lost)
         if modules:
             meta["requires_modules"] = modules
             support = (PACKAGE,)
@@ -200,6 +219,7 @@ _ORDER = (
     "origin",
     "credit",
     "payload",
+    "variants",
     "requires",
     "conflicts",
     "requires_modules",

@@ -384,7 +384,13 @@ def _site_name(raw: str, taken: set[str]) -> str:
 
 
 def _runtime(
-    pid: str, gid: str, patchers: list[Patcher], meta: dict[str, object], lost: list[str]
+    pid: str,
+    gid: str,
+    patchers: list[Patcher],
+    meta: dict[str, object],
+    lost: list[str],
+    *,
+    drift_in_sites: bool = False,
 ) -> tuple[dict[str, str], list[str]]:
     sites: list[dict[str, object]] = []
     names: set[str] = set()
@@ -410,8 +416,9 @@ def _runtime(
                 f"{patcher.file}: the collection patches it or {', '.join(patcher.either)},"
                 " whichever the release has; patchset targets each, their sites optional"
             )
-        drift = patcher.drift if patcher is not patchers[0] else []
-        if patcher is patchers[0] and patcher.drift:
+        first = patcher is patchers[0] and not drift_in_sites
+        drift = patcher.drift if not first else []
+        if first and patcher.drift:
             up = meta["upstream"]
             assert isinstance(up, dict)
             up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(patcher.drift))}

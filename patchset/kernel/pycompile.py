@@ -9,6 +9,7 @@ import __future__
 
 import bisect
 import functools
+import hashlib
 import operator
 import re
 import types
@@ -124,10 +125,14 @@ def _compile_known(source: bytes) -> _Known:
 
 @functools.lru_cache(maxsize=512)
 def _edits_of(source: bytes) -> dict[bytes, CompileError | None]:
-    """The edits of this source judged so far and their answers (one dict per content): the
-    same edit met again (one patch on the same file in several releases, whose other files
-    differ) is answered from here."""
+    """The edits of this source judged so far, by a digest of the edited content, and their
+    answers (one dict per content): the same edit met again (one patch on the same file in
+    several releases, whose other files differ) is answered from here."""
     return {}
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 def clear_cache() -> None:
@@ -149,8 +154,9 @@ def edit_error(before: bytes | None, after: bytes) -> CompileError | None:
     if before is None:
         return _known(after).error
     edits = _edits_of(before)
-    if after in edits:
-        return edits[after]
+    done = _digest(after)
+    if done in edits:
+        return edits[done]
     if not edits and before not in _KNOWN:
         error = _known(after).error
         answer = None if error is None or _known(before).error is not None else error
@@ -160,7 +166,7 @@ def edit_error(before: bytes | None, after: bytes) -> CompileError | None:
         answer = None
     else:
         answer = _known(after).error
-    edits[after] = answer
+    edits[done] = answer
     return answer
 
 

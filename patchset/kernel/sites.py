@@ -23,12 +23,13 @@ import dataclasses
 import functools
 import json
 import re
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, overload
+from typing import Any, Literal, TypeVar, get_args
 
+from .filelines import FileLines, Lines, as_view, find_block, fold
 from .hunks import Ratio, rank_windows
+from .served import WHEN_KEYS, parse_served, served_from_args
 
 Action = Literal["replace", "insert-after", "insert-before"]
 ACTIONS: tuple[Action, ...] = get_args(Action)
@@ -41,15 +42,7 @@ SiteStatus = Literal[
 ]
 # Statuses that let the patch go on: the site is (or can be) in place, or is rightly left out.
 GOOD: tuple[SiteStatus, ...] = ("applies", "already-applied", "upstream", "skipped")
-# What `when` may ask about the served configuration.
-WHEN_KEYS: tuple[str, ...] = (
-    "quantization",
-    "kv_cache_dtype",
-    "speculative",
-    "architecture",
-    "model",
-    "dtype",
-)
+_L = TypeVar("_L", list[str], FileLines)  # what `apply_site` is given, it gives back
 _ORIGINAL = " [patchset-original:"  # after the marker: the anchor's own lines, when not exact
 
 
@@ -84,6 +77,10 @@ class Alternative:
     anchor: str
     text: str | None = None
     after: str | None = None
+
+    def shape(self, site_text: str, index: int) -> _Shape:
+        """This anchor with its text, the site's when it gives none, as alternative `index`."""
+        return _Shape(self.anchor, site_text if self.text is None else self.text, self.after, index)
 
 
 @dataclass(frozen=True)
@@ -140,10 +137,7 @@ class Site:
     @functools.cached_property
     def _shapes(self) -> tuple[_Shape, ...]:
         """The site's own anchor and its alternatives, made once (every release reads them)."""
-        alternatives = [
-            _Shape(alt.anchor, self.text if alt.text is None else alt.text, alt.after, k)
-            for k, alt in enumerate(self.alternatives, start=1)
-        ]
+        alternatives = [alt.shape(self.text, k) for k, alt in enumerate(self.alternatives, 1)]
         return (_Shape(self.anchor, self.text, self.after, 0), *alternatives)
 
     def when_holds(self, served: Mapping[str, str] | None) -> bool:
@@ -253,98 +247,6 @@ def _block(text: str) -> list[str]:
     return lines
 
 
-def _fold(line: str) -> str:
-    return " ".join(line.split())
-
-
-class FileLines:
-    """A file's lines as sites read them, with what every site of every patch on the file
-    shares made once, when first asked for: each line whitespace-folded, where each folded
-    line stands (anchors are looked up by their first line), the joined text (markers,
-    probes). Never changed in place: an edit makes a new one (`edited`) that folds only the
-    lines it puts in and finds the others through the one it came from."""
-
-    __slots__ = ("_folded", "_index", "_parent", "_splice", "_text", "lines")
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines  # not to be changed while this object is in use
-        self._folded: list[str] | None = None
-        self._index: dict[str, list[int]] | None = None
-        self._text: str | None = None
-        self._parent: FileLines | None = None
-        self._splice = (0, 0, 0)  # the parent's lines[at:at+size] replaced by `count` lines
-
-    def edited(self, at: int, size: int, new: list[str]) -> FileLines:
-        """These lines with lines[at:at+size] replaced by `new`."""
-        out = FileLines([*self.lines[:at], *new, *self.lines[at + size :]])
-        out._parent, out._splice = self, (at, size, len(new))
-        return out
-
-    @property
-    def splice(self) -> tuple[int, int, int] | None:
-        """The edit that made these lines from the ones they came from (`edited`): its
-        0-based start, the lines it replaced and the lines it put in; None for a file's own."""
-        return None if self._parent is None else self._splice
-
-    @property
-    def folded(self) -> list[str]:
-        if self._folded is None:
-            if self._parent is None:
-                self._folded = [_fold(line) for line in self.lines]
-            else:
-                at, size, count = self._splice
-                above = self._parent.folded
-                new = [_fold(line) for line in self.lines[at : at + count]]
-                self._folded = [*above[:at], *new, *above[at + size :]]
-        return self._folded
-
-    @property
-    def text(self) -> str:
-        if self._text is None:
-            self._text = "\n".join(self.lines)
-        return self._text
-
-    def where(self, folded: str) -> list[int]:
-        """The 0-based lines whose folded text is `folded`, in order."""
-        if self._parent is None:
-            if self._index is None:
-                index: dict[str, list[int]] = {}
-                for i, line in enumerate(self.folded):
-                    if line in index:
-                        index[line].append(i)
-                    else:
-                        index[line] = [i]
-                self._index = index
-            return self._index.get(folded, [])
-        at, size, count = self._splice
-        moved = count - size
-        kept = [
-            i if i < at else i + moved
-            for i in self._parent.where(folded)
-            if i < at or i >= at + size
-        ]
-        new = [at + k for k, line in enumerate(self.folded[at : at + count]) if line == folded]
-        return sorted(kept + new)
-
-
-Lines = list[str] | FileLines
-
-
-def _view(lines: Lines) -> FileLines:
-    return lines if isinstance(lines, FileLines) else FileLines(lines)
-
-
-def find_block(lines: Lines, block: list[str], start: int = 0) -> list[int]:
-    """Every 0-based start (from `start` on) where `block` matches, lines whitespace-folded."""
-    want = [_fold(line) for line in block]
-    if not want:
-        return []
-    view = _view(lines)
-    folded = view.folded
-    size = len(want)
-    return [i for i in view.where(want[0]) if i >= start and folded[i : i + size] == want]
-
-
 def _indent(line: str) -> str:
     return line[: len(line) - len(line.lstrip())]
 
@@ -392,7 +294,7 @@ def is_marker(line: str, site: Site) -> bool:
 def _markers(site: Site, view: FileLines) -> list[int]:
     """The 0-based lines holding the site's marker: none, in the common case, is known from
     one search of the whole text (a marker line holds the marker's text)."""
-    if site.marker_line not in view.text:
+    if not view.holds(site.marker_line):
         return []
     return [i for i, line in enumerate(view.lines) if is_marker(line, site)]
 
@@ -419,15 +321,14 @@ def _with_original(marker: str, original: list[str]) -> str:
 
 def _edit_at(site: Site, view: FileLines, at: int) -> tuple[_Shape, int] | None:
     """The shape whose edit stands around the marker at line `at`, and the edit's start."""
-    folded = view.folded
     for shape in site._shapes:
         edited = shape.edited(site)
         before = len(shape._anchor) if site.action == "insert-after" else 0
         start = at - before
         if start < 0:
             continue
-        want = [_fold(line) for line in edited]
-        got = folded[start : start + len(edited)]
+        want = [fold(line) for line in edited]
+        got = view.folds(start, start + len(edited))
         # Every line but the marker's (which may carry the anchor's original lines).
         if (
             len(got) == len(want)
@@ -522,8 +423,8 @@ def check_site(
     lines: Lines,
     served: Mapping[str, str] | None = None,
     *,
-    nearest: bool = True,
     ratio: Ratio | None = None,
+    nearest: bool = True,
 ) -> SiteResult:
     """Where the site stands in `lines`, without changing anything.
 
@@ -531,50 +432,34 @@ def check_site(
     `nearest`: an anchor not found gets the nearest lines of the file (with `ratio` as the
     similarity; difflib's by default), the costly part of a miss: only when it is shown.
     """
-    return _locate(site, _view(lines), served, nearest=nearest, ratio=ratio).result
-
-
-@overload
-def apply_site(
-    site: Site,
-    lines: FileLines,
-    served: Mapping[str, str] | None = None,
-    *,
-    nearest: bool = True,
-    ratio: Ratio | None = None,
-) -> tuple[SiteResult, FileLines]: ...
-
-
-@overload
-def apply_site(
-    site: Site,
-    lines: list[str],
-    served: Mapping[str, str] | None = None,
-    *,
-    nearest: bool = True,
-    ratio: Ratio | None = None,
-) -> tuple[SiteResult, list[str]]: ...
+    return _locate(site, as_view(lines), served, nearest=nearest, ratio=ratio).result
 
 
 def apply_site(
     site: Site,
-    lines: Lines,
+    lines: _L,
     served: Mapping[str, str] | None = None,
     *,
     nearest: bool = True,
     ratio: Ratio | None = None,
-) -> tuple[SiteResult, Lines]:
+) -> tuple[SiteResult, _L]:
     """The site's result and the new lines (unchanged unless the result is 'applies'): a
     list for a list, a `FileLines` (sharing the folding of the lines kept) for one."""
-    view = _view(lines)
+    view = as_view(lines)
     found = _locate(site, view, served, nearest=nearest, ratio=ratio)
     result, shape, at = found.result, found.shape, found.at
     if result.status != "applies" or shape is None:
         return result, lines
     result, new, size = _edit(site, shape, view.lines, at, result)
+    return result, _spliced(lines, at, size, new)
+
+
+def _spliced(lines: Lines, at: int, size: int, new: list[str]) -> Any:
+    """`lines` with lines[at:at+size] replaced by `new`, of the type given (Any: mypy does
+    not narrow the constrained type variable of `apply_site`)."""
     if isinstance(lines, FileLines):
-        return result, lines.edited(at, size, new)
-    return result, [*lines[:at], *new, *lines[at + size :]]
+        return lines.edited(at, size, new)
+    return [*lines[:at], *new, *lines[at + size :]]
 
 
 def _edit(
@@ -618,7 +503,7 @@ def revert_site(site: Site, lines: list[str]) -> tuple[SiteResult, list[str]]:
     `exact` in the result says whether the lines put back are known to be the file's own:
     applying the site again to them gives back the very lines it found.
     """
-    found = _locate(site, _view(lines), None, reverting=True)
+    found = _locate(site, as_view(lines), None, reverting=True)
     result, shape, at = found.result, found.shape, found.at
     if result.status != "already-applied" or shape is None:
         return result, lines
@@ -661,70 +546,6 @@ def _anchor_indent(shape: _Shape, lines: list[str], at: int) -> str:
         cut = written[: len(written) - len(actual)]
         return written_anchor.removesuffix(cut) if written_anchor.endswith(cut) else ""
     return actual
-
-
-_SERVE_FLAGS = {
-    "--quantization": "quantization",
-    "-q": "quantization",
-    "--kv-cache-dtype": "kv_cache_dtype",
-    "--dtype": "dtype",
-    "--model": "model",
-}
-
-
-def served_from_args(args: Sequence[str]) -> dict[str, str]:
-    """The served configuration `when` reads, from `vllm serve` arguments: quantization,
-    kv_cache_dtype, dtype, model (the first positional argument or --model), speculative
-    (the method of --speculative-config) and architecture (--hf-overrides architectures)."""
-    served: dict[str, str] = {}
-    items = list(args)
-    i = 0
-    while i < len(items):
-        arg = items[i]
-        key, _, value = arg.partition("=")
-        has_value = "=" in arg
-        if key.startswith("-") and not has_value and i + 1 < len(items):
-            value = items[i + 1]
-        if key in _SERVE_FLAGS:
-            served[_SERVE_FLAGS[key]] = value.lower()
-        elif key == "--speculative-config":
-            method = _json_key(value, "method")
-            if method:
-                served["speculative"] = method.lower()
-        elif key == "--hf-overrides":
-            archs = _json_key(value, "architectures")
-            if archs:
-                served["architecture"] = archs.lower()
-        elif not arg.startswith("-") and "model" not in served and i == 0:
-            served["model"] = arg.lower()
-        i += 1 if has_value or not key.startswith("-") else 2
-    return served
-
-
-def _json_key(value: str, key: str) -> str:
-    try:
-        data = json.loads(value)
-    except ValueError:
-        return ""
-    found = data.get(key) if isinstance(data, dict) else None
-    if isinstance(found, list) and found:
-        found = found[0]
-    return found if isinstance(found, str) else ""
-
-
-def parse_served(text: str, keys: Sequence[str] = WHEN_KEYS) -> dict[str, str]:
-    """`--served quantization=auto_round,speculative=mtp` as a dict (each key one of
-    `keys`); raises ValueError."""
-    served: dict[str, str] = {}
-    for part in shlex.split(text.replace(",", " ")):
-        key, sep, value = part.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key or not value:
-            raise ValueError(f"{part!r}: expected key=value")
-        if key not in keys:
-            raise ValueError(f"{key!r} is not one of {', '.join(keys)}")
-        served[key] = value.strip().lower()
-    return served
 
 
 __all__ = [

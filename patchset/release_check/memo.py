@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS files (
 _DECIDERS = (
     "kernel/hunks.py",
     "kernel/sites.py",
+    "kernel/filelines.py",
     "engine/evaluate.py",
     "engine/order.py",
     "release_check/report.py",

@@ -209,11 +209,9 @@ def check_tree(
         results.append(r)
         if key is not None:
             store[key] = r.to_memo()
-    for patch in patches:
+    for _, _, files, _ in plans:  # every patch's `_declared` files
         seen.update(
-            (f, version)
-            for f in _declared(patch)
-            if (digest(f) if memo else file_digest(read(f))) != "-"
+            (f, version) for f in files if (digest(f) if memo else file_digest(read(f))) != "-"
         )
     if memo is not None:
         memo.put_many(store)
@@ -301,13 +299,15 @@ def _last_content(
     if earlier is None or not ranges.is_version(version):
         return None
     reader = earlier
-    meant = patch.variant_for(version)
-    floors = [meant.base] if meant is not None and meant.base else []
-    floors += [s.version for s in patch.vllm if s.operator in (">=", "==", "~=", "===")]
-    older = [f for f in floors if ranges.is_version(f) and Version(f) < Version(version)]
+
+    def older() -> list[str]:  # asked only for a vanished file no earlier release held
+        meant = patch.variant_for(version)
+        floors = [meant.base] if meant is not None and meant.base else []
+        floors += [s.version for s in patch.vllm if s.operator in (">=", "==", "~=", "===")]
+        return [f for f in floors if ranges.is_version(f) and Version(f) < Version(version)]
 
     def before(rel: str) -> bytes | None:
-        for release in [seen[rel]] if rel in seen else older[:1]:
+        for release in [seen[rel]] if rel in seen else older()[:1]:
             try:
                 return reader(rel, release)
             except PatchsetError:  # not to be had (offline, no such release): the patch's lines

@@ -79,6 +79,7 @@ def test_a_check_imports_what_it_uses_only(tmp_path: Path) -> None:
     assert {"patchset.cli.commands.check", "patchset.release_check"} <= found  # it ran
     for name in OTHERS:
         assert not any(m == name or m.startswith(name + ".") for m in found), name
+    assert "rich.progress" not in found  # no terminal: no progress bar to draw
 
 
 @pytest.mark.parametrize("argv", [["--reg", "patches", "list"], ["-q", "--builds=b", "list"]])

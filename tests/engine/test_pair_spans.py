@@ -106,3 +106,24 @@ def test_apply_refuses_the_pairs_that_meet_and_only_them(tmp_path: Path) -> None
     met = pairs._meeting(patches, diffed, {p.id: p for p in patches})
     assert conflicted == {p.id for a, b, _, _ in met for p in (a, b)}
     assert "apart-f7" not in conflicted and {"rep-f1", "rep-f1-again"} <= conflicted
+
+
+def test_spans_of_lines_put_beside_an_anchor_are_the_line_diffs() -> None:
+    """The short way (lines only put in beside the anchor) gives what the line diff gives."""
+    import difflib
+    import random
+
+    from patchset.engine.spans import of_site
+
+    rng = random.Random(5)  # noqa: S311 - a fixed test sequence
+    for _ in range(2000):
+        old = [rng.choice("abcx") for _ in range(rng.randint(1, 8))]
+        at = rng.randint(0, len(old) - 1)
+        size = rng.randint(1, len(old) - at)
+        put = [rng.choice("abmn") for _ in range(rng.randint(1, 3))]
+        was = old[at : at + size]
+        now = [*was, *put] if rng.random() < 0.5 else [*put, *was]
+        new = [*old[:at], *now, *old[at + size :]]
+        matcher = difflib.SequenceMatcher(None, was, now, False)
+        want = [(at + i1, at + i2) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal"]
+        assert of_site(old, new, (at, size, len(now)), []) == want, (was, now)

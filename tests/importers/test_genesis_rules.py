@@ -176,3 +176,50 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
     )
     result = report.result("0.20.0", "t-above")
     assert result.verdict == "needed", result.detail
+
+
+def test_a_fallback_file_becomes_a_variant_by_release(tmp_path: Path) -> None:
+    """`resolve_vllm_file("a.py") or resolve_vllm_file("b.py")`: given releases, the import
+    writes one payload per run of releases picking the same file, each where Genesis patches."""
+    from patchset.importers.common import Releases
+    from patchset.importers.genesis_files import by_release
+
+    (tmp_path / "sndr").mkdir()
+    (tmp_path / "sndr" / "m.py").write_text(
+        HEADER
+        + textwrap.dedent(
+            """
+            def _make_patcher():
+                target = resolve_vllm_file("a.py") or resolve_vllm_file("b.py")
+                return TextPatcher(patch_name="t", target_file=target, marker="T",
+                    sub_patches=[TextPatch(name="s", anchor="    y = x + 1\\n", replacement="    y = x + 2\\n", required=True)],
+                    upstream_drift_markers=["y = x + 9"])
+            """
+        )
+    )
+    scope = Package(tmp_path).scope("sndr.m")
+    assert scope is not None
+    patchers, _ = genesis_text._patchers(scope)
+    releases = [
+        fx.release(tmp_path / "r1", "0.19.0", {"vllm/a.py": BASE_TEXT}),
+        fx.release(tmp_path / "r2", "0.20.0", {"vllm/b.py": BASE_TEXT}),
+        fx.release(tmp_path / "r3", "0.21.0", {"vllm/b.py": BASE_TEXT}),
+    ]
+    meta: dict[str, object] = {"vllm": ">=0.19.0", "upstream": {}}
+    found = Releases([parse_source(str(r)) for r in releases])
+    try:
+        made = by_release(("genesis-t", "T"), patchers, meta, found)
+    finally:
+        found.close()
+    assert made is not None
+    payloads, _ = made
+    assert meta["variants"] == [
+        {"payload": "sites.toml", "vllm": "<0.20.0"},
+        {"payload": "v0.20.0.sites.toml", "vllm": ">=0.20.0"},
+    ]
+    assert meta["targets"] == ["vllm/a.py", "vllm/b.py"]
+    assert tomllib.loads(payloads["sites.toml"])["site"][0]["file"] == "vllm/a.py"
+    later = tomllib.loads(payloads["v0.20.0.sites.toml"])["site"][0]
+    assert later["file"] == "vllm/b.py"
+    assert later["probe"] == {"any": ["y = x + 9"]}  # the patch's probe reads a.py: here, b.py's
+    assert meta["upstream"] == {"probe": {"file": "vllm/a.py", "any": ["y = x + 9"]}}

@@ -335,6 +335,27 @@ def test_real_club(tmp_path: Path) -> None:
     assert report.count("imported", "imported-with-loss") >= 10
 
 
+@pytest.mark.collections
+@pytest.mark.skipif(
+    not os.environ.get("PATCHSET_CLUB3090_DIR"), reason="PATCHSET_CLUB3090_DIR unset"
+)
+def test_real_club_scripts_run_in_the_sandbox(tmp_path: Path) -> None:
+    """The club's own anchor scripts, run under the sandbox's audit hook (releases from the
+    package index): none is refused, and what they edit becomes patches."""
+    report = import_collection(
+        "club-3090",
+        os.environ["PATCHSET_CLUB3090_DIR"],
+        tmp_path / "patches",
+        dry_run=True,
+        run_scripts=True,
+    )
+    assert len(report.ran) >= 5, report.ran
+    refused = [r for e in report.entries for r in e.reasons if r.startswith("refused:")]
+    assert not refused, refused
+    scripted = [e for e in report.entries if e.status.startswith("imported") and e.patch]
+    assert len({e.source_id for e in scripted}) >= 15
+
+
 def test_club_import_validates_and_applies(tmp_path: Path) -> None:
     import patchset
     from patchset.registry import load_registry

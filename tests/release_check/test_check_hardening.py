@@ -455,7 +455,7 @@ class TestOutputForPeople:
         assert heard == [(0, 0)]  # nothing fetched: not "1/1 bytes"
         from rich.progress import Progress
 
-        from patchset.cli.commands.check import _Bytes
+        from patchset.cli.progress import _Bytes
 
         bar = Progress(disable=True)
         bar.add_task("vllm releases 1/1", total=None)

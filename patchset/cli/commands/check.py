@@ -6,11 +6,7 @@ import argparse
 import contextlib
 import functools
 import sys
-import threading
 from collections.abc import Iterator
-
-from rich.progress import BarColumn, DownloadColumn, Progress, Task
-from rich.text import Text
 
 from patchset._gc import collector_paused
 from patchset.adapters import net
@@ -20,7 +16,6 @@ from patchset.cli.check_report import render_markdown, show_table
 from patchset.cli.loading import load
 from patchset.cli.options import add_command, served_arg, switch
 from patchset.cli.output import (
-    DescriptionColumn,
     console,
     err_console,
     print_json,
@@ -219,41 +214,15 @@ def _seconds(text: str) -> float:
     return value
 
 
-class _Bytes(DownloadColumn):
-    """Bytes received of those expected, or nothing while none are (a warm check fetches
-    nothing: its bar counts releases, never "25/25 bytes")."""
-
-    def render(self, task: Task) -> Text:
-        if not task.total and not task.completed:
-            return Text("")
-        return super().render(task)
-
-
 @contextlib.contextmanager
 def _bar(versions: list[str]) -> Iterator[DownloadProgress | None]:
-    """The prefetch's progress bar on stderr when it is a terminal (none under -q): bytes,
-    and releases ready in its description."""
+    """The prefetch's progress bar on stderr when it is a terminal (none under -q; rich's
+    progress module imported only then: a CI log has no terminal)."""
     shown_on = progress_console()
     if shown_on is None or not shown_on.is_terminal:
         yield None
         return
-    counts: dict[str, tuple[int, int]] = {}  # version -> (bytes received, bytes expected)
-    lock = threading.Lock()
-    columns = (DescriptionColumn(), BarColumn(), _Bytes())
-    with Progress(*columns, console=shown_on, transient=True) as progress:
-        task = progress.add_task(f"vllm releases 0/{len(versions)}", total=None)
+    from patchset.cli.progress import download_bar
 
-        def report(version: str, done: int, total: int) -> None:
-            """The bar counts bytes (its end grows as each release's plan is known); the
-            description, releases ready."""
-            with lock:
-                counts[version] = (done, total)
-                ready = sum(1 for d, t in counts.values() if d >= t)  # 0 of 0: cached
-                progress.update(
-                    task,
-                    completed=sum(d for d, _ in counts.values()),
-                    total=sum(t for _, t in counts.values()) or None,
-                    description=f"vllm releases {ready}/{len(versions)}",
-                )
-
+    with download_bar(shown_on, versions) as report:
         yield report

@@ -50,8 +50,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p,
         "--source",
         "SPEC",
-        "club-3090: where the releases that overlays are compared with come from (default: the"
-        " index); repeatable",
+        "where releases come from: club-3090 compares overlays with them (default: the"
+        " index); genesis, only when given, writes a variant per run of releases for a patcher"
+        " that picks its file at run time; repeatable",
     )
     p.add_argument("--format", choices=FORMATS, default="table")
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
 from patchset.adapters.forge import API_ENV, TOKEN_ENV, ForgeAPI
-from patchset.cli.github import repo_root, shown
 from patchset.cli.loading import load
 from patchset.cli.options import add_command, switch
 from patchset.cli.output import console, print_json, styled, table, text
@@ -135,6 +134,8 @@ def _cell(value: str) -> str:
 def workflow_lines(report: UpstreamReport, registry: Registry) -> list[str]:
     """One `::error` per finding that needs attention, on its patch.toml's `state` line; one
     `::notice` with the counts."""
+    from patchset.cli.github import repo_root, shown  # --format github only (the check's)
+
     root = repo_root()
     lines = []
     for f in report.findings:

@@ -1,0 +1,55 @@
+"""The folded view sites share (kernel/filelines.py): an anchor's first line found by a word
+of it, lines folded only when looked at, edits chained, against folding every line."""
+
+from __future__ import annotations
+
+import random
+
+from patchset.kernel.filelines import FileLines, find_block, fold
+
+WORDS = ["x", "y = 1", "return x", "  ", "\t", "x\u00a0=\u20031", "if x:", "é", "", "return"]
+
+
+def _random_lines(rng: random.Random, n: int) -> list[str]:
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 3))) for _ in range(n)]
+
+
+def _where(lines: list[str], folded: str) -> list[int]:
+    return [i for i, line in enumerate(lines) if fold(line) == folded]
+
+
+def test_where_and_find_block_agree_with_folding_every_line() -> None:
+    rng = random.Random(25)  # noqa: S311 - a fixed seed: the same cases every run
+    for _ in range(300):
+        plain = _random_lines(rng, rng.randint(0, 30))
+        view = FileLines(list(plain))
+        for _ in range(rng.randint(0, 20)):  # a chain of edits, deeper than the one kept
+            at = rng.randint(0, len(plain))
+            size = rng.randint(0, min(3, len(plain) - at))
+            new = _random_lines(rng, rng.randint(0, 3))
+            plain = [*plain[:at], *new, *plain[at + size :]]
+            view = view.edited(at, size, new)
+            assert view.splice == (at, size, len(new))
+        assert view.lines == plain
+        for probe in {fold(line) for line in plain} | {"return", "x =", "y = 1 x"}:
+            assert view.where(probe) == _where(plain, probe), (plain, probe)
+        block = plain[len(plain) // 2 : len(plain) // 2 + 2]
+        want = [
+            i
+            for i in range(len(plain) - len(block) + 1)
+            if [fold(x) for x in plain[i : i + len(block)]] == [fold(x) for x in block]
+        ]
+        assert find_block(view, block) == (want if block else [])
+        assert view.folded == [fold(line) for line in plain]
+        for needle in ("return", "é", "never"):  # may say True wrongly, never False wrongly
+            held = any(needle in line for line in plain)
+            assert view.holds(needle) or not held
+            assert FileLines(plain).holds(needle) == held
+
+
+def test_a_line_is_folded_only_when_looked_at() -> None:
+    lines = [f"value_{i} = {i}" for i in range(1000)]
+    view = FileLines(lines)
+    assert view.where("value_500 = 500") == [500]
+    assert len(view._folds) == 1  # what is made, not what is said
+    assert FileLines(lines).splice is None
