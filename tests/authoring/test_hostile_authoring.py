@@ -408,19 +408,18 @@ def test_add_after_a_check_fetches_what_it_needs(
     assert [r["verdict"] for r in json.loads(out)["check"]["results"]] == ["needed"]
 
 
-def test_add_on_a_full_disk_under_the_cache_is_one_line_exit_3(  # noqa: PLR0917 -- fixtures
-    tmp_path: Path,
+def test_add_on_a_full_disk_under_the_cache_is_one_line_exit_3(
     registry: Path,
-    fake_index: FakeIndex,
     tmp_cache: Cache,
-    monkeypatch: pytest.MonkeyPatch,
+    fake_index: FakeIndex,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Item 9, the cache's side: `add --diff` checking a release it must fetch, the cache's
     disk full: one line saying so, exit 3 (the cache's code, not the registry's), nothing
     added to the registry, no temp file in the cache; with space again the add goes through."""
     fake_index.add_release("0.19.0", {MOD: BODY.encode()})
-    diff = tmp_path / "mod.diff"
+    diff = registry.parent / "mod.diff"
     diff.write_text(PAT_DIFF)
     argv = ("add", "pat", "--diff", str(diff), "--vllm", "0.19.0")
     tmp_cache.root.mkdir(parents=True, exist_ok=True)
