@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests import synthetic
+from tests.helpers.cli import run_cli
 
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -56,3 +59,26 @@ def line_diff(name: str) -> str:
         f"--- a/vllm/{name}.py\n+++ b/vllm/{name}.py\n@@ -9,5 +9,5 @@\n line 9\n line 10\n"
         "-line 11\n+line 11 patched\n line 12\n line 13\n"
     )
+
+
+def refresh_all(project: Path, *args: str) -> dict[str, Any]:
+    """`patchset refresh --all --vllm 0.20.0` (ARGS added) on a project of a git vLLM
+    (`project/vllm`, release tag v0.20.0) and `project/patches`: its JSON report, after
+    checking it exits 0."""
+    done = run_cli(
+        "--registry",
+        project / "patches",
+        "refresh",
+        "--all",
+        "--vllm",
+        "0.20.0",
+        "--source",
+        f"git:{project / 'vllm'}",
+        "--format",
+        "json",
+        *args,
+        cwd=project,
+    )
+    assert done.returncode == 0, done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data

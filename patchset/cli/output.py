@@ -104,8 +104,9 @@ def emit(report: R, fmt: str, render: Callable[[R], object]) -> None:
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
-    sys.stdout.write("\n")
+    """`data` as indented JSON on stdout, in one write (json.dump writes each token on its
+    own: 200,000 writes for `check --builds` of 2,750 results, a second of CPU)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def table(title: str | None, columns: list[str]) -> Table:

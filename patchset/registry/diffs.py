@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ def _strip_prefixes(source: str, target: str) -> tuple[str, str]:
 
 _PARSED: OrderedDict[bytes, tuple[FileDiff, ...]] = OrderedDict()  # by the text's digest
 _PARSED_KEPT = 64
+_PARSED_LOCK = threading.Lock()  # loads may run in threads (a check's prefetch pool)
 
 
 def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
@@ -73,13 +75,16 @@ def parse_diff(text: str, *, file: Path | str) -> tuple[FileDiff, ...]:
     and `check --write` reload what they write, and a 60 MB payload took seconds each time.
     Only successes are kept, so an error always names the file it was read from."""
     key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-    if key in _PARSED:
-        _PARSED.move_to_end(key)
-        return _PARSED[key]
+    with _PARSED_LOCK:
+        known = _PARSED.get(key)
+        if known is not None:
+            _PARSED.move_to_end(key)
+            return known
     parsed = _parse_diff(text, file=file)
-    _PARSED[key] = parsed
-    while len(_PARSED) > _PARSED_KEPT:
-        _PARSED.popitem(last=False)
+    with _PARSED_LOCK:
+        _PARSED[key] = parsed
+        while len(_PARSED) > _PARSED_KEPT:
+            _PARSED.popitem(last=False)
     return parsed
 
 

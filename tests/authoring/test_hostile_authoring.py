@@ -408,6 +408,34 @@ def test_add_after_a_check_fetches_what_it_needs(
     assert [r["verdict"] for r in json.loads(out)["check"]["results"]] == ["needed"]
 
 
+def test_add_on_a_full_disk_under_the_cache_is_one_line_exit_3(
+    registry: Path,
+    tmp_cache: Cache,
+    fake_index: FakeIndex,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Item 9, the cache's side: `add --diff` checking a release it must fetch, the cache's
+    disk full: one line saying so, exit 3 (the cache's code, not the registry's), nothing
+    added to the registry, no temp file in the cache; with space again the add goes through."""
+    fake_index.add_release("0.19.0", {MOD: BODY.encode()})
+    diff = registry.parent / "mod.diff"
+    diff.write_text(PAT_DIFF)
+    argv = ("add", "pat", "--diff", str(diff), "--vllm", "0.19.0")
+    tmp_cache.root.mkdir(parents=True, exist_ok=True)
+    full_disk_under(monkeypatch, tmp_cache.root)
+    code = run(registry, *argv, "--index-url", fake_index.index_url)
+    line = one_error(capsys)
+    assert code == ExitCode.UNAVAILABLE, line
+    assert "the cache's disk is full" in line and "No space left on device" in line, line
+    assert list(registry.iterdir()) == []
+    assert not [p for p in tmp_cache.root.rglob("*") if p.name.endswith(".tmp")]
+    monkeypatch.undo()
+    monkeypatch.setenv("PATCHSET_CACHE_DIR", str(tmp_cache.root))
+    assert run(registry, *argv, "--index-url", fake_index.index_url) == 0, capsys.readouterr()
+    assert (registry / "pat" / "patch.toml").is_file()
+
+
 def test_an_overlay_identical_to_its_release_says_so(
     tmp_path: Path, registry: Path, release: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,15 +4,12 @@ anchor is left for hand work, one that still matches is left alone."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from patchset.registry import load_registry
 from tests import gitrepos
-from tests.helpers.cli import run_cli
 from tests.synthetic import BODY, add_patch
 
 OLD = "result = compute(first, second)\n"
@@ -53,25 +50,8 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def refresh_all(project: Path, *args: str) -> dict[str, Any]:
-    words: list[str | Path] = [
-        "--registry",
-        project / "patches",
-        "refresh",
-        "--all",
-        "--vllm",
-        "0.20.0",
-    ]
-    done = run_cli(
-        *words, "--source", f"git:{project / 'vllm'}", "--format", "json", *args, cwd=project
-    )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data
-
-
 def test_runtime_patches_get_their_new_anchors(project: Path) -> None:
-    proposed = {c["patch"]: c for c in refresh_all(project)["carried"]}
+    proposed = {c["patch"]: c for c in gitrepos.refresh_all(project)["carried"]}
     assert set(proposed) == {"moved", "gone"}  # `same` still matches: nothing to carry
     assert proposed["moved"]["outcome"] == "proposed"
     assert proposed["moved"]["detail"] == "new anchors: s"
@@ -79,7 +59,7 @@ def test_runtime_patches_get_their_new_anchors(project: Path) -> None:
     assert "no clear new anchor" in proposed["gone"]["detail"]
     assert len(load_registry(project / "patches").get("moved").variants) == 1  # not written
 
-    written = {c["patch"]: c for c in refresh_all(project, "--write")["carried"]}
+    written = {c["patch"]: c for c in gitrepos.refresh_all(project, "--write")["carried"]}
     assert written["moved"]["outcome"] == "written"
     moved = load_registry(project / "patches").get("moved")
     assert len(moved.variants) == 2

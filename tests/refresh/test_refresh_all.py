@@ -3,9 +3,7 @@ fuzz carried onto V as exact variants; the others (exact, conflicting) left alon
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -42,32 +40,12 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def refresh_all(project: Path, *args: str) -> dict[str, Any]:
-    done = run_cli(
-        "--registry",
-        project / "patches",
-        "refresh",
-        "--all",
-        "--vllm",
-        "0.20.0",
-        "--source",
-        f"git:{project / 'vllm'}",
-        "--format",
-        "json",
-        *args,
-        cwd=project,
-    )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, Any] = json.loads(done.stdout)
-    return data
-
-
 def test_only_the_shifted_patch_is_carried(project: Path) -> None:
     before = sorted(p.name for p in (project / "patches" / "moved").iterdir())
-    proposed = refresh_all(project)
+    proposed = gitrepos.refresh_all(project)
     assert [(c["patch"], c["outcome"]) for c in proposed["carried"]] == [("moved", "proposed")]
     assert sorted(p.name for p in (project / "patches" / "moved").iterdir()) == before
-    written = refresh_all(project, "--write")
+    written = gitrepos.refresh_all(project, "--write")
     (carried,) = written["carried"]
     assert carried["outcome"] == "written" and carried["variant"]
     registry = load_registry(project / "patches")
@@ -83,7 +61,7 @@ def test_only_the_shifted_patch_is_carried(project: Path) -> None:
         result = report.result(version, "moved")
         assert (result.verdict, result.shifted) == ("needed", False)  # exact on both now
     assert report.result("0.20.0", "broken").verdict == "conflict"  # left alone
-    again = refresh_all(project)
+    again = gitrepos.refresh_all(project)
     assert again["carried"] == []  # nothing shifted any more
 
 
