@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchset._plain import fields_dict
 from patchset.adapters import dockerengine
 from patchset.errors import BuildError, DockerError, UsageError
 from patchset.image.manifest import RUNTIME_DIR
@@ -100,13 +101,8 @@ class PatchProof:
     outcome: str  # verified, failed (warn), failed (fail), or the start's word: applied, off...
     states: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "patch": self.patch,
-            "apply": self.apply,
-            "outcome": self.outcome,
-            "states": list(self.states),
-        }
+    def to_json(self) -> dict[str, object]:
+        return fields_dict(self)
 
 
 def per_patch(report: StartReport) -> list[PatchProof]:
