@@ -76,7 +76,13 @@ class FileLines:
         """Every line folded (a whole-file look, e.g. for the nearest lines of a miss): made
         once, the same list each time (not to be changed)."""
         if self._all is None:
-            self._all = self.folds(0, len(self.lines))
+            parent, splice = self._parent, self._splice
+            if parent is None or splice is None:
+                self._all = [self._folds.get(i) or fold(x) for i, x in enumerate(self.lines)]
+            else:  # the lines kept from the one these came from, folded there
+                at, size, count = splice
+                above = parent.folded
+                self._all = [*above[:at], *self.folds(at, at + count), *above[at + size :]]
         return self._all
 
     @property

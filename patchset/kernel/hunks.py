@@ -335,19 +335,27 @@ _WORDS = re.compile(r"\w{4,}")
 
 def _shared_words(folded: list[str], words: set[str]) -> list[tuple[int, int]]:
     """(line, how many of `words` it holds as whole identifiers of 4+ characters), for each
-    line holding any: one regular-expression scan of the whole text, not one per line."""
+    line holding any: a plain search of the whole text per word, not one per line."""
     if not words:
         return []
     text = "\n".join(folded)
     starts = list(itertools.accumulate((len(line) + 1 for line in folded), initial=0))
-    pattern = re.compile(
-        r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")(?!\w)"
-    )
     found: dict[int, set[str]] = {}
-    for match in pattern.finditer(text):
-        line = bisect.bisect_right(starts, match.start()) - 1
-        found.setdefault(line, set()).add(match.group())
+    for word in words:  # each found by a plain search, kept where it is a whole identifier
+        at = text.find(word)
+        while at >= 0:
+            end = at + len(word)
+            if not (at and _word_char(text[at - 1])) and not (
+                end < len(text) and _word_char(text[end])
+            ):
+                found.setdefault(bisect.bisect_right(starts, at) - 1, set()).add(word)
+            at = text.find(word, at + 1)
     return [(line, len(held)) for line, held in sorted(found.items())]
+
+
+def _word_char(c: str) -> bool:
+    """Whether `c` is one of the characters `\\w` matches (str patterns)."""
+    return c.isalnum() or c == "_"
 
 
 def _difflib_ratio(a: str, b: str) -> float:
