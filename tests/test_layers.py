@@ -150,6 +150,8 @@ def test_the_walk_sees_the_imports() -> None:
     seen = {(i.module, i.target) for i in IMPORTS}
     assert ("patchset.registry.model", "patchset.kernel.sites") in seen
     assert ("patchset.kernel.sites", "patchset.kernel.hunks") in seen  # a relative import
+    assert ("patchset.kernel.sites", "patchset.kernel.filelines") in seen  # split from sites
+    assert ("patchset.kernel.sites", "patchset.kernel.served") in seen
     # the rules for writing vLLM's files: a kernel module, held to the kernel's rule
     assert ("patchset.kernel.gpus", "patchset.kernel.capability") in seen
     assert {("patchset._fs", "patchset.kernel.tree"), ("patchset.engine.transaction",
