@@ -22,13 +22,14 @@ def fold(line: str) -> str:
 class FileLines:
     """A file's lines and what sites share of them (see the module). Never changed in place."""
 
-    __slots__ = ("_all", "_depth", "_folds", "_parent", "_splice", "_text", "lines")
+    __slots__ = ("_all", "_broken", "_depth", "_folds", "_parent", "_splice", "_text", "lines")
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines  # not to be changed while this object is in use
         self._folds: dict[int, str] = {}  # line: its folded text, for the lines looked at
         self._text: str | None = None
         self._all: list[str] | None = None  # every line folded, once asked for
+        self._broken: bool | None = None  # whether a line holds a "\n" (known once asked)
         self._parent: FileLines | None = None  # the lines this came from, while chained
         # The edit that made these: lines[at:at+size] of those replaced by `count` lines.
         self._splice: tuple[int, int, int] | None = None
@@ -115,9 +116,11 @@ class FileLines:
 
     def _search(self, folded: str) -> list[int]:
         word = max(folded.split(" "), key=len)
-        if not word:  # a blank line: every line is looked at
-            return [i for i in range(len(self.lines)) if not self.fold_at(i)]
         text = self.text
+        if self._broken is None:  # a line holding a line break would throw the count off
+            self._broken = text.count("\n") != len(self.lines) - 1
+        if not word or self._broken:  # a blank line (or such lines): every line looked at
+            return [i for i in range(len(self.lines)) if self.fold_at(i) == folded]
         out = []
         line = done = 0  # the line holding text[done], counted up to there
         at = text.find(word)

@@ -53,3 +53,12 @@ def test_a_line_is_folded_only_when_looked_at() -> None:
     assert view.where("value_500 = 500") == [500]
     assert len(view._folds) == 1  # what is made, not what is said
     assert FileLines(lines).splice is None
+
+
+def test_lines_holding_a_line_break_are_still_found() -> None:
+    """Lines not cut from a text (a caller's list) may hold a newline: found all the same."""
+    lines = ["a = 1\nb = 2", "c = 3", "a = 1", "c = 3"]
+    view = FileLines(lines)
+    assert view.where("c = 3") == [1, 3]
+    assert view.where("a = 1 b = 2") == [0]
+    assert find_block(view, ["a = 1", "c = 3"]) == [2]
