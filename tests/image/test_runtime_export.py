@@ -61,6 +61,11 @@ def export(tmp_path: Path, build: str, name: str = "bundle", registry: Any = Non
     return folder
 
 
+def export_cli(dest: Path, build: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    """`patchset runtime export DEST --build BUILD ... --format json`, as a user runs it."""
+    return run_cli("runtime", "export", str(dest), "--build", str(build), *more, "--format", "json")
+
+
 def run_stock(
     client: Any,
     image: str,
@@ -111,15 +116,7 @@ def recorded(out: str) -> dict[str, Any]:
 
 
 def test_export_writes_bundle_compose_and_run_line(tmp_path: Path) -> None:
-    proc = run_cli(
-        "runtime",
-        "export",
-        str(tmp_path / "rt"),
-        "--build",
-        str(REPO / "builds" / "0.20.0.toml"),
-        "--format",
-        "json",
-    )
+    proc = export_cli(tmp_path / "rt", REPO / "builds" / "0.20.0.toml")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     bundle = tmp_path / "rt"
@@ -327,9 +324,7 @@ def test_the_printed_docker_run_line_runs(
     home.mkdir()
     build = tmp_path / "0.20.0.toml"  # the base named by the stand-in's test-only tag
     build.write_text(for_tests((REPO / "builds" / "0.20.0.toml").read_text()))
-    proc = run_cli(
-        "runtime", "export", str(tmp_path / "rt"), "--build", str(build), "--format", "json"
-    )
+    proc = export_cli(tmp_path / "rt", build)
     line = json.loads(proc.stdout)["docker_run"]
     assert " --gpus all " in line and line.startswith("docker run --rm ")
     line = line.replace(" --gpus all ", " --network none ").replace(" -p 8000:8000 ", " ")
@@ -595,16 +590,11 @@ def test_python_patch_that_raises(tmp_path: Path, docker_client: Any, standin_02
 def test_export_from_the_image_itself(tmp_path: Path, docker_client: Any, standin_020: str) -> None:
     """--source image:REF reads the release's files from the (local) image: the same digests
     as the index's, and the bundle starts there."""
-    proc = run_cli(
-        "runtime",
-        "export",
-        str(tmp_path / "rt"),
-        "--build",
-        str(REPO / "builds" / "0.20.0.toml"),
+    proc = export_cli(
+        tmp_path / "rt",
+        REPO / "builds" / "0.20.0.toml",
         "--source",
         f"image:{standin_tag('0.20.0')}",
-        "--format",
-        "json",
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["release_files"].startswith(f"image {standin_tag('0.20.0')}")
