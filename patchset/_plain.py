@@ -15,10 +15,15 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: object) -> object:
     """`value` as JSON-ready data: an object with its own `to_dict` by it, another dataclass
     by `fields_dict`, tuples and lists as lists, mappings with plain values, a path as its
     text; anything else (str, int, float, bool, None) as it is."""
+    if type(value) in _SCALARS:  # most values: no attribute lookup that fails
+        return value
     to_dict = getattr(value, "to_dict", None)
     if callable(to_dict):
         return to_dict()
