@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from packaging.version import InvalidVersion, Version
 
 from patchset.registry import ranges
 
@@ -73,3 +74,15 @@ def test_cap(spec: str, target: str, expected: str) -> None:
 )
 def test_widen(spec: str, target: str, after: str | None, expected: str) -> None:
     assert ranges.widen(spec, target, after) == expected
+
+
+def test_a_version_is_parsed_once_per_text() -> None:
+    """`as_version` hands back one Version per distinct text (a check asks every patch about
+    the same releases); it equals a fresh parse, and a text that is no version still fails."""
+    first = ranges.as_version("0.20.0rc1")
+    assert first is ranges.as_version("0.20.0rc1")
+    assert first == Version("0.20.0rc1") and first < ranges.as_version("0.20.0")
+    with pytest.raises(InvalidVersion):
+        ranges.as_version("not a version")
+    assert not ranges.is_version("not a version")
+    assert ranges.holds(">=0.20.0rc1,<0.21", "0.20.0") and not ranges.holds(">=0.21", "0.20.0")
