@@ -19,7 +19,7 @@ from patchset.kernel.manifest import Check
 from patchset.kernel.predicates import Node, switch_on
 from patchset.kernel.sites import Site, SiteProbe
 from patchset.registry.diffs import FileDiff
-from patchset.registry.ranges import as_version
+from patchset.registry.ranges import contains
 from patchset.registry.toml import did_you_mean
 
 Kind = Literal["diff", "runtime", "python"]
@@ -370,11 +370,8 @@ class Patch:
         kept per release (a check asks both of every patch in every release)."""
         placed = self._places.get(version)
         if placed is None:
-            release = as_version(version)
-            meant = next(
-                (v for v in self.variants if v.vllm.contains(release, prereleases=True)), None
-            )
-            placed = (meant is not None and self.vllm.contains(release, prereleases=True), meant)
+            meant = next((v for v in self.variants if contains(v.vllm, version)), None)
+            placed = (meant is not None and contains(self.vllm, version), meant)
             self._places[version] = placed
         return placed
 

@@ -25,6 +25,33 @@ def as_version(text: str) -> Version:
     return Version(text)
 
 
+@functools.lru_cache(maxsize=1024)
+def specifier(text: str) -> SpecifierSet:
+    """`SpecifierSet(text)`, one object per distinct text (a registry's patches share a few
+    dozen ranges): `contains` then answers each range once per release, not once per patch.
+    InvalidSpecifier when it is none."""
+    return SpecifierSet(text)
+
+
+_ANSWERS: dict[int, tuple[SpecifierSet, dict[str, bool]]] = {}  # by id: the set held, so
+# its id is not reused while its answers are kept
+
+
+def contains(spec: SpecifierSet, version: str) -> bool:
+    """Whether release `version` is in `spec` (pre-releases included), asked of packaging
+    once per range object and release. InvalidVersion when `version` is none."""
+    held = _ANSWERS.get(id(spec))
+    if held is None:
+        if len(_ANSWERS) >= 4096:  # ranges of registries loaded long ago: asked again
+            _ANSWERS.clear()
+        held = _ANSWERS[id(spec)] = (spec, {})
+    answers = held[1]
+    answer = answers.get(version)
+    if answer is None:
+        answer = answers[version] = spec.contains(as_version(version), prereleases=True)
+    return answer
+
+
 @functools.lru_cache(maxsize=4096)
 def is_version(text: str) -> bool:
     try:

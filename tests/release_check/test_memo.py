@@ -9,6 +9,9 @@ import hashlib
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from patchset.registry import Patch, load_registry
 from patchset.release_check import CheckResult, check_tree
@@ -137,3 +140,33 @@ def test_the_memo_file_of_an_older_format_is_not_read(tmp_path: Path) -> None:
     (r,) = check_tree(_patches(tmp_path / "patches"), _tree("0.19.0"), "0.19.0", memo=memo)
     assert (r.verdict, memo.hits, memo.misses) == ("needed", 0, 1)
     assert older.read_bytes() == b"not a database of this format"
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        lambda row: row[:-1],  # a field short
+        lambda row: [*row, []],  # a field too many
+        lambda row: [*row[:5], [["applies"], None, None, None], *row[6:]],  # signals not plain
+        lambda row: [*row[:5], ["applies", None, None, None, None], *row[6:]],  # five signals
+        lambda row: [*row[:10], [["vllm/mod.py"]], *row[11:]],  # a failing hunk without its number
+        lambda row: {"verdict": "upstream"},
+        lambda row: "upstream",
+    ],
+)
+def test_a_sealed_row_that_is_no_result_is_dropped(tmp_path: Path, rewrite: Any) -> None:
+    """A row whose seal fits but whose value is not a result's row (a field short or too
+    many, signals that are not four plain values, a hunk without its number, not a list)
+    is dropped and the result computed again, never half-read."""
+    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
+    patches = _patches(tmp_path / "patches")
+    (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
+    memo = Memo(tmp_path / "memo")
+    db = sqlite3.connect(memo.path)
+    with db:
+        ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
+        forged = json.dumps(rewrite(json.loads(value)))
+        db.execute("UPDATE results SET value = ?, seal = ?", (forged, _seal(key, forged)))
+    db.close()
+    (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (memo.hits, memo.misses) == (0, 1) and again == first
