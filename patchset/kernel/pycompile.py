@@ -74,7 +74,7 @@ _RISKY = re.compile(r"\b(?:global|nonlocal|__future__)\b|\bimport\s*\*|:=")
 # ... and for a unit at module level (column 0), which holds every scope its statements see,
 # only these: a module-level declaration reaches the module's other statements.
 _RISKY_TOP = re.compile(r"\b__future__\b|^(?:global|nonlocal)\b", re.MULTILINE)
-_DECLARES = re.compile(rb"^[ \t]*(?:global|nonlocal)\b|^.*?(__future__)", re.MULTILINE)
+_GLOBALS = re.compile(rb"^[ \t]*(?:global|nonlocal)\b", re.MULTILINE)
 _COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=]")
 
 
@@ -101,17 +101,20 @@ def _facts(source: bytes, flags: int, found: Found) -> _Known:
     """A compiling source's `_Known`, its flags and its starts, ends and classes given."""
     starts, ends, classes = found
     declared: list[int] = []
-    futures: list[int] = []
     top = False
     line, at = 0, 0
-    for match in _DECLARES.finditer(source):
+    for match in _GLOBALS.finditer(source):
         line += source.count(b"\n", at, match.start())
         at = match.start()
-        if match.group(1) is not None:
-            futures.append(line)
-        else:
-            declared.append(line)
-            top = top or source[at : at + 1] not in (b" ", b"\t")
+        declared.append(line)
+        top = top or source[at : at + 1] not in (b" ", b"\t")
+    futures: list[int] = []
+    line, at, found_at = 0, 0, source.find(b"__future__")
+    while found_at >= 0:
+        line += source.count(b"\n", at, found_at)
+        at = found_at
+        futures.append(line)
+        found_at = source.find(b"__future__", source.find(b"\n", found_at) % (len(source) + 1))
     return _Known(
         None,
         tuple(sorted(starts)),
@@ -219,6 +222,7 @@ def clear_cache() -> None:
     _KNOWN.clear()
     _LAST.clear()
     _UNITS.clear()
+    _lines.cache_clear()
     _edits_of.cache_clear()
 
 
@@ -292,14 +296,8 @@ def _units(known: _Known, before: bytes, after: bytes) -> Found | None:
     around it); anywhere a module-level `global` or `nonlocal`, `__future__` (on either
     side), a coding declaration, tabs or form feeds in indentation, a byte-order mark, a
     NUL, CR line ends, nesting near the compiler's limits (20 blocks)."""
-    try:
-        old, new = before.decode("utf-8"), after.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if known.top_declares or any(c in new or c in old for c in ("\0", "\r", "\ufeff", "\f")):
-        return None
-    a, b = old.split("\n"), new.split("\n")
-    if any(_COOKIE.match(line) for line in a[:2] + b[:2]):
+    a, b = _lines(before), _lines(after)
+    if known.top_declares or a is None or b is None:
         return None
     starts, ends = known.starts, known.ends
     tops = sorted({0, *ends, *(x for x in starts if a[x][:1] not in (" ", "\t"))})
@@ -342,6 +340,20 @@ def _units(known: _Known, before: bytes, after: bytes) -> Found | None:
 def _between(lines: tuple[int, ...], lo: int, hi: int) -> tuple[int, ...]:
     """The sorted `lines` in [lo, hi)."""
     return lines[bisect.bisect_left(lines, lo) : bisect.bisect_left(lines, hi)]
+
+
+@functools.lru_cache(maxsize=64)
+def _lines(source: bytes) -> list[str] | None:
+    """`source`'s lines (shared: not to be changed), None where no unit can judge it: not
+    UTF-8, a NUL, CR, byte-order mark or form feed in it, a coding declaration."""
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any(c in text for c in ("\0", "\r", "\ufeff", "\f")):
+        return None
+    lines = text.split("\n")
+    return None if any(_COOKIE.match(line) for line in lines[:2]) else lines
 
 
 def _around(a: list[str], before: tuple[int, ...], top: int) -> list[int]:
