@@ -103,7 +103,7 @@ def _facts(source: bytes, flags: int, found: Found) -> _Known:
     declared: list[int] = []
     top = False
     line, at = 0, 0
-    for match in _GLOBALS.finditer(source):
+    for match in _GLOBALS.finditer(source) if b"global" in source or b"nonlocal" in source else ():
         line += source.count(b"\n", at, match.start())
         at = match.start()
         declared.append(line)
@@ -308,9 +308,8 @@ def _units(known: _Known, before: bytes, after: bytes) -> Found | None:
     i = j = 0
     while True:
         run = i  # a[run:i] == b[j - (i - run):j]
-        while i < n and j < m and a[i] == b[j]:
-            i += 1
-            j += 1
+        same = _same(a, b, i, j)
+        i, j = i + same, j + same
         if i == n and j == m:
             found[0].extend(x + j - i for x in _between(starts, kept, n))
             found[1].extend(x + j - i for x in _between(ends, kept, n + 1))
@@ -340,6 +339,17 @@ def _units(known: _Known, before: bytes, after: bytes) -> Found | None:
 def _between(lines: tuple[int, ...], lo: int, hi: int) -> tuple[int, ...]:
     """The sorted `lines` in [lo, hi)."""
     return lines[bisect.bisect_left(lines, lo) : bisect.bisect_left(lines, hi)]
+
+
+def _same(a: list[str], b: list[str], i: int, j: int) -> int:
+    """How many lines from a[i] and b[j] on are equal (compared 64 at a time, then fewer)."""
+    n = min(len(a) - i, len(b) - j)
+    k, step = 0, 64
+    while step:
+        while k + step <= n and a[i + k : i + k + step] == b[j + k : j + k + step]:
+            k += step
+        step //= 2
+    return k
 
 
 @functools.lru_cache(maxsize=64)
