@@ -21,7 +21,7 @@ from patchset.registry.diffs import parse_diff
 from patchset.release_check import moves
 from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
-from patchset.sources.package_index.cache import FORMAT, Cache, Manifest
+from patchset.sources.package_index.cache import FORMAT, Cache, Manifest, read_entry
 
 PATHS = [
     "vllm/__init__.py",
@@ -280,3 +280,18 @@ def test_a_damaged_entry_is_a_clear_error(tmp_path: Path) -> None:
     assert loaded is not None
     with pytest.raises(SourceError, match="damaged; run `patchset cache clear`"):
         loaded.members["vllm/a.py"]
+
+
+def test_a_cache_entry_is_read_whole_by_plain_reads(tmp_path: Path) -> None:
+    """`read_entry` reads an entry with plain reads of its size: every byte of an empty, a
+    small and a large file; a folder in an entry's place is removed (None)."""
+    for size in (0, 1, 65_535, 65_536, 300_001):
+        path = tmp_path / f"entry-{size}"
+        data = bytes(i % 251 for i in range(size))
+        path.write_bytes(data)
+        assert read_entry(path) == data
+        assert read_entry(str(path)) == data
+    (tmp_path / "folder").mkdir()
+    assert read_entry(tmp_path / "folder") is None
+    assert not (tmp_path / "folder").exists()
+    assert read_entry(tmp_path / "absent") is None
