@@ -80,7 +80,7 @@ def _compile_break(
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
-        error = edit_error(read(rel), data)
+        error = edit_error(read(rel), data, rel)
         if error is None:
             continue
         return _broken_message(rel, error, blame(rel) if blame else "")
@@ -412,7 +412,7 @@ def evaluate_runtime(
     def blame(rel: str) -> str:
         _, eol, eof = texts[rel]
         for name, lines in steps.get(rel, []):
-            if edit_error(datas[rel], _render(*originals[rel], lines, eol, eof)) is not None:
+            if edit_error(datas[rel], _render(*originals[rel], lines, eol, eof), rel) is not None:
                 return f"site {name}"
         return ""
 

@@ -5,6 +5,7 @@ The loader that builds them from `patches/<id>/patch.toml` is `patchset.registry
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from patchset.kernel.manifest import Check
 from patchset.kernel.predicates import Node, switch_on
 from patchset.kernel.sites import Site, SiteProbe
 from patchset.registry.diffs import FileDiff
+from patchset.registry.ranges import contains
 from patchset.registry.toml import did_you_mean
 
 Kind = Literal["diff", "runtime", "python"]
@@ -241,6 +243,15 @@ class Patch:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     provenance: Provenance | None = None
 
+    @functools.cached_property
+    def reads(self) -> tuple[str, ...]:
+        """Every file a check of the patch reads, sorted: each variant's targets and the
+        probe's file (worked out once per loaded patch, not once per release)."""
+        files = {f for variant in self.variants for f in variant.files}
+        if self.upstream.probe is not None:
+            files.add(self.upstream.probe.file)
+        return tuple(sorted(files))
+
     def modules_needed(self) -> tuple[str, ...]:
         """`requires_modules` of the patch and of every site of its variants."""
         found = list(self.requires_modules)
@@ -263,10 +274,7 @@ class Patch:
         two variants); a release in such a gap has no payload meant for it, so it is out of
         range rather than a failure of the newest payload.
         """
-        release = Version(version)
-        return self.vllm.contains(release, prereleases=True) and any(
-            v.vllm.contains(release, prereleases=True) for v in self.variants
-        )
+        return self._placed(version)[0]
 
     def gates(self) -> dict[str, object]:
         """What decides whether the patch runs besides its range (check's JSON `patches`):
@@ -351,10 +359,21 @@ class Patch:
         """The payload variant meant for `version`; the newest-listed first one if unknown."""
         if version is None:
             return self.variants[0]
-        for variant in self.variants:
-            if variant.vllm.contains(Version(version), prereleases=True):
-                return variant
-        return None
+        return self._placed(version)[1]
+
+    @functools.cached_property
+    def _places(self) -> dict[str, tuple[bool, Variant | None]]:
+        return {}
+
+    def _placed(self, version: str) -> tuple[bool, Variant | None]:
+        """`in_range` and `variant_for` of a release together, each range asked once, and
+        kept per release (a check asks both of every patch in every release)."""
+        placed = self._places.get(version)
+        if placed is None:
+            meant = next((v for v in self.variants if contains(v.vllm, version)), None)
+            placed = (meant is not None and contains(self.vllm, version), meant)
+            self._places[version] = placed
+        return placed
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,43 @@ _ORDER = {">=": 0, ">": 0, "~=": 1, "==": 1, "===": 1, "!=": 2, "<=": 3, "<": 3}
 
 
 @functools.lru_cache(maxsize=4096)
+def as_version(text: str) -> Version:
+    """`Version(text)`, parsed once per distinct text (a check asks the same 25 releases of
+    every patch); InvalidVersion when it is none. Version objects are not changed once made."""
+    return Version(text)
+
+
+@functools.lru_cache(maxsize=1024)
+def specifier(text: str) -> SpecifierSet:
+    """`SpecifierSet(text)`, one object per distinct text (a registry's patches share a few
+    dozen ranges): `contains` then answers each range once per release, not once per patch.
+    InvalidSpecifier when it is none."""
+    return SpecifierSet(text)
+
+
+_ANSWERS: dict[int, tuple[SpecifierSet, dict[str, bool]]] = {}  # by id: the set held, so
+# its id is not reused while its answers are kept
+
+
+def contains(spec: SpecifierSet, version: str) -> bool:
+    """Whether release `version` is in `spec` (pre-releases included), asked of packaging
+    once per range object and release. InvalidVersion when `version` is none."""
+    held = _ANSWERS.get(id(spec))
+    if held is None:
+        if len(_ANSWERS) >= 4096:  # ranges of registries loaded long ago: asked again
+            _ANSWERS.clear()
+        held = _ANSWERS[id(spec)] = (spec, {})
+    answers = held[1]
+    answer = answers.get(version)
+    if answer is None:
+        answer = answers[version] = spec.contains(as_version(version), prereleases=True)
+    return answer
+
+
+@functools.lru_cache(maxsize=4096)
 def is_version(text: str) -> bool:
     try:
-        Version(text)
+        as_version(text)
     except InvalidVersion:
         return False
     return True
@@ -29,7 +63,7 @@ def is_version(text: str) -> bool:
 
 def version_key(text: str) -> tuple[int, Version | str]:
     """Sort key: PEP 440 versions in order, anything else after them by its text."""
-    return (0, Version(text)) if is_version(text) else (1, text)
+    return (0, as_version(text)) if is_version(text) else (1, text)
 
 
 def parts(spec: str) -> list[str]:
@@ -59,7 +93,7 @@ def same_range(a: str, b: str) -> bool:
 
 
 def holds(spec: str, version: str) -> bool:
-    return SpecifierSet(spec).contains(Version(version), prereleases=True)
+    return SpecifierSet(spec).contains(as_version(version), prereleases=True)
 
 
 def runs(
@@ -74,7 +108,7 @@ def runs(
     file vanished is no evidence it is done with, so it leaves the range open and CI keeps
     flagging it (docs/ci.md).
     """
-    ordered = sorted({v for v in versions if is_version(v)}, key=Version)
+    ordered = _in_order(tuple(versions))
     ends = {v for v in ordered if v not in hits} if closing is None else closing
     found: list[str] = []
     start: str | None = None
@@ -87,6 +121,13 @@ def runs(
     if start is not None:
         found.append(f">={start}")
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _in_order(versions: tuple[str, ...]) -> tuple[str, ...]:
+    """The versions among `versions`, each once, oldest first (`runs` is asked the same
+    releases for every patch of a check)."""
+    return tuple(sorted({v for v in versions if is_version(v)}, key=as_version))
 
 
 def cap(spec: str, target: str) -> str:

@@ -18,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchset.errors import RegistryError
+from patchset.registry.ranges import specifier
 
 TOO_DEEP = "not usable TOML: arrays or tables nested too deeply"
 
@@ -131,7 +132,7 @@ class Table:
         if value is None:
             return None
         try:
-            return SpecifierSet(value)
+            return specifier(value)
         except InvalidSpecifier:
             raise self.error(
                 f"{value!r} is not a PEP 440 version specifier (e.g. '>=0.17.0,<0.20.0')", key

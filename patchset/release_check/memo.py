@@ -1,11 +1,13 @@
 """A memo of check results, keyed by content: re-checking an unchanged registry against known
 releases is a lookup, and editing one patch re-evaluates that patch only.
 
-One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-2.sqlite``
-(the ``2`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
+One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-3.sqlite``
+(the ``3`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
 Two tables:
 
-- ``results``: key -> one result (JSON). The key is a sha256 over the memo format, a digest of
+- ``results``: key -> one result, a JSON array of its fields in the order `CheckResult`
+  declares them (`CheckResult.to_memo`), but the release and the range, which the reader
+  gives. The key is a sha256 over the memo format, a digest of
   the code that decides verdicts, the patch's digest (patch.toml and every payload), the
   variant meant for the release, the fuzz allowed, whether nearest lines were computed, and
   the sha256 of every file the patch reads (each variant's targets and the probe's file, absent
@@ -16,6 +18,10 @@ Two tables:
   release's own digest.
 - ``files``: (release digest, path) -> sha256 of that file, for releases whose digest pins their
   content (the package index's, checked against the index): a warm check then reads no file.
+
+A key met again in a later release of the same check (the files it reads have the same bytes
+there) is answered from the rows already read, neither fetched nor decoded again; a row whose
+text was already decoded under another key (the same outcome) is not decoded again.
 
 Every row carries a seal (a sha256 over its fields) checked when it is read: a row rewritten
 or torn is dropped and computed again, never believed. A folder or FIFO where the file should
@@ -34,7 +40,11 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-FORMAT = 2  # 2: each row carries `seal`, a sha256 over the row, checked when read
+from patchset.release_check.report import CheckResult
+
+# 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
+# array in its fields' order (an object before), the key a sha256 over the repr of its parts
+FORMAT = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT);
 CREATE TABLE IF NOT EXISTS files (
@@ -89,6 +99,9 @@ class Memo:
         self._db: sqlite3.Connection | None = None
         self._broken = False
         self.code = _code_digest()
+        self._base = hashlib.sha256(f"{FORMAT}\0{self.code}\0".encode())
+        self._read: dict[str, CheckResult] = {}  # the rows read this run, by key
+        self._values: dict[str, CheckResult] = {}  # and by their text
         self.hits = 0
         self.misses = 0
 
@@ -108,16 +121,23 @@ class Memo:
         return self._db
 
     def key(self, *parts: object) -> str:
-        """A sha256 over the parts' reprs (strings, numbers, None, and lists of them)."""
-        text = "\0".join([str(FORMAT), self.code, *(repr(part) for part in parts)])
-        return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+        """A sha256 over the memo format, the deciding code's digest and the repr of `parts`
+        (strings, numbers, booleans, None, and lists and tuples of them: a repr that tells
+        them apart)."""
+        h = self._base.copy()
+        h.update(repr(parts).encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, object]]:
-        db = self._conn()
+    def get_many(self, keys: Iterable[str]) -> dict[str, CheckResult]:
+        """The memoised result of each key found, for no release yet (`CheckResult.at`
+        gives it its release and range); a key read earlier by this memo is not read again."""
         wanted = list(dict.fromkeys(keys))
-        if db is None or not wanted:
-            return {}
-        found: dict[str, dict[str, object]] = {}
+        known = {k: self._read[k] for k in wanted if k in self._read}
+        wanted = [k for k in wanted if k not in known]
+        db = self._conn() if wanted else None
+        if db is None:
+            return known
+        found = dict(known)
         bad: list[str] = []
         try:
             for start in range(0, len(wanted), 500):
@@ -125,22 +145,24 @@ class Memo:
                 marks = ",".join("?" * len(chunk))
                 query = f"SELECT key, value, seal FROM results WHERE key IN ({marks})"  # noqa: S608 - only ?s
                 for key, value, seal in db.execute(query, chunk):
-                    result = json.loads(value) if seal == _seal(key, value) else None
-                    if isinstance(result, dict):
-                        found[key] = result
-                    else:
+                    result = None
+                    if seal == _seal(key, value):  # the same row under many keys: decoded once
+                        result = self._values.get(value) or _decoded(value)
+                    if result is None:
                         bad.append(key)
-        except (sqlite3.Error, ValueError):
-            return {}
+                    else:
+                        found[key] = self._read[key] = self._values[value] = result
+        except sqlite3.Error:
+            return known
         if bad:
             self._write(db, "DELETE FROM results WHERE key = ?", [(k,) for k in bad])
         return found
 
-    def put_many(self, items: dict[str, dict[str, object]]) -> None:
+    def put_many(self, items: dict[str, CheckResult]) -> None:
         db = self._conn()
         if db is None or not items:
             return
-        values = {k: json.dumps(v, sort_keys=True) for k, v in items.items()}
+        values = {k: json.dumps(r.to_memo(), separators=(",", ":")) for k, r in items.items()}
         rows = [(k, v, _seal(k, v)) for k, v in values.items()]
         self._write(db, "INSERT OR REPLACE INTO results (key, value, seal) VALUES (?, ?, ?)", rows)
 
@@ -180,9 +202,19 @@ class Memo:
             self._broken = True  # read-only or locked: carry on without the memo
 
     def close(self) -> None:
+        self._read.clear()
+        self._values.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+def _decoded(value: str) -> CheckResult | None:
+    """A row's result (for no release yet); None for one that is not a result's row."""
+    try:
+        return CheckResult.from_memo(json.loads(value))
+    except (ValueError, TypeError, KeyError, IndexError):
+        return None
 
 
 def _only_regular(path: Path) -> None:

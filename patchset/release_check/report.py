@@ -3,11 +3,12 @@ ranges the results suggest. Plain data, as `patchset check --format json` writes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from patchset._plain import fields_dict
+from patchset._plain import fields_dict, plain
 from patchset.engine.evaluate import State
 from patchset.errors import ExitCode
 from patchset.registry import ranges
@@ -56,33 +57,56 @@ class CheckResult:
     def needs_attention(self) -> bool:
         return self.in_range and self.verdict in ATTENTION
 
-    def to_memo(self) -> dict[str, object]:
-        """What the memo keeps: everything but the release and the range (given on reading)."""
-        return fields_dict(self, skip=("vllm", "in_range"))
+    def to_memo(self) -> list[object]:
+        """What the memo keeps: every field in the order declared (the signals as a list
+        likewise), but the release and the range, given on reading (`from_memo`, `at`)."""
+        signals = [getattr(self.signals, f) for f in _SIGNALS]
+        return [signals if f == "signals" else plain(getattr(self, f)) for f in _MEMO_FIELDS]
 
     @classmethod
-    def from_memo(cls, data: dict[str, Any], *, vllm: str, in_range: bool) -> CheckResult:
-        """A result read back from the memo, for this release and range."""
-        return cls(
-            vllm=vllm,
-            patch=data["patch"],
-            revision=data["revision"],
-            variant=data["variant"],
-            verdict=data["verdict"],
-            in_range=in_range,
-            detail=data["detail"],
-            signals=Signals(**data["signals"]),
-            disagreement=data["disagreement"],
-            locations=tuple(data["locations"]),
-            moved_to=tuple(data["moved_to"]),
-            shifted=data["shifted"],
-            failing_hunks=tuple((f, int(i)) for f, i in data["failing_hunks"]),
-            failing_sites=tuple(data["failing_sites"]),
-            missing=tuple(data["missing"]),
-        )
+    def from_memo(cls, row: list[Any]) -> CheckResult:
+        """A result read back from the memo (`to_memo`'s list), for no release yet: `at`
+        gives it one. TypeError, ValueError or KeyError on a row that is none."""
+        if len(row) != len(_MEMO_FIELDS):
+            raise ValueError(f"a memo row of {len(row)} fields, not {len(_MEMO_FIELDS)}")
+        data = dict(zip(_MEMO_FIELDS, row, strict=True))
+        data["signals"] = _signals(*data["signals"])
+        for name in _TUPLES:
+            data[name] = tuple(data[name])
+        data["failing_hunks"] = tuple((f, int(i)) for f, i in data["failing_hunks"])
+        return _made({**data, "vllm": "", "in_range": False})
+
+    def at(self, vllm: str, *, in_range: bool) -> CheckResult:
+        """This result for release `vllm` and the range's answer there, every other field
+        shared (a memoised result met in many releases): `dataclasses.replace`, the fields
+        copied as they are."""
+        return _made({**self.__dict__, "vllm": vllm, "in_range": in_range})
 
     def to_dict(self) -> dict[str, object]:
         return fields_dict(self, skip=_MEMO_ONLY)
+
+
+# A memo row's fields, in the order declared: all but the release and the range
+_MEMO_FIELDS = tuple(f.name for f in fields(CheckResult) if f.name not in ("vllm", "in_range"))
+_SIGNALS = tuple(f.name for f in fields(Signals))
+_TUPLES = ("locations", "moved_to", "failing_sites", "missing")  # lists in a row
+
+
+def _made(values: dict[str, Any]) -> CheckResult:
+    """A result holding `values` (every field, as `__init__` would set them), made without
+    `__init__`: a frozen dataclass's sets each field through `object.__setattr__`, most of
+    the cost of a memo hit, 8,000 times in a warm check of 320 patches on 25 releases."""
+    made = object.__new__(CheckResult)
+    made.__dict__.update(values)
+    return made
+
+
+@functools.lru_cache(maxsize=256)
+def _signals(
+    forward: State, reverse: bool | None, probe: bool | None, ancestry: bool | None = None
+) -> Signals:
+    """The signals of a memo row, one object per combination (there are a few dozen)."""
+    return Signals(forward, reverse, probe, ancestry)
 
 
 @dataclass(frozen=True)

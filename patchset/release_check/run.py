@@ -114,14 +114,13 @@ def check(
     finally:
         if memo is not None:
             memo.close()
+    checked = {r.patch for r in results}
     return CheckReport(
         registry=registry.digest,
         releases=tuple(infos),
         results=tuple(results),
         suggested=suggest_ranges(results, [i.version for i in infos]),
-        patches={
-            p.id: p.gates() for p in registry.patches if any(r.patch == p.id for r in results)
-        },
+        patches={p.id: p.gates() for p in registry.patches if p.id in checked},
     )
 
 
@@ -201,10 +200,10 @@ def check_tree(
         plans.append((patch, in_range, meant, older, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
     results: list[CheckResult] = []
-    store: dict[str, dict[str, object]] = {}
+    store: dict[str, CheckResult] = {}
     for patch, in_range, meant, older, files, key in plans:
         if key is not None and key in found and memo is not None:
-            results.append(CheckResult.from_memo(found[key], vllm=version, in_range=in_range))
+            results.append(found[key].at(version, in_range=in_range))
             memo.hits += 1
             continue
         existed = _existed(older, files, seen)
@@ -226,7 +225,7 @@ def check_tree(
         )
         results.append(r)
         if key is not None:
-            store[key] = r.to_memo()
+            store[key] = r
     for *_, files, _ in plans:  # every patch's `_declared` files
         seen.update(
             (f, version) for f in files if (digest(f) if memo else file_digest(read(f))) != "-"
@@ -291,10 +290,7 @@ def _tried(required: Patch, version: str) -> str | None:
 
 def _declared(patch: Patch) -> list[str]:
     """Every file the patch's evaluation reads: each variant's targets and the probe's file."""
-    files = {f for variant in patch.variants for f in variant.files}
-    if patch.upstream.probe is not None:
-        files.add(patch.upstream.probe.file)
-    return sorted(files)
+    return list(patch.reads)
 
 
 def _named(patch: Patch) -> list[str]:

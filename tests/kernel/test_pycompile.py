@@ -82,13 +82,15 @@ def test_an_edit_judged_by_its_units_is_judged_as_the_whole_file(seed: int) -> N
         pycompile.edit_error(before, before + b"\n")  # an edit before: from now on, by units
         assert pycompile.edit_error(before, after) == want
         assert pycompile.edit_error(before, other) == broken_by(before, other)
-        judged_alone += pycompile._units_compile(pycompile._known(before), before, after)
+        judged_alone += pycompile._units(pycompile._known(before), before, after) is not None
     assert judged_alone > 5  # the units alone decided a share of them
 
 
 def test_the_same_edit_again_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """One patch meeting the same file in several releases (its other files differ): the
-    edit is judged once; a source compiled whole here has its next edit judged by units."""
+    edit is judged once; a source is compiled whole once and its edits judged by units, and
+    a unit already judged (the same lines edited in another release's file) is not compiled
+    again."""
     before = Path(pycompile.__file__).read_bytes()
     after = before.replace(b"    return None\n", b"    x = 1\n    return None\n", 1)
     assert after != before
@@ -102,9 +104,59 @@ def test_the_same_edit_again_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr("builtins.compile", counting)
     assert pycompile.edit_error(before, after) is None
-    assert compiled == ["<patched>"]  # a first edit: `after` whole
+    assert compiled == ["<patched>", "<unit>"]  # `before` whole, then the edited unit
     assert pycompile.edit_error(before, after) is None
-    assert compiled == ["<patched>"]  # again: nothing compiled
+    assert compiled == ["<patched>", "<unit>"]  # again: nothing compiled
+    elsewhere = before + b"\n_patchset_y = 2\n"  # the same file, another release's tail
+    assert pycompile.edit_error(elsewhere, after + b"\n_patchset_y = 2\n") is None
+    assert compiled == ["<patched>", "<unit>", "<patched>"]  # the unit's answer kept
     again = after.replace(b"    x = 1\n", b"    x = 2\n", 1)
     assert pycompile.edit_error(after, again) is None
-    assert compiled == ["<patched>", "<unit>"]  # `after` was compiled whole: by its unit
+    assert compiled == ["<patched>", "<unit>", "<patched>", "<patched>", "<unit>"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_release_known_from_the_one_before_is_known_as_compiled_whole(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same file in the next release (`name` given) is judged as an edit of the copy
+    known before it: what it says of that copy (compiles or not, where its defs and classes
+    start) is what compiling it whole says, and edits of it are judged as `broken_by` does."""
+    whole_compiles: list[bytes] = []
+    real = pycompile._compile_known
+
+    def counting(source: bytes) -> object:
+        whole_compiles.append(source)
+        return real(source)
+
+    monkeypatch.setattr(pycompile, "_compile_known", counting)
+    rng = random.Random(seed)  # noqa: S311 - a fixed test sequence
+    sources = [p.read_bytes() for p in sorted(Path(pycompile.__file__).parent.parent.rglob("*.py"))]
+    derived = 0
+    for _ in range(40):
+        release = rng.choice(sources)
+        pycompile.clear_cache()
+        for _ in range(4):  # four releases of one file, each an edit of the one before
+            lines = release.decode().split("\n")
+            defs = [
+                k
+                for k, line in enumerate(lines)
+                if line.lstrip().startswith(("def ", "class ")) and k and "@" not in lines[k - 1]
+            ]
+            for _ in range(rng.choice([1, 2, 3])):  # lines put in before defs (valid edits)
+                at = rng.choice(defs) if defs else len(lines)
+                indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())] if defs else ""
+                snippet = rng.choice(SNIPPETS) if rng.random() < 0.1 else "_y = 1"
+                lines[at:at] = [indent + snippet]
+                defs = [k + (k >= at) for k in defs]
+            if rng.random() < 0.5:
+                lines.append(f"def _new_{rng.randrange(99)}():\n    return 1\n")
+            release = "\n".join(lines).encode()
+            edit = release.replace(b"\n", b"\n_patchset_x = 1\n", 1)
+            assert pycompile.edit_error(release, edit, "m.py") == broken_by(release, edit)
+            known = pycompile._KNOWN[pycompile._digest(release)]
+            whole = real(release)
+            assert (known.error is None) == (whole.error is None)
+            assert known == whole or known.error is not None, "facts differ from a whole compile's"
+            derived += release not in whole_compiles
+    assert derived > 40  # most releases were known from the one before

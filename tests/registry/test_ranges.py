@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from patchset.registry import ranges
 
@@ -73,3 +75,39 @@ def test_cap(spec: str, target: str, expected: str) -> None:
 )
 def test_widen(spec: str, target: str, after: str | None, expected: str) -> None:
     assert ranges.widen(spec, target, after) == expected
+
+
+def test_a_version_is_parsed_once_per_text() -> None:
+    """`as_version` hands back one Version per distinct text (a check asks every patch about
+    the same releases); it equals a fresh parse, and a text that is no version still fails."""
+    first = ranges.as_version("0.20.0rc1")
+    assert first is ranges.as_version("0.20.0rc1")
+    assert first == Version("0.20.0rc1") and first < ranges.as_version("0.20.0")
+    with pytest.raises(InvalidVersion):
+        ranges.as_version("not a version")
+    assert not ranges.is_version("not a version")
+    assert ranges.holds(">=0.20.0rc1,<0.21", "0.20.0") and not ranges.holds(">=0.21", "0.20.0")
+
+
+@pytest.mark.parametrize(
+    ("spec", "version", "expected"),
+    [
+        (">=0.17.0,<0.20.0", "0.19.1", True),
+        (">=0.17.0,<0.20.0", "0.20.0", False),
+        (">=0.20.0", "0.20.0rc1", False),
+        (">=0.20.0rc1", "0.20.0rc2", True),  # pre-releases are releases to a check
+        ("==0.19.*", "0.19.1.post1", True),
+        ("!=0.18.0", "0.18.0", False),
+    ],
+)
+def test_contains_answers_as_packaging_once_per_range_and_release(
+    spec: str, version: str, expected: bool
+) -> None:
+    """`contains` is SpecifierSet.contains with pre-releases, kept per range object and
+    release; `specifier` gives one object per text, so patches sharing a range share it."""
+    shared = ranges.specifier(spec)
+    assert shared is ranges.specifier(spec) and shared == SpecifierSet(spec)
+    assert ranges.contains(shared, version) is expected
+    assert ranges.contains(shared, version) is expected  # from what was kept
+    assert ranges.contains(SpecifierSet(spec), version) is expected  # another object, asked
+    assert SpecifierSet(spec).contains(Version(version), prereleases=True) is expected

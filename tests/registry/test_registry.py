@@ -10,6 +10,7 @@ import pytest
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
 from patchset.kernel.capability import in_scope
 from patchset.registry import load_registry
+from tests.synthetic import MOD_DIFF, OTHER_DIFF, add_patch
 
 REPO = Path(__file__).parents[2]
 REAL = REPO / "patches"
@@ -202,3 +203,21 @@ def test_release_in_a_gap_between_variants_is_out_of_range(tmp_path: Path) -> No
         False,
     ]
     assert patch.variant_for("0.22.0") is None
+
+
+def test_reads_is_every_variants_targets_and_the_probes_file_sorted(tmp_path: Path) -> None:
+    """`Patch.reads`, what a check reads of a release for the patch, is worked out once: the
+    files of every variant and the probe's, each once, in order."""
+    folder = add_patch(
+        tmp_path / "patches",
+        "pat",
+        diff=OTHER_DIFF,
+        targets=["vllm/other.py"],
+        tail='\n[upstream.probe]\nfile = "vllm/a_probe.py"\ncontains = ["x"]\n',
+    )
+    (folder / "patch.diff").write_text(OTHER_DIFF + MOD_DIFF)
+    toml = folder / "patch.toml"
+    toml.write_text(toml.read_text().replace('"vllm/other.py"]', '"vllm/other.py", "vllm/mod.py"]'))
+    (patch,) = load_registry(tmp_path / "patches").patches
+    assert patch.reads == ("vllm/a_probe.py", "vllm/mod.py", "vllm/other.py")
+    assert patch.reads is patch.reads

@@ -1,0 +1,172 @@
+"""The check's memo (release_check/memo.py): a row comes back field for field, a key met
+again in the same check is not read twice, a row of an older format is never misread, and a
+hit still follows the patch's content and the release's bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from patchset.registry import Patch, load_registry
+from patchset.release_check import CheckResult, check_tree
+from patchset.release_check.memo import FORMAT, Memo
+from patchset.release_check.report import Signals
+from patchset.sources.base import MemoryTree, ReleaseInfo
+from tests.synthetic import BODY, MOD_DIFF, add_patch
+
+TARGET = "vllm/mod.py"
+
+
+def _tree(version: str, body: str = BODY) -> MemoryTree:
+    return MemoryTree(ReleaseInfo(version, "memory"), {TARGET: body.encode()})
+
+
+def _patches(registry: Path) -> tuple[Patch, ...]:
+    return load_registry(registry).patches
+
+
+def _seal(*fields: str) -> str:
+    """A row's seal as the memo's docstring describes it: a sha256 over its fields."""
+    return hashlib.sha256("\0".join(fields).encode()).hexdigest()
+
+
+def test_a_result_comes_back_from_the_memo_field_for_field() -> None:
+    """Every field set to a value other than its default: the row (through JSON, as it is
+    stored) gives the same result back, and `at` only changes the release and the range."""
+    result = CheckResult(
+        vllm="0.20.0",
+        patch="p",
+        revision=3,
+        variant="v0.20.diff",
+        verdict="partial",
+        in_range=True,
+        detail="hunk #2 fails",
+        signals=Signals(forward="partial", reverse=False, probe=True, ancestry=False),
+        disagreement="both fit",
+        locations=("vllm/mod.py: hunk #1 applies", "vllm/mod.py: hunk #2 fails"),
+        moved_to=("vllm/sub/mod.py",),
+        shifted=True,
+        failing_hunks=(("vllm/mod.py", 2),),
+        failing_sites=("s1",),
+        missing=("vllm/gone.py",),
+    )
+    row = json.loads(json.dumps(result.to_memo()))
+    assert isinstance(row, list) and "0.20.0" not in row  # the release is the reader's
+    template = CheckResult.from_memo(row)
+    assert template.at("0.20.0", in_range=True) == result
+    other = template.at("0.21.0", in_range=False)
+    assert other == dataclasses.replace(result, vllm="0.21.0", in_range=False)
+    assert template.at("0.20.0", in_range=True).to_dict() == result.to_dict()
+    assert (other.vllm, template.vllm) == ("0.21.0", "")  # the template is not changed
+
+
+def test_a_key_met_again_in_a_later_release_is_not_read_again(tmp_path: Path) -> None:
+    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
+    patches = _patches(tmp_path / "patches")
+    check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
+    memo = Memo(tmp_path / "memo")
+    (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
+    assert memo.hits == 1
+    db = sqlite3.connect(memo.path)
+    with db:
+        db.execute("DELETE FROM results")
+    db.close()
+    # The same bytes in the next release: the same key, answered from the row already read.
+    (again,) = check_tree(patches, _tree("0.20.0"), "0.20.0", memo=memo)
+    assert (memo.hits, memo.misses) == (2, 0)
+    assert again == dataclasses.replace(first, vllm="0.20.0")
+    # Other bytes: another key, evaluated (what was read does not answer for it).
+    changed = BODY.replace("line 11\n", "line 11 patched\n")
+    (moved,) = check_tree(patches, _tree("0.21.0", changed), "0.21.0", memo=memo)
+    assert (memo.hits, memo.misses) == (2, 1)
+    assert (first.verdict, moved.verdict) == ("needed", "upstream")
+
+
+def test_a_hit_follows_the_patch_content_and_the_release_bytes(tmp_path: Path) -> None:
+    registry = tmp_path / "patches"
+    folder = add_patch(registry, "pat", diff=MOD_DIFF, targets=[TARGET])
+    memo = Memo(tmp_path / "memo")
+    (r,) = check_tree(_patches(registry), _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (r.verdict, memo.misses) == ("needed", 1)
+    (r,) = check_tree(_patches(registry), _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (r.verdict, memo.hits) == ("needed", 1)
+    # The payload changes (its context no longer in the file): the patch is evaluated again.
+    (folder / "patch.diff").write_text(MOD_DIFF.replace(" line 12\n", " line twelve\n"))
+    (r,) = check_tree(_patches(registry), _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (r.verdict, memo.hits, memo.misses) == ("conflict", 1, 2)
+    # One byte of the release's file changes: evaluated again.
+    (r,) = check_tree(_patches(registry), _tree("0.19.0", BODY + "\n"), "0.19.0", memo=memo)
+    assert (memo.hits, memo.misses) == (1, 3)
+
+
+def test_a_row_of_the_older_format_is_dropped_not_misread(tmp_path: Path) -> None:
+    """A row holding a result as format 2 wrote it (a JSON object), even under the current
+    key and with a valid seal, is no row of this format: dropped and computed again."""
+    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
+    patches = _patches(tmp_path / "patches")
+    (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
+    memo = Memo(tmp_path / "memo")
+    db = sqlite3.connect(memo.path)
+    with db:
+        ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
+        fields = {**first.to_dict(), "shifted": False, "failing_hunks": [], "missing": []}
+        old = json.dumps({**fields, "verdict": "upstream", "failing_sites": []}, sort_keys=True)
+        db.execute("UPDATE results SET value = ?, seal = ?", (old, _seal(key, old)))
+    db.close()
+    (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (memo.hits, memo.misses) == (0, 1)
+    assert again == first
+    db = sqlite3.connect(memo.path)
+    assert db.execute("SELECT value FROM results").fetchall() == [(value,)]  # written again
+    db.close()
+
+
+def test_the_memo_file_of_an_older_format_is_not_read(tmp_path: Path) -> None:
+    """Each format has its own file: an older one left in the folder is neither opened nor
+    changed, and the check's results are computed."""
+    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
+    folder = tmp_path / "memo"
+    folder.mkdir()
+    older = folder / f"check-{FORMAT - 1}.sqlite"
+    older.write_bytes(b"not a database of this format")
+    memo = Memo(folder)
+    assert memo.path.name == f"check-{FORMAT}.sqlite"
+    (r,) = check_tree(_patches(tmp_path / "patches"), _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (r.verdict, memo.hits, memo.misses) == ("needed", 0, 1)
+    assert older.read_bytes() == b"not a database of this format"
+
+
+@pytest.mark.parametrize(
+    "rewrite",
+    [
+        lambda row: row[:-1],  # a field short
+        lambda row: [*row, []],  # a field too many
+        lambda row: [*row[:5], [["applies"], None, None, None], *row[6:]],  # signals not plain
+        lambda row: [*row[:5], ["applies", None, None, None, None], *row[6:]],  # five signals
+        lambda row: [*row[:10], [["vllm/mod.py"]], *row[11:]],  # a failing hunk without its number
+        lambda row: {"verdict": "upstream"},
+        lambda row: "upstream",
+    ],
+)
+def test_a_sealed_row_that_is_no_result_is_dropped(tmp_path: Path, rewrite: Any) -> None:
+    """A row whose seal fits but whose value is not a result's row (a field short or too
+    many, signals that are not four plain values, a hunk without its number, not a list)
+    is dropped and the result computed again, never half-read."""
+    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
+    patches = _patches(tmp_path / "patches")
+    (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
+    memo = Memo(tmp_path / "memo")
+    db = sqlite3.connect(memo.path)
+    with db:
+        ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
+        forged = json.dumps(rewrite(json.loads(value)))
+        db.execute("UPDATE results SET value = ?, seal = ?", (forged, _seal(key, forged)))
+    db.close()
+    (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
+    assert (memo.hits, memo.misses) == (0, 1) and again == first
