@@ -7,6 +7,7 @@ refresh)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,7 +31,7 @@ def plain(value: object) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return fields_dict(value)
     if isinstance(value, tuple | list):
-        return [plain(v) for v in value]
+        return [v if type(v) in _SCALARS else plain(v) for v in value]
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, Path):
@@ -41,6 +42,13 @@ def plain(value: object) -> object:
 def fields_dict(obj: DataclassInstance, *, skip: Collection[str] = ()) -> dict[str, object]:
     """`obj`'s fields in the order they are declared, each as `plain` data, but those in
     `skip`."""
-    return {
-        f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.name not in skip
-    }
+    names = _names(type(obj), skip if isinstance(skip, tuple) else tuple(skip))
+    return {name: v if type(v := getattr(obj, name)) in _SCALARS else plain(v) for name in names}
+
+
+@functools.cache
+def _names(cls: type[DataclassInstance], skip: tuple[str, ...]) -> tuple[str, ...]:
+    """A dataclass's field names in order but those in `skip`, looked up once per class
+    (`dataclasses.fields` makes a new tuple at every call: a check's JSON asks it of every
+    result)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in skip)

@@ -55,3 +55,25 @@ def test_fields_in_order_nested_and_json_ready() -> None:
 
 def test_plain_leaves_scalars_as_they_are() -> None:
     assert [plain(v) for v in ("s", 1, 1.5, True, None)] == ["s", 1, 1.5, True, None]
+
+
+def test_fields_kept_per_class_and_skip_however_skip_is_given() -> None:
+    """The field names are looked up once per class and `skip`: another `skip` of the same
+    class, or a `skip` given as a list or set, leaves out what it names and nothing else."""
+    inner = Inner("x", (1,))
+    outer = Outer(Path("/a"), (inner,), Rounded(1.0))
+    assert list(fields_dict(outer)) == ["where", "inner", "rounded", "pairs", "table", "hidden"]
+    assert list(fields_dict(outer, skip=["hidden", "pairs"])) == [
+        "where",
+        "inner",
+        "rounded",
+        "table",
+    ]
+    assert list(fields_dict(outer, skip={"where"})) == [
+        "inner",
+        "rounded",
+        "pairs",
+        "table",
+        "hidden",
+    ]
+    assert fields_dict(inner, skip=("where",)) == {"name": "x", "lines": [1]}
