@@ -238,21 +238,27 @@ def _search(
     """The match position nearest `expected` at or after `floor`, or None; and a second match
     at the same distance on the other side, when there is one (the placement is ambiguous).
 
-    Candidates are the places holding the hunk's first line (found by list.index, in C), so a
-    hunk that fits nowhere costs one scan of the file, not one comparison per offset."""
+    Candidates are the places holding the hunk's longest line where it stands in the hunk
+    (found by list.index, in C; a long line is rarely repeated, where a blank line or a lone
+    bracket is all over a file), so a hunk that fits nowhere costs one scan of the file, not
+    one comparison per offset."""
     last = len(lines) - len(want)
     expected = min(max(expected, floor), max(last, floor))
     if not want:
         return (expected, None) if floor <= expected <= last else (None, None)
+    sizes = list(map(len, want))
+    k = sizes.index(max(sizes))  # the first of the longest lines
+    key, size = want[k], len(want)
     fits: list[int] = []
-    at = floor
-    while at <= last:
+    at = floor + k  # a match starting at `start` holds `key` at start + k
+    while at <= last + k:
         try:
-            at = lines.index(want[0], at, last + 1)
+            at = lines.index(key, at, last + k + 1)
         except ValueError:
             break
-        if lines[at : at + len(want)] == want:
-            fits.append(at)
+        start = at - k
+        if lines[start : start + size] == want:
+            fits.append(start)
         at += 1
     if not fits:
         return None, None
@@ -339,7 +345,8 @@ def _shared_words(folded: list[str], words: set[str]) -> list[tuple[int, int]]:
     if not words:
         return []
     text = "\n".join(folded)
-    starts = list(itertools.accumulate((len(line) + 1 for line in folded), initial=0))
+    # where each line starts in `text` (its length and a newline each; made in C)
+    starts = list(itertools.accumulate(map((1).__add__, map(len, folded)), initial=0))
     found: dict[int, set[str]] = {}
     for word in words:  # each found by a plain search, kept where it is a whole identifier
         at = text.find(word)

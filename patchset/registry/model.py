@@ -19,7 +19,7 @@ from patchset.kernel.manifest import Check
 from patchset.kernel.predicates import Node, switch_on
 from patchset.kernel.sites import Site, SiteProbe
 from patchset.registry.diffs import FileDiff
-from patchset.registry.ranges import contains
+from patchset.registry.ranges import placed
 from patchset.registry.toml import did_you_mean
 
 Kind = Literal["diff", "runtime", "python"]
@@ -362,18 +362,16 @@ class Patch:
         return self._placed(version)[1]
 
     @functools.cached_property
-    def _places(self) -> dict[str, tuple[bool, Variant | None]]:
-        return {}
+    def _ranges(self) -> tuple[str, ...]:
+        """The declared range's text and each variant's, in order: what places a release."""
+        return (str(self.vllm), *(str(v.vllm) for v in self.variants))
 
     def _placed(self, version: str) -> tuple[bool, Variant | None]:
-        """`in_range` and `variant_for` of a release together, each range asked once, and
-        kept per release (a check asks both of every patch in every release)."""
-        placed = self._places.get(version)
-        if placed is None:
-            meant = next((v for v in self.variants if contains(v.vllm, version)), None)
-            placed = (meant is not None and contains(self.vllm, version), meant)
-            self._places[version] = placed
-        return placed
+        """`in_range` and `variant_for` of a release together (a check asks both of every
+        patch in every release), answered once per release for every patch of the same
+        ranges (`ranges.placed`)."""
+        inside, meant = placed(self._ranges, version)
+        return inside, self.variants[meant] if meant >= 0 else None
 
 
 @dataclass(frozen=True)

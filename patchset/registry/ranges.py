@@ -27,29 +27,24 @@ def as_version(text: str) -> Version:
 
 @functools.lru_cache(maxsize=1024)
 def specifier(text: str) -> SpecifierSet:
-    """`SpecifierSet(text)`, one object per distinct text (a registry's patches share a few
-    dozen ranges): `contains` then answers each range once per release, not once per patch.
-    InvalidSpecifier when it is none."""
+    """`SpecifierSet(text)`, parsed once per distinct text (for `placed`; not handed out to
+    be kept). InvalidSpecifier when it is none."""
     return SpecifierSet(text)
 
 
-_ANSWERS: dict[int, tuple[SpecifierSet, dict[str, bool]]] = {}  # by id: the set held, so
-# its id is not reused while its answers are kept
-
-
-def contains(spec: SpecifierSet, version: str) -> bool:
-    """Whether release `version` is in `spec` (pre-releases included), asked of packaging
-    once per range object and release. InvalidVersion when `version` is none."""
-    held = _ANSWERS.get(id(spec))
-    if held is None:
-        if len(_ANSWERS) >= 4096:  # ranges of registries loaded long ago: asked again
-            _ANSWERS.clear()
-        held = _ANSWERS[id(spec)] = (spec, {})
-    answers = held[1]
-    answer = answers.get(version)
-    if answer is None:
-        answer = answers[version] = spec.contains(as_version(version), prereleases=True)
-    return answer
+@functools.lru_cache(maxsize=65536)
+def placed(texts: tuple[str, ...], version: str) -> tuple[bool, int]:
+    """Where release `version` stands among a patch's ranges, given as their texts (the
+    declared range, then each variant's): whether it is inside the declared range and one
+    variant's, and the index of the first variant holding it (-1: none); pre-releases
+    count as releases. Asked once per release for all the patches of a registry that share
+    their ranges (a few dozen among hundreds). InvalidVersion when `version` is none."""
+    release = as_version(version)
+    declared, *variants = (specifier(text) for text in texts)
+    meant = next(
+        (i for i, spec in enumerate(variants) if spec.contains(release, prereleases=True)), -1
+    )
+    return meant >= 0 and declared.contains(release, prereleases=True), meant
 
 
 @functools.lru_cache(maxsize=4096)

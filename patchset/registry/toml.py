@@ -18,7 +18,6 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from patchset.errors import RegistryError
-from patchset.registry.ranges import specifier
 
 TOO_DEEP = "not usable TOML: arrays or tables nested too deeply"
 
@@ -132,7 +131,7 @@ class Table:
         if value is None:
             return None
         try:
-            return specifier(value)
+            return SpecifierSet(value)
         except InvalidSpecifier:
             raise self.error(
                 f"{value!r} is not a PEP 440 version specifier (e.g. '>=0.17.0,<0.20.0')", key

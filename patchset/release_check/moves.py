@@ -119,7 +119,12 @@ def moved_homes(
         expected = whole if len(whole) >= MIN_LINES else frozenset(expected_lines(variant, rel))
         if len(expected) < MIN_LINES:
             continue
-        home = _home(tree, paths, rel, expected, whole=expected is whole)
+        # Patches on the same vanished file look for it with the same lines: searched once
+        # in a release (the cache is the release's file list's own).
+        key = (rel, expected, expected is whole)
+        if key not in paths.homes:
+            paths.homes[key] = _home(tree, paths, rel, expected, whole=expected is whole)
+        home = paths.homes[key]
         if home:
             found[rel] = home
     return found
@@ -132,6 +137,9 @@ class PythonFiles:
 
     def __init__(self, paths: Iterable[str]) -> None:
         self.paths = [p for p in paths if p.endswith(".py")]
+        # (vanished file, the lines looked for, whether they are its whole content) -> where
+        # `moved_homes` found it in this release
+        self.homes: dict[tuple[str, frozenset[str], bool], tuple[str, ...] | None] = {}
 
     @functools.cached_property
     def _by_name_and_folder(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
@@ -160,6 +168,19 @@ class PythonFiles:
         for name, paths in self.by_name.items():
             found.setdefault(_stem(name), []).extend(paths)
         return found
+
+    def akin(self, stem: str) -> list[str]:
+        """The files whose stem is akin to `stem`: one stem holds the other
+        (`deepep_ht_prepare_finalize` / `deepep_ht`), both at least 4 characters long, not
+        the same and not `__init__`; in the order of `by_stem`."""
+        if len(stem) < 4 or stem == "__init__":
+            return []
+        return [
+            p
+            for s, ps in self.by_stem.items()
+            if len(s) >= 4 and s not in (stem, "__init__") and (stem in s or s in stem)
+            for p in ps
+        ]
 
     def under(self, folder: str) -> list[str]:
         """The files in `folder` and its subfolders."""
@@ -193,7 +214,7 @@ def _home(
     folder = [p for p in paths.by_folder.get(parent, ()) if p != rel]
     best = _best_file(tree, folder, expected)  # renamed in its folder: the same rule
     if best is None:  # renamed with a part of its name kept (`x_prepare_finalize.py` -> `x.py`)
-        kin = [p for s, ps in paths.by_stem.items() if _akin(stem, s) for p in ps if p != rel]
+        kin = [p for p in paths.akin(stem) if p != rel]
         best = _best_file(tree, kin, expected) if len(kin) <= MAX_KIN else None
     return None if best is None else (best,)
 
@@ -209,14 +230,6 @@ def _stem(path: str) -> str:
     """PurePosixPath(path).stem for a path ending in .py, by string splits."""
     name = path.rpartition("/")[2]
     return name[:-3] if len(name) > 3 and name.endswith(".py") else PurePosixPath(name).stem
-
-
-def _akin(old: str, new: str) -> bool:
-    """One stem holds the other (`deepep_ht_prepare_finalize` / `deepep_ht`), both at least
-    4 characters long and not `__init__`."""
-    if min(len(old), len(new)) < 4 or "__init__" in (old, new) or old == new:
-        return False
-    return old in new or new in old
 
 
 def _shares(
@@ -291,7 +304,7 @@ def _line_sets(tree: ReleaseTree, candidates: list[str]) -> dict[str, frozenset[
         data = many[path] if many is not None else tree.read(path)
         if data is None:
             continue
-        lines = frozenset(line.strip() for line in data.decode("utf-8", "replace").splitlines())
+        lines = frozenset(map(str.strip, data.decode("utf-8", "replace").splitlines()))
         found[path] = lines
         if path in digests:
             if len(_LINES_BY_DIGEST) >= _LINES_KEPT:
@@ -305,6 +318,7 @@ def forget_lines() -> None:
     _LINES_BY_DIGEST.clear()
     _HITS.clear()
     _whole_file_lines.cache_clear()
+    _smallest.cache_clear()
 
 
 def _best_file(tree: ReleaseTree, candidates: list[str], wanted: Set[str]) -> str | None:
@@ -324,6 +338,12 @@ def _smallest_holding(lines: Set[str], count: int) -> int:
     """The fewest bytes a file holding `count` of these (distinct, stripped) lines has: the
     `count` shortest, each on a line of its own (a newline between them). Characters are
     counted, not bytes: each stands for at least one byte (U+FFFD for an undecodable one)."""
+    return _smallest(frozenset(lines), count)  # the same object for a frozenset
+
+
+@functools.lru_cache(maxsize=256)
+def _smallest(lines: frozenset[str], count: int) -> int:
+    """`_smallest_holding`, once per (lines, count): every later release asks again."""
     if count <= 0:
         return 0
     sizes = sorted(len(line) for line in lines)

@@ -14,7 +14,7 @@ from packaging.version import Version
 from patchset.engine.order import on_top_of_required, required_chain
 from patchset.errors import PatchsetError, UsageError
 from patchset.kernel.touches import module_files, parse_touch
-from patchset.registry import Patch, Registry, ranges
+from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import PythonFiles
 from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
@@ -79,10 +79,15 @@ def check(
     results: list[CheckResult] = []
     memo = memo if memo is not None or not use_memo else Memo()
     seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
+    facts: dict[int, _Facts] = {}  # what each patch's record says, worked out once a run
+
+    earlier_read: dict[tuple[str, str], bytes | None] = {}  # a vanished file, once a release
 
     def earlier(rel: str, version: str) -> bytes | None:
-        with source.open(version) as tree:
-            return tree.read(rel)
+        if (rel, version) not in earlier_read:
+            with source.open(version) as tree:
+                earlier_read[rel, version] = tree.read(rel)
+        return earlier_read[rel, version]
 
     try:
         for version in ordered:
@@ -100,6 +105,7 @@ def check(
                         registry=registry,
                         earlier=earlier,
                         served=served,
+                        facts=facts,
                     )
                 )
                 infos.append(tree.info)  # after the reads: an index tree lists what it checked
@@ -130,12 +136,16 @@ def check_tree(
     registry: Registry | None = None,
     earlier: Callable[[str, str], bytes | None] | None = None,
     served: Mapping[str, str] | None = None,
+    facts: dict[int, _Facts] | None = None,
 ) -> list[CheckResult]:
     """Every patch against one release; one that `requires` others (in `registry`) on top of
     them. `seen` maps the target files found in earlier releases to the last release holding
     them (a vanished file is only said to have moved when it existed before, and `earlier`
-    reads it there); it is updated with this release's."""
+    reads it there); it is updated with this release's. `facts` keeps what each patch's
+    record says from one release to the next (a check's own)."""
     seen = {} if seen is None else seen
+    facts = {} if facts is None else facts
+    known_version = Version(version) if ranges.is_version(version) else None
     by_id = {p.id: p for p in registry.patches} if registry else {}
     # A release whose digest pins its content (the index's) keeps its files' digests in the
     # memo: a warm check then reads no file.
@@ -149,10 +159,13 @@ def check_tree(
         version_known = version if ranges.is_version(version) else None
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
 
-    plans: list[tuple[Patch, bool, list[str], str | None]] = []
+    plans: list[tuple[Patch, bool, Variant | None, bool, list[str], str | None]] = []
     for patch in patches:
-        in_range = patch.in_range(version) if ranges.is_version(version) else False
-        files = _declared(patch)
+        fact = _facts_of(patch, facts)
+        in_range = patch.in_range(version) if known_version is not None else False
+        meant = patch.variant_for(version) if known_version is not None else None
+        older = fact.written_before(known_version)
+        files = fact.declared
         key = None
         # A stacked patch reads its files as the patches it requires leave them: its key holds
         # each of those (in order, transitively: id, digest, the variant tried) and the files
@@ -160,12 +173,15 @@ def check_tree(
         chain = required_chain(patch, by_id) if patch.requires and by_id else ()
         if memo is not None:  # a python patch reads its targets too
             digests = {f: digest(f) for f in files}
-            named = {f: digest(f) for f in _named(patch)}
-            beneath = {f: digest(f) for r in chain for f in (*_declared(r), *_named(r))}
+            named = {f: digest(f) for f in fact.named}
+            beneath = {
+                f: digest(f)
+                for r in chain
+                for f in (*_facts_of(r, facts).declared, *_facts_of(r, facts).named)
+            }
             gone = sorted(f for f, d in digests.items() if d == "-")
-            existed = _existed(patch, version, gone, seen) if gone else set()
+            existed = _existed(older, gone, seen) if gone else set()
             if not gone or pinned:
-                meant = patch.variant_for(version) if ranges.is_version(version) else None
                 nearest = explain == "all" or (explain == "in-range" and in_range)
                 key = memo.key(
                     patch.id,
@@ -181,16 +197,16 @@ def check_tree(
                     sorted(beneath.items()),
                     sorted(named.items()),
                 )
-        plans.append((patch, in_range, files, key))
+        plans.append((patch, in_range, meant, older, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
     results: list[CheckResult] = []
     store: dict[str, CheckResult] = {}
-    for patch, in_range, files, key in plans:
+    for patch, in_range, meant, older, files, key in plans:
         if key is not None and key in found and memo is not None:
             results.append(found[key].at(version, in_range=in_range))
             memo.hits += 1
             continue
-        existed = _existed(patch, version, files, seen)
+        existed = _existed(older, files, seen)
         if memo is not None:
             memo.misses += 1
         r = one(
@@ -204,11 +220,13 @@ def check_tree(
             before=_last_content(patch, version, seen, earlier),
             python_files=release.python_files,
             served=served,
+            in_range=in_range,
+            meant=meant,
         )
         results.append(r)
         if key is not None:
             store[key] = r
-    for _, _, files, _ in plans:  # every patch's `_declared` files
+    for *_, files, _ in plans:  # every patch's `_declared` files
         seen.update(
             (f, version) for f in files if (digest(f) if memo else file_digest(read(f))) != "-"
         )
@@ -313,22 +331,36 @@ def _last_content(
     return before
 
 
-def _existed(patch: Patch, version: str, files: list[str], seen: Mapping[str, str]) -> set[str]:
-    """Which of `files` are known to have existed before this release."""
-    before = _written_before(patch, version)
-    return {f for f in files if before or f in seen}
+def _existed(written_before: bool, files: list[str], seen: Mapping[str, str]) -> set[str]:
+    """Which of `files` are known to have existed before this release: all when the patch's
+    record says so (`_Facts.written_before`), else those an earlier release of the run held."""
+    return {f for f in files if written_before or f in seen}
 
 
-def _written_before(patch: Patch, version: str) -> bool:
-    """Whether the patch's own record says its targets existed before this release: the
-    release is newer than the base of a variant or than the lowest release its range allows."""
-    if not ranges.is_version(version):
-        return False
-    current = Version(version)
-    floors = [Version(v.base) for v in patch.variants if v.base and ranges.is_version(v.base)]
-    floors += [
-        Version(spec.version)
-        for spec in patch.vllm
-        if spec.operator in (">=", ">", "==", "~=", "===") and ranges.is_version(spec.version)
-    ]
-    return any(current > floor for floor in floors)
+class _Facts:
+    """What a patch's record says that a check asks for in every release: the files it reads
+    (`_declared`, `_named`) and the releases its targets existed in (`written_before`)."""
+
+    def __init__(self, patch: Patch) -> None:
+        self.patch = patch  # held: the facts are kept by the patch's id
+        self.declared = _declared(patch)
+        self.named = _named(patch)
+        floors = [Version(v.base) for v in patch.variants if v.base and ranges.is_version(v.base)]
+        floors += [
+            Version(spec.version)
+            for spec in patch.vllm
+            if spec.operator in (">=", ">", "==", "~=", "===") and ranges.is_version(spec.version)
+        ]
+        self.floor = min(floors) if floors else None
+
+    def written_before(self, release: Version | None) -> bool:
+        """Whether the record says the targets existed before `release`: it is newer than the
+        base of a variant or than the lowest release the range allows (None: not a version)."""
+        return release is not None and self.floor is not None and release > self.floor
+
+
+def _facts_of(patch: Patch, facts: dict[int, _Facts]) -> _Facts:
+    fact = facts.get(id(patch))
+    if fact is None or fact.patch is not patch:
+        fact = facts[id(patch)] = _Facts(patch)
+    return fact

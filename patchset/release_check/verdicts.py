@@ -36,15 +36,18 @@ def _pick_variant(
     nearest: bool,
     *,
     served: Mapping[str, str] | None = None,
+    meant: Variant | None = None,
 ) -> tuple[Variant, Evaluation]:
-    """The variant meant for the release; failing that, the first that fits it."""
+    """The variant meant for the release (`meant`, when the caller knows it); failing that,
+    the first that fits it."""
 
     def run(variant: Variant) -> Evaluation:
         return evaluate(
             patch, variant, read, max_fuzz=max_fuzz, nearest=nearest, ratio=ratio, served=served
         )
 
-    meant = patch.variant_for(version) if ranges.is_version(version) else None
+    if meant is None and ranges.is_version(version):
+        meant = patch.variant_for(version)
     if meant is not None:
         return meant, run(meant)
     tried = [(v, run(v)) for v in reversed(patch.variants)]
@@ -82,10 +85,15 @@ def one(
     before: Callable[[str], bytes | None] | None = None,
     python_files: Callable[[], PythonFiles] | None = None,
     served: Mapping[str, str] | None = None,
+    in_range: bool | None = None,
+    meant: Variant | None = None,
 ) -> CheckResult:
-    in_range = patch.in_range(version) if ranges.is_version(version) else False
+    """The verdict of one patch on one release. `in_range` and `meant` (the variant meant
+    for the release), when the caller worked them out already, are not worked out again."""
+    if in_range is None:
+        in_range = patch.in_range(version) if ranges.is_version(version) else False
     nearest = explain == "all" or (explain == "in-range" and in_range)
-    variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest, served=served)
+    variant, ev = _pick_variant(patch, version, read, max_fuzz, nearest, served=served, meant=meant)
     ev, aside = _conditional_sites(
         patch, variant, ev, read, max_fuzz=max_fuzz, nearest=nearest, served=served
     )

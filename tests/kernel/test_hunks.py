@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.kernel.hunks import _shared_words, apply_hunks, split_text
+from patchset.kernel.hunks import _search, _shared_words, apply_hunks, split_text
 from patchset.registry.diffs import parse_diff
 
 BODY = "".join(f"line {i}\n" for i in range(1, 21))
@@ -162,3 +162,25 @@ def test_shared_identifiers_are_counted_as_one_scan_per_line_would() -> None:
             for i, line in enumerate(lines)
         ]
         assert _shared_words(lines, words) == [(i, n) for i, n in slow if n]
+
+
+def test_search_finds_what_a_scan_of_every_offset_finds() -> None:
+    """`_search` looks only where the hunk's longest line stands: the same match (nearest to
+    the expected line, at or after the floor) and the same tie as trying every offset, on
+    files full of repeated short lines."""
+    rng = random.Random(25)  # noqa: S311 - a fixed test sequence
+    words = ["", ")", "x = 1", "    return value", "def long_function_name(argument):"]
+    for _ in range(400):
+        lines = [rng.choice(words) for _ in range(rng.randint(0, 30))]
+        start = rng.randint(0, max(0, len(lines) - 1))
+        want = lines[start : start + rng.randint(1, 4)] or ["x = 1"]
+        expected, floor = rng.randint(-2, 32), rng.randint(0, 10)
+        last = len(lines) - len(want)
+        fits = [i for i in range(floor, last + 1) if lines[i : i + len(want)] == want]
+        plain: tuple[int | None, int | None] = (None, None)
+        if fits:
+            near = min(max(expected, floor), max(last, floor))
+            fits.sort(key=lambda i: (abs(i - near), i))
+            tie = fits[1] if len(fits) > 1 and abs(fits[1] - near) == abs(fits[0] - near) else None
+            plain = (fits[0], tie)
+        assert _search(lines, want, expected, floor) == plain

@@ -90,24 +90,25 @@ def test_a_version_is_parsed_once_per_text() -> None:
 
 
 @pytest.mark.parametrize(
-    ("spec", "version", "expected"),
+    ("texts", "version", "expected"),
     [
-        (">=0.17.0,<0.20.0", "0.19.1", True),
-        (">=0.17.0,<0.20.0", "0.20.0", False),
-        (">=0.20.0", "0.20.0rc1", False),
-        (">=0.20.0rc1", "0.20.0rc2", True),  # pre-releases are releases to a check
-        ("==0.19.*", "0.19.1.post1", True),
-        ("!=0.18.0", "0.18.0", False),
+        ((">=0.17.0,<0.20.0", ">=0.17.0"), "0.19.1", (True, 0)),
+        ((">=0.17.0,<0.20.0", ">=0.17.0"), "0.20.0", (False, 0)),  # a variant, out of range
+        ((">=0.17.0", ">=0.19.0", ">=0.17.0"), "0.18.0", (True, 1)),  # the first that holds
+        ((">=0.17.0", ">=0.19.0", "<0.18.0"), "0.18.5", (False, -1)),  # in a gap: no payload
+        ((">=0.20.0", ">=0.20.0"), "0.20.0rc1", (False, -1)),
+        ((">=0.20.0rc1", ">=0.20.0rc1"), "0.20.0rc2", (True, 0)),  # pre-releases are releases
+        (("==0.19.*", "!=0.19.0"), "0.19.1.post1", (True, 0)),
     ],
 )
-def test_contains_answers_as_packaging_once_per_range_and_release(
-    spec: str, version: str, expected: bool
+def test_placed_answers_as_packaging_from_the_ranges_texts(
+    texts: tuple[str, ...], version: str, expected: tuple[bool, int]
 ) -> None:
-    """`contains` is SpecifierSet.contains with pre-releases, kept per range object and
-    release; `specifier` gives one object per text, so patches sharing a range share it."""
-    shared = ranges.specifier(spec)
-    assert shared is ranges.specifier(spec) and shared == SpecifierSet(spec)
-    assert ranges.contains(shared, version) is expected
-    assert ranges.contains(shared, version) is expected  # from what was kept
-    assert ranges.contains(SpecifierSet(spec), version) is expected  # another object, asked
-    assert SpecifierSet(spec).contains(Version(version), prereleases=True) is expected
+    """`placed` is SpecifierSet.contains with pre-releases over the declared range and each
+    variant's, and the patch's `in_range` and `variant_for` are its answer."""
+    assert ranges.placed(texts, version) == expected
+    declared, *variants = (SpecifierSet(t) for t in texts)
+    release = Version(version)
+    holding = [i for i, v in enumerate(variants) if v.contains(release, prereleases=True)]
+    first = holding[0] if holding else -1
+    assert expected == (bool(holding) and declared.contains(release, prereleases=True), first)

@@ -21,7 +21,7 @@ from patchset.registry.diffs import parse_diff
 from patchset.release_check import moves
 from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
-from patchset.sources.package_index.cache import FORMAT, Cache, Manifest
+from patchset.sources.package_index.cache import FORMAT, Cache, Manifest, read_entry
 
 PATHS = [
     "vllm/__init__.py",
@@ -56,6 +56,57 @@ def test_python_file_indexes_answer_as_the_plain_scans() -> None:
     assert "vllm/a/README.md" not in files.under("vllm/a")
 
 
+def test_akin_stems_are_the_plain_rule() -> None:
+    """`PythonFiles.akin`: one stem holds the other, both 4+ characters, not equal, not
+    `__init__` (the rule the kindred-name search had as a function per pair)."""
+    files = PythonFiles(PATHS)
+    py = [p for p in PATHS if p.endswith(".py")]
+
+    def stem(p: str) -> str:
+        return p.rpartition("/")[2][: -len(".py")]
+
+    for old in ("inc", "deepep_ht", "deepep_ht_prepare_finalize", "incubator", "__init__", "x"):
+        plain = [
+            p
+            for p in py
+            if min(len(old), len(stem(p))) >= 4
+            and "__init__" not in (old, stem(p))
+            and old != stem(p)
+            and (old in stem(p) or stem(p) in old)
+        ]
+        assert sorted(files.akin(old)) == sorted(plain)
+    assert files.akin("deepep_ht") == ["vllm/a/deepep_ht_prepare_finalize.py"]
+
+
+def test_a_vanished_file_is_looked_for_once_a_release() -> None:
+    """Two patches on the same vanished file, in the same release (its `PythonFiles`): the
+    second is answered from the first's search, reading no file (a tree that lists no
+    digests, so nothing is kept by digest); another release's list searches again."""
+    body = [f"def function_number_{i}(argument):" for i in range(8)]
+    old = "\n".join(body).encode()
+    tree = _UnlistedTree({"vllm/b/x.py": old, "vllm/b/other.py": b"nothing alike here\n"})
+    assert not isinstance(tree, KnowsDigests)
+    variant = _variant()
+    found: list[object] = []
+    moves.forget_lines()
+    for paths in (PythonFiles(tree.paths()), PythonFiles(tree.paths())):
+        for _ in range(2):
+            tree.read_paths.clear()
+            found.append(
+                moves.moved_homes(
+                    tree,
+                    variant,
+                    ("vllm/x.py",),
+                    before=lambda rel: old,
+                    python_files=lambda paths=paths: paths,  # type: ignore[misc]
+                )
+            )
+            found.append(tree.read_paths[:])
+        moves.forget_lines()
+    home = {"vllm/x.py": ("vllm/b/x.py",)}
+    assert found == [home, ["vllm/b/x.py"], home, [], home, ["vllm/b/x.py"], home, []]
+
+
 def test_the_size_bound_is_the_fewest_bytes_that_can_hold_the_lines() -> None:
     lines = {"aaaaaaaaaa", "bbbbbbbbbbbbbbbbbbbb", "ccccccccccccccc"}
     assert _smallest_holding(lines, 0) == 0
@@ -66,9 +117,8 @@ def test_the_size_bound_is_the_fewest_bytes_that_can_hold_the_lines() -> None:
     assert _smallest_holding({"é" * 9}, 1) == 9  # characters: each at least one byte
 
 
-class _ListedTree(ReleaseTree):
-    """A release whose file list gives digests and sizes (as a wheel's RECORD does); records
-    which files were read."""
+class _UnlistedTree(ReleaseTree):
+    """A release whose file list says nothing but the paths; records which files were read."""
 
     def __init__(self, files: dict[str, bytes]) -> None:
         self.files = files
@@ -81,6 +131,11 @@ class _ListedTree(ReleaseTree):
 
     def paths(self) -> Iterator[str]:
         return iter(sorted(self.files))
+
+
+class _ListedTree(_UnlistedTree):
+    """A release whose file list gives digests and sizes (as a wheel's RECORD does); records
+    which files were read."""
 
     def listed_digest(self, relpath: str) -> str | None:
         return f"sha-{relpath}" if relpath in self.files else "-"
@@ -225,3 +280,18 @@ def test_a_damaged_entry_is_a_clear_error(tmp_path: Path) -> None:
     assert loaded is not None
     with pytest.raises(SourceError, match="damaged; run `patchset cache clear`"):
         loaded.members["vllm/a.py"]
+
+
+def test_a_cache_entry_is_read_whole_by_plain_reads(tmp_path: Path) -> None:
+    """`read_entry` reads an entry with plain reads of its size: every byte of an empty, a
+    small and a large file; a folder in an entry's place is removed (None)."""
+    for size in (0, 1, 65_535, 65_536, 300_001):
+        path = tmp_path / f"entry-{size}"
+        data = bytes(i % 251 for i in range(size))
+        path.write_bytes(data)
+        assert read_entry(path) == data
+        assert read_entry(str(path)) == data
+    (tmp_path / "folder").mkdir()
+    assert read_entry(tmp_path / "folder") is None
+    assert not (tmp_path / "folder").exists()
+    assert read_entry(tmp_path / "absent") is None

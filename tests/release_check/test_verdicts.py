@@ -3,6 +3,8 @@ do not show on demand): partial diffs with a per-hunk state, both directions fit
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from patchset.registry import load_registry
 from patchset.release_check import CheckResult, Explain, check, check_tree
 from patchset.release_check.memo import Memo
+from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 from patchset.sources.folder import FolderSource
 from tests.engine.test_python_kind import ENGINE, registry_with, tree
 from tests.synthetic import BODY as SYNTHETIC_BODY
@@ -127,6 +130,51 @@ def test_moved_hint_only_for_a_file_that_existed(tmp_path: Path) -> None:
             version, "pat"
         )
         assert (r.verdict, r.moved_to) == ("missing-target", expected)
+
+
+class _Releases(ReleaseSource):
+    """Releases held in memory, counting how often each is opened."""
+
+    name = "test"
+    offline = True
+    named_on_trust = False
+
+    def __init__(self, files: dict[str, dict[str, bytes]]) -> None:
+        self.files = files
+        self.opened: list[str] = []
+
+    def versions(self) -> list[str]:
+        return list(self.files)
+
+    @contextlib.contextmanager
+    def open(self, version: str) -> Iterator[MemoryTree]:
+        self.opened.append(version)
+        yield MemoryTree(ReleaseInfo(version, "memory"), self.files[version])
+
+
+def test_a_vanished_file_is_read_once_where_it_was_last_seen(tmp_path: Path) -> None:
+    """Three patches on a file that moved, in two later releases: each is hinted at its new
+    home, and the release that last held the file is opened once more to read it, not once
+    a patch and release."""
+    registry = tmp_path / "patches"
+    long_lines = TWO_HUNKS.replace("line ", "the line number ")
+    for name in ("pat-a", "pat-b", "pat-c"):
+        add_patch(registry, name, diff=long_lines, targets=["vllm/mod.py"], vllm=">=0.19.1")
+    body = BODY.replace("line ", "the line number ").encode()
+    source = _Releases(
+        {
+            "0.19.1": {"vllm/mod.py": body},
+            "0.20.0": {"vllm/sub/mod.py": body},
+            "0.21.0": {"vllm/sub/mod.py": body},
+        }
+    )
+    versions = ["0.19.1", "0.20.0", "0.21.0"]
+    report = check(load_registry(registry), versions, source=source, use_memo=False)
+    for version in ("0.20.0", "0.21.0"):
+        for name in ("pat-a", "pat-b", "pat-c"):
+            r = report.result(version, name)
+            assert (r.verdict, r.moved_to) == ("missing-target", ("vllm/sub/mod.py",))
+    assert sorted(source.opened) == ["0.19.1", "0.19.1", "0.20.0", "0.21.0"]
 
 
 def test_end_of_file_append_already_upstream_with_code_after_it(tmp_path: Path) -> None:

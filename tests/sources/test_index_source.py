@@ -384,6 +384,52 @@ def test_a_second_read_needs_no_network(index: FakeIndex, tmp_cache: Cache) -> N
     assert dict(index.server.hits) == hits
 
 
+def test_info_lists_each_read_made_since_it_was_last_asked_for(
+    index: FakeIndex, tmp_cache: Cache
+) -> None:
+    """`info` is made when asked for, not after every read: asked before a read, then after,
+    it names the file read in between (and a read by digest, `read_listed`, too)."""
+    read(source(index, tmp_cache), "0.1.0")  # cached: the offline source below reads it
+    with offline_source(tmp_cache).open("0.1.0") as tree:
+        assert tree.info.details is not None and tree.info.details["checked"] == []
+        assert tree.read(UTILS) == SOURCE
+        assert tree.info.details is not None
+        assert tree.info.details["checked"] == [
+            {"path": UTILS, "sha256": hashlib.sha256(SOURCE).hexdigest()}
+        ]
+    digest = hashlib.sha256(SOURCE).hexdigest()
+    with offline_source(tmp_cache).open("0.1.0") as tree:
+        assert tree.info.details is not None and tree.info.details["checked"] == []
+        assert tree.read_listed(UTILS, digest) == SOURCE
+        assert tree.info.details["checked"] == [{"path": UTILS, "sha256": digest}]
+
+
+def test_offline_a_release_is_chosen_once_a_run_until_its_list_is_dropped(
+    index: FakeIndex, tmp_cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offline, opening a release again (a check reads a vanished file where it was) takes
+    the manifest chosen the first time, without looking through the cache's folder again;
+    once that manifest is dropped (damaged), it is looked for again."""
+    read(source(index, tmp_cache), "0.1.0")
+    src = offline_source(tmp_cache)
+    looks: list[str] = []
+    wheels = src._cached_wheels
+
+    def looked(name: str) -> list[str]:
+        looks.append(name)
+        return wheels(name)
+
+    monkeypatch.setattr(src, "_cached_wheels", looked)
+    for _ in range(3):
+        with src.open("0.1.0") as tree:
+            first = tree.manifest
+    assert looks == ["0.1.0"]
+    src.drop_manifest(first.artifact)
+    with pytest.raises(SourceError, match=r"offline, and vllm 0\.1\.0 is not in the cache"):
+        src.open("0.1.0").__enter__()
+    assert looks == ["0.1.0", "0.1.0"]
+
+
 def test_prefetch_reads_the_paths_asked_for(index: FakeIndex, tmp_cache: Cache) -> None:
     seen: list[tuple[str, int, int]] = []
     kept = source(index, tmp_cache).prefetch(

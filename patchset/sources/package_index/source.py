@@ -78,6 +78,7 @@ class IndexSource(ReleaseSource):
         self.artifact = artifact
         self.verify_full = verify_full
         self._known: dict[str, Manifest] = {}  # artifact -> manifest built or read this run
+        self._chosen: dict[str, Manifest] = {}  # offline: version -> the manifest it opens
         self.members = Members(self.cache, offline=offline, manifests=self, net=self._net)
         self._parsing = threading.Lock()
 
@@ -187,7 +188,11 @@ class IndexSource(ReleaseSource):
             return self._build(release.sdist), f"sdist: {exc}"
 
     def _cached_manifest(self, version: str) -> tuple[Manifest, str | None]:
-        """Offline: the release's manifest in the cache (the wheel unless sdist is asked for)."""
+        """Offline: the release's manifest in the cache (the wheel unless sdist is asked for);
+        chosen once a run (a check opens a release again to read a vanished file there)."""
+        chosen = self._chosen.get(version)
+        if chosen is not None and self._known.get(chosen.artifact) is chosen:
+            return chosen, None
         name = _canonical(version)
         wheels = [] if self.artifact == "sdist" else self._cached_wheels(name)
         sdist = [] if self.artifact == "wheel" else [f"vllm-{name}.tar.gz"]
@@ -195,6 +200,7 @@ class IndexSource(ReleaseSource):
             manifest = self._known.get(artifact) or self.cache.load_manifest(artifact)
             if manifest is not None and (not self.verify_full or manifest.verified == "full"):
                 self._known[artifact] = manifest  # read once a run, not once per look
+                self._chosen[version] = manifest
                 return manifest, None
         raise SourceError(
             f"offline, and vllm {version} is not in the cache at {self.cache.root};"

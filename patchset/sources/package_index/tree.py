@@ -21,7 +21,7 @@ READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked 
 class IndexTree(ReleaseTree):
     """One release's files from its manifest; members fetched (and cached) when read.
 
-    `info` is renewed after every read: it lists what was checked so far."""
+    `info` lists what was checked so far (made again when asked for after a read)."""
 
     def __init__(self, members: Members, manifest: Manifest, fallback: str | None) -> None:
         self._members = members
@@ -31,7 +31,19 @@ class IndexTree(ReleaseTree):
         self._checked: dict[str, str] = {}  # path -> sha256 of what was read
         self._sdist: IndexTree | None = None
         self._lock = threading.Lock()
-        self.info = self._info()
+        self._said: ReleaseInfo | None = None  # `info` as last made, until the next read
+
+    @property
+    def info(self) -> ReleaseInfo:
+        """Which release this is, and the files checked so far (made when asked for, not
+        after every read: a check reads hundreds of files of a release)."""
+        if self._said is None:
+            self._said = self._info()
+        return self._said
+
+    @info.setter
+    def info(self, value: ReleaseInfo) -> None:
+        self._said = value
 
     def _info(self) -> ReleaseInfo:
         m = self.manifest
@@ -69,7 +81,7 @@ class IndexTree(ReleaseTree):
         if data is None:
             data = self.fetch([relpath], readahead=True)[relpath]
         self._checked[relpath] = entry[0]
-        self.info = self._info()
+        self._said = None
         return data
 
     def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes | None]:
@@ -176,7 +188,7 @@ class IndexTree(ReleaseTree):
         if data is None:
             return self.read(relpath)
         self._checked[relpath] = digest
-        self.info = self._info()
+        self._said = None
         return data
 
     def _outside_wheel(self, relpath: str) -> bytes | None:
@@ -191,5 +203,5 @@ class IndexTree(ReleaseTree):
             note = f"sdist {manifest.artifact} for files outside vllm/"
             self.fallback = f"{self.fallback}; {note}" if self.fallback else note
         data = self._sdist.read(relpath)
-        self.info = self._info()
+        self._said = None
         return data
