@@ -160,3 +160,58 @@ def test_a_release_known_from_the_one_before_is_known_as_compiled_whole(
             assert known == whole or known.error is not None, "facts differ from a whole compile's"
             derived += release not in whole_compiles
     assert derived > 40  # most releases were known from the one before
+
+
+CLASS = '''import os
+
+
+class Config:
+    """A config."""
+
+    name: str = "x"
+
+    def first(self) -> int:
+        values = [v for v in range(3)]
+        return len(values)
+
+    def second(self) -> None:
+        global COUNT
+        COUNT = 1
+
+
+def helper() -> int:
+    return 1
+'''
+
+# (what the edit does, the old text, the new text): edits inside a module-level class
+# whose answer depends on the class around them.
+IN_CLASS = (
+    ("walrus in a method", "= [v for", "= [(w := v) for"),
+    ("walrus in a class body comprehension", 'name: str = "x"', "n = [(w := v) for v in r]"),
+    ("first statement indented deeper", "    def first(self) -> int:\n", "    "),
+    ("a method's body at column 0", "        return len(values)", "return len(values)"),
+    ("nonlocal in a method", "        return len(values)", "        nonlocal values"),
+    ("global after use", "        COUNT = 1", "        COUNT = 1\n        global COUNT"),
+    ("import * in a method", "        return len(values)", "        from os import *"),
+    ("a class-level global", 'name: str = "x"', 'global name\n    name = "x"'),
+    ("a new method", "    def second", "    def third(self):\n        pass\n\n    def second"),
+    ("a module-level line between", "def helper", "x = (1,\n)\n\n\ndef helper"),
+    ("a top-of-file import", "import os", "import os\nimport sys"),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "old", "new"), IN_CLASS, ids=[c[0] for c in IN_CLASS])
+def test_an_edit_in_a_class_is_judged_as_the_whole_file(what: str, old: str, new: str) -> None:
+    """Edits in a class's methods and body, judged by their unit (in a class of its own, or
+    dedented), say what compiling the whole file says: the scopes around a unit decide
+    `:=` in comprehensions, `nonlocal`, `global` and `import *`."""
+    assert old in CLASS, what
+    after = CLASS.replace(old, new, 1).encode()
+    before = CLASS.encode()
+    assert pycompile.compiles(before)
+    pycompile.clear_cache()
+    assert pycompile.edit_error(before, after) == broken_by(before, after), what
+    pycompile.clear_cache()
+    assert pycompile.edit_error(before, after, "m.py") == broken_by(before, after), what
+    if broken_by(before, after) is None:
+        assert pycompile._units(pycompile._known(before), before, after) is not None, what
