@@ -159,6 +159,7 @@ def check_tree(
         version_known = version if ranges.is_version(version) else None
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
 
+    configuration = sorted(served.items()) if served is not None else None  # in every key
     plans: list[tuple[Patch, bool, Variant | None, bool, list[str], str | None]] = []
     for patch in patches:
         fact = _facts_of(patch, facts)
@@ -172,14 +173,14 @@ def check_tree(
         # they read.
         chain = required_chain(patch, by_id) if patch.requires and by_id else ()
         if memo is not None:  # a python patch reads its targets too
-            digests = {f: digest(f) for f in files}
-            named = {f: digest(f) for f in fact.named}
+            digests = [(f, digest(f)) for f in files]  # sorted, as fact.named is
+            named = [(f, digest(f)) for f in fact.named]
             beneath = {
                 f: digest(f)
                 for r in chain
                 for f in (*_facts_of(r, facts).declared, *_facts_of(r, facts).named)
             }
-            gone = sorted(f for f, d in digests.items() if d == "-")
+            gone = [f for f, d in digests if d == "-"]
             existed = _existed(older, gone, seen) if gone else set()
             if not gone or pinned:
                 nearest = explain == "all" or (explain == "in-range" and in_range)
@@ -189,13 +190,13 @@ def check_tree(
                     meant.name if meant else None,
                     max_fuzz,
                     nearest,
-                    sorted(digests.items()),
+                    digests,
                     [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
                     ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
-                    sorted(served.items()) if served is not None else None,
+                    configuration,
                     [(r.id, r.digest, _tried(r, version)) for r in chain],
-                    sorted(beneath.items()),
-                    sorted(named.items()),
+                    sorted(beneath.items()) if beneath else [],
+                    named,
                 )
         plans.append((patch, in_range, meant, older, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
