@@ -487,10 +487,10 @@ def _resume(a: list[str], b: list[str], e: int, lo: int) -> int | None:
     return None
 
 
-# Units judged so far, by a digest of their indentation, flags and text: a patch's unit meets
-# the same lines in every release whose file differs elsewhere.
-_UNITS: dict[bytes, Found | None] = {}
-_UNITS_KEPT = 16384
+# Units judged so far, by their flags, indentation, context and text (oldest first out): a
+# patch's unit meets the same lines in every release whose file differs elsewhere.
+_UNITS: dict[tuple[int, str, bool, str], Found | None] = {}
+_UNITS_KEPT = 4096
 
 
 def _compiles_alone(
@@ -501,7 +501,7 @@ def _compiles_alone(
     own (dedented, or `in_class` as they stand in a class of their own, the scope around
     them in place); None when not, or where alone they might compile but not in place."""
     text = "\n".join(cut) + "\n"
-    key = _digest(f"{known.flags}:{indent}:{in_class}:{text}".encode())
+    key = (known.flags, indent, in_class, text)
     if key in _UNITS:
         return _UNITS[key]
     answer = _judge_alone(known.flags, text, indent, in_class=in_class)
