@@ -8,10 +8,9 @@ from __future__ import annotations
 import __future__
 
 import bisect
-import dis
 import functools
 import hashlib
-import inspect
+import opcode
 import operator
 import re
 import types
@@ -161,7 +160,8 @@ def _compile_known(source: bytes) -> _Known:
     return _facts(source, code.co_flags & _FUTURE, (starts, _module_ends(code), classes))
 
 
-_LOAD_CONST, _EXTENDED_ARG = dis.opmap["LOAD_CONST"], dis.opmap["EXTENDED_ARG"]
+_LOAD_CONST, _EXTENDED_ARG = opcode.opmap["LOAD_CONST"], opcode.opmap["EXTENDED_ARG"]
+_CO_OPTIMIZED = 0x1  # a code object's flag: a function's (a class body lacks it)
 
 
 def _module_ends(code: types.CodeType, offset: int = 0) -> list[int]:
@@ -199,7 +199,7 @@ def _code_starts(code: types.CodeType) -> tuple[list[int], list[int]]:
             if isinstance(const, types.CodeType):
                 if not const.co_name.startswith("<"):  # not a lambda nor a comprehension
                     starts.append(const.co_firstlineno - 1)
-                    if not const.co_flags & inspect.CO_OPTIMIZED:  # a class body
+                    if not const.co_flags & _CO_OPTIMIZED:  # a class body
                         classes.append(const.co_firstlineno - 1)
                 todo.append(const)
     return starts, classes

@@ -21,7 +21,13 @@ from patchset.registry.diffs import parse_diff
 from patchset.release_check import moves
 from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
-from patchset.sources.package_index.cache import FORMAT, Cache, Manifest, read_entry
+from patchset.sources.package_index.cache import (
+    FORMAT,
+    Cache,
+    Manifest,
+    member_sha256,
+    read_entry,
+)
 
 PATHS = [
     "vllm/__init__.py",
@@ -248,6 +254,11 @@ def test_a_cached_file_list_packs_each_entry_into_one_string(tmp_path: Path) -> 
     assert dict(loaded.members) == entries
     assert "vllm/a.py" in loaded.members and "vllm/c.py" not in loaded.members
     assert loaded.members.get("vllm/c.py") is None
+    # A member's sha256 alone, as the entry's first field (a plain dict: the same answers).
+    for members in (loaded.members, entries):
+        assert member_sha256(members, "vllm/a.py") == "1" * 64
+        assert member_sha256(members, "vllm/b.py") == ""
+        assert member_sha256(members, "vllm/c.py") is None
 
 
 def test_a_file_list_of_format_2_is_read_and_rewritten(tmp_path: Path) -> None:
@@ -262,6 +273,7 @@ def test_a_file_list_of_format_2_is_read_and_rewritten(tmp_path: Path) -> None:
     path.write_bytes(json.dumps(header).encode() + b"\n" + body)
     loaded = cache.load_manifest(manifest.artifact)
     assert loaded is not None and dict(loaded.members) == entries
+    assert member_sha256(loaded.members, "vllm/a.py") == "2" * 64
     assert json.loads(path.read_bytes().partition(b"\n")[0])["format"] == FORMAT
     again = cache.load_manifest(manifest.artifact)
     assert again is not None and dict(again.members) == entries

@@ -398,6 +398,16 @@ class _Members(Mapping[str, list[Any]]):
     def __getitem__(self, key: str) -> list[Any]:
         return _unpack(self._decoded()[key])
 
+    def sha256_of(self, key: str) -> str | None:
+        """The entry's sha256 alone (its first field), None when there is no such member:
+        what a check asks of most entries, without unpacking the others."""
+        packed = self._decoded().get(key)
+        if packed is None:
+            return None
+        if isinstance(packed, list):
+            return str(packed[0])
+        return packed.partition(" ")[0]
+
     def __contains__(self, key: object) -> bool:
         return key in self._decoded()
 
@@ -406,6 +416,15 @@ class _Members(Mapping[str, list[Any]]):
 
     def __len__(self) -> int:
         return len(self._decoded())
+
+
+def member_sha256(members: Mapping[str, list[Any]], path: str) -> str | None:
+    """The sha256 a manifest lists for `path` (None: not a member), without unpacking the
+    rest of a cached list's entry."""
+    if isinstance(members, _Members):
+        return members.sha256_of(path)
+    entry = members.get(path)
+    return None if entry is None else str(entry[0])
 
 
 def _digest(data: Any) -> str:

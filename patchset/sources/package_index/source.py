@@ -18,7 +18,7 @@ from patchset.errors import SourceError
 from patchset.registry import ranges
 from patchset.sources.base import DownloadProgress, ReleaseSource
 from patchset.sources.package_index import wheel
-from patchset.sources.package_index.cache import Cache, Manifest
+from patchset.sources.package_index.cache import Cache, Manifest, member_sha256
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
 from patchset.sources.package_index.members import Members, Meter, each_done
 from patchset.sources.package_index.sdist import sdist_manifest
@@ -404,11 +404,11 @@ def _to_fetch(
             continue
         mine = []
         for p in dict.fromkeys(wanted):
-            entry = members.get(p)
-            if entry is None or entry[0] in claimed:
+            sha = member_sha256(members, p)
+            if sha is None or sha in claimed:
                 continue
-            claimed.add(entry[0])
-            if not cached(entry[0]):
+            claimed.add(sha)
+            if not cached(sha):
                 mine.append(p)
         out[version] = mine
     return out

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 
 from patchset.sources.base import ReleaseInfo, ReleaseTree
 from patchset.sources.package_index import wheel
-from patchset.sources.package_index.cache import Manifest
+from patchset.sources.package_index.cache import Manifest, member_sha256
 from patchset.sources.package_index.members import Members
 
 READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
@@ -167,9 +167,9 @@ class IndexTree(ReleaseTree):
     def listed_digest(self, relpath: str) -> str | None:
         """The sha256 the manifest lists for `relpath` (the one its bytes are checked against
         when read), "-" for a file the release lacks; None for one outside the wheel."""
-        entry = self.manifest.members.get(relpath)
-        if entry is not None:
-            return str(entry[0])
+        sha = member_sha256(self.manifest.members, relpath)
+        if sha is not None:
+            return sha
         if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
             return "-"
         return None  # a wheel cannot hold it: the sdist's list would say
