@@ -1,8 +1,8 @@
 """A memo of check results, keyed by content: re-checking an unchanged registry against known
 releases is a lookup, and editing one patch re-evaluates that patch only.
 
-One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-3.sqlite``
-(the ``3`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
+One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-4.sqlite``
+(the ``4`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
 Two tables:
 
 - ``results``: key -> one result, a JSON array of its fields in the order `CheckResult`
@@ -16,8 +16,10 @@ Two tables:
   those read: editing a required patch re-evaluates its dependents. A result with a missing
   target also depends on the rest of the tree (where the file went), so its key adds the
   release's own digest.
-- ``files``: (release digest, path) -> sha256 of that file, for releases whose digest pins their
-  content (the package index's, checked against the index): a warm check then reads no file.
+- ``releases``: release digest -> the sha256 of each of its files a check has asked for (one
+  JSON object, path -> sha256, "-" for a file the release lacks), for releases whose digest
+  pins their content (the package index's, checked against the index): a warm check then
+  reads no file, and takes a release's digests with one row.
 
 A key met again in a later release of the same check (the files it reads have the same bytes
 there) is answered from the rows already read, neither fetched nor decoded again; a row whose
@@ -43,14 +45,12 @@ from pathlib import Path
 from patchset.release_check.report import CheckResult
 
 # 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
-# array in its fields' order (an object before), the key a sha256 over the repr of its parts
-FORMAT = 3
+# array in its fields' order (an object before), the key a sha256 over the repr of its parts;
+# 4: a release's file digests are one row of table `releases` (a row per file of `files`)
+FORMAT = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT);
-CREATE TABLE IF NOT EXISTS files (
-    release TEXT NOT NULL, path TEXT NOT NULL, digest TEXT, seal TEXT,
-    PRIMARY KEY (release, path)
-);
+CREATE TABLE IF NOT EXISTS releases (release TEXT PRIMARY KEY, digests TEXT NOT NULL, seal TEXT);
 """
 # The modules whose code decides a verdict: a change to any of them starts a fresh memo.
 _DECIDERS = (
@@ -172,26 +172,45 @@ class Memo:
         if db is None:
             return {}
         try:
-            query = "SELECT path, digest, seal FROM files WHERE release = ?"
-            rows = db.execute(query, (release,)).fetchall()
+            return self._digests(db, release)
         except sqlite3.Error:
             return {}
-        known = {
-            str(path): str(digest)
-            for path, digest, seal in rows
-            if seal == _seal(release, str(path), str(digest))
-        }
-        if len(known) < len(rows):  # rewritten rows: dropped, the digests taken again
-            bad = [(release, str(path)) for path, *_ in rows if str(path) not in known]
-            self._write(db, "DELETE FROM files WHERE release = ? AND path = ?", bad)
-        return known
 
     def put_digests(self, release: str, digests: dict[str, str]) -> None:
+        """Add `digests` to those known for `release` (read and written in one transaction:
+        two checks of the same release keep both their files)."""
         db = self._conn()
         if db is None or not digests:
             return
-        rows = [(release, p, d, _seal(release, p, d)) for p, d in digests.items()]
-        self._write(db, "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", rows)
+        try:
+            with db:
+                db.execute("BEGIN IMMEDIATE")
+                known = {**self._digests(db, release), **digests}
+                value = json.dumps(known, sort_keys=True, separators=(",", ":"))
+                row = (release, value, _seal(release, value))
+                db.execute("INSERT OR REPLACE INTO releases VALUES (?, ?, ?)", row)
+        except sqlite3.Error:
+            self._broken = True  # read-only or locked: carry on without the memo
+
+    def _digests(self, db: sqlite3.Connection, release: str) -> dict[str, str]:
+        """The release's row, if sealed and a mapping of texts; a row that is not is dropped
+        (its digests are taken again)."""
+        query = "SELECT digests, seal FROM releases WHERE release = ?"
+        row = db.execute(query, (release,)).fetchone()
+        if row is None:
+            return {}
+        value, seal = row
+        try:
+            sealed = isinstance(value, str) and seal == _seal(release, value)
+            known = json.loads(value) if sealed else None
+        except ValueError:
+            known = None
+        if isinstance(known, dict) and all(
+            type(p) is str and type(d) is str for p, d in known.items()
+        ):
+            return known
+        db.execute("DELETE FROM releases WHERE release = ?", (release,))
+        return {}
 
     def _write(self, db: sqlite3.Connection, sql: str, rows: Sequence[Sequence[str]]) -> None:
         try:

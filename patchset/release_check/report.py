@@ -4,7 +4,7 @@ ranges the results suggest. Plain data, as `patchset check --format json` writes
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
@@ -80,7 +80,10 @@ class CheckResult:
         """This result for release `vllm` and the range's answer there, every other field
         shared (a memoised result met in many releases): `dataclasses.replace`, the fields
         copied as they are."""
-        return _made({**self.__dict__, "vllm": vllm, "in_range": in_range})
+        made = _made(self.__dict__)
+        made.__dict__["vllm"] = vllm
+        made.__dict__["in_range"] = in_range
+        return made
 
     def to_dict(self) -> dict[str, object]:
         return fields_dict(self, skip=_MEMO_ONLY)
@@ -92,7 +95,7 @@ _SIGNALS = tuple(f.name for f in fields(Signals))
 _TUPLES = ("locations", "moved_to", "failing_sites", "missing")  # lists in a row
 
 
-def _made(values: dict[str, Any]) -> CheckResult:
+def _made(values: Mapping[str, Any]) -> CheckResult:
     """A result holding `values` (every field, as `__init__` would set them), made without
     `__init__`: a frozen dataclass's sets each field through `object.__setattr__`, most of
     the cost of a memo hit, 8,000 times in a warm check of 320 patches on 25 releases."""

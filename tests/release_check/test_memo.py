@@ -170,3 +170,33 @@ def test_a_sealed_row_that_is_no_result_is_dropped(tmp_path: Path, rewrite: Any)
     db.close()
     (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
     assert (memo.hits, memo.misses) == (0, 1) and again == first
+
+
+def test_a_releases_digests_are_one_row_added_to_and_sealed(tmp_path: Path) -> None:
+    """A release's file digests are kept in one row: a second check's files are added to the
+    first's (neither lost), and a row rewritten (its seal no longer fits) or not a mapping of
+    texts is dropped, the digests taken again."""
+    memo = Memo(tmp_path / "memo")
+    assert memo.digests("r1") == {}
+    memo.put_digests("r1", {"vllm/a.py": "aa", "vllm/gone.py": "-"})
+    memo.put_digests("r1", {"vllm/b.py": "bb"})
+    memo.put_digests("r2", {"vllm/a.py": "a2"})
+    assert Memo(tmp_path / "memo").digests("r1") == {
+        "vllm/a.py": "aa",
+        "vllm/gone.py": "-",
+        "vllm/b.py": "bb",
+    }
+    db = sqlite3.connect(memo.path)
+    with db:
+        db.execute("UPDATE releases SET digests = ? WHERE release = 'r1'", ('{"vllm/a.py":"xx"}',))
+        forged = json.dumps({"vllm/a.py": 1})
+        db.execute(
+            "UPDATE releases SET digests = ?, seal = ? WHERE release = 'r2'",
+            (forged, _seal("r2", forged)),
+        )
+    db.close()
+    again = Memo(tmp_path / "memo")
+    assert (again.digests("r1"), again.digests("r2")) == ({}, {})
+    db = sqlite3.connect(again.path)
+    assert db.execute("SELECT count(*) FROM releases").fetchone() == (0,)  # both dropped
+    db.close()
