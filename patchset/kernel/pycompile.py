@@ -407,7 +407,7 @@ def _place(
         line = a[e] if e < n else ""
         if e < n and len(line) - len(line.lstrip()) > len(indent):
             continue  # deeper: inside the unit
-        if indent and any(_outside(x, indent) for x in a[s:e]):
+        if indent and _any_outside(a, s, e, indent):
             return None  # a line of `before` less indented: not one block
         if _within(known.futures, s, e):
             return None  # the file's `__future__` flags may change
@@ -562,6 +562,17 @@ def _risky_top(text: str) -> bool:
     if "__future__" in text or text.startswith(("global", "nonlocal")):
         return True
     return ("\nglobal" in text or "\nnonlocal" in text) and _RISKY_TOP.search(text) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _outside_pattern(indent: str) -> re.Pattern[str]:
+    """Lines that hold code (not only a comment) less indented than `indent`."""
+    return re.compile(rf"^(?!{re.escape(indent)}|[ \t]*(?:#|$))", re.MULTILINE)
+
+
+def _any_outside(a: list[str], s: int, e: int, indent: str) -> bool:
+    """Whether a line of a[s:e] is `_outside` a block indented by `indent`."""
+    return _outside_pattern(indent).search("\n".join(a[s:e])) is not None
 
 
 def _outside(line: str, indent: str) -> bool:
