@@ -527,7 +527,7 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
         return [x - 1 for x in starts if x], [], [x - 1 for x in classes if x]
     if indent:
         text = _dedented(text, indent)
-        if not text or _risky(text):
+        if not _opens_at_zero(text) or _risky(text):  # a statement of the block, at its start
             return None
     elif _risky_top(text):
         return None
@@ -543,7 +543,8 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
 
 
 def _opens_at_zero(text: str) -> bool:
-    """Whether the first statement of `text` (not "") stands at column 0."""
+    """Whether `text` holds a statement (not only comments: a block left with none does not
+    compile) and its first stands at column 0."""
     for line in text.split("\n"):
         if line.strip() and not line.lstrip().startswith("#"):
             return not line[0].isspace()

@@ -221,3 +221,18 @@ def test_an_edit_in_a_class_is_judged_as_the_whole_file(what: str, old: str, new
     assert pycompile.edit_error(before, after, "m.py") == broken_by(before, after), what
     if broken_by(before, after) is None:
         assert pycompile._units(pycompile._known(before), before, after) is not None, what
+
+
+def test_a_block_left_with_only_comments_does_not_compile() -> None:
+    """A unit whose new lines are comments and blank lines only leaves its block with no
+    statement: the whole file says so, and so must the edit's judgement."""
+    before = b"class P:\n    def f(self) -> str: ...\n\n\nX = 1\n"
+    for after in (
+        b"class P:\n        # comment\n\n\nX = 1\n",
+        b"class P:\n    # comment\n\n\nX = 1\n",
+        b"def g():\n    return 1\n".replace(b"    return 1", b"    # gone"),
+    ):
+        pycompile.clear_cache()
+        source = before if after.startswith(b"class") else b"def g():\n    return 1\n"
+        assert broken_by(source, after) is not None
+        assert pycompile.edit_error(source, after) == broken_by(source, after)
