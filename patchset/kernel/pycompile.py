@@ -300,8 +300,8 @@ def _units(known: _Known, before: bytes, after: bytes) -> Found | None:
     if known.top_declares or a is None or b is None:
         return None
     starts, ends = known.starts, known.ends
-    tops = sorted({0, *ends, *(x for x in starts if a[x][:1] not in (" ", "\t"))})
     n, m = len(a), len(b)
+    tops = sorted({0, *(x for x in ends if x < n), *(x for x in starts if a[x][:1] not in " \t")})
     found: Found = ([], [], [])
     classes = known.classes
     kept = 0  # before's lines from here on are after's, shifted by j - i

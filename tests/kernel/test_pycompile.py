@@ -236,3 +236,15 @@ def test_a_block_left_with_only_comments_does_not_compile() -> None:
         source = before if after.startswith(b"class") else b"def g():\n    return 1\n"
         assert broken_by(source, after) is not None
         assert pycompile.edit_error(source, after) == broken_by(source, after)
+
+
+def test_lines_added_after_a_def_that_ends_the_file() -> None:
+    """A def on the file's last line (no line break after it) ends where the file does: lines
+    added after it are judged, not looked for past the end."""
+    before = b"import os\n\n\ndef f():\n    return os.sep"
+    for tail in (b"\n\n\ndef g():\n    pass\n", b"\nX = (\n", b"\n  y = 1\n"):
+        after = before + tail
+        for name in ("", "m.py"):
+            pycompile.clear_cache()
+            pycompile.edit_error(before, before + b"\n", name)  # `before` known, by units next
+            assert pycompile.edit_error(before, after, name) == broken_by(before, after)
