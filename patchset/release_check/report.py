@@ -36,6 +36,9 @@ class Signals:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """One patch against one release. A memo hit is made without `__init__` (`_made`, from
+    `from_memo` and `at`): keep this a plain frozen dataclass, no `__post_init__`."""
+
     vllm: str
     patch: str
     revision: int
