@@ -300,8 +300,8 @@ def _units(known: _Known, before: bytes, after: bytes) -> Found | None:
     if known.top_declares or a is None or b is None:
         return None
     starts, ends = known.starts, known.ends
-    tops = sorted({0, *ends, *(x for x in starts if a[x][:1] not in (" ", "\t"))})
     n, m = len(a), len(b)
+    tops = sorted({0, *(x for x in ends if x < n), *(x for x in starts if a[x][:1] not in " \t")})
     found: Found = ([], [], [])
     classes = known.classes
     kept = 0  # before's lines from here on are after's, shifted by j - i
@@ -407,7 +407,7 @@ def _place(
         line = a[e] if e < n else ""
         if e < n and len(line) - len(line.lstrip()) > len(indent):
             continue  # deeper: inside the unit
-        if indent and any(_outside(x, indent) for x in a[s:e]):
+        if indent and _any_outside(a, s, e, indent):
             return None  # a line of `before` less indented: not one block
         if _within(known.futures, s, e):
             return None  # the file's `__future__` flags may change
@@ -487,10 +487,10 @@ def _resume(a: list[str], b: list[str], e: int, lo: int) -> int | None:
     return None
 
 
-# Units judged so far, by a digest of their indentation, flags and text: a patch's unit meets
-# the same lines in every release whose file differs elsewhere.
-_UNITS: dict[bytes, Found | None] = {}
-_UNITS_KEPT = 16384
+# Units judged so far, by their flags, indentation, context and text (oldest first out): a
+# patch's unit meets the same lines in every release whose file differs elsewhere.
+_UNITS: dict[tuple[int, str, bool, str], Found | None] = {}
+_UNITS_KEPT = 4096
 
 
 def _compiles_alone(
@@ -501,7 +501,7 @@ def _compiles_alone(
     own (dedented, or `in_class` as they stand in a class of their own, the scope around
     them in place); None when not, or where alone they might compile but not in place."""
     text = "\n".join(cut) + "\n"
-    key = _digest(f"{known.flags}:{indent}:{in_class}:{text}".encode())
+    key = (known.flags, indent, in_class, text)
     if key in _UNITS:
         return _UNITS[key]
     answer = _judge_alone(known.flags, text, indent, in_class=in_class)
@@ -527,7 +527,7 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
         return [x - 1 for x in starts if x], [], [x - 1 for x in classes if x]
     if indent:
         text = _dedented(text, indent)
-        if not text or _risky(text):
+        if not _opens_at_zero(text) or _risky(text):  # a statement of the block, at its start
             return None
     elif _risky_top(text):
         return None
@@ -543,7 +543,8 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
 
 
 def _opens_at_zero(text: str) -> bool:
-    """Whether the first statement of `text` (not "") stands at column 0."""
+    """Whether `text` holds a statement (not only comments: a block left with none does not
+    compile) and its first stands at column 0."""
     for line in text.split("\n"):
         if line.strip() and not line.lstrip().startswith("#"):
             return not line[0].isspace()
@@ -562,6 +563,17 @@ def _risky_top(text: str) -> bool:
     if "__future__" in text or text.startswith(("global", "nonlocal")):
         return True
     return ("\nglobal" in text or "\nnonlocal" in text) and _RISKY_TOP.search(text) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _outside_pattern(indent: str) -> re.Pattern[str]:
+    """Lines that hold code (not only a comment) less indented than `indent`."""
+    return re.compile(rf"^(?!{re.escape(indent)}|[ \t]*(?:#|$))", re.MULTILINE)
+
+
+def _any_outside(a: list[str], s: int, e: int, indent: str) -> bool:
+    """Whether a line of a[s:e] is `_outside` a block indented by `indent`."""
+    return _outside_pattern(indent).search("\n".join(a[s:e])) is not None
 
 
 def _outside(line: str, indent: str) -> bool:

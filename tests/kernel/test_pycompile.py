@@ -221,3 +221,30 @@ def test_an_edit_in_a_class_is_judged_as_the_whole_file(what: str, old: str, new
     assert pycompile.edit_error(before, after, "m.py") == broken_by(before, after), what
     if broken_by(before, after) is None:
         assert pycompile._units(pycompile._known(before), before, after) is not None, what
+
+
+def test_a_block_left_with_only_comments_does_not_compile() -> None:
+    """A unit whose new lines are comments and blank lines only leaves its block with no
+    statement: the whole file says so, and so must the edit's judgement."""
+    before = b"class P:\n    def f(self) -> str: ...\n\n\nX = 1\n"
+    for after in (
+        b"class P:\n        # comment\n\n\nX = 1\n",
+        b"class P:\n    # comment\n\n\nX = 1\n",
+        b"def g():\n    return 1\n".replace(b"    return 1", b"    # gone"),
+    ):
+        pycompile.clear_cache()
+        source = before if after.startswith(b"class") else b"def g():\n    return 1\n"
+        assert broken_by(source, after) is not None
+        assert pycompile.edit_error(source, after) == broken_by(source, after)
+
+
+def test_lines_added_after_a_def_that_ends_the_file() -> None:
+    """A def on the file's last line (no line break after it) ends where the file does: lines
+    added after it are judged, not looked for past the end."""
+    before = b"import os\n\n\ndef f():\n    return os.sep"
+    for tail in (b"\n\n\ndef g():\n    pass\n", b"\nX = (\n", b"\n  y = 1\n"):
+        after = before + tail
+        for name in ("", "m.py"):
+            pycompile.clear_cache()
+            pycompile.edit_error(before, before + b"\n", name)  # `before` known, by units next
+            assert pycompile.edit_error(before, after, name) == broken_by(before, after)
