@@ -274,7 +274,7 @@ class Patch:
         two variants); a release in such a gap has no payload meant for it, so it is out of
         range rather than a failure of the newest payload.
         """
-        return self._placed(version)[0]
+        return self.placed(version)[0]
 
     def gates(self) -> dict[str, object]:
         """What decides whether the patch runs besides its range (check's JSON `patches`):
@@ -359,17 +359,17 @@ class Patch:
         """The payload variant meant for `version`; the newest-listed first one if unknown."""
         if version is None:
             return self.variants[0]
-        return self._placed(version)[1]
+        return self.placed(version)[1]
 
     @functools.cached_property
     def _ranges(self) -> tuple[str, ...]:
         """The declared range's text and each variant's, in order: what places a release."""
         return (str(self.vllm), *(str(v.vllm) for v in self.variants))
 
-    def _placed(self, version: str) -> tuple[bool, Variant | None]:
+    def placed(self, version: str) -> tuple[bool, Variant | None]:
         """`in_range` and `variant_for` of a release together (a check asks both of every
         patch in every release), answered once per release for every patch of the same
-        ranges (`ranges.placed`)."""
+        ranges (`ranges.placed`). InvalidVersion when `version` is none."""
         inside, meant = placed(self._ranges, version)
         return inside, self.variants[meant] if meant >= 0 else None
 

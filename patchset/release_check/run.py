@@ -160,12 +160,10 @@ def check_tree(
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
 
     configuration = sorted(served.items()) if served is not None else None  # in every key
-    plans: list[tuple[Patch, bool, Variant | None, bool, list[str], str | None]] = []
+    plans: list[tuple[Patch, bool, Variant | None, _Facts, list[str], str | None]] = []
     for patch in patches:
         fact = _facts_of(patch, facts)
-        in_range = patch.in_range(version) if known_version is not None else False
-        meant = patch.variant_for(version) if known_version is not None else None
-        older = fact.written_before(known_version)
+        in_range, meant = patch.placed(version) if known_version is not None else (False, None)
         files = fact.declared
         key = None
         # A stacked patch reads its files as the patches it requires leave them: its key holds
@@ -181,7 +179,7 @@ def check_tree(
                 for f in (*_facts_of(r, facts).declared, *_facts_of(r, facts).named)
             }
             gone = [f for f, d in digests if d == "-"]
-            existed = _existed(older, gone, seen) if gone else set()
+            existed = _existed(fact.written_before(known_version), gone, seen) if gone else set()
             if not gone or pinned:
                 nearest = explain == "all" or (explain == "in-range" and in_range)
                 key = memo.key(
@@ -198,16 +196,16 @@ def check_tree(
                     sorted(beneath.items()) if beneath else [],
                     named,
                 )
-        plans.append((patch, in_range, meant, older, files, key))
+        plans.append((patch, in_range, meant, fact, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
     results: list[CheckResult] = []
     store: dict[str, CheckResult] = {}
-    for patch, in_range, meant, older, files, key in plans:
+    for patch, in_range, meant, fact, files, key in plans:
         if key is not None and key in found and memo is not None:
             results.append(found[key].at(version, in_range=in_range))
             memo.hits += 1
             continue
-        existed = _existed(older, files, seen)
+        existed = _existed(fact.written_before(known_version), files, seen)
         if memo is not None:
             memo.misses += 1
         r = one(

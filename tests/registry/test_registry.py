@@ -203,6 +203,14 @@ def test_release_in_a_gap_between_variants_is_out_of_range(tmp_path: Path) -> No
         False,
     ]
     assert patch.variant_for("0.22.0") is None
+    # both at once, as a check asks them: the variant meant, even out of the declared range
+    first, newest = patch.variants
+    assert [patch.placed(v) for v in ("0.19.1", "0.22.0", "0.26.0", "0.27.0")] == [
+        (True, first),
+        (False, None),
+        (True, newest),
+        (False, newest),
+    ]
 
 
 def test_reads_is_every_variants_targets_and_the_probes_file_sorted(tmp_path: Path) -> None:
