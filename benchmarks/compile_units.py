@@ -27,7 +27,7 @@ import sys
 import time
 
 from patchset.errors import SourceError
-from patchset.kernel import pycompile
+from patchset.kernel import pycompile, pyunits
 from patchset.sources.package_index import IndexSource
 
 SNIPPETS = (
@@ -122,7 +122,7 @@ def main() -> None:
         if want is None:
             compiling += 1
             known = pycompile._known(before)  # what the units saw
-            alone += pycompile._units(known, before, after) is not None
+            alone += pyunits.units(known, before, after) is not None
     print(
         f"edits={len(pairs)} agree={same}/{len(pairs)} by_units={alone / max(compiling, 1):.2f}"
         f" units_s={units_s:.3f} whole_s={whole_s:.3f}"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.kernel import pycompile
+from patchset.kernel import pycompile, pyunits
 from patchset.kernel.pycompile import broken_by, compile_error, compiles
 
 
@@ -82,7 +82,7 @@ def test_an_edit_judged_by_its_units_is_judged_as_the_whole_file(seed: int) -> N
         pycompile.edit_error(before, before + b"\n")  # an edit before: from now on, by units
         assert pycompile.edit_error(before, after) == want
         assert pycompile.edit_error(before, other) == broken_by(before, other)
-        judged_alone += pycompile._units(pycompile._known(before), before, after) is not None
+        judged_alone += pyunits.units(pycompile._known(before), before, after) is not None
     assert judged_alone > 5  # the units alone decided a share of them
 
 
@@ -220,7 +220,7 @@ def test_an_edit_in_a_class_is_judged_as_the_whole_file(what: str, old: str, new
     pycompile.clear_cache()
     assert pycompile.edit_error(before, after, "m.py") == broken_by(before, after), what
     if broken_by(before, after) is None:
-        assert pycompile._units(pycompile._known(before), before, after) is not None, what
+        assert pyunits.units(pycompile._known(before), before, after) is not None, what
 
 
 def test_a_block_left_with_only_comments_does_not_compile() -> None:
