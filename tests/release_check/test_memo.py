@@ -202,3 +202,16 @@ def test_a_releases_digests_are_one_row_added_to_and_sealed(tmp_path: Path) -> N
     db = sqlite3.connect(again.path)
     assert db.execute("SELECT count(*) FROM releases").fetchone() == (0,)  # both dropped
     db.close()
+
+
+def test_the_code_that_decides_a_verdict_keys_the_memo() -> None:
+    """Every module whose answer a verdict depends on (the hunks, the sites and the `when`
+    they are served under, the compile check and its units, the engine, the decision table)
+    is among those whose code starts a fresh memo when it changes, and each of them exists."""
+    from patchset.release_check import memo
+
+    root = Path(memo.__file__).resolve().parent.parent
+    deciders = memo._DECIDERS
+    for rel in ("kernel/pycompile.py", "kernel/pyunits.py", "kernel/served.py"):
+        assert rel in deciders
+    assert all((root / rel).is_file() for rel in deciders), deciders
