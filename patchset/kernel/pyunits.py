@@ -364,14 +364,11 @@ def _compiles_alone(
 def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found | None:
     if in_class and "__future__" not in text and _opens_at_zero(_dedented(text, indent)):
         # A class's own statements and methods (one block at `indent`, its first statement
-        # at `indent` itself, no tab in it), in a
-        # class at module level as in place: the same scopes around them, so `global`,
-        # `nonlocal`, `:=` and `import *` are judged alike.
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                code = compile("class _:\n" + text, "<unit>", "exec", flags, dont_inherit=True)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # at `indent` itself, no tab in it), in a class at module level as in place: the
+        # same scopes around them, so `global`, `nonlocal`, `:=` and `import *` are judged
+        # alike.
+        code = _compiled("class _:\n" + text, flags)
+        if code is None:
             return None
         starts, classes = code_starts(code)
         return [x - 1 for x in starts if x], [], [x - 1 for x in classes if x]
@@ -382,14 +379,23 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
     elif _risky_top(text):
         return None
     # At module level the unit is the file's own text, tokenized and nested as in place.
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            code = compile(text, "<unit>", "exec", flags, dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    code = _compiled(text, flags)
+    if code is None:
         return None
     starts, classes = code_starts(code)
     return starts, [] if indent else module_ends(code), classes
+
+
+def _compiled(text: str, flags: int) -> types.CodeType | None:
+    """`text` compiled alone with the file's `__future__` flags (warnings ignored), None if
+    it does not compile."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            code: types.CodeType = compile(text, "<unit>", "exec", flags, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return code
 
 
 def _opens_at_zero(text: str) -> bool:

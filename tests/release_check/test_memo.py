@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +108,12 @@ def test_a_hit_follows_the_patch_content_and_the_release_bytes(tmp_path: Path) -
     assert (memo.hits, memo.misses) == (1, 3)
 
 
-def test_a_row_of_the_older_format_is_dropped_not_misread(tmp_path: Path) -> None:
-    """A row holding a result as format 2 wrote it (a JSON object), even under the current
-    key and with a valid seal, is no row of this format: dropped and computed again."""
+def _checked_with_forged_row(
+    tmp_path: Path, forge: Callable[[CheckResult, str], str]
+) -> tuple[CheckResult, CheckResult, Memo, str]:
+    """One patch checked into a fresh memo, its row's value replaced by `forge(result, value)`
+    under a valid seal, then checked again: the first result, the second, the memo and the
+    value first written."""
     add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
     patches = _patches(tmp_path / "patches")
     (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
@@ -117,11 +121,22 @@ def test_a_row_of_the_older_format_is_dropped_not_misread(tmp_path: Path) -> Non
     db = sqlite3.connect(memo.path)
     with db:
         ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
-        fields = {**first.to_dict(), "shifted": False, "failing_hunks": [], "missing": []}
-        old = json.dumps({**fields, "verdict": "upstream", "failing_sites": []}, sort_keys=True)
-        db.execute("UPDATE results SET value = ?, seal = ?", (old, _seal(key, old)))
+        forged = forge(first, value)
+        db.execute("UPDATE results SET value = ?, seal = ?", (forged, _seal(key, forged)))
     db.close()
     (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
+    return first, again, memo, value
+
+
+def _format_2(first: CheckResult, _value: str) -> str:
+    fields = {**first.to_dict(), "shifted": False, "failing_hunks": [], "missing": []}
+    return json.dumps({**fields, "verdict": "upstream", "failing_sites": []}, sort_keys=True)
+
+
+def test_a_row_of_the_older_format_is_dropped_not_misread(tmp_path: Path) -> None:
+    """A row holding a result as format 2 wrote it (a JSON object), even under the current
+    key and with a valid seal, is no row of this format: dropped and computed again."""
+    first, again, memo, value = _checked_with_forged_row(tmp_path, _format_2)
     assert (memo.hits, memo.misses) == (0, 1)
     assert again == first
     db = sqlite3.connect(memo.path)
@@ -160,17 +175,9 @@ def test_a_sealed_row_that_is_no_result_is_dropped(tmp_path: Path, rewrite: Any)
     """A row whose seal fits but whose value is not a result's row (a field short or too
     many, signals that are not four plain values, a hunk without its number, not a list)
     is dropped and the result computed again, never half-read."""
-    add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
-    patches = _patches(tmp_path / "patches")
-    (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
-    memo = Memo(tmp_path / "memo")
-    db = sqlite3.connect(memo.path)
-    with db:
-        ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
-        forged = json.dumps(rewrite(json.loads(value)))
-        db.execute("UPDATE results SET value = ?, seal = ?", (forged, _seal(key, forged)))
-    db.close()
-    (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
+    first, again, memo, _ = _checked_with_forged_row(
+        tmp_path, lambda _, value: json.dumps(rewrite(json.loads(value)))
+    )
     assert (memo.hits, memo.misses) == (0, 1) and again == first
 
 
