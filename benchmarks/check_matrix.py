@@ -52,6 +52,7 @@ from patchset.sources.package_index.cache import cache_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_cold import download_sdists  # the sibling script, found by path
+from processes import cpu_now, one_process  # the sibling module
 
 KINDS = ("onehunk", "multihunk", "multifile", "newfile", "deletion", "eofappend")
 
@@ -236,16 +237,24 @@ def build_project(root: Path, cuts: list[Cut]) -> tuple[Path, dict[str, Cut], li
 CPU: list[float] = []  # each timed check's process time (the steadier figure on a shared machine)
 
 
-def timed_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckReport]:
+JOBS: list[int | None] = [None]  # --jobs (None: patchset's default, one process per core)
+
+
+def timed_check(
+    registry_dir: Path, versions: list[str], jobs: int | None = None
+) -> tuple[float, CheckReport]:
     registry = load_registry(registry_dir)
-    start, cpu = time.perf_counter(), time.process_time()
+    jobs = jobs if jobs is not None else JOBS[0]
+    start, cpu = time.perf_counter(), cpu_now()
     with collector_paused():  # as `patchset check` runs it (the library leaves the GC alone)
-        report = check(registry, versions, source=IndexSource(offline=True))
-    CPU.append(time.process_time() - cpu)
+        report = check(registry, versions, source=IndexSource(offline=True), jobs=jobs)
+    CPU.append(cpu_now() - cpu)  # a split check's children's too
     return time.perf_counter() - start, report
 
 
-def nomemo_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckReport]:
+def nomemo_check(
+    registry_dir: Path, versions: list[str], jobs: int | None = None
+) -> tuple[float, CheckReport]:
     """The check with the memo cleared and nothing kept in memory from an earlier check, as
     in a fresh process: the release files are cached, nothing else is known."""
     memo.clear()
@@ -253,7 +262,7 @@ def nomemo_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckR
     moves.forget_lines()  # nor any release file's lines
     client._parse_version.cache_clear()  # nor any version parsed
     ranges.is_version.cache_clear()
-    return timed_check(registry_dir, versions)
+    return timed_check(registry_dir, versions, jobs)
 
 
 def naive(
@@ -456,7 +465,9 @@ def main() -> None:
     parser.add_argument(
         "--reuse", action="store_true", help="keep the project already in --work (no rebuild)"
     )
+    parser.add_argument("--jobs", type=int, help="processes of each check (default: patchset's)")
     args = parser.parse_args()
+    JOBS[0] = args.jobs
     source = IndexSource()
     versions = [v for v in source.versions() if Version(v) >= Version(args.since)]
     work = args.work or Path(tempfile.mkdtemp(prefix="check-matrix-"))
@@ -478,9 +489,13 @@ def main() -> None:
     print(
         f"nomemo: {len(report.results)} verdicts in {nomemo:.3f} s (median of"
         f" {', '.join(f'{t:.3f}' for t, _ in runs)}; process time"
-        f" {', '.join(f'{t:.3f}' for t in CPU[-len(runs) :])}; load {os.getloadavg()[0]:.1f})",
+        f" {', '.join(f'{t:.3f}' for t in CPU[-len(runs) :])} (children's included);"
+        f" load {os.getloadavg()[0]:.1f}; --jobs {JOBS[0] or 'default'})",
         flush=True,
     )
+    if JOBS[0] != 1:
+        serial = functools.partial(nomemo_check, registry_dir, versions)
+        print(one_process(serial, args.repeat, report), flush=True)
     warm = min(timed_check(registry_dir, versions)[0] for _ in range(args.repeat))
     print(
         f"warm (memo): best of {args.repeat}: {warm:.3f} s"

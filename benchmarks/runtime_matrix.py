@@ -60,6 +60,7 @@ from patchset.sources.package_index import IndexSource, client
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_cold import bytecode  # the sibling script, found by path  # noqa: E402
+from processes import child_peak_mb, cpu_now, one_process  # noqa: E402 - the sibling module
 from runtime_corpus import (  # noqa: E402 - the sibling module, found by path
     Cutter,
     PatchSpec,
@@ -206,12 +207,18 @@ def clear_caches() -> None:
 CPU: list[float] = []  # the process time of each timed check (steadier on a busy machine)
 
 
-def timed_check(registry_dir: Path, versions: list[str]) -> tuple[float, CheckReport]:
+JOBS: list[int | None] = [None]  # --jobs (None: patchset's default, one process per core)
+
+
+def timed_check(
+    registry_dir: Path, versions: list[str], jobs: int | None = None
+) -> tuple[float, CheckReport]:
     registry = load_registry(registry_dir)
-    start, cpu = time.perf_counter(), time.process_time()
+    jobs = jobs if jobs is not None else JOBS[0]
+    start, cpu = time.perf_counter(), cpu_now()
     with collector_paused():  # as `patchset check` runs it (the library leaves the GC alone)
-        report = check(registry, versions, source=IndexSource(offline=True))
-    CPU.append(time.process_time() - cpu)
+        report = check(registry, versions, source=IndexSource(offline=True), jobs=jobs)
+    CPU.append(cpu_now() - cpu)  # a split check's children's too
     return time.perf_counter() - start, report
 
 
@@ -306,7 +313,9 @@ def main() -> None:  # noqa: PLR0915 - the benchmark's steps, in order
     parser.add_argument("--skip-apply", action="store_true")
     parser.add_argument("--profile", type=Path, help="write a cProfile of one nomemo run here")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every disagreement")
+    parser.add_argument("--jobs", type=int, help="processes of each check (default: patchset's)")
     args = parser.parse_args()
+    JOBS[0] = args.jobs
     work = args.work or Path(tempfile.mkdtemp(prefix="runtime-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
     source = IndexSource()
@@ -349,10 +358,18 @@ def main() -> None:  # noqa: PLR0915 - the benchmark's steps, in order
     nomemo, report = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
     print(
         f"nomemo: {len(report.results)} verdicts in {nomemo:.3f} s (median of"
-        f" {', '.join(f'{t:.3f}' for t, _ in runs)}; process time"
-        f" {', '.join(f'{t:.3f}' for t in CPU[-len(runs) :])}; load {os.getloadavg()[0]:.1f})",
+        f" {', '.join(f'{t:.3f}' for t, _ in runs)}; process time, children's included,"
+        f" {', '.join(f'{t:.3f}' for t in CPU[-len(runs) :])}; load {os.getloadavg()[0]:.1f};"
+        f" --jobs {JOBS[0] or 'default'})",
         flush=True,
     )
+    if JOBS[0] != 1:
+
+        def serial(jobs: int) -> tuple[float, CheckReport]:
+            clear_caches()
+            return timed_check(registry_dir, versions, jobs)
+
+        print(one_process(serial, args.repeat, report), flush=True)
     warm = min(timed_check(registry_dir, versions)[0] for _ in range(args.repeat))
     print(
         f"warm (memo): best of {args.repeat}: {warm:.3f} s"
@@ -385,7 +402,10 @@ def main() -> None:  # noqa: PLR0915 - the benchmark's steps, in order
         print(f"  {k} x {what}")
     total = len(report.results)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak memory: {rss:.0f} MB", flush=True)
+    print(
+        f"peak memory: {rss:.0f} MB (a child of a split check: {child_peak_mb():.0f} MB)",
+        flush=True,
+    )
     if args.skip_apply:
         print("apply_patches=0 apply_s=0")
     else:

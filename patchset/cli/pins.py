@@ -51,6 +51,7 @@ def run(
         max_fuzz=args.fuzz,
         served=args.served,
         progress=progress,
+        jobs=args.jobs,
     )
     if args.format == "json":
         print_json(report.to_dict())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 from packaging.version import Version
 
@@ -15,6 +16,7 @@ from patchset.engine.order import on_top_of_required, required_chain
 from patchset.errors import PatchsetError, UsageError
 from patchset.kernel.touches import module_files, parse_touch
 from patchset.registry import Patch, Registry, Variant, ranges
+from patchset.release_check import parallel
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import PythonFiles
 from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
@@ -52,6 +54,7 @@ def check(
     served: Mapping[str, str] | None = None,
     prefetch: bool = True,
     progress: ProgressBar | None = None,
+    jobs: int | None = None,
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default.
 
@@ -65,55 +68,36 @@ def check(
     failure: none, those of releases in the patch's range (what a table shows), or all.
     Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
     The caller's garbage collector is left alone (the CLI pauses it around the whole run).
+    A check of many patches is split among `jobs` processes (`parallel.wanted`: one per core
+    unless said; the same results as one process gives).
     """
     if max_fuzz < 0:
         raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
     source = source if source is not None else parse_source(None)
-    selected = registry.select(patches)
+    selected = list(registry.select(patches))
     wanted = select.for_check(source, versions=list(versions), since=since, pre=pre)
     ordered = sorted(wanted, key=ranges.version_key)
     if prefetch and ordered and not source.offline:
         with progress(ordered) if progress is not None else nullcontext() as heard:
             source.prefetch(ordered, paths=files_needed(selected), progress=heard)
-    infos: list[ReleaseInfo] = []
-    results: list[CheckResult] = []
     memo = memo if memo is not None or not use_memo else Memo()
-    seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
-    facts: dict[int, _Facts] = {}  # what each patch's record says, worked out once a run
-
-    earlier_read: dict[tuple[str, str], bytes | None] = {}  # a vanished file, once a release
-
-    def earlier(rel: str, version: str) -> bytes | None:
-        if (rel, version) not in earlier_read:
-            with source.open(version) as tree:
-                earlier_read[rel, version] = tree.read(rel)
-        return earlier_read[rel, version]
-
+    options = _Options(ordered, source, registry, max_fuzz, explain, served)
+    groups = _groups(selected, ordered, source, parallel.wanted(jobs))
     try:
-        for version in ordered:
-            with source.open(version) as tree:
-                release = tree.info.version if tree.info.version != "unknown" else version
-                results.extend(
-                    check_tree(
-                        selected,
-                        tree,
-                        release,
-                        max_fuzz=max_fuzz,
-                        explain=explain,
-                        memo=memo,
-                        seen=seen,
-                        registry=registry,
-                        earlier=earlier,
-                        served=served,
-                        facts=facts,
-                    )
-                )
-                infos.append(tree.info)  # after the reads: an index tree lists what it checked
-            if on_release is not None:
-                on_release(version)
+        if len(groups) > 1:
+            runs = _forked(groups, options, memo, on_release)
+        else:
+            runs = [_run(selected, options, memo, on_release)]
     finally:
         if memo is not None:
             memo.close()
+    infos = [ReleaseInfo.joined([run.infos[i] for run in runs]) for i in range(len(ordered))]
+    rank = {p.id: i for i, p in enumerate(selected)}
+    results = [
+        r
+        for i in range(len(ordered))
+        for r in sorted((r for run in runs for r in run.results[i]), key=lambda r: rank[r.patch])
+    ]
     checked = {r.patch for r in results}
     return CheckReport(
         registry=registry.digest,
@@ -122,6 +106,138 @@ def check(
         suggested=suggest_ranges(results, [i.version for i in infos]),
         patches={p.id: p.gates() for p in registry.patches if p.id in checked},
     )
+
+
+def _groups(
+    selected: list[Patch], ordered: list[str], source: ReleaseSource, jobs: int
+) -> list[list[Patch]]:
+    """The check's patches split for `jobs` processes (`parallel.split`; one group where a
+    fork is not safe). Each release is opened here first, so that the children are forked
+    with its manifest read; the newest release's list gives the files' sizes."""
+    pairs = len(selected) * len(ordered)
+    if jobs < 2 or pairs < parallel.SMALLEST or not parallel.can_fork():
+        return [selected]
+    sizes: dict[str, int | None] = {}
+    for version in ordered:
+        with source.open(version) as tree:
+            if version == ordered[-1] and isinstance(tree, KnowsDigests):
+                sizes = {f: tree.listed_size(f) for p in selected for f in p.reads}
+    return parallel.split(selected, jobs, pairs, sizes.get)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What every group of a check shares: the releases (in order) and how to check them."""
+
+    ordered: list[str]
+    source: ReleaseSource
+    registry: Registry
+    max_fuzz: int
+    explain: Explain
+    served: Mapping[str, str] | None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One group's check: its results and each release's info, release by release (the
+    memo's counts beside them, for a child's to be added to the parent's)."""
+
+    results: list[list[CheckResult]]
+    infos: list[ReleaseInfo]
+    hits: int = 0
+    misses: int = 0
+
+
+def _forked(
+    groups: list[list[Patch]],
+    options: _Options,
+    memo: Memo | None,
+    on_release: Callable[[str], None] | None,
+) -> list[_Run]:
+    """The first group checked here (it drives `on_release`), each other in a child process
+    (with a memo of its own on the same file); a group whose child failed is checked here."""
+    folder = memo.path.parent if memo is not None else None
+
+    def child(group: list[Patch]) -> Callable[[], _Run]:
+        def work() -> _Run:
+            own = Memo(folder) if folder is not None else None
+            try:
+                return _run(group, options, own, None)
+            finally:
+                if own is not None:
+                    own.close()
+
+        return work
+
+    children: list[parallel.Forked[_Run] | None] = []
+    try:
+        for group in groups[1:]:
+            try:
+                children.append(parallel.Forked(child(group)))
+            except OSError:  # no process to be had (a limit reached): checked here
+                children.append(None)
+        runs = [_run(groups[0], options, memo, on_release)]
+        for forked, group in zip(children, groups[1:], strict=True):
+            theirs = forked.result() if forked is not None else None
+            if theirs is None:  # the child failed: this process checks its group
+                runs.append(_run(group, options, memo, None))
+                continue
+            runs.append(theirs)
+            if memo is not None:
+                memo.hits += theirs.hits
+                memo.misses += theirs.misses
+    finally:
+        for forked in children:
+            if forked is not None:
+                forked.close()
+    return runs
+
+
+def _run(
+    selected: list[Patch],
+    options: _Options,
+    memo: Memo | None,
+    on_release: Callable[[str], None] | None,
+) -> _Run:
+    """`selected` checked against each release in order (in this process)."""
+    source = options.source
+    infos: list[ReleaseInfo] = []
+    results: list[list[CheckResult]] = []
+    seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
+    facts: dict[int, _Facts] = {}  # what each patch's record says, worked out once a run
+    earlier_read: dict[tuple[str, str], bytes | None] = {}  # a vanished file, once a release
+
+    def earlier(rel: str, version: str) -> bytes | None:
+        if (rel, version) not in earlier_read:
+            with source.open(version) as tree:
+                earlier_read[rel, version] = tree.read(rel)
+        return earlier_read[rel, version]
+
+    hits, misses = (memo.hits, memo.misses) if memo is not None else (0, 0)
+    for version in options.ordered:
+        with source.open(version) as tree:
+            release = tree.info.version if tree.info.version != "unknown" else version
+            results.append(
+                check_tree(
+                    selected,
+                    tree,
+                    release,
+                    max_fuzz=options.max_fuzz,
+                    explain=options.explain,
+                    memo=memo,
+                    seen=seen,
+                    registry=options.registry,
+                    earlier=earlier,
+                    served=options.served,
+                    facts=facts,
+                )
+            )
+            infos.append(tree.info)  # after the reads: an index tree lists what it checked
+        if on_release is not None:
+            on_release(version)
+    if memo is None:
+        return _Run(results, infos)
+    return _Run(results, infos, memo.hits - hits, memo.misses - misses)
 
 
 def check_tree(

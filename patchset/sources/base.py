@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -22,6 +23,18 @@ class ReleaseInfo:
     # What was read and how it was checked (index: the artifact, the members checked, a
     # fallback taken); shown as `artifact` in the check's JSON. Not part of equality.
     details: Mapping[str, object] | None = field(default=None, compare=False)
+
+    @staticmethod
+    def joined(infos: Sequence[ReleaseInfo]) -> ReleaseInfo:
+        """One release as several processes of a check read it (`release_check.parallel`):
+        the first's info, its files ``checked`` those any of them checked (sorted by path)."""
+        first = infos[0]
+        lists = [i.details.get("checked") for i in infos if i.details is not None]
+        if len(infos) == 1 or first.details is None or not all(isinstance(c, list) for c in lists):
+            return first
+        checked = {entry["path"]: entry for c in lists if isinstance(c, list) for entry in c}
+        details = {**first.details, "checked": [checked[p] for p in sorted(checked)]}
+        return dataclasses.replace(first, details=details)
 
 
 @runtime_checkable

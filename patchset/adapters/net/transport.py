@@ -175,6 +175,17 @@ _MANAGERS: dict[tuple[int, bool, str | None], urllib3.PoolManager] = {}
 _MANAGERS_LOCK = threading.Lock()
 
 
+def _forget_pools() -> None:
+    """In a forked child (a check's other process): the parent's kept-alive connections are
+    the parent's; the child opens its own (its copies of the sockets are dropped, not shut)."""
+    global _MANAGERS_LOCK  # noqa: PLW0603 - a lock held at the fork stays held in the child
+    _MANAGERS.clear()
+    _MANAGERS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
+
+
 def _manager(url: str, transport: Transport) -> urllib3.PoolManager:
     """The connection pools for `url`: one manager per TLS trust and proxy, kept for the
     process (its connections stay open for the next request to the same host)."""

@@ -24,7 +24,7 @@ from patchset.cli.output import (
 )
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
-from patchset.release_check import CheckReport, Explain, check
+from patchset.release_check import CheckReport, Explain, check, parallel
 from patchset.sources.base import DownloadProgress, ReleaseSource
 
 DESCRIPTION = """\
@@ -78,6 +78,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
     p.add_argument("--fuzz", type=int, default=0, metavar="N")
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes the check uses: a check of many patches is split among them, with the"
+        " same results (default: $PATCHSET_JOBS, else one per core; 1: this process only)",
+    )
+    p.add_argument(
         "--served",
         type=served_arg,
         metavar="KEY=VALUE,...",
@@ -130,6 +138,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> int:
     if args.fuzz < 0:  # before any download
         raise UsageError(f"--fuzz {args.fuzz}: give 0 or more context lines to drop")
+    parallel.wanted(args.jobs)  # a bad --jobs or PATCHSET_JOBS: exit 2 before any download
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
@@ -160,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             explain=explain,
             served=args.served,
             progress=_bar,
+            jobs=args.jobs,
         )
     if not report.releases:
         return _nothing_to_check(args, report, source)

@@ -1,0 +1,180 @@
+"""A check's patches split among processes: a check of a whole collection is CPU-bound (the
+compile check of each patched file, the anchors' searches), and every core is the check's.
+
+`split` groups the patches by the file most of their sites or hunks are in, so that a file's
+first reading, its compile and its units are mostly paid in one process; the groups are
+balanced by their sites and hunks. `Forked` runs one group's check in a child process: a
+fork, so the loaded registry, the release cache's state and the options come along as they
+are, and only the answer (the group's results) is pickled back. A patch's verdict rests on
+the patch and the release's files only, never on the other patches checked with it, so a
+split check gives the very results of one process.
+
+Forking is done only where it is safe: Linux (elsewhere a child of a process that loaded
+system libraries may not run), and no other thread running (a fork copies only the thread
+that forks; a lock another thread held would stay held). Anything else runs in one process.
+A child that fails for any reason but a `PatchsetError` (killed, out of memory) leaves its
+group to the parent, which checks it itself: the answer is never lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from patchset.errors import PatchsetError, UsageError
+from patchset.registry import Patch
+
+T = TypeVar("T")
+
+ENV = "PATCHSET_JOBS"
+"""Processes a check may use (``1``: one, no fork); unset, one per core, at most `MOST`."""
+
+MOST = 8
+COST_EACH = 5  # a site's or hunk's weight in `split`, beside its file's size in KiB
+SMALLEST = 64
+"""(patch, release) pairs below which a check stays in one process: a fork and a second
+reading of each release's manifest cost more than they save."""
+
+
+def wanted(jobs: int | None, environ: dict[str, str] | None = None) -> int:
+    """The processes a check uses: `jobs` if given, else ``PATCHSET_JOBS``, else one per
+    core (at most `MOST`). A UsageError for a count below 1 or a value that is no count."""
+    if jobs is None:
+        env = os.environ if environ is None else environ
+        said = env.get(ENV, "").strip()
+        if not said:
+            return max(1, min(os.cpu_count() or 1, MOST))
+        try:
+            jobs = int(said)
+        except ValueError:
+            raise UsageError(f"{ENV}={said!r}: give a number of processes, 1 or more") from None
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: give a number of processes, 1 or more")
+    return jobs
+
+
+def can_fork() -> bool:
+    """Whether a child process can be forked safely here (see the module's docstring)."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
+
+
+def split(
+    patches: Sequence[Patch], n: int, pairs: int, size: Callable[[str], int | None] | None = None
+) -> list[list[Patch]]:
+    """At most `n` groups of `patches` (each in their given order), one group when `pairs`
+    (patches x releases) is small. A patch goes with the file most of its sites or hunks are
+    in; the files' groups are balanced by their weight (largest first, each to the lightest
+    group, the first group the heaviest: the parent's, which pays no fork). A patch weighs
+    `COST_EACH` per site or hunk plus a file's size in KiB (`size`, as the newest release
+    lists it: a longer file costs more to search and compile), one more for the patch."""
+    if n < 2 or len(patches) < 2 or pairs < SMALLEST:
+        return [list(patches)]
+    weight: dict[str, int] = {}
+    home: dict[str, str] = {}
+    kib: dict[str, int] = {}
+    for patch in patches:
+        per_file: dict[str, int] = {}
+        for variant in patch.variants:
+            for site in variant.sites:
+                per_file[site.file] = per_file.get(site.file, 0) + 1
+            for diff in variant.diffs:
+                per_file[diff.path] = per_file.get(diff.path, 0) + len(diff.hunks)
+        for file in per_file.keys() - kib.keys():
+            kib[file] = ((size(file) if size is not None else None) or 0) // 1024
+        first = max(per_file, key=lambda f: (per_file[f], f)) if per_file else patch.id
+        home[patch.id] = first
+        cost = 1 + sum(k * (COST_EACH + kib[f]) for f, k in per_file.items())
+        weight[first] = weight.get(first, 0) + cost
+    loads = [0] * n
+    group_of: dict[str, int] = {}
+    for file in sorted(weight, key=lambda f: (-weight[f], f)):
+        lightest = loads.index(min(loads))
+        group_of[file] = lightest
+        loads[lightest] += weight[file]
+    groups: list[list[Patch]] = [[] for _ in range(n)]
+    for patch in patches:
+        groups[group_of[home[patch.id]]].append(patch)
+    heaviest = sorted(range(n), key=lambda g: -loads[g])
+    return [groups[g] for g in heaviest if groups[g]]
+
+
+class Forked(Generic[T]):
+    """`work` run in a forked child; `result` waits for its answer. Closing it (or leaving
+    the `with`) before then stops the child."""
+
+    def __init__(self, work: Callable[[], T]) -> None:
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:  # no process to be had: the caller does the work itself
+            os.close(read_end)
+            os.close(write_end)
+            raise
+        if pid == 0:  # the child: work, send the answer, and leave without any cleanup
+            os.close(read_end)
+            _child(work, write_end)
+        os.close(write_end)
+        self._pid: int | None = pid
+        self._answer = os.fdopen(read_end, "rb")
+
+    def result(self) -> T | None:
+        """The child's answer; None when it failed other than with a `PatchsetError` (which
+        is raised here): the caller then does the work itself."""
+        try:
+            data = self._answer.read()
+        finally:
+            self._reap(stop=False)
+        try:
+            how, value = pickle.loads(data)  # noqa: S301 - our own child's, on our own pipe
+        except Exception:  # cut short (the child was killed) or not to be read: no answer
+            return None
+        if how == "error" and isinstance(value, PatchsetError):
+            raise value
+        return value if how == "ok" else None
+
+    def close(self) -> None:
+        self._reap(stop=True)
+
+    def __enter__(self) -> Forked[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reap(self, *, stop: bool) -> None:
+        self._answer.close()
+        if self._pid is None:
+            return
+        pid, self._pid = self._pid, None
+        if stop:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def _child(work: Callable[[], object], write_end: int) -> None:
+    code = 0
+    try:
+        try:
+            answer: tuple[str, object] = ("ok", work())
+        except PatchsetError as exc:
+            answer = ("error", exc)
+        except BaseException:  # a fault, an interrupt: the parent does the work (or stops)
+            answer = ("failed", traceback.format_exc())
+        try:
+            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # an error that does not pickle: the parent does the work itself
+            data = pickle.dumps(("failed", traceback.format_exc()))
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+    except BaseException:  # the answer could not be sent: the parent reads none
+        code = 1
+    finally:
+        os._exit(code)  # no atexit, no flushing of the parent's buffers a second time

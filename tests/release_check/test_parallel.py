@@ -1,0 +1,245 @@
+"""A check split among processes (`release_check.parallel`) gives the very report one process
+gives: every verdict kind across releases, the memo's rows and counts, the files each release
+lists as checked; a child that dies or fails leaves its group to the parent, a child's
+`PatchsetError` is the check's; the split keeps a file's patches together and its groups
+balanced; the connection pools of the parent are not a child's."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from patchset.adapters.net import transport
+from patchset.authoring.runtime_sites import sites_from_edit, sites_toml
+from patchset.authoring.tree import unified
+from patchset.cli.main import main
+from patchset.errors import ExitCode, SourceError, UsageError
+from patchset.registry import Registry, load_registry
+from patchset.release_check import check, parallel
+from patchset.release_check.memo import Memo
+from patchset.release_check.report import CheckReport
+from patchset.sources.base import ReleaseInfo
+from tests.synthetic import MemoryReleases, add_patch
+
+VERSIONS = [f"0.3{i}.0" for i in range(8)]
+
+
+def _module(n: int, version: int) -> str:
+    """A module of a few functions; later releases change some lines (so edits stop fitting)
+    and, from the fifth release on, hold the first function's edit themselves (upstream)."""
+    body = []
+    for f in range(6):
+        limit = 8 if not (f == 0 and version >= 5) else 4
+        body.append(
+            f"def fn_{n}_{f}(x):\n"
+            f"    # part {f} of module {n}\n"
+            f"    split = min(x.split, {limit if f == 0 else 8 + f})\n"
+            f"    return run(x, split)  # release {version if f == 3 else 0}\n\n\n"
+        )
+    return "import os\n\n\n" + "".join(body)
+
+
+def _releases() -> dict[str, dict[str, str]]:
+    releases: dict[str, dict[str, str]] = {}
+    for v, version in enumerate(VERSIONS):
+        files = {}
+        for n in range(6):
+            home = f"vllm/m{n}.py" if not (n == 5 and v >= 6) else "vllm/moved/m5.py"
+            files[home] = _module(n, v)
+        files["vllm/_version.py"] = f"__version__ = '{version}'\n"
+        releases[version] = files
+    return releases
+
+
+def _registry(root: Path) -> Registry:
+    """Per module: a diff and a runtime patch of its first function (upstream later), of its
+    fourth (whose line each release changes: a conflict after the first) and of its second."""
+    original = {n: _module(n, 0) for n in range(6)}
+    for n, text in original.items():
+        file = f"vllm/m{n}.py"
+        for f, old, new in (
+            (0, "min(x.split, 8)", "min(x.split, 4)"),
+            (3, "return run(x, split)  # release 0\n", "return run(x, split or 1)  # release 0\n"),
+            (1, "min(x.split, 9)", "min(x.split, 2)"),
+        ):
+            part = f"    # part {f} of module {n}\n"
+            start = text.index(part)
+            edited = text[:start] + text[start:].replace(old, new, 1)
+            add_patch(root, f"d{n}-{f}", diff=unified(file, text, edited), targets=[file])
+            sites = sites_toml(f"r{n}-{f}", sites_from_edit(text, edited, file))
+            add_patch(root, f"r{n}-{f}", sites=sites, targets=[file])
+    return load_registry(root)
+
+
+def _report_json(report: CheckReport) -> str:
+    return json.dumps(report.to_dict(), sort_keys=True)
+
+
+class _Counted(parallel.Forked):  # type: ignore[type-arg]
+    made = 0
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        type(self).made += 1
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_split_check_gives_the_report_of_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = _registry(tmp_path / "patches")
+    source = MemoryReleases(_releases())
+    one = check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
+    monkeypatch.setattr(parallel, "Forked", _Counted)
+    _Counted.made = 0
+    split = check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
+    assert _Counted.made == 1  # one child forked: the check was really split
+    assert _report_json(split) == _report_json(one)
+    verdicts = {r.verdict for r in one.results}
+    assert {"needed", "upstream", "conflict", "missing-target"} <= verdicts
+    assert len(one.results) == len(registry.patches) * len(VERSIONS)
+    three = check(registry, VERSIONS, source=source, use_memo=False, jobs=3)
+    assert _report_json(three) == _report_json(one)
+
+
+def test_a_split_check_fills_and_reads_the_memo_as_one_process(tmp_path: Path) -> None:
+    registry = _registry(tmp_path / "patches")
+    source = MemoryReleases(_releases())
+    plain = check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
+    # a missing target in a tree with no digest of its own is never memoised (its key
+    # would depend on the rest of the tree)
+    pairs = len(plain.results)
+    kept = sum(r.verdict != "missing-target" for r in plain.results)
+    assert 0 < kept < pairs
+    memo = Memo(tmp_path / "memo")
+    cold = check(registry, VERSIONS, source=source, memo=memo, jobs=2)
+    assert (memo.hits, memo.misses) == (0, pairs)  # the child's counted with the parent's
+    warm_memo = Memo(tmp_path / "memo")
+    warm = check(registry, VERSIONS, source=source, memo=warm_memo, jobs=2)
+    assert (warm_memo.hits, warm_memo.misses) == (kept, pairs - kept)  # both ones' rows kept
+    one_memo = Memo(tmp_path / "memo")
+    again = check(registry, VERSIONS, source=source, memo=one_memo, jobs=1)
+    assert (one_memo.hits, one_memo.misses) == (kept, pairs - kept)
+    assert _report_json(cold) == _report_json(warm) == _report_json(again) == _report_json(plain)
+
+
+def test_a_child_that_dies_leaves_its_group_to_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = _registry(tmp_path / "patches")
+    source = MemoryReleases(_releases())
+    one = check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
+    parent = os.getpid()
+    real_open = MemoryReleases.open
+
+    def dying(self: MemoryReleases, version: str):  # type: ignore[no-untyped-def]
+        if os.getpid() != parent:
+            os._exit(9)  # killed in the middle of its work, no answer sent
+        return real_open(self, version)
+
+    monkeypatch.setattr(MemoryReleases, "open", dying)
+    split = check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
+    assert _report_json(split) == _report_json(one)
+
+
+def test_a_childs_patchset_error_is_the_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = _registry(tmp_path / "patches")
+    source = MemoryReleases(_releases())
+    parent = os.getpid()
+    real_open = MemoryReleases.open
+
+    def failing(self: MemoryReleases, version: str):  # type: ignore[no-untyped-def]
+        if os.getpid() != parent and version == VERSIONS[3]:
+            raise SourceError(f"release {version}: the index is unreachable (in the child)")
+        return real_open(self, version)
+
+    monkeypatch.setattr(MemoryReleases, "open", failing)
+    with pytest.raises(SourceError, match="in the child") as caught:
+        check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
+    assert caught.value.exit_code == ExitCode.UNAVAILABLE
+
+
+def test_forked_answers_raises_and_gives_up_plainly() -> None:
+    assert parallel.Forked(lambda: {"pid": os.getpid()}).result() != {"pid": os.getpid()}
+    with pytest.raises(UsageError, match="bad count"):
+        parallel.Forked(_raise_usage).result()
+    assert parallel.Forked(_raise_value).result() is None  # a fault: the caller redoes it
+    assert parallel.Forked(lambda: os._exit(3)).result() is None
+    assert parallel.Forked(lambda: lambda: 1).result() is None  # an answer that cannot pickle
+    slow = parallel.Forked(lambda: __import__("time").sleep(60))
+    slow.close()  # stopped, not waited for a minute
+
+
+def _raise_usage() -> None:
+    raise UsageError("bad count")
+
+
+def _raise_value() -> None:
+    raise ValueError("a fault in the child")
+
+
+def test_a_child_keeps_none_of_the_parents_connection_pools() -> None:
+    transport._manager("http://127.0.0.1:9/", transport.DEFAULT_TRANSPORT)
+    assert transport._MANAGERS
+    assert parallel.Forked(lambda: len(transport._MANAGERS)).result() == 0
+    assert transport._MANAGERS  # the parent's own are left alone
+
+
+def test_split_keeps_order_and_a_files_patches_together(tmp_path: Path) -> None:
+    registry = _registry(tmp_path / "patches")
+    patches = list(registry.patches)
+    groups = parallel.split(patches, 2, 1000)
+    assert len(groups) == 2
+    assert sorted(p.id for g in groups for p in g) == sorted(p.id for p in patches)
+    rank = {p.id: i for i, p in enumerate(patches)}
+    for group in groups:
+        assert [rank[p.id] for p in group] == sorted(rank[p.id] for p in group)
+    home = {p.id: i for i, g in enumerate(groups) for p in g}
+    for p in patches:  # every patch of a file in one group
+        assert {home[q.id] for q in patches if q.targets == p.targets} == {home[p.id]}
+    sizes = sorted(len(g) for g in groups)
+    assert sizes[1] - sizes[0] <= 6  # balanced within a file's patches
+    assert parallel.split(patches, 2, parallel.SMALLEST - 1) == [patches]  # small: one
+    assert parallel.split(patches, 1, 1000) == [patches]
+    big = {"vllm/m0.py": 200 * 1024}  # a long file weighs more: it gets a group of its own
+    heavy = parallel.split(patches, 2, 1000, big.get)
+    assert {p.targets[0] for p in heavy[0]} == {"vllm/m0.py"}
+
+
+def test_jobs_wanted_from_the_argument_the_environment_or_the_cores() -> None:
+    assert parallel.wanted(3) == 3
+    assert parallel.wanted(None, {"PATCHSET_JOBS": "1"}) == 1
+    assert parallel.wanted(None, {}) == max(1, min(os.cpu_count() or 1, parallel.MOST))
+    with pytest.raises(UsageError, match="PATCHSET_JOBS='many'"):
+        parallel.wanted(None, {"PATCHSET_JOBS": "many"})
+    with pytest.raises(UsageError, match="--jobs 0"):
+        parallel.wanted(0)
+
+
+def test_release_infos_joined_list_the_files_any_process_checked() -> None:
+    def info(*paths: str) -> ReleaseInfo:
+        checked = [{"path": p, "sha256": p[-1] * 4} for p in paths]
+        return ReleaseInfo("0.30.0", "index", "ab", {"kind": "wheel", "checked": checked})
+
+    joined = ReleaseInfo.joined([info("vllm/b", "vllm/c"), info("vllm/a", "vllm/b")])
+    assert joined.details is not None
+    checked = joined.details["checked"]
+    assert isinstance(checked, list)
+    assert [c["path"] for c in checked] == ["vllm/a", "vllm/b", "vllm/c"]
+    assert joined.details["kind"] == "wheel" and joined.origin == "index"
+    plain = ReleaseInfo("0.30.0", "memory")
+    assert ReleaseInfo.joined([plain, plain]) is plain
+
+
+def test_the_cli_refuses_a_bad_jobs_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--registry", str(tmp_path), "check", "--vllm", "0.20.0", "--jobs", "0"])
+    assert code == ExitCode.BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--jobs 0: give a number of processes, 1 or more" in err
+    assert "Traceback" not in err
