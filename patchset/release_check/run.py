@@ -82,8 +82,9 @@ def check(
             source.prefetch(ordered, paths=files_needed(selected), progress=heard)
     memo = memo if memo is not None or not use_memo else Memo()
     options = _Options(ordered, source, registry, max_fuzz, explain, served)
-    groups = _groups(selected, ordered, source, parallel.wanted(jobs))
+    processes = parallel.wanted(jobs)
     try:
+        groups = _groups(selected, options, memo, processes)
         if len(groups) > 1:
             runs = _forked(groups, options, memo, on_release)
         else:
@@ -109,20 +110,51 @@ def check(
 
 
 def _groups(
-    selected: list[Patch], ordered: list[str], source: ReleaseSource, jobs: int
+    selected: list[Patch], options: _Options, memo: Memo | None, jobs: int
 ) -> list[list[Patch]]:
-    """The check's patches split for `jobs` processes (`parallel.split`; one group where a
-    fork is not safe). Each release is opened here first, so that the children are forked
-    with its manifest read; the newest release's list gives the files' sizes."""
+    """The check's patches split for `jobs` processes (`parallel.split`), or one group: where
+    a fork is not safe, or where the memo answers nearly all (the first release's misses,
+    times the releases, fewer than `parallel.SMALLEST`: a warm check, one patch edited).
+    Each release is opened here first, so that the children are forked with its file list
+    read; the newest release's list gives the files' sizes."""
+    ordered = options.ordered
     pairs = len(selected) * len(ordered)
     if jobs < 2 or pairs < parallel.SMALLEST or not parallel.can_fork():
         return [selected]
     sizes: dict[str, int | None] = {}
     for version in ordered:
-        with source.open(version) as tree:
+        with options.source.open(version) as tree:
+            if version == ordered[0] and memo is not None:
+                misses = _misses(selected, tree, version, memo, options)
+                if misses * len(ordered) < parallel.SMALLEST:
+                    return [selected]
             if version == ordered[-1] and isinstance(tree, KnowsDigests):
                 sizes = {f: tree.listed_size(f) for p in selected for f in p.reads}
     return parallel.split(selected, jobs, pairs, sizes.get)
+
+
+def _misses(
+    selected: list[Patch], tree: ReleaseTree, version: str, memo: Memo, options: _Options
+) -> int:
+    """How many of `selected` the memo has no result for in this (the first) release."""
+    release = tree.info.version if tree.info.version != "unknown" else version
+    pinned = tree.info.digest
+    files = _Files(tree, memo.digests(pinned) if pinned else {})
+    by_id = {p.id: p for p in options.registry.patches}
+    plans, found = _plans(
+        selected,
+        tree,
+        release,
+        files,
+        memo=memo,
+        seen={},
+        facts={},
+        by_id=by_id,
+        served=options.served,
+        max_fuzz=options.max_fuzz,
+        explain=options.explain,
+    )
+    return sum(key is None or key not in found for *_, key in plans)
 
 
 @dataclass(frozen=True)
@@ -275,45 +307,19 @@ def check_tree(
         version_known = version if ranges.is_version(version) else None
         return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
 
-    configuration = sorted(served.items()) if served is not None else None  # in every key
-    plans: list[tuple[Patch, bool, Variant | None, _Facts, list[str], str | None]] = []
-    for patch in patches:
-        fact = _facts_of(patch, facts)
-        in_range, meant = patch.placed(version) if known_version is not None else (False, None)
-        files = fact.declared
-        key = None
-        # A stacked patch reads its files as the patches it requires leave them: its key holds
-        # each of those (in order, transitively: id, digest, the variant tried) and the files
-        # they read.
-        chain = required_chain(patch, by_id) if patch.requires and by_id else ()
-        if memo is not None:  # a python patch reads its targets too
-            digests = [(f, digest(f)) for f in files]  # sorted, as fact.named is
-            named = [(f, digest(f)) for f in fact.named]
-            beneath = {
-                f: digest(f)
-                for r in chain
-                for f in (*_facts_of(r, facts).declared, *_facts_of(r, facts).named)
-            }
-            gone = [f for f, d in digests if d == "-"]
-            existed = _existed(fact.written_before(known_version), gone, seen) if gone else set()
-            if not gone or pinned:
-                nearest = explain == "all" or (explain == "in-range" and in_range)
-                key = memo.key(
-                    patch.id,
-                    patch.digest,
-                    meant.name if meant else None,
-                    max_fuzz,
-                    nearest,
-                    digests,
-                    [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
-                    ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
-                    configuration,
-                    [(r.id, r.digest, _tried(r, version)) for r in chain],
-                    sorted(beneath.items()) if beneath else [],
-                    named,
-                )
-        plans.append((patch, in_range, meant, fact, files, key))
-    found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
+    plans, found = _plans(
+        patches,
+        tree,
+        version,
+        release,
+        memo=memo,
+        seen=seen,
+        facts=facts,
+        by_id=by_id,
+        served=served,
+        max_fuzz=max_fuzz,
+        explain=explain,
+    )
     results: list[CheckResult] = []
     store: dict[str, CheckResult] = {}
     for patch, in_range, meant, fact, files, key in plans:
@@ -479,3 +485,67 @@ def _facts_of(patch: Patch, facts: dict[int, _Facts]) -> _Facts:
     if fact is None or fact.patch is not patch:
         fact = facts[id(patch)] = _Facts(patch)
     return fact
+
+
+_Plan = tuple[Patch, bool, Variant | None, _Facts, list[str], str | None]
+
+
+def _plans(
+    patches: Iterable[Patch],
+    tree: ReleaseTree,
+    version: str,
+    release: _Files,
+    *,
+    memo: Memo | None,
+    seen: dict[str, str],
+    facts: dict[int, _Facts],
+    by_id: Mapping[str, Patch],
+    served: Mapping[str, str] | None,
+    max_fuzz: int,
+    explain: Explain,
+) -> tuple[list[_Plan], dict[str, CheckResult]]:
+    """Each patch's plan on one release (whether in range, the variant meant, its facts and
+    files, its memo key: None when not to be memoised) and the results the memo holds."""
+    known_version = Version(version) if ranges.is_version(version) else None
+    pinned = tree.info.digest
+    digest = release.digest
+    configuration = sorted(served.items()) if served is not None else None  # in every key
+    plans: list[_Plan] = []
+    for patch in patches:
+        fact = _facts_of(patch, facts)
+        in_range, meant = patch.placed(version) if known_version is not None else (False, None)
+        files = fact.declared
+        key = None
+        # A stacked patch reads its files as the patches it requires leave them: its key holds
+        # each of those (in order, transitively: id, digest, the variant tried) and the files
+        # they read.
+        chain = required_chain(patch, by_id) if patch.requires and by_id else ()
+        if memo is not None:  # a python patch reads its targets too
+            digests = [(f, digest(f)) for f in files]  # sorted, as fact.named is
+            named = [(f, digest(f)) for f in fact.named]
+            beneath = {
+                f: digest(f)
+                for r in chain
+                for f in (*_facts_of(r, facts).declared, *_facts_of(r, facts).named)
+            }
+            gone = [f for f, d in digests if d == "-"]
+            existed = _existed(fact.written_before(known_version), gone, seen) if gone else set()
+            if not gone or pinned:
+                nearest = explain == "all" or (explain == "in-range" and in_range)
+                key = memo.key(
+                    patch.id,
+                    patch.digest,
+                    meant.name if meant else None,
+                    max_fuzz,
+                    nearest,
+                    digests,
+                    [pinned, sorted(existed), [seen.get(f) for f in gone]] if gone else None,
+                    ancestry(tree, patch.upstream.commit),  # git clones: history is a signal
+                    configuration,
+                    [(r.id, r.digest, _tried(r, version)) for r in chain],
+                    sorted(beneath.items()) if beneath else [],
+                    named,
+                )
+        plans.append((patch, in_range, meant, fact, files, key))
+    found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
+    return plans, found

@@ -104,7 +104,13 @@ def test_a_split_check_gives_the_report_of_one_process(
     assert _report_json(three) == _report_json(one)
 
 
-def test_a_split_check_fills_and_reads_the_memo_as_one_process(tmp_path: Path) -> None:
+def test_a_split_check_fills_and_reads_the_memo_as_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The memo is filled by both processes; a check the memo answers (warm, or one patch
+    edited) is not split: a fork would cost more than the lookups."""
+    monkeypatch.setattr(parallel, "Forked", _Counted)
+    _Counted.made = 0
     registry = _registry(tmp_path / "patches")
     source = MemoryReleases(_releases())
     plain = check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
@@ -116,12 +122,21 @@ def test_a_split_check_fills_and_reads_the_memo_as_one_process(tmp_path: Path) -
     memo = Memo(tmp_path / "memo")
     cold = check(registry, VERSIONS, source=source, memo=memo, jobs=2)
     assert (memo.hits, memo.misses) == (0, pairs)  # the child's counted with the parent's
+    assert _Counted.made == 1
     warm_memo = Memo(tmp_path / "memo")
     warm = check(registry, VERSIONS, source=source, memo=warm_memo, jobs=2)
     assert (warm_memo.hits, warm_memo.misses) == (kept, pairs - kept)  # both ones' rows kept
     one_memo = Memo(tmp_path / "memo")
     again = check(registry, VERSIONS, source=source, memo=one_memo, jobs=1)
     assert (one_memo.hits, one_memo.misses) == (kept, pairs - kept)
+    assert _Counted.made == 1  # the warm checks were not split
+    edited = registry.patches[0]
+    toml = tmp_path / "patches" / edited.id / "patch.toml"
+    toml.write_text(toml.read_text().replace("revision = 1", "revision = 2"))
+    edit_memo = Memo(tmp_path / "memo")
+    check(load_registry(tmp_path / "patches"), VERSIONS, source=source, memo=edit_memo, jobs=2)
+    assert _Counted.made == 1  # one patch edited: 8 pairs to check, in this process
+    assert edit_memo.misses == pairs - kept + len(VERSIONS)
     assert _report_json(cold) == _report_json(warm) == _report_json(again) == _report_json(plain)
 
 
