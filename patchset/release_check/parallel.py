@@ -19,6 +19,7 @@ group to the parent, which checks it itself: the answer is never lost.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import signal
@@ -32,12 +33,14 @@ from patchset.errors import PatchsetError, UsageError
 from patchset.registry import Patch
 
 T = TypeVar("T")
+LOG = logging.getLogger(__name__)
 
 ENV = "PATCHSET_JOBS"
 """Processes a check may use (``1``: one, no fork); unset, one per core, at most `MOST`."""
 
 MOST = 8
 COST_EACH = 5  # a site's or hunk's weight in `split`, beside its file's size in KiB
+SLACK = 0.03  # how much heavier than an even share a group may grow to keep files together
 SMALLEST = 64
 """(patch, release) pairs below which a check stays in one process: a fork and a second
 reading of each release's manifest cost more than they save."""
@@ -70,10 +73,12 @@ def split(
 ) -> list[list[Patch]]:
     """At most `n` groups of `patches` (each in their given order), one group when `pairs`
     (patches x releases) is small. A patch goes with the file most of its sites or hunks are
-    in; the files' groups are balanced by their weight (largest first, each to the lightest
-    group, the first group the heaviest: the parent's, which pays no fork). A patch weighs
-    `COST_EACH` per site or hunk plus a file's size in KiB (`size`, as the newest release
-    lists it: a longer file costs more to search and compile), one more for the patch."""
+    in (its home). A patch weighs `COST_EACH` per site or hunk plus the file's size in KiB
+    (`size`, as the newest release lists it: a longer file costs more to search and compile),
+    one more for the patch. The home files are placed heaviest first, each in the group that
+    already holds most of what its patches read (by KiB) among those it fits in (up to
+    `SLACK` over an even share), else in the lightest: a file read in two groups is read,
+    and compiled, in both. The first group is the heaviest (the parent's: it pays no fork)."""
     if n < 2 or len(patches) < 2 or pairs < SMALLEST:
         return [list(patches)]
     weight: dict[str, int] = {}
@@ -92,12 +97,21 @@ def split(
         home[patch.id] = first
         cost = 1 + sum(k * (COST_EACH + kib[f]) for f, k in per_file.items())
         weight[first] = weight.get(first, 0) + cost
+    files: dict[str, set[str]] = {}  # a home file's patches read these
+    for patch in patches:
+        files.setdefault(home[patch.id], set()).update(patch.reads)
+    cap = sum(weight.values()) / n * (1 + SLACK)
     loads = [0] * n
+    holds: list[set[str]] = [set() for _ in range(n)]
     group_of: dict[str, int] = {}
     for file in sorted(weight, key=lambda f: (-weight[f], f)):
-        lightest = loads.index(min(loads))
-        group_of[file] = lightest
-        loads[lightest] += weight[file]
+        room = [g for g in range(n) if loads[g] + weight[file] <= cap]
+        shared = [sum(1 + kib.get(f, 0) for f in files[file] & holds[g]) for g in range(n)]
+        best = max(room, key=lambda g: (shared[g], -loads[g], -g)) if room else None
+        chosen = best if best is not None else loads.index(min(loads))
+        group_of[file] = chosen
+        loads[chosen] += weight[file]
+        holds[chosen] |= files[file]
     groups: list[list[Patch]] = [[] for _ in range(n)]
     for patch in patches:
         groups[group_of[home[patch.id]]].append(patch)
@@ -126,18 +140,21 @@ class Forked(Generic[T]):
 
     def result(self) -> T | None:
         """The child's answer; None when it failed other than with a `PatchsetError` (which
-        is raised here): the caller then does the work itself."""
+        is raised here): the caller then does the work itself (a warning logged says why)."""
         try:
             data = self._answer.read()
         finally:
-            self._reap(stop=False)
+            status = self._reap(stop=False)
         try:
             how, value = pickle.loads(data)  # noqa: S301 - our own child's, on our own pipe
         except Exception:  # cut short (the child was killed) or not to be read: no answer
-            return None
+            how, value = "failed", _ended(status)
         if how == "error" and isinstance(value, PatchsetError):
             raise value
-        return value if how == "ok" else None
+        if how != "ok":
+            LOG.warning("a child process failed (%s): its work is done here", _last_line(value))
+            return None
+        return value  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._reap(stop=True)
@@ -148,15 +165,30 @@ class Forked(Generic[T]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _reap(self, *, stop: bool) -> None:
+    def _reap(self, *, stop: bool) -> int | None:
+        """Wait for the child (killed first with `stop`); its wait status (None: reaped)."""
         self._answer.close()
         if self._pid is None:
-            return
+            return None
         pid, self._pid = self._pid, None
         if stop:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        return os.waitpid(pid, 0)[1]
+
+
+def _ended(status: int | None) -> str:
+    """How a child that sent no answer ended, in words."""
+    if status is not None and os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    if status is not None and os.WIFEXITED(status):
+        return f"exit code {os.WEXITSTATUS(status)}, no answer sent"
+    return "no answer sent"
+
+
+def _last_line(value: object) -> str:
+    lines = str(value).strip().splitlines()
+    return lines[-1] if lines else "no reason given"
 
 
 def _child(work: Callable[[], object], write_end: int) -> None:

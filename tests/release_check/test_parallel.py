@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from patchset.release_check import check, parallel
 from patchset.release_check.memo import Memo
 from patchset.release_check.report import CheckReport
 from patchset.sources.base import ReleaseInfo
+from patchset.sources.package_index.members import each_done
 from tests.synthetic import MemoryReleases, add_patch
 
 VERSIONS = [f"0.3{i}.0" for i in range(8)]
@@ -178,13 +180,20 @@ def test_a_childs_patchset_error_is_the_checks(
     assert caught.value.exit_code == ExitCode.UNAVAILABLE
 
 
-def test_forked_answers_raises_and_gives_up_plainly() -> None:
-    assert parallel.Forked(lambda: {"pid": os.getpid()}).result() != {"pid": os.getpid()}
+def test_forked_answers_raises_and_gives_up_plainly(caplog: pytest.LogCaptureFixture) -> None:
+    answer = parallel.Forked(lambda: {"pid": os.getpid()}).result()
+    assert answer is not None and answer["pid"] != os.getpid()  # worked out in the child
     with pytest.raises(UsageError, match="bad count"):
         parallel.Forked(_raise_usage).result()
+    caplog.set_level("WARNING", logger=parallel.__name__)
     assert parallel.Forked(_raise_value).result() is None  # a fault: the caller redoes it
+    assert "ValueError: a fault in the child" in caplog.text
     assert parallel.Forked(lambda: os._exit(3)).result() is None
+    assert "exit code 3, no answer sent" in caplog.text
+    assert parallel.Forked(lambda: os.kill(os.getpid(), 9)).result() is None
+    assert "killed by signal 9" in caplog.text
     assert parallel.Forked(lambda: lambda: 1).result() is None  # an answer that cannot pickle
+    assert "its work is done here" in caplog.records[-1].getMessage()
     slow = parallel.Forked(lambda: __import__("time").sleep(60))
     slow.close()  # stopped, not waited for a minute
 
@@ -258,3 +267,12 @@ def test_the_cli_refuses_a_bad_jobs_count(
     err = capsys.readouterr().err
     assert "--jobs 0: give a number of processes, 1 or more" in err
     assert "Traceback" not in err
+
+
+def test_the_index_reads_leave_no_thread_running() -> None:
+    """A check forks only with no other thread running: the threads of a parallel read of
+    release files are done once the last result is handed over (they were left to end)."""
+    before = threading.active_count()
+    done = list(each_done(lambda n: n * 2, list(range(40)), workers=8))
+    assert sorted(v for _, v, _ in done) == [n * 2 for n in range(40)]
+    assert threading.active_count() == before

@@ -183,10 +183,13 @@ def each_done(
             except BaseException as exc:  # handed to the caller's thread
                 results.put((item, None, exc))
 
-    for _ in range(min(workers, len(items))):
-        threading.Thread(target=work, daemon=True).start()
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(workers, len(items)))]
+    for thread in threads:
+        thread.start()
     for _ in items:
         yield results.get()
+    for thread in threads:  # none left running once all is handed over (a fork may follow)
+        thread.join()
 
 
 def in_parallel(fn: Callable[[_T], _R], items: list[_T], *, workers: int) -> list[_R]:
