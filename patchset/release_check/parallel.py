@@ -39,8 +39,10 @@ ENV = "PATCHSET_JOBS"
 """Processes a check may use (``1``: one, no fork); unset, one per core, at most `MOST`."""
 
 MOST = 8
-COST_EACH = 5  # a site's or hunk's weight in `split`, beside its file's size in KiB
-SLACK = 0.03  # how much heavier than an even share a group may grow to keep files together
+WEIGHTS = (4.0, 2.0, 0.2, 1.0)
+"""`split`'s estimate of a group's cost: per patch, per site or hunk, per site or hunk and KiB
+of its file, per KiB of a file the group reads (fitted to each home file's check alone in
+benchmarks/runtime_matrix.py's and check_matrix.py's corpora)."""
 SMALLEST = 64
 """(patch, release) pairs below which a check stays in one process: a fork and a second
 reading of each release's manifest cost more than they save."""
@@ -72,18 +74,23 @@ def split(
     patches: Sequence[Patch], n: int, pairs: int, size: Callable[[str], int | None] | None = None
 ) -> list[list[Patch]]:
     """At most `n` groups of `patches` (each in their given order), one group when `pairs`
-    (patches x releases) is small. A patch goes with the file most of its sites or hunks are
-    in (its home). A patch weighs `COST_EACH` per site or hunk plus the file's size in KiB
-    (`size`, as the newest release lists it: a longer file costs more to search and compile),
-    one more for the patch. The home files are placed heaviest first, each in the group that
-    already holds most of what its patches read (by KiB) among those it fits in (up to
-    `SLACK` over an even share), else in the lightest: a file read in two groups is read,
-    and compiled, in both. The first group is the heaviest (the parent's: it pays no fork)."""
+    (patches x releases) is small.
+
+    A patch goes with the file most of its sites or hunks are in (its home), so that a file's
+    patches are checked in one process. What a group costs is estimated from measurements of
+    the matrix benchmarks (`WEIGHTS`): per patch, per site or hunk, per site or hunk and KiB
+    of its file (`size`, as the newest release lists it: a longer file takes longer to search
+    and compile), and per KiB of each file the group reads (read, compiled and followed from
+    release to release once per process that reads it). The home files are placed the
+    heaviest first, each in the group it leaves the lightest: the one already reading its
+    files costs less. The first group is the heaviest (the parent's: it pays no fork)."""
     if n < 2 or len(patches) < 2 or pairs < SMALLEST:
         return [list(patches)]
-    weight: dict[str, int] = {}
+    per_patch, per_unit, per_unit_kib, per_file_kib = WEIGHTS
+    kib: dict[str, float] = {}
     home: dict[str, str] = {}
-    kib: dict[str, int] = {}
+    own: dict[str, float] = {}  # a home file's patches' own cost (their files' aside)
+    reads: dict[str, set[str]] = {}  # and the files they read
     for patch in patches:
         per_file: dict[str, int] = {}
         for variant in patch.variants:
@@ -91,27 +98,26 @@ def split(
                 per_file[site.file] = per_file.get(site.file, 0) + 1
             for diff in variant.diffs:
                 per_file[diff.path] = per_file.get(diff.path, 0) + len(diff.hunks)
-        for file in per_file.keys() - kib.keys():
-            kib[file] = ((size(file) if size is not None else None) or 0) // 1024
+        for file in {*per_file, *patch.reads} - kib.keys():
+            kib[file] = ((size(file) if size is not None else None) or 0) / 1024
         first = max(per_file, key=lambda f: (per_file[f], f)) if per_file else patch.id
         home[patch.id] = first
-        cost = 1 + sum(k * (COST_EACH + kib[f]) for f, k in per_file.items())
-        weight[first] = weight.get(first, 0) + cost
-    files: dict[str, set[str]] = {}  # a home file's patches read these
-    for patch in patches:
-        files.setdefault(home[patch.id], set()).update(patch.reads)
-    cap = sum(weight.values()) / n * (1 + SLACK)
-    loads = [0] * n
+        cost = per_patch + sum(k * (per_unit + per_unit_kib * kib[f]) for f, k in per_file.items())
+        own[first] = own.get(first, 0) + cost
+        reads.setdefault(first, set()).update(patch.reads)
+
+    def files_cost(files: set[str]) -> float:
+        return per_file_kib * sum(kib.get(f, 0) for f in files)
+
+    loads = [0.0] * n
     holds: list[set[str]] = [set() for _ in range(n)]
     group_of: dict[str, int] = {}
-    for file in sorted(weight, key=lambda f: (-weight[f], f)):
-        room = [g for g in range(n) if loads[g] + weight[file] <= cap]
-        shared = [sum(1 + kib.get(f, 0) for f in files[file] & holds[g]) for g in range(n)]
-        best = max(room, key=lambda g: (shared[g], -loads[g], -g)) if room else None
-        chosen = best if best is not None else loads.index(min(loads))
+    for file in sorted(own, key=lambda f: (-(own[f] + files_cost(reads[f])), f)):
+        after = [loads[g] + own[file] + files_cost(reads[file] - holds[g]) for g in range(n)]
+        chosen = after.index(min(after))
         group_of[file] = chosen
-        loads[chosen] += weight[file]
-        holds[chosen] |= files[file]
+        loads[chosen] = after[chosen]
+        holds[chosen] |= reads[file]
     groups: list[list[Patch]] = [[] for _ in range(n)]
     for patch in patches:
         groups[group_of[home[patch.id]]].append(patch)

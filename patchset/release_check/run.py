@@ -119,7 +119,10 @@ def _groups(
     read; the newest release's list gives the files' sizes."""
     ordered = options.ordered
     pairs = len(selected) * len(ordered)
-    if jobs < 2 or pairs < parallel.SMALLEST or not parallel.can_fork():
+    if jobs < 2 or pairs < parallel.SMALLEST:
+        return [selected]
+    options.source.settle()  # its own threads done (pip's settings asked for meanwhile)
+    if not parallel.can_fork():
         return [selected]
     sizes: dict[str, int | None] = {}
     for version in ordered:

@@ -103,6 +103,11 @@ class ReleaseSource(Protocol):
         keeps files. The default has nothing to fetch (and ignores `paths`)."""
         return {}
 
+    def settle(self) -> None:
+        """Wait for what the source runs in the background of its own (a check forks next,
+        and forks only with no other thread running). The default runs nothing."""
+        return
+
 
 @dataclass(frozen=True)
 class MemoryTree(ReleaseTree):

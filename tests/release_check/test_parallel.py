@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +25,7 @@ from patchset.release_check import check, parallel
 from patchset.release_check.memo import Memo
 from patchset.release_check.report import CheckReport
 from patchset.sources.base import ReleaseInfo
+from patchset.sources.package_index import IndexSource, client
 from patchset.sources.package_index.members import each_done
 from tests.synthetic import MemoryReleases, add_patch
 
@@ -276,3 +279,34 @@ def test_the_index_reads_leave_no_thread_running() -> None:
     done = list(each_done(lambda n: n * 2, list(range(40)), workers=8))
     assert sorted(v for _, v, _ in done if v is not None) == [n * 2 for n in range(40)]
     assert threading.active_count() == before
+
+
+def test_an_index_source_settles_its_own_threads_before_a_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An index source asks pip for its settings in a thread of its own as it is made; a
+    check waits for it (`settle`) before forking, so the check is split all the same."""
+    real = client.resolve_soon
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)  # pip taking its time
+        return real(*args, **kwargs)
+
+    def soon(*args: Any, **kwargs: Any) -> Any:
+        worker = threading.Thread(target=lambda: answer.append(slow(*args, **kwargs)()))
+        answer: list[Any] = []
+        worker.start()
+
+        def result() -> Any:
+            worker.join()
+            return answer[0]
+
+        return result
+
+    monkeypatch.setattr(client, "resolve_soon", soon)
+    source = IndexSource(offline=True)
+    assert not parallel.can_fork()  # pip is still being asked
+    source.settle()
+    assert threading.active_count() == 1, threading.enumerate()
+    assert parallel.can_fork()
+    assert source.index.settings is not None  # the answer kept

@@ -10,6 +10,7 @@ request, and a damaged answer is never believed (it is asked for again, or refus
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -89,11 +90,22 @@ class PackageIndex:
         self._pending: Callable[[], IndexSettings] | None = None
         if settings is None:  # asking pip takes a process: started now, waited for when used
             self._pending = resolve_soon(index_url, memo=self.cache.root / "settings")
+        self._importing: threading.Thread | None = None
         if not offline and not self.cache.has_fresh_answer(max_age):
             # the page will be asked for: pypi_simple (pydantic) imports in 0.2 s, meanwhile
-            threading.Thread(
+            self._importing = threading.Thread(
                 target=importlib.import_module, args=("pypi_simple",), daemon=True
-            ).start()
+            )
+            self._importing.start()
+
+    def settle(self) -> None:
+        """Wait for the threads this index started (pip's settings asked for, an import):
+        their answers are kept; a failure to get the settings is raised when they are used."""
+        if self._importing is not None:
+            self._importing.join()
+        if self._settings is None and self._pending is not None:
+            with contextlib.suppress(Exception):  # raised again where the settings are used
+                self._settings = self._pending()
 
     @property
     def settings(self) -> IndexSettings:

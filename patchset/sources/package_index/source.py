@@ -106,6 +106,9 @@ class IndexSource(ReleaseSource):
         """The releases with a manifest in the cache, oldest first."""
         return sorted(set(self.cache.cached_tree_versions()), key=ranges.version_key)
 
+    def settle(self) -> None:
+        self.index.settle()
+
     def prefetch(
         self,
         versions: Iterable[str],
