@@ -25,7 +25,7 @@ from patchset.release_check import check, parallel
 from patchset.release_check.memo import Memo
 from patchset.release_check.report import CheckReport
 from patchset.sources.base import ReleaseInfo
-from patchset.sources.package_index import IndexSource, client
+from patchset.sources.package_index import IndexSource, client, settings
 from patchset.sources.package_index.members import each_done
 from tests.synthetic import MemoryReleases, add_patch
 
@@ -286,7 +286,7 @@ def test_an_index_source_settles_its_own_threads_before_a_fork(
 ) -> None:
     """An index source asks pip for its settings in a thread of its own as it is made; a
     check waits for it (`settle`) before forking, so the check is split all the same."""
-    real = client.resolve_soon
+    real = settings.resolve_soon
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.3)  # pip taking its time
