@@ -216,6 +216,7 @@ class MemoryReleases(ReleaseSource):
     """Releases held in memory (version: {path: text}), oldest first."""
 
     name = "memory"
+    fork_safe = True
 
     def __init__(self, releases: dict[str, dict[str, str]]) -> None:
         self.releases = releases

@@ -112,14 +112,15 @@ def check(
 def _groups(
     selected: list[Patch], options: _Options, memo: Memo | None, jobs: int
 ) -> list[list[Patch]]:
-    """The check's patches split for `jobs` processes (`parallel.split`), or one group: where
-    a fork is not safe, or where the memo answers nearly all (the first release's misses,
-    times the releases, fewer than `parallel.SMALLEST`: a warm check, one patch edited).
-    Each release is opened here first, so that the children are forked with its file list
-    read; the newest release's list gives the files' sizes."""
+    """The check's patches split for `jobs` processes (`parallel.split`), or one group:
+    where a fork is not safe (or the source's trees are not: `ReleaseSource.fork_safe`), or
+    where the memo answers nearly all (the first release's misses, times the releases, fewer
+    than `parallel.SMALLEST`: a warm check, one patch edited). Each release is opened here
+    first, so that the children are forked with its file list read; the newest release's
+    list gives the files' sizes."""
     ordered = options.ordered
     pairs = len(selected) * len(ordered)
-    if jobs < 2 or pairs < parallel.SMALLEST:
+    if jobs < 2 or pairs < parallel.SMALLEST or not options.source.fork_safe:
         return [selected]
     options.source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():

@@ -73,6 +73,12 @@ class ReleaseSource(Protocol):
     # out pre-releases unless asked (and offline lists only the cache), so a named release is
     # asked for when opened; a folder, clone or image holds only what it lists.
     named_on_trust: bool = False
+    # Whether a forked child may open and read its releases while the parent does (a check
+    # split among processes: release_check/parallel.py): no connection, process or pipe of
+    # the parent's is used by both. The index (its connection pools reset in a child) and a
+    # folder are; a git clone (gitpython's cat-file processes) and an image (the engine's
+    # connection) are not, and are checked in one process.
+    fork_safe: bool = False
 
     def versions(self) -> list[str]:
         """The release versions this source can provide, oldest first."""

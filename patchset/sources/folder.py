@@ -71,6 +71,7 @@ class FolderSource(ReleaseSource):
     """Any folder that holds a ``vllm/`` package; it provides the one release it holds."""
 
     name = "folder"
+    fork_safe = True  # plain files on disk
 
     def __init__(self, path: Path | str, version: str | None = None) -> None:
         self.path = Path(path)

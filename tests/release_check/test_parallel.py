@@ -25,6 +25,9 @@ from patchset.release_check import check, parallel
 from patchset.release_check.memo import Memo
 from patchset.release_check.report import CheckReport
 from patchset.sources.base import ReleaseInfo
+from patchset.sources.folder import FolderSource
+from patchset.sources.git import GitSource
+from patchset.sources.image import ImageSource
 from patchset.sources.package_index import IndexSource, client, settings
 from patchset.sources.package_index.members import each_done
 from tests.synthetic import MemoryReleases, add_patch
@@ -310,3 +313,19 @@ def test_an_index_source_settles_its_own_threads_before_a_fork(
     assert threading.active_count() == 1, threading.enumerate()
     assert parallel.can_fork()
     assert source.index.settings is not None  # the answer kept
+
+
+def test_a_source_not_safe_to_fork_is_checked_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git clone's trees read through gitpython's cat-file processes, an image's through
+    the engine's connection: a child would share them with the parent, so no child is made."""
+    registry = _registry(tmp_path / "patches")
+    source = MemoryReleases(_releases())
+    source.fork_safe = False
+    monkeypatch.setattr(parallel, "Forked", _Counted)
+    _Counted.made = 0
+    report = check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
+    assert _Counted.made == 0 and len(report.results) == len(registry.patches) * len(VERSIONS)
+    assert FolderSource.fork_safe and IndexSource.fork_safe
+    assert not GitSource.fork_safe and not ImageSource.fork_safe

@@ -37,6 +37,7 @@ class IndexSource(ReleaseSource):
     """vLLM releases from the package index, cached and verified; the default source."""
 
     name = "index"
+    fork_safe = True  # its cache files; its connections are reset in a child
     named_on_trust = True  # its list leaves out pre-releases unless asked; offline, the cache
 
     def default_versions(self) -> list[str]:
