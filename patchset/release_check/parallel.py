@@ -2,18 +2,19 @@
 compile check of each patched file, the anchors' searches), and every core is the check's.
 
 `split` groups the patches by the file most of their sites or hunks are in, so that a file's
-first reading, its compile and its units are mostly paid in one process; the groups are
-balanced by their sites and hunks. `Forked` runs one group's check in a child process: a
-fork, so the loaded registry, the release cache's state and the options come along as they
+reading, its first compile and its units are mostly paid in one process, the groups balanced
+by an estimate of their cost (`WEIGHTS`). `Forked` runs one group's check in a child process:
+a fork, so the loaded registry, the release cache's state and the options come along as they
 are, and only the answer (the group's results) is pickled back. A patch's verdict rests on
 the patch and the release's files only, never on the other patches checked with it, so a
 split check gives the very results of one process.
 
 Forking is done only where it is safe: Linux (elsewhere a child of a process that loaded
-system libraries may not run), and no other thread running (a fork copies only the thread
-that forks; a lock another thread held would stay held). Anything else runs in one process.
-A child that fails for any reason but a `PatchsetError` (killed, out of memory) leaves its
-group to the parent, which checks it itself: the answer is never lost.
+system libraries may not run), no other thread running (a fork copies only the thread that
+forks; a lock another thread held would stay held), and a source whose releases a child may
+read beside the parent (`ReleaseSource.fork_safe`). Anything else runs in one process. A
+child that fails for any reason but a `PatchsetError` (killed, out of memory) leaves its group
+to the parent, which checks it itself: the answer is never lost.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ WEIGHTS = (4.0, 2.0, 0.2, 1.0)
 of its file, per KiB of a file the group reads (fitted to each home file's check alone in
 benchmarks/runtime_matrix.py's and check_matrix.py's corpora)."""
 SMALLEST = 64
-"""(patch, release) pairs below which a check stays in one process: a fork and a second
-reading of each release's manifest cost more than they save."""
+"""(patch, release) pairs (or, the memo asked, pairs it lacks) below which a check stays in
+one process: a fork and the merging of the answers cost more than they save."""
 
 
 def wanted(jobs: int | None, environ: dict[str, str] | None = None) -> int:
@@ -55,7 +56,7 @@ def wanted(jobs: int | None, environ: dict[str, str] | None = None) -> int:
         env = os.environ if environ is None else environ
         said = env.get(ENV, "").strip()
         if not said:
-            return max(1, min(os.cpu_count() or 1, MOST))
+            return max(1, min(_cores(), MOST))
         try:
             jobs = int(said)
         except ValueError:
@@ -63,6 +64,15 @@ def wanted(jobs: int | None, environ: dict[str, str] | None = None) -> int:
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: give a number of processes, 1 or more")
     return jobs
+
+
+def _cores() -> int:
+    """The cores this process may run on (a container's or `taskset`'s limit, not the
+    machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
 
 
 def can_fork() -> bool:

@@ -243,7 +243,7 @@ def test_split_keeps_order_and_a_files_patches_together(tmp_path: Path) -> None:
 def test_jobs_wanted_from_the_argument_the_environment_or_the_cores() -> None:
     assert parallel.wanted(3) == 3
     assert parallel.wanted(None, {"PATCHSET_JOBS": "1"}) == 1
-    assert parallel.wanted(None, {}) == max(1, min(os.cpu_count() or 1, parallel.MOST))
+    assert parallel.wanted(None, {}) == max(1, min(len(os.sched_getaffinity(0)), parallel.MOST))
     with pytest.raises(UsageError, match="PATCHSET_JOBS='many'"):
         parallel.wanted(None, {"PATCHSET_JOBS": "many"})
     with pytest.raises(UsageError, match="--jobs 0"):
