@@ -86,6 +86,14 @@ def _report_json(report: CheckReport) -> str:
     return json.dumps(report.to_dict(), sort_keys=True)
 
 
+def _checked_in_one_process(tmp_path: Path) -> tuple[Registry, MemoryReleases, CheckReport]:
+    """The registry of `_registry`, the releases of `_releases` and their check by one
+    process (what a split check is held to)."""
+    registry = _registry(tmp_path / "patches")
+    source = MemoryReleases(_releases())
+    return registry, source, check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
+
+
 class _Counted(parallel.Forked):  # type: ignore[type-arg]
     made = 0
 
@@ -97,9 +105,7 @@ class _Counted(parallel.Forked):  # type: ignore[type-arg]
 def test_a_split_check_gives_the_report_of_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry = _registry(tmp_path / "patches")
-    source = MemoryReleases(_releases())
-    one = check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
+    registry, source, one = _checked_in_one_process(tmp_path)
     monkeypatch.setattr(parallel, "Forked", _Counted)
     _Counted.made = 0
     split = check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
@@ -151,9 +157,7 @@ def test_a_split_check_fills_and_reads_the_memo_as_one_process(
 def test_a_child_that_dies_leaves_its_group_to_the_parent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    registry = _registry(tmp_path / "patches")
-    source = MemoryReleases(_releases())
-    one = check(registry, VERSIONS, source=source, use_memo=False, jobs=1)
+    registry, source, one = _checked_in_one_process(tmp_path)
     parent = os.getpid()
     real_open = MemoryReleases.open
 
