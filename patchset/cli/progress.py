@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 from rich.console import Console
@@ -13,6 +14,8 @@ from rich.text import Text
 
 from patchset.cli.output import text
 from patchset.sources.base import DownloadProgress
+
+REDRAW = 0.1  # seconds between two drawings of the bar at most (rich's default refresh rate)
 
 
 class DescriptionColumn(ProgressColumn):
@@ -39,8 +42,13 @@ def download_bar(shown_on: Console, versions: list[str]) -> Iterator[DownloadPro
     counts: dict[str, tuple[int, int]] = {}  # version -> (bytes received, bytes expected)
     lock = threading.Lock()
     columns = (DescriptionColumn(), BarColumn(), _Bytes())
-    with Progress(*columns, console=shown_on, transient=True) as progress:
+    drawn = [0.0]  # when the bar was last drawn
+    # Drawn as it hears of bytes, at most every REDRAW seconds, not by rich's own refresh
+    # thread: rich stops that thread without waiting for it, and the check that follows
+    # forks only when no other thread runs.
+    with Progress(*columns, console=shown_on, transient=True, auto_refresh=False) as progress:
         task = progress.add_task(f"vllm releases 0/{len(versions)}", total=None)
+        progress.refresh()
 
         def report(version: str, done: int, total: int) -> None:
             """The bar counts bytes (its end grows as each release's plan is known); the
@@ -54,5 +62,9 @@ def download_bar(shown_on: Console, versions: list[str]) -> Iterator[DownloadPro
                     total=sum(t for _, t in counts.values()) or None,
                     description=f"vllm releases {ready}/{len(versions)}",
                 )
+                now = time.monotonic()
+                if now - drawn[0] >= REDRAW or ready == len(versions):
+                    progress.refresh()
+                    drawn[0] = now
 
         yield report

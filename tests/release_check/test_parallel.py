@@ -6,6 +6,7 @@ balanced; the connection pools of the parent are not a child's."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from patchset.adapters.net import transport
 from patchset.authoring.runtime_sites import sites_from_edit, sites_toml
 from patchset.authoring.tree import unified
 from patchset.cli.main import main
+from patchset.cli.progress import download_bar
 from patchset.errors import ExitCode, SourceError, UsageError
 from patchset.registry import Registry, load_registry
 from patchset.release_check import check, parallel
@@ -333,3 +336,19 @@ def test_a_source_not_safe_to_fork_is_checked_in_one_process(
     assert _Counted.made == 0 and len(report.results) == len(registry.patches) * len(VERSIONS)
     assert FolderSource.fork_safe and IndexSource.fork_safe
     assert not GitSource.fork_safe and not ImageSource.fork_safe
+
+
+def test_the_check_progress_bar_runs_no_thread() -> None:
+    """`patchset check` draws its prefetch bar on a terminal, then checks: rich's own refresh
+    thread, stopped but not waited for, would keep that check from splitting."""
+
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=100)
+    before = threading.active_count()
+    with download_bar(console, ["0.30.0", "0.31.0"]) as report:
+        report("0.30.0", 10, 20)
+        assert threading.active_count() == before  # drawn by the reports, not by a thread
+        report("0.30.0", 20, 20)
+        report("0.31.0", 0, 0)
+    assert threading.active_count() == before
+    assert "vllm releases 2/2" in screen.getvalue()
