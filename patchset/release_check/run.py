@@ -141,9 +141,8 @@ def _misses(
     selected: list[Patch], tree: ReleaseTree, version: str, memo: Memo, options: _Options
 ) -> int:
     """How many of `selected` the memo has no result for in this (the first) release."""
-    release = tree.info.version if tree.info.version != "unknown" else version
-    pinned = tree.info.digest
-    files = _Files(tree, memo.digests(pinned) if pinned else {})
+    release = _release_name(tree, version)
+    files = _Files.of(tree, memo)
     by_id = {p.id: p for p in options.registry.patches}
     plans, found = _plans(
         selected,
@@ -252,7 +251,7 @@ def _run(
     hits, misses = (memo.hits, memo.misses) if memo is not None else (0, 0)
     for version in options.ordered:
         with source.open(version) as tree:
-            release = tree.info.version if tree.info.version != "unknown" else version
+            release = _release_name(tree, version)
             results.append(
                 check_tree(
                     selected,
@@ -299,10 +298,8 @@ def check_tree(
     facts = {} if facts is None else facts
     known_version = Version(version) if ranges.is_version(version) else None
     by_id = {p.id: p for p in registry.patches} if registry else {}
-    # A release whose digest pins its content (the index's) keeps its files' digests in the
-    # memo: a warm check then reads no file.
     pinned = tree.info.digest
-    release = _Files(tree, memo.digests(pinned) if memo is not None and pinned else {})
+    release = _Files.of(tree, memo)
     read, digest = release.read, release.digest
 
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
@@ -362,6 +359,11 @@ def check_tree(
     return results
 
 
+def _release_name(tree: ReleaseTree, version: str) -> str:
+    """The release as its tree names it (its own version), else as it was asked for."""
+    return tree.info.version if tree.info.version != "unknown" else version
+
+
 class _Files:
     """One release's files as a check reads them: each file read once; a digest taken from
     the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
@@ -374,6 +376,13 @@ class _Files:
         self._cache: dict[str, bytes | None] = {}
         self._lists = tree if isinstance(tree, KnowsDigests) else None
         self._python: PythonFiles | None = None
+
+    @classmethod
+    def of(cls, tree: ReleaseTree, memo: Memo | None) -> _Files:
+        """The release's files, with the digests the memo keeps for a release whose digest
+        pins its content (the index's): a warm check then reads no file."""
+        pinned = tree.info.digest
+        return cls(tree, memo.digests(pinned) if memo is not None and pinned else {})
 
     def read(self, rel: str) -> bytes | None:
         if rel not in self._cache:
