@@ -37,7 +37,8 @@ T = TypeVar("T")
 LOG = logging.getLogger(__name__)
 
 ENV = "PATCHSET_JOBS"
-"""Processes a check may use (``1``: one, no fork); unset, one per core, at most `MOST`."""
+"""Processes `patchset check` may use (``1``: one, no fork); unset, one per core, at most
+`MOST` (the CLI reads it: `patchset.check` itself uses one process unless given `jobs`)."""
 
 MOST = 8
 WEIGHTS = (4.0, 2.0, 0.2, 1.0)
@@ -61,6 +62,12 @@ def wanted(jobs: int | None, environ: dict[str, str] | None = None) -> int:
             jobs = int(said)
         except ValueError:
             raise UsageError(f"{ENV}={said!r}: give a number of processes, 1 or more") from None
+    return counted(jobs)
+
+
+def counted(jobs: int) -> int:
+    """`jobs` as a count of processes: a UsageError below 1 (`patchset.check` reads no
+    environment: its caller, the CLI, says how many with `wanted`)."""
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: give a number of processes, 1 or more")
     return jobs

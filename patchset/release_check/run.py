@@ -54,7 +54,7 @@ def check(
     served: Mapping[str, str] | None = None,
     prefetch: bool = True,
     progress: ProgressBar | None = None,
-    jobs: int | None = None,
+    jobs: int = 1,
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default.
 
@@ -68,8 +68,9 @@ def check(
     failure: none, those of releases in the patch's range (what a table shows), or all.
     Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
     The caller's garbage collector is left alone (the CLI pauses it around the whole run).
-    A check of many patches is split among `jobs` processes (`parallel.wanted`: one per core
-    unless said; the same results as one process gives).
+    A check of many patches may be split among `jobs` processes (one by default: a library
+    call forks nothing unless asked; the same results as one process gives). The CLI picks
+    the count (`parallel.wanted`: ``--jobs``, ``$PATCHSET_JOBS``, the cores).
     """
     if max_fuzz < 0:
         raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
@@ -82,7 +83,7 @@ def check(
             source.prefetch(ordered, paths=files_needed(selected), progress=heard)
     memo = memo if memo is not None or not use_memo else Memo()
     options = _Options(ordered, source, registry, max_fuzz, explain, served)
-    processes = parallel.wanted(jobs)
+    processes = parallel.counted(jobs)
     try:
         groups = _groups(selected, options, memo, processes)
         if len(groups) > 1:
