@@ -125,9 +125,10 @@ def split(
                 per_file[site.file] = per_file.get(site.file, 0) + 1
             for diff in variant.diffs:
                 per_file[diff.path] = per_file.get(diff.path, 0) + len(diff.hunks)
-        for touch in patch.touches if patch.kind == "python" else ():  # a name's module
-            for file in module_files(parse_touch(touch)[0]):  # read, parsed there
-                per_file[file] = per_file.get(file, 0) + 1
+        for touch in patch.touches if patch.kind == "python" else ():  # a name's module,
+            files = module_files(parse_touch(touch)[0])  # read and parsed there: the file
+            file = next((f for f in files if size is not None and size(f)), files[0])  # held
+            per_file[file] = per_file.get(file, 0) + 1
         for file in {*per_file, *patch.reads} - kib.keys():
             kib[file] = ((size(file) if size is not None else None) or 0) / 1024
         first = max(per_file, key=lambda f: (per_file[f], f)) if per_file else patch.id

@@ -118,8 +118,8 @@ def _groups(
     where a fork is not safe (or the source's trees are not: `ReleaseSource.fork_safe`), or
     where the memo answers nearly all (the first release's misses, times the releases, fewer
     than `parallel.SMALLEST`: a warm check, one patch edited). Each release is opened here
-    first, so that the children are forked with its file list read; the newest release's
-    list gives the files' sizes."""
+    first, so that the children are forked with its file list read; the lists give the
+    files' sizes (the largest a file has in any release: a file may be gone from the newest)."""
     ordered = options.ordered
     pairs = len(selected) * len(ordered)
     if jobs < 2 or pairs < parallel.SMALLEST or not options.source.fork_safe:
@@ -127,15 +127,17 @@ def _groups(
     options.source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
         return [selected]
-    sizes: dict[str, int | None] = {}
+    sizes: dict[str, int] = {}
+    read = {f for p in selected for f in (*p.reads, *_named(p))}
     for version in ordered:
         with options.source.open(version) as tree:
             if version == ordered[0] and memo is not None:
                 misses = _misses(selected, tree, version, memo, options)
                 if misses * len(ordered) < parallel.SMALLEST:
                     return [selected]
-            if version == ordered[-1] and isinstance(tree, KnowsDigests):
-                sizes = {f: tree.listed_size(f) for p in selected for f in p.reads}
+            if isinstance(tree, KnowsDigests):
+                for f in read:
+                    sizes[f] = max(sizes.get(f, 0), tree.listed_size(f) or 0)
     return parallel.split(selected, jobs, pairs, sizes.get)
 
 
