@@ -17,6 +17,7 @@ from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
 from patchset.release_check import check, parallel
 from patchset.release_check.report import CheckReport
+from tests.release_check.forks import Counted
 from tests.synthetic import MemoryReleases, add_patch
 
 VERSIONS = [f"0.5{i}.0" for i in range(6)]
@@ -47,14 +48,6 @@ def _json(report: CheckReport) -> str:
     return json.dumps(report.to_dict(), sort_keys=True)
 
 
-class _Counted(parallel.Forked):  # type: ignore[type-arg]
-    made = 0
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        type(self).made += 1
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-
 def test_a_stopped_child_is_killed_after_the_bound_and_its_group_redone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -70,12 +63,12 @@ def test_a_stopped_child_is_killed_after_the_bound_and_its_group_redone(
 
     monkeypatch.setattr(MemoryReleases, "open", stopping)
     monkeypatch.setattr(parallel, "STALL", 1.0)
-    monkeypatch.setattr(parallel, "Forked", _Counted)
+    monkeypatch.setattr(parallel, "Forked", Counted)
     caplog.set_level("WARNING", logger=parallel.__name__)
-    _Counted.made = 0
+    Counted.made = 0
     start = time.monotonic()
     split = check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
-    assert _Counted.made == 1  # the check was split: its child stopped itself
+    assert Counted.made == 1  # the check was split: its child stopped itself
     assert time.monotonic() - start < 30  # bounded: not waited for forever
     assert _json(split) == _json(one)  # its group checked here
     assert "stopped answering" in caplog.text and "its work is done here" in caplog.text
@@ -114,11 +107,11 @@ def test_the_library_call_uses_one_process_unless_given_jobs(
 ) -> None:
     registry, source = _setup(tmp_path / "patches")
     monkeypatch.setenv("PATCHSET_JOBS", "4")
-    monkeypatch.setattr(parallel, "Forked", _Counted)
-    _Counted.made = 0
+    monkeypatch.setattr(parallel, "Forked", Counted)
+    Counted.made = 0
     report = check(registry, VERSIONS, source=source, use_memo=False)
-    assert _Counted.made == 0 and len(report.results) == 12 * len(VERSIONS)
+    assert Counted.made == 0 and len(report.results) == 12 * len(VERSIONS)
     check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
-    assert _Counted.made == 1  # asked for: split
+    assert Counted.made == 1  # asked for: split
     with pytest.raises(UsageError, match="--jobs 0"):
         check(registry, VERSIONS, source=source, use_memo=False, jobs=0)

@@ -18,6 +18,7 @@ from patchset.authoring.tree import unified
 from patchset.release_check import parallel
 from tests.fake_index import FakeIndex
 from tests.helpers.cli import Result, cli
+from tests.release_check.forks import Counted
 from tests.synthetic import add_patch
 
 VERSIONS = [f"0.4{i}.0" for i in range(6)]
@@ -83,14 +84,6 @@ def _check(registry: Path, cache: Path, index: FakeIndex | None, *args: str) -> 
     return cli(*argv, env={"PATCHSET_CACHE_DIR": str(cache), "PATCHSET_JOBS": None})
 
 
-class _Counted(parallel.Forked):  # type: ignore[type-arg]
-    made = 0
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        type(self).made += 1
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-
 def test_the_report_is_the_same_bytes_for_any_jobs_cold_or_warm(
     tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -115,10 +108,10 @@ def test_the_report_is_the_same_bytes_for_any_jobs_cold_or_warm(
     second = tmp_path / "cache-2"  # the files cached, no memo: the check is split
     shutil.copytree(first, second)
     shutil.rmtree(second / "memo")
-    monkeypatch.setattr(parallel, "Forked", _Counted)
-    _Counted.made = 0
+    monkeypatch.setattr(parallel, "Forked", Counted)
+    Counted.made = 0
     split = _check(registry, second, None, "--format", "json", "--jobs", "2")
-    assert _Counted.made == 1  # one child forked: it read the files of its own group only
+    assert Counted.made == 1  # one child forked: it read the files of its own group only
     assert split.out == cold.out
     warm_split = _check(registry, second, None, "--format", "json", "--jobs", "2")
     warm_one = _check(registry, first, None, "--format", "json", "--jobs", "1")
