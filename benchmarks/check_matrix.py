@@ -45,7 +45,7 @@ from packaging.version import Version
 from patchset._gc import collector_paused
 from patchset.engine import evaluate
 from patchset.registry import load_registry, ranges
-from patchset.release_check import CheckReport, CheckResult, check, memo, moves
+from patchset.release_check import CheckReport, CheckResult, check, memo, moves, parallel
 from patchset.release_check.moves import content_lines
 from patchset.sources.package_index import IndexSource, client
 from patchset.sources.package_index.cache import cache_root
@@ -237,7 +237,7 @@ def build_project(root: Path, cuts: list[Cut]) -> tuple[Path, dict[str, Cut], li
 CPU: list[float] = []  # each timed check's process time (the steadier figure on a shared machine)
 
 
-JOBS: list[int | None] = [None]  # --jobs (None: patchset's default, one process per core)
+JOBS: list[int | None] = [None]  # --jobs (None: the CLI's default, one process per core)
 
 
 def timed_check(
@@ -247,7 +247,9 @@ def timed_check(
     jobs = jobs if jobs is not None else JOBS[0]
     start, cpu = time.perf_counter(), cpu_now()
     with collector_paused():  # as `patchset check` runs it (the library leaves the GC alone)
-        report = check(registry, versions, source=IndexSource(offline=True), jobs=jobs)
+        report = check(
+            registry, versions, source=IndexSource(offline=True), jobs=parallel.wanted(jobs)
+        )  # the processes `patchset check` would use
     CPU.append(cpu_now() - cpu)  # a split check's children's too
     return time.perf_counter() - start, report
 

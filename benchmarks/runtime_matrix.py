@@ -54,7 +54,7 @@ from patchset._gc import collector_paused
 from patchset.engine import apply as engine_apply
 from patchset.engine import evaluate
 from patchset.registry import load_registry, ranges
-from patchset.release_check import CheckReport, check, memo, moves
+from patchset.release_check import CheckReport, check, memo, moves, parallel
 from patchset.sources.package_index import IndexSource, client
 
 REPO = Path(__file__).resolve().parent.parent
@@ -207,7 +207,7 @@ def clear_caches() -> None:
 CPU: list[float] = []  # the process time of each timed check (steadier on a busy machine)
 
 
-JOBS: list[int | None] = [None]  # --jobs (None: patchset's default, one process per core)
+JOBS: list[int | None] = [None]  # --jobs (None: the CLI's default, one process per core)
 
 
 def timed_check(
@@ -217,7 +217,9 @@ def timed_check(
     jobs = jobs if jobs is not None else JOBS[0]
     start, cpu = time.perf_counter(), cpu_now()
     with collector_paused():  # as `patchset check` runs it (the library leaves the GC alone)
-        report = check(registry, versions, source=IndexSource(offline=True), jobs=jobs)
+        report = check(
+            registry, versions, source=IndexSource(offline=True), jobs=parallel.wanted(jobs)
+        )  # the processes `patchset check` would use
     CPU.append(cpu_now() - cpu)  # a split check's children's too
     return time.perf_counter() - start, report
 

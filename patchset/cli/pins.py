@@ -12,7 +12,7 @@ from patchset.cli.output import console, print_json, shown, styled, table, text
 from patchset.errors import UsageError
 from patchset.image.definition import BuildDefinition, load_definition, load_definitions
 from patchset.registry import Registry
-from patchset.release_check import CheckReport
+from patchset.release_check import CheckReport, parallel
 from patchset.release_check.run import ProgressBar
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource
@@ -51,7 +51,7 @@ def run(
         max_fuzz=args.fuzz,
         served=args.served,
         progress=progress,
-        jobs=args.jobs,
+        jobs=parallel.wanted(args.jobs),
     )
     if args.format == "json":
         print_json(report.to_dict())

@@ -13,8 +13,9 @@ Forking is done only where it is safe: Linux (elsewhere a child of a process tha
 system libraries may not run), no other thread running (a fork copies only the thread that
 forks; a lock another thread held would stay held), and a source whose releases a child may
 read beside the parent (`ReleaseSource.fork_safe`). Anything else runs in one process. A
-child that fails for any reason but a `PatchsetError` (killed, out of memory) leaves its group
-to the parent, which checks it itself: the answer is never lost.
+child that fails for any reason but a `PatchsetError` (killed, out of memory), or that stops
+answering (no CPU used and no byte sent for `STALL` seconds: stopped with SIGSTOP, hung; it is
+killed), leaves its group to the parent, which checks it itself: the answer is never lost.
 """
 
 from __future__ import annotations
@@ -23,27 +24,36 @@ import contextlib
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Generic, TypeVar
 
 from patchset.errors import PatchsetError, UsageError
+from patchset.kernel.touches import module_files, parse_touch
 from patchset.registry import Patch
 
 T = TypeVar("T")
 LOG = logging.getLogger(__name__)
 
 ENV = "PATCHSET_JOBS"
-"""Processes a check may use (``1``: one, no fork); unset, one per core, at most `MOST`."""
+"""Processes `patchset check` may use (``1``: one, no fork); unset, one per core, at most
+`MOST` (the CLI reads it: `patchset.check` itself uses one process unless given `jobs`)."""
 
 MOST = 8
 WEIGHTS = (4.0, 2.0, 0.2, 1.0)
 """`split`'s estimate of a group's cost: per patch, per site or hunk, per site or hunk and KiB
 of its file, per KiB of a file the group reads (fitted to each home file's check alone in
 benchmarks/runtime_matrix.py's and check_matrix.py's corpora)."""
+STALL = 60.0
+"""Seconds a child may go without using CPU or sending a byte of its answer (stopped with
+SIGSTOP, hung on a lock) before it is killed and its group checked by the parent."""
+_POLL = 0.25  # seconds between looks at a quiet child
 SMALLEST = 64
 """(patch, release) pairs (or, the memo asked, pairs it lacks) below which a check stays in
 one process: a fork and the merging of the answers cost more than they save."""
@@ -61,6 +71,12 @@ def wanted(jobs: int | None, environ: dict[str, str] | None = None) -> int:
             jobs = int(said)
         except ValueError:
             raise UsageError(f"{ENV}={said!r}: give a number of processes, 1 or more") from None
+    return counted(jobs)
+
+
+def counted(jobs: int) -> int:
+    """`jobs` as a count of processes: a UsageError below 1 (`patchset.check` reads no
+    environment: its caller, the CLI, says how many with `wanted`)."""
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: give a number of processes, 1 or more")
     return jobs
@@ -86,8 +102,9 @@ def split(
     """At most `n` groups of `patches` (each in their given order), one group when `pairs`
     (patches x releases) is small.
 
-    A patch goes with the file most of its sites or hunks are in (its home), so that a file's
-    patches are checked in one process. What a group costs is estimated from measurements of
+    A patch goes with the file most of its sites or hunks are in (its home; a python patch's,
+    the module most of its names are looked up in), so that a file's patches are checked in
+    one process. What a group costs is estimated from measurements of
     the matrix benchmarks (`WEIGHTS`): per patch, per site or hunk, per site or hunk and KiB
     of its file (`size`, as the newest release lists it: a longer file takes longer to search
     and compile), and per KiB of each file the group reads (read, compiled and followed from
@@ -108,13 +125,17 @@ def split(
                 per_file[site.file] = per_file.get(site.file, 0) + 1
             for diff in variant.diffs:
                 per_file[diff.path] = per_file.get(diff.path, 0) + len(diff.hunks)
+        for touch in patch.touches if patch.kind == "python" else ():  # a name's module,
+            files = module_files(parse_touch(touch)[0])  # read and parsed there: the file
+            file = next((f for f in files if size is not None and size(f)), files[0])  # held
+            per_file[file] = per_file.get(file, 0) + 1
         for file in {*per_file, *patch.reads} - kib.keys():
             kib[file] = ((size(file) if size is not None else None) or 0) / 1024
         first = max(per_file, key=lambda f: (per_file[f], f)) if per_file else patch.id
         home[patch.id] = first
         cost = per_patch + sum(k * (per_unit + per_unit_kib * kib[f]) for f, k in per_file.items())
         own[first] = own.get(first, 0) + cost
-        reads.setdefault(first, set()).update(patch.reads)
+        reads.setdefault(first, set()).update(patch.reads, per_file)
 
     def files_cost(files: set[str]) -> float:
         return per_file_kib * sum(kib.get(f, 0) for f in files)
@@ -154,13 +175,24 @@ class Forked(Generic[T]):
         self._pid: int | None = pid
         self._answer = os.fdopen(read_end, "rb")
 
-    def result(self) -> T | None:
+    def result(self, stall: float | None = None) -> T | None:
         """The child's answer; None when it failed other than with a `PatchsetError` (which
-        is raised here): the caller then does the work itself (a warning logged says why)."""
+        is raised here), or stopped answering (no CPU used and no byte sent for `stall`
+        seconds, `STALL` unless given: it is killed): the caller then does the work itself
+        (a warning logged says why)."""
+        bound = STALL if stall is None else stall
+        data: bytes | None = None
         try:
-            data = self._answer.read()
+            data = self._read(bound)
         finally:
-            status = self._reap(stop=False)
+            status = self._reap(stop=data is None)  # a stalled child (or an interrupt): killed
+        if data is None:
+            LOG.warning(
+                "a child process stopped answering (no progress for %g s): killed, its work is"
+                " done here",
+                bound,
+            )
+            return None
         try:
             how, value = pickle.loads(data)  # noqa: S301 - our own child's, on our own pipe
         except Exception:  # cut short (the child was killed) or not to be read: no answer
@@ -174,6 +206,28 @@ class Forked(Generic[T]):
 
     def close(self) -> None:
         self._reap(stop=True)
+
+    def _read(self, stall: float) -> bytes | None:
+        """The whole answer on the pipe; None when the child makes no progress for `stall`
+        seconds (neither a byte sent nor CPU time used: stopped, or waiting forever)."""
+        fd = self._answer.fileno()
+        chunks: list[bytes] = []
+        used = _cpu_used(self._pid)
+        quiet_since = time.monotonic()
+        while True:
+            ready, _, _ = select.select([fd], [], [], _POLL)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                quiet_since = time.monotonic()
+                continue
+            now = _cpu_used(self._pid)
+            if now is None or now != used:  # working (or not to be told: waited for)
+                used, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since > stall:
+                return None
 
     def __enter__(self) -> Forked[T]:
         return self
@@ -191,6 +245,18 @@ class Forked(Generic[T]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return os.waitpid(pid, 0)[1]
+
+
+def _cpu_used(pid: int | None) -> int | None:
+    """The CPU time (clock ticks) process `pid` has used, from /proc; None where it cannot
+    be read (not Linux, the process gone)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _ended(status: int | None) -> str:

@@ -4,7 +4,7 @@ ranges the results suggest. Plain data, as `patchset check --format json` writes
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
@@ -36,8 +36,7 @@ class Signals:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One patch against one release. A memo hit is made without `__init__` (`_made`, from
-    `from_memo` and `at`): keep this a plain frozen dataclass, no `__post_init__`."""
+    """One patch against one release."""
 
     vllm: str
     patch: str
@@ -77,16 +76,13 @@ class CheckResult:
         for name in _TUPLES:
             data[name] = tuple(data[name])
         data["failing_hunks"] = tuple((f, int(i)) for f, i in data["failing_hunks"])
-        return _made({**data, "vllm": "", "in_range": False})
+        return cls(**data, vllm="", in_range=False)
 
     def at(self, vllm: str, *, in_range: bool) -> CheckResult:
         """This result for release `vllm` and the range's answer there, every other field
-        shared (a memoised result met in many releases): `dataclasses.replace`, the fields
-        copied as they are."""
-        made = _made(self.__dict__)
-        made.__dict__["vllm"] = vllm
-        made.__dict__["in_range"] = in_range
-        return made
+        shared (a memoised result met in many releases): `dataclasses.replace` without its
+        walk over the fields' declarations (the fields copied as they are)."""
+        return CheckResult(**{**self.__dict__, "vllm": vllm, "in_range": in_range})
 
     def to_dict(self) -> dict[str, object]:
         return fields_dict(self, skip=_MEMO_ONLY)
@@ -96,15 +92,6 @@ class CheckResult:
 _MEMO_FIELDS = tuple(f.name for f in fields(CheckResult) if f.name not in ("vllm", "in_range"))
 _SIGNALS = tuple(f.name for f in fields(Signals))
 _TUPLES = ("locations", "moved_to", "failing_sites", "missing")  # lists in a row
-
-
-def _made(values: Mapping[str, Any]) -> CheckResult:
-    """A result holding `values` (every field, as `__init__` would set them), made without
-    `__init__`: a frozen dataclass's sets each field through `object.__setattr__`, most of
-    the cost of a memo hit, 8,000 times in a warm check of 320 patches on 25 releases."""
-    made = object.__new__(CheckResult)
-    made.__dict__.update(values)
-    return made
 
 
 @functools.lru_cache(maxsize=256)

@@ -6,6 +6,7 @@ check will read (`files_needed`) ahead in parallel, and evaluates; `check_tree` 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ def check(
     served: Mapping[str, str] | None = None,
     prefetch: bool = True,
     progress: ProgressBar | None = None,
-    jobs: int | None = None,
+    jobs: int = 1,
 ) -> CheckReport:
     """Check the selected patches against each release; the package index by default.
 
@@ -68,8 +69,9 @@ def check(
     failure: none, those of releases in the patch's range (what a table shows), or all.
     Results are memoised by content in the cache (`memo`; `use_memo=False` for none).
     The caller's garbage collector is left alone (the CLI pauses it around the whole run).
-    A check of many patches is split among `jobs` processes (`parallel.wanted`: one per core
-    unless said; the same results as one process gives).
+    A check of many patches may be split among `jobs` processes (one by default: a library
+    call forks nothing unless asked; the same results as one process gives). The CLI picks
+    the count (`parallel.wanted`: ``--jobs``, ``$PATCHSET_JOBS``, the cores).
     """
     if max_fuzz < 0:
         raise UsageError(f"--fuzz {max_fuzz}: give 0 or more context lines to drop")
@@ -82,7 +84,7 @@ def check(
             source.prefetch(ordered, paths=files_needed(selected), progress=heard)
     memo = memo if memo is not None or not use_memo else Memo()
     options = _Options(ordered, source, registry, max_fuzz, explain, served)
-    processes = parallel.wanted(jobs)
+    processes = parallel.counted(jobs)
     try:
         groups = _groups(selected, options, memo, processes)
         if len(groups) > 1:
@@ -116,8 +118,8 @@ def _groups(
     where a fork is not safe (or the source's trees are not: `ReleaseSource.fork_safe`), or
     where the memo answers nearly all (the first release's misses, times the releases, fewer
     than `parallel.SMALLEST`: a warm check, one patch edited). Each release is opened here
-    first, so that the children are forked with its file list read; the newest release's
-    list gives the files' sizes."""
+    first, so that the children are forked with its file list read; the lists give the
+    files' sizes (the largest a file has in any release: a file may be gone from the newest)."""
     ordered = options.ordered
     pairs = len(selected) * len(ordered)
     if jobs < 2 or pairs < parallel.SMALLEST or not options.source.fork_safe:
@@ -125,15 +127,17 @@ def _groups(
     options.source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
         return [selected]
-    sizes: dict[str, int | None] = {}
+    sizes: dict[str, int] = {}
+    read = {f for p in selected for f in (*p.reads, *_named(p))}
     for version in ordered:
         with options.source.open(version) as tree:
             if version == ordered[0] and memo is not None:
                 misses = _misses(selected, tree, version, memo, options)
                 if misses * len(ordered) < parallel.SMALLEST:
                     return [selected]
-            if version == ordered[-1] and isinstance(tree, KnowsDigests):
-                sizes = {f: tree.listed_size(f) for p in selected for f in p.reads}
+            if isinstance(tree, KnowsDigests):
+                for f in read:
+                    sizes[f] = max(sizes.get(f, 0), tree.listed_size(f) or 0)
     return parallel.split(selected, jobs, pairs, sizes.get)
 
 
@@ -248,10 +252,13 @@ def _run(
                 earlier_read[rel, version] = tree.read(rel)
         return earlier_read[rel, version]
 
+    by_id = {p.id: p for p in options.registry.patches}
+    rests = _rests_on(selected, by_id)
     hits, misses = (memo.hits, memo.misses) if memo is not None else (0, 0)
     for version in options.ordered:
         with source.open(version) as tree:
             release = _release_name(tree, version)
+            files = _Files.of(tree, memo)
             results.append(
                 check_tree(
                     selected,
@@ -265,9 +272,10 @@ def _run(
                     earlier=earlier,
                     served=options.served,
                     facts=facts,
+                    release_files=files,
                 )
             )
-            infos.append(tree.info)  # after the reads: an index tree lists what it checked
+            infos.append(_checked_info(tree, rests, files))
         if on_release is not None:
             on_release(version)
     if memo is None:
@@ -288,18 +296,20 @@ def check_tree(
     earlier: Callable[[str, str], bytes | None] | None = None,
     served: Mapping[str, str] | None = None,
     facts: dict[int, _Facts] | None = None,
+    release_files: _Files | None = None,
 ) -> list[CheckResult]:
     """Every patch against one release; one that `requires` others (in `registry`) on top of
     them. `seen` maps the target files found in earlier releases to the last release holding
     them (a vanished file is only said to have moved when it existed before, and `earlier`
     reads it there); it is updated with this release's. `facts` keeps what each patch's
-    record says from one release to the next (a check's own)."""
+    record says from one release to the next (a check's own); `release_files`, its files
+    as the check reads them (made here unless given)."""
     seen = {} if seen is None else seen
     facts = {} if facts is None else facts
     known_version = Version(version) if ranges.is_version(version) else None
     by_id = {p.id: p for p in registry.patches} if registry else {}
     pinned = tree.info.digest
-    release = _Files.of(tree, memo)
+    release = release_files if release_files is not None else _Files.of(tree, memo)
     read, digest = release.read, release.digest
 
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
@@ -357,6 +367,32 @@ def check_tree(
         if pinned:
             memo.put_digests(pinned, release.fresh)
     return results
+
+
+def _rests_on(selected: Iterable[Patch], by_id: Mapping[str, Patch]) -> list[str]:
+    """The files the verdicts of `selected` rest on in a release: each patch's `_declared` and
+    `_named` files, and those of the patches it is stacked on (sorted)."""
+    files: set[str] = set()
+    for patch in selected:
+        chain = required_chain(patch, by_id) if patch.requires and by_id else ()
+        for each in (*chain, patch):
+            files.update(_declared(each), _named(each))
+    return sorted(files)
+
+
+def _checked_info(tree: ReleaseTree, rests: list[str], files: _Files) -> ReleaseInfo:
+    """The release's info with its ``checked`` files (a tree that lists them: the index's)
+    those of `rests` it holds, each with the sha256 the memo or the release's list gives (what
+    a read is checked against): the same list whether the memo answered, which process read
+    which file, or what a moved-file search read besides (the report does not depend on how
+    it was made)."""
+    details = tree.info.details
+    if details is None or not isinstance(details.get("checked"), list):
+        return tree.info
+    listed = {rel: said for rel in rests if (said := files.digest(rel)) != "-"}
+    info = tree.info  # made again after any read (a file from the sdist names its fallback)
+    checked = [{"path": rel, "sha256": listed[rel]} for rel in sorted(listed)]
+    return dataclasses.replace(info, details={**(info.details or {}), "checked": checked})
 
 
 def _release_name(tree: ReleaseTree, version: str) -> str:

@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.kernel.hunks import HunkResult
 from patchset.kernel.sites import SiteResult
 from patchset.registry import Patch, Probe, Variant, ranges
-from patchset.release_check import report
 from patchset.release_check.moves import PythonFiles, moved_homes
 from patchset.release_check.report import CheckResult, Explain, Signals, Verdict
 from patchset.release_check.similarity import ratio
@@ -389,19 +388,3 @@ def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) 
 
 def _text(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", errors="replace")
-
-
-# The names this module held before the split (report.py, run.py), for callers written
-# against it: the report's types re-exported, the run's functions looked up when asked for
-# (run.py imports this module, so a plain import here would be a circle).
-ATTENTION, SCHEMA, VERDICTS = report.ATTENTION, report.SCHEMA, report.VERDICTS
-CheckReport = report.CheckReport
-_FROM_RUN = frozenset({"check", "check_tree", "files_needed"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM_RUN:
-        from patchset.release_check import run  # noqa: PLC0415 -- see above
-
-        return getattr(run, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

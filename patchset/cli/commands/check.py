@@ -138,7 +138,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> int:
     if args.fuzz < 0:  # before any download
         raise UsageError(f"--fuzz {args.fuzz}: give 0 or more context lines to drop")
-    parallel.wanted(args.jobs)  # a bad --jobs or PATCHSET_JOBS: exit 2 before any download
+    jobs = parallel.wanted(args.jobs)  # a bad --jobs or PATCHSET_JOBS: exit 2 before any download
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
     registry = load(args.registry, args.patches)
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             explain=explain,
             served=args.served,
             progress=_bar,
-            jobs=args.jobs,
+            jobs=jobs,
         )
     if not report.releases:
         return _nothing_to_check(args, report, source)

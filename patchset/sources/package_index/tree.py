@@ -16,6 +16,27 @@ from patchset.sources.package_index.cache import Manifest, member_sha256
 from patchset.sources.package_index.members import Members
 
 READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
+_PYTHON_MEMBERS: dict[str, tuple[dict[str, list[str]], dict[str, list[str]]]] = {}
+_PYTHON_MEMBERS_KEPT = 64  # releases' indexes kept (a check's prefetch, then its trees)
+
+
+def _python_members(manifest: Manifest) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """A release's Python members by file name and by folder name (each list in the
+    manifest's order), made once per artifact: a wheel has thousands of members."""
+    key = manifest.sha256 or manifest.artifact
+    kept = _PYTHON_MEMBERS.get(key)
+    if kept is None:
+        by_name: dict[str, list[str]] = {}
+        by_folder: dict[str, list[str]] = {}
+        for p in manifest.members:
+            if p.endswith(".py"):  # string splits, not pathlib: thousands of members
+                folder, _, name = p.rpartition("/")
+                by_name.setdefault(name, []).append(p)
+                by_folder.setdefault(folder.rpartition("/")[2], []).append(p)
+        if len(_PYTHON_MEMBERS) >= _PYTHON_MEMBERS_KEPT:
+            del _PYTHON_MEMBERS[next(iter(_PYTHON_MEMBERS))]
+        kept = _PYTHON_MEMBERS[key] = (by_name, by_folder)
+    return kept
 
 
 class IndexTree(ReleaseTree):
@@ -130,23 +151,13 @@ class IndexTree(ReleaseTree):
     def stand_ins(self, missing: list[str]) -> list[str]:
         """For paths the release lacks, the Python files a moved-file search reads next (fetched
         ahead, in parallel): those of the same name, else those in a folder of the same name."""
+        wanted = [PurePosixPath(p) for p in missing if p.endswith(".py")]
+        if not wanted:
+            return []
+        by_name, by_folder = _python_members(self.manifest)
         found: list[str] = []
-        # (folder name, file name) of each Python member; string splits, not pathlib: a
-        # wheel has thousands of members
-        members = [
-            (p, p.rpartition("/")[0].rpartition("/")[2], p.rpartition("/")[2])
-            for p in self.manifest.members
-            if p.endswith(".py")
-        ]
-        for path in missing:
-            pure = PurePosixPath(path)
-            if pure.suffix != ".py":
-                continue
-            file_name, folder_name = pure.name, pure.parent.name  # once, not once a member
-            same = [p for p, _, name in members if name == file_name]
-            if not same:
-                same = [p for p, folder, _ in members if folder == folder_name]
-            found += same
+        for pure in wanted:
+            found += by_name.get(pure.name) or by_folder.get(pure.parent.name, [])
         return found
 
     def _neighbours(self, paths: list[str]) -> list[str]:

@@ -1,0 +1,150 @@
+"""Benchmark: `patchset check --since 0.17.0` of a project holding both imported collections.
+
+    PATCHSET_GENESIS_DIR=... PATCHSET_CLUB3090_DIR=... python3 benchmarks/check_collections.py
+
+Without those variables the checkouts are taken from the local git mirrors named by
+PATCHSET_GENESIS_MIRROR / PATCHSET_CLUB3090_MIRROR (bare repositories: `git archive HEAD`).
+Genesis is imported with `--source index` and club-3090 with `--run-scripts` into one fresh
+project (their releases from a cache of the benchmark's own, `--cache DIR` to keep it between
+runs). Then the check, as a user runs it (`python -m patchset check`, a fresh process, the
+processes it picks itself), is timed four ways:
+
+- cold_s: an empty cache folder: the index asked, each release's wheel read by range from it
+  (the cache is the product's only download store, so cold includes the network);
+- nomemo_s: the files cached (the cold run's cache, its memo removed);
+- warm_s: the memo filled (the best of three);
+- one_edit_s: one patch's title edited (its results computed again, the others memoised).
+
+CPU seconds (`*_cpu_s`: the check's process and the children it forked), the largest
+process's peak memory (peak_mb) and the cache's size after the cold run (cache_mb) go beside
+them. Every run's JSON must be the same bytes (same=yes|no); `--json FILE` keeps the cold run's.
+Two cores are shared with other work here: the CPU seconds say more than the wall clock.
+
+Last line: patches=<n> releases=<n> results=<n> cold_s=<s> cold_cpu_s=<s> nomemo_s=<s>
+nomemo_cpu_s=<s> warm_s=<s> warm_cpu_s=<s> one_edit_s=<s> one_edit_cpu_s=<s> peak_mb=<n>
+cache_mb=<n> same=<yes|no>. Targets (2 cores): cold < 10 s, no memo < 3 s, warm < 0.5 s,
+one edit < 0.3 s, peak < 500 MB, cache < 50 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SINCE = "0.17.0"
+MIRRORS = {
+    "genesis": ("PATCHSET_GENESIS_DIR", "PATCHSET_GENESIS_MIRROR"),
+    "club-3090": ("PATCHSET_CLUB3090_DIR", "PATCHSET_CLUB3090_MIRROR"),
+}
+
+
+def checkout(collection: str, scratch: Path) -> Path:
+    """The collection's checkout: the folder its variable names, else its mirror archived."""
+    folder_var, mirror_var = MIRRORS[collection]
+    if folder := os.environ.get(folder_var):
+        return Path(folder)
+    mirror = os.environ.get(mirror_var)
+    if not mirror:
+        raise SystemExit(f"set {folder_var} (a checkout) or {mirror_var} (a bare git mirror)")
+    dest = scratch / collection
+    dest.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", mirror, "archive", "HEAD"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def patchset(cwd: Path, cache: Path, *args: str) -> tuple[float, float, float, str]:
+    """`python -m patchset ARGS` in `cwd`: wall seconds, CPU seconds and peak memory (MB) of
+    its process and the children it forked (`os.wait4`), its stdout."""
+    env = {**os.environ, "PATCHSET_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(
+            [sys.executable, "-m", "patchset", *args], cwd=cwd, env=env, stdout=out, stderr=err
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode not in (0, 1):
+            said = err.read().decode(errors="replace")
+            raise SystemExit(f"patchset {' '.join(args)}: exit {child.returncode}\n{said}")
+        cpu = usage.ru_utime + usage.ru_stime
+        return wall, cpu, usage.ru_maxrss / 1024, out.read().decode()
+
+
+def size_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, help="the imports' release cache (kept)")
+    parser.add_argument("--project", type=Path, help="an imported project to reuse")
+    parser.add_argument("--json", type=Path, help="write the cold run's JSON here")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="patchset-check-collections-"))
+    try:
+        project = args.project
+        if project is None:
+            imports = args.cache or scratch / "import-cache"
+            project = scratch / "project"
+            project.mkdir()
+            genesis = checkout("genesis", scratch / "src")
+            club = checkout("club-3090", scratch / "src")
+            patchset(project, imports, "import", "genesis", str(genesis), "--source", "index")
+            patchset(project, imports, "import", "club-3090", str(club), "--run-scripts")
+        patches = sum(1 for p in (project / "patches").glob("*/patch.toml"))
+        check = ("check", "--since", SINCE, "--format", "json")
+
+        cache = scratch / "cache"  # empty: the cold run
+        cold, cold_cpu, peak_mb, cold_out = patchset(project, cache, *check)
+        cache_mb = size_mb(cache)
+        if args.json is not None:
+            args.json.write_text(cold_out)
+        report = json.loads(cold_out)
+        print(f"cold: {cold:.2f} s ({cold_cpu:.2f} s CPU), cache {cache_mb:.1f} MB", flush=True)
+
+        files = scratch / "files"
+        shutil.copytree(cache, files)
+        shutil.rmtree(files / "memo")
+        nomemo, nomemo_cpu, _, nomemo_out = patchset(project, files, *check)
+        print(f"no memo: {nomemo:.2f} s ({nomemo_cpu:.2f} s CPU)", flush=True)
+
+        warm_runs = [patchset(project, cache, *check) for _ in range(3)]
+        warm, warm_cpu, _, warm_out = min(warm_runs)
+        print(f"warm: best of 3 {warm:.2f} s ({warm_cpu:.2f} s CPU)", flush=True)
+
+        first = sorted(p.parent for p in (project / "patches").glob("*/patch.toml"))[0]
+        toml = first / "patch.toml"
+        original = toml.read_text()
+        toml.write_text(original.replace('title = "', 'title = "edited ', 1))
+        edit, edit_cpu, _, _ = patchset(project, cache, *check)
+        toml.write_text(original)
+        print(f"one edit ({first.name}): {edit:.2f} s ({edit_cpu:.2f} s CPU)", flush=True)
+
+        same = cold_out == nomemo_out == warm_out
+        print(
+            f"patches={patches} releases={len(report['releases'])}"
+            f" results={len(report['results'])} cold_s={cold:.2f} cold_cpu_s={cold_cpu:.2f}"
+            f" nomemo_s={nomemo:.2f} nomemo_cpu_s={nomemo_cpu:.2f} warm_s={warm:.2f}"
+            f" warm_cpu_s={warm_cpu:.2f} one_edit_s={edit:.2f} one_edit_cpu_s={edit_cpu:.2f}"
+            f" peak_mb={peak_mb:.0f} cache_mb={cache_mb:.0f} same={'yes' if same else 'no'}"
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
