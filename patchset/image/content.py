@@ -22,6 +22,7 @@ from patchset.image.plugins import plugin_files
 from patchset.image.support import needed, support_files
 from patchset.kernel import tree
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
+from patchset.kernel.modelconfig import undecided
 from patchset.kernel.predicates import Facts
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
@@ -123,7 +124,9 @@ def _out_here(definition: BuildDefinition, patch: Patch) -> str | None:
     if patch.lifecycle.retired(definition.vllm):
         return f"{patch.id}: {patch.lifecycle.describe(definition.vllm)}: never exported or built"
     served = served_from_args(definition.serve_args)
-    verdict = evaluate_predicate(patch.applies, Facts(served=served))
+    verdict = evaluate_predicate(
+        patch.applies, Facts(served=served, unknown_served=undecided(served))
+    )
     if verdict.value is False:
         assert patch.applies is not None
         return (
