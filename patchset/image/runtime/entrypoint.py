@@ -61,7 +61,7 @@ if str(HERE) not in sys.path:
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import gpus as gpu_query
-    from patchset.kernel import modelconfig, startup, tree, vllm
+    from patchset.kernel import modelconfig, startup, switchnames, tree, vllm
     from patchset.kernel.capability import Capability, in_scope
     from patchset.kernel.hunks import apply_hunks, join_text, split_text
     from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.touches import defines, module_files
 else:
     from patchset_kernel import gpus as gpu_query
-    from patchset_kernel import modelconfig, startup, tree, vllm
+    from patchset_kernel import modelconfig, startup, switchnames, tree, vllm
     from patchset_kernel.capability import Capability, in_scope
     from patchset_kernel.hunks import apply_hunks, join_text, split_text
     from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
@@ -420,6 +420,7 @@ def run_patches(
         left_out = startup.selection(manifest, os.environ)
     except ValueError as exc:
         raise StartRefusedError(str(exc)) from None
+    switchnames.at_start(HERE / switchnames.FILE, manifest, os.environ)  # aliases mapped
     plan, run = Plan(root), startup.Run()
     served = served_from_args([*manifest.serve_args, *extra_args])
     model = modelconfig.at_start(served, [*manifest.serve_args, *extra_args], manifest.patches)
