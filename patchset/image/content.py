@@ -26,6 +26,7 @@ from patchset.kernel.modelconfig import undecided
 from patchset.kernel.predicates import Facts
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
+from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
@@ -109,9 +110,9 @@ def pick_variants(definition: BuildDefinition, registry: Registry) -> dict[str, 
 def wanted_files(registry: Registry, variants: dict[str, Variant]) -> list[str]:
     """The release files the patches need: those they edit, and the modules python ones touch."""
     files = {f for v in variants.values() for f in v.files}
-    files |= {
-        t for i in variants if registry.get(i).kind == "python" for t in registry.get(i).targets
-    }
+    pythons = [registry.get(i) for i in variants if registry.get(i).kind == "python"]
+    files |= {t for p in pythons for t in p.targets}
+    files |= {f for p in pythons for touch in p.touches for f in touch_files(touch)}
     chosen = registry.select(list(variants)) if variants else ()
     files |= {p.upstream.probe.file for p in chosen if p.upstream.probe}
     return sorted(files)

@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.predicates import Facts, installed_versions
     from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import GOOD, apply_site, check_site, served_from_args
-    from patchset.kernel.touches import defines, module_files
+    from patchset.kernel.touches import resolve
 else:
     from patchset_kernel import gpus as gpu_query
     from patchset_kernel import modelconfig, startup, switchnames, tree, vllm
@@ -80,7 +80,7 @@ else:
     from patchset_kernel.predicates import Facts, installed_versions
     from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import GOOD, apply_site, check_site, served_from_args
-    from patchset_kernel.touches import defines, module_files
+    from patchset_kernel.touches import resolve
 
 MANIFEST = HERE / "manifest.json"
 REFUSED = 9  # the container start was refused (docs/exit-codes.md)
@@ -255,12 +255,12 @@ def check_plugin(patch: PatchEntry, plan: Plan, *, registered: bool) -> str:
     """A python patch: every name it touches is still in vLLM; with `registered`, vLLM's
     plugin lookup (importlib.metadata, as vllm.plugins does it) finds its entry point."""
     for touch in patch.touches:
-        module, _, attr = touch.partition(":")
-        rel = next((f for f in module_files(module) if (plan.root / f).is_file()), None)
-        if rel is None:
-            raise PatchFailedError(f"touches {touch}, but {module_files(module)[0]} is missing")
-        if not defines(plan.read(rel), attr):
-            raise PatchFailedError(f"touches {touch}, which {rel} no longer defines")
+        missing = resolve(touch, plan.get)[1]  # as Python's import system finds the name
+        if missing is not None and ": " in missing:
+            rel, _, name = missing.partition(": ")
+            raise PatchFailedError(f"touches {touch}, which {rel} no longer defines {name}")
+        if missing is not None:
+            raise PatchFailedError(f"touches {touch}, but {missing} is missing")
     if not registered:
         return "plugin (vLLM runs it in each process)"
     import importlib.metadata  # noqa: PLC0415 - 60 ms at every start otherwise; --verify only
