@@ -19,7 +19,7 @@ from patchset.errors import BuildError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import patch_entry
 from patchset.image.plugins import plugin_files
-from patchset.image.support import needed, support_files
+from patchset.image.support import needed, support_files, wanted_modules
 from patchset.kernel import tree
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
 from patchset.kernel.modelconfig import undecided
@@ -78,7 +78,9 @@ def carried(
     distribution (python patches) and the support packages, each by path, their sha256 in
     the manifest for the start to check."""
     plugins = plugin_files(python_patches(registry, variants))
-    support, support_paths = support_files(needed(registry, variants))
+    support, support_paths = support_files(
+        needed(registry, variants), wanted_modules(registry, variants)
+    )
     manifest = Manifest(
         delivery=delivery,
         registry=registry.digest,

@@ -31,6 +31,8 @@ from patchset.image.compose_in import ComposeIn, command_text, environment, imag
 from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
+from patchset.image.support import needed
+from patchset.image.support import said_left_out as support_left_out
 from patchset.image.switchnames import FILE, bundle_names
 from patchset.kernel.manifest import Base, PatchEntry
 from patchset.registry import Registry
@@ -54,6 +56,7 @@ class ExportReport:
     files: tuple[str, ...]  # every file written, relative to `folder`
     docker_run: str
     compose_in: tuple[str, ...] = ()  # --compose: each switch-like variable, as judged
+    support_left_out: tuple[int, int] = (0, 0)  # support files no patch imports: count, bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,7 @@ class ExportReport:
             "files": list(self.files),
             "docker_run": self.docker_run,
             "compose_in": list(self.compose_in),
+            "support_left_out": dict(zip(("files", "bytes"), self.support_left_out, strict=True)),
         }
 
 
@@ -203,6 +207,7 @@ def export_runtime(
         release_files=origin,  # vllm_root: found at start by the image's own python3
     )
     files: dict[str, bytes] = {**runtime_sources(), **support}
+    dropped = support_left_out(needed(registry, variants), support, sink)
     files["manifest.json"] = manifest.dumps().encode()
     for patch_id, variant in variants.items():
         patch = registry.get(patch_id)
@@ -228,6 +233,7 @@ def export_runtime(
         files=tuple(sorted(files)),
         docker_run=shell_line(docker_run_args(definition, str(folder.resolve()))),
         compose_in=tuple(compose_in),
+        support_left_out=dropped,
     )
 
 
