@@ -42,7 +42,7 @@ def touch_files(touch: str) -> tuple[str, ...]:
     module, attr = parse_touch(touch)
     parts = attr.split(".")
     files: list[str] = []
-    for n in range(len(parts)):
+    for n in range(len(parts) + 1):
         files += module_files(".".join([module, *parts[:n]]))
     return tuple(files)
 

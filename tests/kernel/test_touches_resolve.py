@@ -40,6 +40,9 @@ def test_resolve_on_files_in_memory() -> None:
     # a module file is never searched for submodules: only a package has them
     assert resolve("vllm.envs:sub", {**files, "vllm/envs/sub.py": ""}.get)[1] == "vllm/envs.py: sub"
     assert "vllm/config/model.py" in touch_files("vllm.config:model.ModelConfig")
+    assert "vllm/v1/spec_decode/llm_base_proposer.py" in touch_files(
+        "vllm.v1.spec_decode:llm_base_proposer"
+    )
 
 
 PATCH = """\
@@ -85,6 +88,7 @@ GOOD = [
     ("touches", "verdict"),
     [
         (GOOD, "applies"),
+        ([f"{SCHEMES}:compressed_tensors_w8a8_fp8"], "applies"),  # a submodule alone
         ([*GOOD, f"{SCHEMES}:compressed_tensors_w9a9"], "missing-target"),
         ([f"{SCHEMES}:compressed_tensors_w8a8_fp8.NoSuchClass"], "missing-target"),
     ],
