@@ -15,7 +15,8 @@ modules the inserted code, the python patches and `requires_modules` name, the m
 import within the package (read with `ast`, absolute and relative imports, and module names
 given as strings, as to `importlib.import_module`), every package ``__init__.py`` on the way,
 and the data files those modules name (string literals that are existing paths relative to the
-module or the package root). What is left out is said by `left_out`. A pinned wheel is carried
+module or the package root; a folder only when it holds no module). What is left out is
+said by `left_out`. A pinned wheel is carried
 whole (its file is what the sha256 pins).
 """
 
@@ -147,6 +148,7 @@ def closure(files: dict[str, bytes], roots: Iterable[str], tops: Collection[str]
         for parent in PurePosixPath(member).parents:
             if str(parent) != ".":
                 folders.setdefault(str(parent), []).append(member)
+    data_folders = {k for k, held in folders.items() if not any(f.endswith(".py") for f in held)}
     keep: set[str] = set()
     queue = [r for r in roots if r.split(".", 1)[0] in tops]
     while queue:
@@ -167,7 +169,7 @@ def closure(files: dict[str, bytes], roots: Iterable[str], tops: Collection[str]
                 for path in (posixpath.normpath(posixpath.join(base, literal)), literal):
                     if path in files:
                         keep.add(path)
-                    elif path in folders:  # a data folder the module names
+                    elif path in data_folders:  # a folder of data the module names
                         keep.update(folders[path])
     return keep
 
