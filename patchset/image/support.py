@@ -167,7 +167,7 @@ def closure(files: dict[str, bytes], roots: Iterable[str], tops: Collection[str]
             base = posixpath.dirname(rel)
             for literal in data:
                 for path in (posixpath.normpath(posixpath.join(base, literal)), literal):
-                    if path in files:
+                    if path in files and not path.endswith(".py"):  # a module: imported
                         keep.add(path)
                     elif path in data_folders:  # a folder of data the module names
                         keep.update(folders[path])
