@@ -170,10 +170,11 @@ def gated_bundle(tmp_path: Path, args: list[str]) -> tuple[Path, Path, Path]:
     return bundle, site, stand_in_vllm(tmp_path / "bin")
 
 
-def states(out: str) -> dict[str, str]:
+def states(out: str, ids: tuple[str, ...] = ("qwen-only", "gptq-only")) -> dict[str, str]:
+    """Each of `ids`' state on its start line."""
     found = {}
     for line in out.splitlines():
-        for patch_id in ("qwen-only", "gptq-only"):
+        for patch_id in ids:
             if line.startswith(f"patchset: {patch_id} r1 (startup): "):
                 found[patch_id] = line.split("): ", 1)[1]
     return found
