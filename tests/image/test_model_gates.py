@@ -253,6 +253,16 @@ def test_stand_in_reads_the_cache_compose_mounts(tmp_path: Path, docker_client: 
     report = json.loads(next(x for x in out.splitlines() if x.startswith("{")))
     state = {r["patch"]: r["state"] for r in report["results"]}
     assert state["qwen-site r1"].startswith("skipped (applies: unknown here: model_type"), out
+    # a local model folder given at start (its --model after the definition's wins)
+    local = tmp_path / "models" / "qwen"
+    local.mkdir(parents=True)
+    (local / "config.json").write_text(json.dumps(QWEN))
+    status, out, _ = run_stock(docker_client, image, bundle, "--prove", "--model", "/models/qwen",
+                               env=env, mounts={str(local): "/models/qwen"})  # fmt: skip
+    assert status == 0, out
+    report = json.loads(next(x for x in out.splitlines() if x.startswith("{")))
+    assert {r["patch"]: r["state"] for r in report["results"]}["qwen-site r1"] == "applied", out
+    assert "patchset: model config: /models/qwen/config.json: model_type=qwen3" in out
 
 
 QWEN_SITE = '''\
