@@ -28,7 +28,7 @@ from patchset.kernel.hunks import (
 )
 from patchset.kernel.pycompile import CompileError, edit_error
 from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
-from patchset.kernel.touches import defines, module_files, parse_touch
+from patchset.kernel.touches import resolve
 from patchset.registry import Patch, Variant
 from patchset.registry.diffs import FileDiff
 
@@ -435,14 +435,7 @@ def evaluate_runtime(
 def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
     """A python patch edits no file: it applies when every name it touches is still there.
     A module gone, or a name no longer bound in it, is a missing target."""
-    missing: list[str] = []
-    for touch in patch.touches:
-        module, attr = parse_touch(touch)
-        found = next(((f, d) for f in module_files(module) if (d := read(f)) is not None), None)
-        if found is None:
-            missing.append(module_files(module)[0])
-        elif not defines(found[1], attr):
-            missing.append(f"{found[0]}: {attr}")
+    missing = [m for touch in patch.touches if (m := resolve(touch, read)[1]) is not None]
     if missing:
         return Evaluation("missing-target", missing=tuple(missing))
     return Evaluation("applies")

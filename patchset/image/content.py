@@ -19,12 +19,14 @@ from patchset.errors import BuildError
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import patch_entry
 from patchset.image.plugins import plugin_files
-from patchset.image.support import needed, support_files
+from patchset.image.support import needed, support_files, wanted_modules
 from patchset.kernel import tree
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
+from patchset.kernel.modelconfig import undecided
 from patchset.kernel.predicates import Facts
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
+from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant
 
 LogSink = Callable[[str], None]
@@ -76,7 +78,9 @@ def carried(
     distribution (python patches) and the support packages, each by path, their sha256 in
     the manifest for the start to check."""
     plugins = plugin_files(python_patches(registry, variants))
-    support, support_paths = support_files(needed(registry, variants))
+    support, support_paths = support_files(
+        needed(registry, variants), wanted_modules(registry, variants)
+    )
     manifest = Manifest(
         delivery=delivery,
         registry=registry.digest,
@@ -108,9 +112,9 @@ def pick_variants(definition: BuildDefinition, registry: Registry) -> dict[str, 
 def wanted_files(registry: Registry, variants: dict[str, Variant]) -> list[str]:
     """The release files the patches need: those they edit, and the modules python ones touch."""
     files = {f for v in variants.values() for f in v.files}
-    files |= {
-        t for i in variants if registry.get(i).kind == "python" for t in registry.get(i).targets
-    }
+    pythons = [registry.get(i) for i in variants if registry.get(i).kind == "python"]
+    files |= {t for p in pythons for t in p.targets}
+    files |= {f for p in pythons for touch in p.touches for f in touch_files(touch)}
     chosen = registry.select(list(variants)) if variants else ()
     files |= {p.upstream.probe.file for p in chosen if p.upstream.probe}
     return sorted(files)
@@ -123,7 +127,9 @@ def _out_here(definition: BuildDefinition, patch: Patch) -> str | None:
     if patch.lifecycle.retired(definition.vllm):
         return f"{patch.id}: {patch.lifecycle.describe(definition.vllm)}: never exported or built"
     served = served_from_args(definition.serve_args)
-    verdict = evaluate_predicate(patch.applies, Facts(served=served))
+    verdict = evaluate_predicate(
+        patch.applies, Facts(served=served, unknown_served=undecided(served))
+    )
     if verdict.value is False:
         assert patch.applies is not None
         return (

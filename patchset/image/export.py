@@ -27,9 +27,13 @@ from typing import Any
 from patchset._fs import replace_folder
 from patchset.errors import TargetError, UsageError
 from patchset.image.build import runtime_sources
+from patchset.image.compose_in import ComposeIn, command_text, environment, image_for, judged
 from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
+from patchset.image.support import needed
+from patchset.image.support import said_left_out as support_left_out
+from patchset.image.switchnames import FILE, bundle_names
 from patchset.kernel.manifest import Base, PatchEntry
 from patchset.registry import Registry
 from patchset.sources import ReleaseSource, parse_source
@@ -51,6 +55,8 @@ class ExportReport:
     patches: tuple[PatchEntry, ...]
     files: tuple[str, ...]  # every file written, relative to `folder`
     docker_run: str
+    compose_in: tuple[str, ...] = ()  # --compose: each switch-like variable, as judged
+    support_left_out: tuple[int, int] = (0, 0)  # support files no patch imports: count, bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +70,8 @@ class ExportReport:
             "patches": [p.summary(REPORT_KEYS) for p in self.patches],
             "files": list(self.files),
             "docker_run": self.docker_run,
+            "compose_in": list(self.compose_in),
+            "support_left_out": dict(zip(("files", "bytes"), self.support_left_out, strict=True)),
         }
 
 
@@ -83,7 +91,10 @@ def _yaml(value: str) -> str:
 
 
 def compose_yaml(
-    definition: BuildDefinition, registry: Registry, entries: Sequence[PatchEntry] = ()
+    definition: BuildDefinition,
+    registry: Registry,
+    entries: Sequence[PatchEntry] = (),
+    carried: ComposeIn | None = None,  # a user's compose file (--compose): theirs carried over
 ) -> str:
     """The compose service; `entries`' switches listed under `environment:`, each commented
     out with the value that flips it from its default (one line per patch to switch)."""
@@ -96,16 +107,17 @@ def compose_yaml(
         "# PATCHSET_ONLY=id,..., PATCHSET_ON_FAILURE=fail|warn, PATCHSET_COMPUTE_CAPABILITY.",
         "services:",
         f"  {SERVICE}:",
-        f"    image: {_yaml(definition.base)}",
+        f"    image: {_yaml(image_for(definition.base, definition.vllm, carried))}",
         f'    entrypoint: ["python3", "{RUNTIME_DIR}/entrypoint.py"]',
-        "    command: []",
+        f"    command: {command_text(carried)}",
         "    volumes:",
         f"      - {_yaml(f'./:{RUNTIME_DIR}:ro')}",
         f"      - {_yaml(HF_CACHE)}",
         "    environment:",
     ]
-    lines += [f"      {key}: {_yaml(value)}" for key, value in definition.env.items()]
-    switches = [e for e in entries if e.switch is not None]
+    env = environment(definition.env, carried)
+    lines += [f"      {k}:" + ("" if v is None else f" {_yaml(v)}") for k, v in env.items()]
+    switches = [e for e in entries if e.switch is not None and e.switch not in env]
     if switches:
         lines.append(
             "      # Per-patch switches: uncomment a line to flip that patch from its default."
@@ -166,6 +178,7 @@ def export_runtime(
     source: ReleaseSource | None = None,
     log: LogSink | None = None,
     strict: bool = False,
+    compose: ComposeIn | None = None,
 ) -> ExportReport:
     """Write the stock-image bundle of `definition` to `folder`; nothing half-written. A
     patch whose upstream fix the release already holds is left out with a line (`strict`:
@@ -194,6 +207,7 @@ def export_runtime(
         release_files=origin,  # vllm_root: found at start by the image's own python3
     )
     files: dict[str, bytes] = {**runtime_sources(), **support}
+    dropped = support_left_out(needed(registry, variants), support, sink)
     files["manifest.json"] = manifest.dumps().encode()
     for patch_id, variant in variants.items():
         patch = registry.get(patch_id)
@@ -201,7 +215,10 @@ def export_runtime(
             files[f"payloads/{patch_id}/{name}"] = (patch.folder / name).read_bytes()
     for rel, data in plugins.items():
         files[f"plugins/{rel}"] = data
-    files["compose.yaml"] = compose_yaml(definition, registry, entries).encode()
+    names = bundle_names(registry, definition, entries)  # the switch names the start checks
+    files[FILE] = names.dumps().encode()
+    compose_in = judged(compose, names, entries) if compose is not None else []
+    files["compose.yaml"] = compose_yaml(definition, registry, entries, compose).encode()
     files["docker-run.sh"] = _run_script(definition).encode()
     _write_bundle(folder, files)
     sink(f"wrote {len(files)} files to {folder}")
@@ -215,6 +232,8 @@ def export_runtime(
         patches=tuple(entries),
         files=tuple(sorted(files)),
         docker_run=shell_line(docker_run_args(definition, str(folder.resolve()))),
+        compose_in=tuple(compose_in),
+        support_left_out=dropped,
     )
 
 

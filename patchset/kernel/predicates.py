@@ -11,7 +11,8 @@ table: all of them). Leaves:
 - served configuration, a glob or a list of globs (fnmatch, compared lowercase):
   ``quantization``, ``kv_cache_dtype``, ``kv_cache_family`` (the first word of
   ``kv_cache_dtype`` before ``_``: fp8, turboquant, auto), ``speculative``, ``architecture``,
-  ``model``, ``dtype``, ``tool_call_parser``, ``reasoning_parser``;
+  ``model_type``, ``model``, ``dtype``, ``tool_call_parser``, ``reasoning_parser``
+  (``architecture`` and ``model_type`` may hold several names, comma-joined: some matches);
 - hardware: ``compute_capability`` (the scope grammar of `patchset.kernel.capability`, held
   by every GPU), ``gpu_name`` (globs, some GPU matches), ``gpu_count`` (a specifier over an
   integer, e.g. ">=2");
@@ -22,7 +23,8 @@ Evaluation is three-valued (Kleene): True, False, or None for Unknown, with the 
 could not be known. A fact is unknown when `Facts` does not hold it (None, or a version not in
 `versions`); with a served configuration given, a key it leaves out reads as vLLM's default
 (`SERVED_DEFAULTS`: ``auto`` for the dtypes, nothing for quantization, speculative and the
-parsers), except ``architecture`` and ``model``, which stay unknown.
+parsers), except ``architecture``, ``model_type`` and ``model``, which stay unknown, and the
+keys `Facts.unknown_served` names (those the model's config decides, when it was not read).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SERVED_LEAVES: tuple[str, ...] = (
     "kv_cache_family",
     "speculative",
     "architecture",
+    "model_type",
     "model",
     "dtype",
     "tool_call_parser",
@@ -208,6 +211,9 @@ class Facts:
     compute_capability: tuple[Capability, ...] | None = None
     gpu_names: tuple[str, ...] | None = None
     versions: Mapping[str, str] = field(default_factory=dict)
+    # served keys that read as unknown (not as vLLM's default) when `served` leaves them out:
+    # those the model's config decides and nobody read (`patchset.kernel.modelconfig`)
+    unknown_served: frozenset[str] = frozenset()
 
     def gpu_count(self) -> int | None:
         if self.gpu_names is not None:
@@ -272,12 +278,13 @@ def served_value(key: str, served: Mapping[str, str]) -> str | None:
 def _leaf_value(leaf: Leaf, facts: Facts) -> bool | None:
     key = leaf.key
     if key in SERVED_LEAVES:
-        if facts.served is None:
+        if facts.served is None or (key in facts.unknown_served and key not in facts.served):
             return None
         value = served_value(key, facts.served)
         if value is None:
             return None
-        pieces = [p.strip() for p in value.split(",")] if key == "architecture" else [value]
+        several = key in ("architecture", "model_type")
+        pieces = [p.strip() for p in value.split(",")] if several else [value]
         return any(fnmatch.fnmatchcase(p, glob) for p in pieces for glob in leaf.values)
     if key == "compute_capability":
         caps = facts.compute_capability

@@ -30,7 +30,9 @@ _SERVE_FLAGS = {
 def served_from_args(args: Sequence[str]) -> dict[str, str]:
     """The served configuration `when` reads, from `vllm serve` arguments: quantization,
     kv_cache_dtype, dtype, model (the first positional argument or --model), speculative
-    (the method of --speculative-config) and architecture (--hf-overrides architectures)."""
+    (the method of --speculative-config), architecture and model_type (--hf-overrides
+    architectures, model_type; else the model's config decides them at start:
+    `patchset.kernel.modelconfig`)."""
     served: dict[str, str] = {}
     items = list(args)
     i = 0
@@ -50,6 +52,9 @@ def served_from_args(args: Sequence[str]) -> dict[str, str]:
             archs = _json_key(value, "architectures")
             if archs:
                 served["architecture"] = archs.lower()
+            kind = _json_key(value, "model_type")
+            if kind:
+                served["model_type"] = kind.lower()
         elif not arg.startswith("-") and "model" not in served and i == 0:
             served["model"] = arg.lower()
         i += 1 if has_value or not key.startswith("-") else 2

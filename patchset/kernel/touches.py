@@ -12,6 +12,10 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Callable
+
+# a release file's text by its relative path (None: absent)
+Reader = Callable[[str], bytes | str | None]
 
 _MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _ATTR = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
@@ -29,6 +33,54 @@ def module_files(module: str) -> tuple[str, str]:
     """The two files a module can be: ``a/b.py`` and ``a/b/__init__.py``."""
     base = module.replace(".", "/")
     return f"{base}.py", f"{base}/__init__.py"
+
+
+def touch_files(touch: str) -> tuple[str, ...]:
+    """Every file `resolve` may read for `touch` (``module:attr``): the module's two, and for
+    each leading part of the attribute path the two of that submodule (``a/b/c.py``,
+    ``a/b/c/__init__.py`` for ``a.b:c.X``). ValueError when malformed."""
+    module, attr = parse_touch(touch)
+    parts = attr.split(".")
+    files: list[str] = []
+    for n in range(len(parts) + 1):
+        files += module_files(".".join([module, *parts[:n]]))
+    return tuple(files)
+
+
+def _module(module: str, read: Reader) -> tuple[str, bytes | str, bool] | None:
+    """The file `module` is imported from (a package's ``__init__.py`` first, as Python's path
+    finder looks), its source and whether it is a package; None when neither is there."""
+    plain, package = module_files(module)
+    for rel, is_package in ((package, True), (plain, False)):
+        data = read(rel)
+        if data is not None:
+            return rel, data, is_package
+    return None
+
+
+def resolve(touch: str, read: Reader) -> tuple[str | None, str | None]:
+    """Where `touch` (``module:attr``) is found as Python's import system resolves it: the
+    module (``a/b.py`` or the package ``a/b/__init__.py``), then each part of the attribute
+    path bound in it (a class's body for the next part), or else, in a package, a submodule
+    of that name (``...schemes:compressed_tensors_w8a8_fp8``, and ``pkg:sub.Class`` inside
+    it). Returns (the file the name was found in, None), or (None, what is missing: the
+    module's file, or ``file: name`` for a name it does not bind). ValueError when
+    malformed."""
+    module, attr = parse_touch(touch)
+    found = _module(module, read)
+    if found is None:
+        return None, module_files(module)[0]
+    rel, source, package = found
+    parts = attr.split(".")
+    for i, part in enumerate(parts):
+        rest = ".".join(parts[i:])
+        if defines(source, rest):
+            return rel, None
+        sub = _module(f"{module}.{part}", read) if package else None
+        if sub is None:
+            return None, f"{rel}: {rest}"
+        module, (rel, source, package) = f"{module}.{part}", sub
+    return rel, None  # the whole path is submodules: the last one is there
 
 
 def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:

@@ -114,15 +114,18 @@ def registry_problems(
     for patch in patches:
         if patch.switch is None:
             continue
-        other = switches.setdefault(patch.switch.env, patch.id)
-        if other != patch.id:
-            error = RegistryError(
-                f"switch.env: {patch.switch.env} is already the switch of patch {other!r}"
-                " (one variable per patch)",
-                path=patch.folder / PATCH_FILE,
-            )
-            error.key = "switch.env"
-            bad[patch.id] = error
+        for key, name in [("switch.env", patch.switch.env)] + [
+            ("switch.aliases", alias) for alias in patch.switch.aliases
+        ]:
+            other = switches.setdefault(name, patch.id)
+            if other != patch.id and patch.id not in bad:
+                error = RegistryError(
+                    f"{key}: {name} is already the switch of patch {other!r} (one variable"
+                    " per patch)",
+                    path=patch.folder / PATCH_FILE,
+                )
+                error.key = key
+                bad[patch.id] = error
     for patch in patches:
         missing = module_problems(patch, support)
         if missing and patch.id not in bad:

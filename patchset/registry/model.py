@@ -80,6 +80,14 @@ class Switch:
 
     env: str
     default: bool = True
+    # other names the collection accepts for the same switch (Genesis's `env_flag_aliases`):
+    # at start each turns the patch on or off as `env` does, and is reported as an alias
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """`env` and its aliases."""
+        return (self.env, *self.aliases)
 
     def line(self, *, on: bool = True) -> str:
         """The line that turns it on (or off): ``GENESIS_ENABLE_PN351=1``."""

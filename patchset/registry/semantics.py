@@ -52,9 +52,12 @@ def read_switch(top: Table) -> Switch | None:
         return None
     env = env_name(table, "env", required=True)
     default = table.flag("default", default=True)
+    aliases = table.matching_list("aliases", ENV_NAME, "an environment variable name")
     table.finish()
     assert env is not None
-    return Switch(env=env, default=default)
+    if env in aliases:
+        raise table.error(f"{env} is the switch's own env, not an alias of it", "aliases")
+    return Switch(env=env, default=default, aliases=aliases)
 
 
 def read_applies(top: Table) -> Node | None:

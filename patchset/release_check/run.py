@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from patchset.engine.order import on_top_of_required, required_chain
 from patchset.errors import PatchsetError, UsageError
-from patchset.kernel.touches import module_files, parse_touch
+from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check import parallel
 from patchset.release_check.memo import Memo, file_digest
@@ -468,7 +468,7 @@ def _named(patch: Patch) -> list[str]:
     and ``a/b/__init__.py``): part of its key, since the verdict rests on them."""
     if patch.kind != "python":
         return []
-    return sorted({f for touch in patch.touches for f in module_files(parse_touch(touch)[0])})
+    return sorted({f for touch in patch.touches for f in touch_files(touch)})
 
 
 def _last_content(

@@ -48,7 +48,7 @@ def export(tmp_path: Path, patches: list[str], files: dict[str, str], **kw: bool
         tmp_path / "bundle",
         source=FolderSource(release),
         log=logged.append,
-        **kw,
+        strict=kw.get("strict", False),
     )
     return logged
 

@@ -41,14 +41,24 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--strict",
         "refuse a patch whose upstream fix the release holds (default: left out, a line)",
     )
+    e.add_argument(
+        "--compose",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="your compose file: its vLLM service's environment, image pin and command carried"
+        " over, each switch variable reported as mapped, alias or unknown",
+    )
     e.add_argument("--format", choices=FORMATS, default="table")
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from patchset.image.compose_in import read_compose
     from patchset.image.definition import load_definition
     from patchset.image.export import default_definition, export_runtime
 
     definition = load_definition(args.build or default_definition(args.builds))
+    compose = None if args.compose is None else read_compose(args.compose, definition.vllm)
     registry = load(args.registry)
     source = source_from(args)
     report = export_runtime(
@@ -58,6 +68,7 @@ def run_export(args: argparse.Namespace) -> int:
         source=source,
         log=err_lines(),
         strict=args.strict,
+        compose=compose,
     )
     emit(report, args.format, _exported)
     return ExitCode.OK
@@ -72,5 +83,7 @@ def _exported(report: ExportReport) -> None:
     for p in report.patches:
         out.add_row(p.id, str(p.revision), p.kind, p.apply)
     con.print(out)
+    for line in report.compose_in:
+        con.print(f"compose: {line}", markup=False)
     con.print(f"compose: {report.folder}/compose.yaml", markup=False)
     con.print(f"docker run: {report.docker_run}", markup=False, soft_wrap=True)

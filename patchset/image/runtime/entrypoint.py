@@ -61,7 +61,7 @@ if str(HERE) not in sys.path:
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import gpus as gpu_query
-    from patchset.kernel import startup, tree, vllm
+    from patchset.kernel import modelconfig, startup, switchnames, tree, vllm
     from patchset.kernel.capability import Capability, in_scope
     from patchset.kernel.hunks import apply_hunks, join_text, split_text
     from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
@@ -69,10 +69,10 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.predicates import Facts, installed_versions
     from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import GOOD, apply_site, check_site, served_from_args
-    from patchset.kernel.touches import defines, module_files
+    from patchset.kernel.touches import resolve
 else:
     from patchset_kernel import gpus as gpu_query
-    from patchset_kernel import startup, tree, vllm
+    from patchset_kernel import modelconfig, startup, switchnames, tree, vllm
     from patchset_kernel.capability import Capability, in_scope
     from patchset_kernel.hunks import apply_hunks, join_text, split_text
     from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
@@ -80,7 +80,7 @@ else:
     from patchset_kernel.predicates import Facts, installed_versions
     from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import GOOD, apply_site, check_site, served_from_args
-    from patchset_kernel.touches import defines, module_files
+    from patchset_kernel.touches import resolve
 
 MANIFEST = HERE / "manifest.json"
 REFUSED = 9  # the container start was refused (docs/exit-codes.md)
@@ -255,12 +255,12 @@ def check_plugin(patch: PatchEntry, plan: Plan, *, registered: bool) -> str:
     """A python patch: every name it touches is still in vLLM; with `registered`, vLLM's
     plugin lookup (importlib.metadata, as vllm.plugins does it) finds its entry point."""
     for touch in patch.touches:
-        module, _, attr = touch.partition(":")
-        rel = next((f for f in module_files(module) if (plan.root / f).is_file()), None)
-        if rel is None:
-            raise PatchFailedError(f"touches {touch}, but {module_files(module)[0]} is missing")
-        if not defines(plan.read(rel), attr):
-            raise PatchFailedError(f"touches {touch}, which {rel} no longer defines")
+        missing = resolve(touch, plan.get)[1]  # as Python's import system finds the name
+        if missing is not None and ": " in missing:
+            rel, _, name = missing.partition(": ")
+            raise PatchFailedError(f"touches {touch}, which {rel} no longer defines {name}")
+        if missing is not None:
+            raise PatchFailedError(f"touches {touch}, but {missing} is missing")
     if not registered:
         return "plugin (vLLM runs it in each process)"
     import importlib.metadata  # noqa: PLC0415 - 60 ms at every start otherwise; --verify only
@@ -420,9 +420,11 @@ def run_patches(
         left_out = startup.selection(manifest, os.environ)
     except ValueError as exc:
         raise StartRefusedError(str(exc)) from None
+    switchnames.at_start(HERE / switchnames.FILE, manifest, os.environ)  # aliases mapped
     plan, run = Plan(root), startup.Run()
     served = served_from_args([*manifest.serve_args, *extra_args])
-    known = startup.facts(served, gpus, names, root, driver)
+    model = modelconfig.at_start(served, [*manifest.serve_args, *extra_args], manifest.patches)
+    served, known = model.served, model.into(startup.facts(model.served, gpus, names, root, driver))
     patches = series(manifest)
     out: dict[str, str] = {}  # the patches not in at this start, and why
     where = Here(stock, verify, served, gpus, gpu)
