@@ -39,7 +39,7 @@ from patchset.importers.club_meta import (
     _Skip,
 )
 from patchset.importers.club_overlays import _overlay
-from patchset.importers.common import Releases, origin_of, version_key
+from patchset.importers.common import Releases, origin_of, refuse_escapes, version_key
 from patchset.importers.genesis_wiring import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry
 from patchset.importers.pystatic import Package, Scope
@@ -67,6 +67,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
     sources: Sequence[ReleaseSource] = (),
 ) -> Collected:
     path = detect(folder)
+    refuse_escapes(folder, ["models", "scripts/lib/profiles"])  # the folders read
     broken: dict[str, str] = {}
     try:
         data = _yaml(path)
@@ -80,6 +81,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         raise CollectionError(
             f"{path}: an unknown layout (looked for schema_version: 1 and patches:)"
         )
+    _check_entries(path, data["patches"])
     repository, commit = origin_of(folder, CLUB.repository)
     mounts, pins = _composes(folder, broken)
     releases = Releases(sources)
@@ -92,7 +94,8 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         for raw, meta in listed.items():
             if only and raw not in only and CLUB.id_of(raw) not in only:
                 continue
-            files = [str(f) for f in meta.get("files") or []]
+            given = meta.get("files") or []
+            files = [given] if isinstance(given, str) else [str(f) for f in given]
             scope = _scope(files, meta)
             if scope is not None:
                 entries.append(Entry(raw, "out-of-scope", reasons=[scope]))
@@ -171,6 +174,49 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
     )
 
 
+_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str, int),
+    "files": (list, str),
+    "model": (list, str),
+    "upstream": (dict,),
+    "deprecated_on": (str, int, float),
+    "delivery_mechanism": (str,),
+}
+
+
+def _check_entries(path: Path, patches: list[object]) -> None:
+    """Each entry of patches.yml a mapping whose keys this importer reads have the types the
+    collection uses; else one line naming the entry and key (exit 2), nothing written."""
+    for index, item in enumerate(patches):
+        where = f"{path}: patches[{index}]"
+        if not isinstance(item, dict):
+            raise CollectionError(f"{where}: expected a mapping, got {type(item).__name__}")
+        where += f" (id {item.get('id')!r})" if "id" in item else ""
+        if item.get("id") in (None, ""):
+            raise CollectionError(f"{where}: no id")
+        for key, types in _TYPES.items():
+            value = item.get(key)
+            if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+                raise CollectionError(
+                    f"{where}: {key} must be {' or '.join(_NAMES[t] for t in types)},"
+                    f" got {type(value).__name__}"
+                )
+        for key in ("files", "model"):
+            value = item.get(key)
+            if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+                raise CollectionError(f"{where}: {key} must list strings")
+        upstream = item.get("upstream")
+        for key in ("ref", "status", "drop_when"):
+            value = upstream.get(key) if isinstance(upstream, dict) else None
+            if value is not None and not isinstance(value, str | int | float):
+                raise CollectionError(
+                    f"{where}: upstream.{key} must be text, got {type(value).__name__}"
+                )
+
+
+_NAMES = {str: "text", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+
+
 def _at(data: object, *keys: str) -> list[object]:
     for key in keys:
         data = data.get(key) if isinstance(data, dict) else None
@@ -235,7 +281,8 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
     out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
     lost: list[str] = []
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
-    named = [root / str(f) for f in meta.get("files") or []]  # type: ignore[attr-defined]
+    given = meta.get("files") or []
+    named = [root / str(f) for f in ([given] if isinstance(given, str) else given)]  # type: ignore[attr-defined]
     if named and all(f.is_file() and f.suffix == ".py" for f in named):
         files = named  # the patch is these files of a shared folder
     code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]

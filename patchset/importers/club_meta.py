@@ -110,13 +110,23 @@ def _metadata(
     status = str(upstream.get("status") or "")
     number = re.search(r"(?:#|pr)(\d{2,6})", ref + " " + raw)
     state = {"open": "open", "merged": "merged", "closed": "closed"}.get(
-        status.split("-", maxsplit=1)[0], "unsubmitted"
+        status.split("-", maxsplit=1)[0]
     )
-    up: dict[str, object] = {"state": state if number or state == "unsubmitted" else "unsubmitted"}
-    if number and up["state"] != "unsubmitted":
-        up["pr"] = f"vllm-project/vllm#{number.group(1)}"
-    elif number:
-        up["note"] = f"vllm#{number.group(1)} ({status})"
+    # Every status is kept (`x.upstream_status`, and in the note); a PR is never dropped: a
+    # status that is no PR state (local-vendored, local-workaround, negative-local-result,
+    # diagnostic-overlay...) leaves the PR's own state unsaid, so it is watched as open.
+    up: dict[str, object]
+    if number:
+        up = {"pr": f"vllm-project/vllm#{number.group(1)}", "state": state or "open"}
+        if state is None or status != state:
+            assumed = "" if state else "; the PR's state is not given: open assumed"
+            up["note"] = f"club-3090 status {status or '(none)'}{assumed}"
+    else:
+        up = {"state": "unsubmitted"}
+        if status:
+            up["note"] = f"club-3090 status {status}" + (
+                " (no PR named)" if state is not None else ""
+            )
     x: dict[str, object] = {"club_id": raw, "upstream_status": status, "upstream_ref": ref}
     for key in ("drop_when",):
         if upstream.get(key):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.importers.common import Releases, origin_of
+from patchset.importers.common import Releases, origin_of, refuse_escapes
 from patchset.importers.genesis_files import by_release, picks_files
 from patchset.importers.genesis_registry import (
     GENESIS,
@@ -67,6 +67,7 @@ def collect(
 
 def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> Collected:
     registry_file = detect(folder)
+    refuse_escapes(folder, [PACKAGE])  # read, and carried whole as the support package
     entries, lines, problem = read_registry(registry_file)
     if problem is not None:
         if "unknown layout" in problem:
