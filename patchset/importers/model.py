@@ -10,7 +10,9 @@ from typing import Literal
 from patchset.errors import ExitCode, PatchsetError
 
 Status = Literal["imported", "imported-with-loss", "not-imported", "out-of-scope"]
-Action = Literal["added", "updated", "unchanged", "removed", "kept", "none", "would-add"]
+Action = Literal[
+    "added", "updated", "unchanged", "removed", "kept", "none", "would-add", "would-update"
+]
 STATE_FOLDER = ".imported"  # under the registry folder: never a patch id (starts with '.')
 SUPPORT_FOLDER = "_support"
 
@@ -124,6 +126,7 @@ class Collected:
     broken: dict[str, str] = field(default_factory=dict)  # collection file -> why skipped
     builds: dict[str, str] = field(default_factory=dict)  # builds/<name>.toml -> text
     ran: list[str] = field(default_factory=list)  # the collection's scripts run (--run-scripts)
+    notes: list[str] = field(default_factory=list)  # lines for the summary (pins not checked)
 
 
 @dataclass
@@ -136,6 +139,7 @@ class ImportReport:
     builds: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ran: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -158,5 +162,6 @@ class ImportReport:
             "unparsed": dict(self.broken),
             "builds": list(self.builds),
             "scripts_run": list(self.ran),
+            "notes": list(self.notes),
             "seconds": round(self.seconds, 3),
         }

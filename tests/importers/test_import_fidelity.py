@@ -214,3 +214,61 @@ def test_a_range_given_twice_keeps_both_bounds() -> None:
         ">=0.0",
     )
     assert meta["vllm"] == ">=0.21.0"
+
+
+# -- again, on a newer checkout; and a dry run -------------------------------------------
+
+
+def test_reimport_tells_no_longer_importable_from_removed(tmp_path: Path) -> None:
+    from patchset.importers import import_collection
+    from tests import import_fixtures as fx
+
+    checkout = fx.genesis(tmp_path / "g")
+    registry = tmp_path / "patches"
+    import_collection("genesis", checkout, registry)
+    good = (registry / "genesis-g1" / "sites.toml").read_text()
+    source = checkout / "sndr/dispatcher/registry.py"
+    text = source.read_text()
+    # G2 leaves the collection; G1's module now builds its text at run time
+    source.write_text(text[: text.index('    "G2": {')] + text[text.index('    "G3": {') :])
+    g1 = checkout / "sndr/engines/vllm/patches/core/g1.py"
+    g1.write_text(
+        g1.read_text().replace(
+            "target_file=str(target)", 'target_file=__import__("os").environ["T"]'
+        )
+    )
+    again = import_collection("genesis", checkout, registry)
+    by_source = {e.source_id: e for e in again.entries}
+    assert by_source["G2"].action == "removed"
+    assert by_source["G2"].reasons == ["no longer in the collection (kept)"]
+    g1_entry = by_source["G1"]
+    assert [e.source_id for e in again.entries].count("G1") == 1  # one line, not also "removed"
+    assert (g1_entry.status, g1_entry.action, g1_entry.patch) == (
+        "not-imported",
+        "kept",
+        "genesis-g1",
+    )
+    assert g1_entry.reasons[0].startswith("no longer importable (")
+    assert "found at run time" in g1_entry.reasons[0]
+    assert "last good version (revision 1) is kept" in g1_entry.reasons[0]
+    assert (registry / "genesis-g1" / "sites.toml").read_text() == good
+
+
+def test_a_dry_run_runs_every_check_the_import_runs(tmp_path: Path) -> None:
+    from patchset.importers import import_collection
+    from tests import import_fixtures as fx
+
+    checkout = fx.genesis(tmp_path / "g")
+    registry = tmp_path / "p" / "patches"
+    dry = import_collection("genesis", checkout, registry, dry_run=True)
+    assert not registry.exists()
+    real = import_collection("genesis", checkout, registry)
+    would = {"added": "would-add", "updated": "would-update"}
+    assert [
+        (e.source_id, e.status, would.get(e.action, e.action), e.reasons) for e in real.entries
+    ] == [(e.source_id, e.status, e.action, e.reasons) for e in dry.entries]
+    # G5 imports a module no support package provides: refused by both, not "would-add"
+    g5 = next(e for e in dry.entries if e.source_id == "G5")
+    assert (g5.status, g5.action) == ("not-imported", "none")
+    assert g5.reasons[0].startswith("validate refuses it")
+    assert str(tmp_path) in g5.reasons[0] and ".patchset-dry-run-" not in g5.reasons[0]

@@ -92,6 +92,8 @@ def _render(report: ImportReport) -> None:
         )
     for name in report.builds:
         say(f"build definition builds/{name}")
+    for note in report.notes:
+        say(note)
     prefix = "would import" if report.dry_run else "imported"
     say(
         f"{report.collection} @ {(report.commit or 'unknown')[:12]}: {prefix}"
