@@ -13,8 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from patchset.importers.definitions import write_plans
 from patchset.importers.land import land, read_state
 from patchset.importers.model import Action, Collected, CollectionError, Entry, ImportReport
+from patchset.sources.base import ReleaseSource
 
 COLLECTIONS = ("genesis", "club-3090")
 
@@ -61,12 +63,19 @@ def import_collection(
         )
     target = Path(registry)
     written = None if builds is None else Path(builds)
-    if dry_run:
-        report = _rehearse(collected, target, wanted, written)
+    if collected.plans and written is not None:
+        from patchset.sources import parse_source  # noqa: PLC0415
+
+        releases = [parse_source(spec) for spec in sources] or [parse_source(None)]
     else:
-        report = land(collected, target, only=wanted, builds=written)
+        releases = []
+    if dry_run:
+        report = _rehearse(collected, target, wanted, written, releases)
+    else:
+        report = land(collected, target, only=wanted)
+        _definitions(report, collected, target, written, releases, dry_run=False)
     no_longer_importable(report, collected, target)
-    report.notes = list(collected.notes)
+    report.notes = [*collected.notes, *report.notes]
     report.seconds = time.perf_counter() - start
     return report
 
@@ -74,8 +83,30 @@ def import_collection(
 _WOULD: dict[str, Action] = {"added": "would-add", "updated": "would-update"}
 
 
+def _definitions(
+    report: ImportReport,
+    collected: Collected,
+    registry: Path,
+    builds: Path | None,
+    releases: list[ReleaseSource],
+    *,
+    dry_run: bool,
+) -> None:
+    """The build definitions the importer proposes, planned on the landed registry: those
+    that `runtime export` takes are written (named in the report), the rest said."""
+    if not collected.plans:
+        return
+    planned = write_plans(collected.plans, registry, builds, releases, dry_run=dry_run)
+    report.builds += [b for b in planned.written if b not in report.builds]
+    report.notes += planned.notes
+
+
 def _rehearse(
-    collected: Collected, registry: Path, only: set[str] | None, builds: Path | None
+    collected: Collected,
+    registry: Path,
+    only: set[str] | None,
+    builds: Path | None,
+    releases: list[ReleaseSource],
 ) -> ImportReport:
     """A dry run: the real import, every check included (a patch that does not load, one
     validate refuses), landed in a throwaway copy of the registry; its actions said as what
@@ -85,12 +116,7 @@ def _rehearse(
         if registry.is_dir():
             shutil.copytree(registry, copy, symlinks=True)
         report = land(collected, copy, only=only, builds=None)
-    if builds is not None and collected.builds:
-        report.builds = [
-            name
-            for name, text in collected.builds.items()
-            if not (builds / name).is_file() or (builds / name).read_text() == text
-        ]
+        _definitions(report, collected, copy, builds, releases, dry_run=True)
     report.dry_run = True
     for entry in report.entries:
         entry.action = _WOULD.get(entry.action, entry.action)

@@ -32,10 +32,10 @@ from patchset.importers.club_meta import (
     CLUB,
     PATCHES_YML,
     Making,
-    _builds,
     _composes,
     _metadata,
     _models,
+    _plans,
     _Skip,
 )
 from patchset.importers.club_overlays import _overlay
@@ -83,7 +83,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         )
     _check_entries(path, data["patches"])
     repository, commit = origin_of(folder, CLUB.repository)
-    mounts, pins = _composes(folder, broken)
+    mounts, pins, composes = _composes(folder, broken)
     releases = Releases(sources)
     drafts: list[Draft] = []
     entries: list[Entry] = []
@@ -121,7 +121,6 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 continue
             digests[code] = CLUB.id_of(raw)
             wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
-            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
             try:
                 draft = _draft(
                     raw,
@@ -158,7 +157,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 drafts.append(one)
     finally:
         releases.close()
-    builds = _builds(pins, drafts, listed if "listed" in locals() else {})
+    plans, notes = _plans(composes, drafts)
     docs = [] if only else sorted(folder.glob("models/*/vllm/patches/**/*.md"))
     entries.extend(
         Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
@@ -170,7 +169,15 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         if d.meta.get("kind") == "runtime"
     ]
     return Collected(
-        CLUB.name, repository, commit, drafts, entries, broken=broken, builds=builds, ran=ran
+        CLUB.name,
+        repository,
+        commit,
+        drafts,
+        entries,
+        broken=broken,
+        plans=plans,
+        notes=notes,
+        ran=ran,
     )
 
 

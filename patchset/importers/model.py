@@ -113,6 +113,18 @@ class Entry:
         }
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One definition to write: `builds/<name>`, its release, the patches wanted (the order
+    they are preferred in when two cannot both be listed), the other keys, a header."""
+
+    name: str
+    vllm: str
+    wanted: tuple[str, ...]
+    data: dict[str, object]
+    header: str
+
+
 @dataclass
 class Collected:
     """What an importer read from a collection, before anything is written."""
@@ -124,9 +136,10 @@ class Collected:
     entries: list[Entry]  # the ones that produced no draft (not imported, out of scope)
     supports: list[Support] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)  # collection file -> why skipped
-    builds: dict[str, str] = field(default_factory=dict)  # builds/<name>.toml -> text
+    builds: dict[str, str] = field(default_factory=dict)  # unused: definitions are `plans`
     ran: list[str] = field(default_factory=list)  # the collection's scripts run (--run-scripts)
     notes: list[str] = field(default_factory=list)  # lines for the summary (pins not checked)
+    plans: list[Plan] = field(default_factory=list)  # build definitions to plan once landed
 
 
 @dataclass
