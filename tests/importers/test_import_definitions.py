@@ -1,0 +1,128 @@
+"""The build definitions an import writes: every one exports (`patchset runtime export`) on
+its release; a nightly pin is named, never mapped to a release; alternatives are never
+listed together; a patch that does not fit is left out and said."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from patchset.importers import import_collection
+from tests import import_fixtures as fx
+from tests.helpers.cli import cli
+
+
+def _exports(project: Path, names: list[str], release: Path) -> None:
+    """`runtime export` of each written definition, on the release it names."""
+    assert names
+    for name in names:
+        out = project / "rt" / name.removesuffix(".toml")
+        result = cli(
+            "runtime",
+            "export",
+            out,
+            "--build",
+            project / "builds" / name,
+            "--registry",
+            project / "patches",
+            "--source",
+            release,
+            cwd=project,
+        )
+        assert result.code == 0, (name, result.err)
+        assert (out / "manifest.json").is_file()
+
+
+def test_genesis_definitions_per_final_pin_export(tmp_path: Path) -> None:
+    checkout = fx.genesis(tmp_path / "g")
+    fx.genesis_pins(
+        checkout,
+        ("0.20.1rc1.dev16+g7a1eb8ac2", "0.20.0", "nightly-7a1eb8ac2f00", "0.21.0rc1"),
+        stable="v0.20.0",
+    )
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "genesis",
+        checkout,
+        project / "patches",
+        builds=project / "builds",
+        sources=[str(release)],
+    )
+    assert report.builds == ["genesis-0.20.0.toml"]  # the final release, once
+    nightly = [n for n in report.notes if "7a1eb8ac2" in n]
+    assert len(nightly) == 1  # its two spellings on one line
+    assert "nightly-7a1eb8ac2f00" in nightly[0] and "no definition written" in nightly[0]
+    assert "--source git:PATH@7a1eb8ac2" in nightly[0] and "--source image:" in nightly[0]
+    assert any("0.21.0rc1" in n and "pre-release" in n for n in report.notes)
+    assert not any(
+        "0.23.1" in n and "definition" in n and "genesis-0.23" in n for n in report.notes
+    )
+    data = tomllib.loads((project / "builds" / "genesis-0.20.0.toml").read_text())
+    assert data["vllm"] == "0.20.0" and data["base"] == "vllm/vllm-openai:v0.20.0"
+    # G2 is on by default; G1 (which G2 conflicts with) is gated on a model no serve
+    # argument names: G2 listed, G1 left out and said
+    assert "genesis-g2" in data["patches"] and "genesis-g1" not in data["patches"]
+    assert any("genesis-g1 (applies = " in n for n in report.notes), report.notes
+    _exports(project, report.builds, release)
+
+
+def test_genesis_nightly_only_pins_write_no_definition(tmp_path: Path) -> None:
+    checkout = fx.genesis(tmp_path / "g")
+    fx.genesis_pins(checkout, ("0.20.2rc1.dev93+g51f22dcfd",))
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "genesis", checkout, project / "patches", builds=project / "builds", sources=[str(release)]
+    )
+    assert report.builds == []
+    assert not (project / "builds").exists()  # 0.20.0 is no pin of Genesis: never mapped to it
+    assert any("51f22dcfd" in n and "nightly" in n for n in report.notes)
+
+
+def test_club_definitions_per_compose_set_export(tmp_path: Path) -> None:
+    checkout = fx.club(tmp_path / "c")
+    fx.club_alternative_compose(checkout)
+    releases = [fx.release(tmp_path / f"r{v}", v) for v in ("0.19.1", "0.20.0")]
+    project = tmp_path / "p"
+    report = import_collection(
+        "club-3090",
+        checkout,
+        project / "patches",
+        builds=project / "builds",
+        sources=[str(r) for r in releases],
+        run_scripts=True,
+    )
+    # two composes at 0.20.0 mount different sets: two definitions, never one listing both
+    assert sorted(report.builds) == [
+        "club-m1-0.20.0-dual-b.toml",
+        "club-m1-0.20.0-single-a.toml",
+    ], (report.builds, report.notes)
+    first = tomllib.loads((project / "builds" / "club-m1-0.20.0-single-a.toml").read_text())
+    second = tomllib.loads((project / "builds" / "club-m1-0.20.0-dual-b.toml").read_text())
+    assert first["patches"] == ["club-m-overlay"]
+    # the hook's touches (read from the module it waits for) name no attribute of the
+    # release: it does not fit, so it is left out, and said
+    assert second["patches"] == ["club-m-vllm-pr111-diff"]
+    assert any("dual-b.toml: left out 1: club-m-hook (missing-target" in n for n in report.notes)
+    assert second["serve"] == {"args": ["--model", "m1-other"]}
+    # the overlay is written against 0.20.0 (its range >=0.20.0): at 0.19.1 it does not fit
+    assert not (project / "builds" / "club-m1-0.19.1.toml").exists()
+    assert any("club-m1-0.19.1.toml" in n and "club-m-overlay" in n for n in report.notes)
+    _exports(project, report.builds, releases[1])
+
+
+def test_a_dry_run_names_the_definitions_and_writes_none(tmp_path: Path) -> None:
+    checkout = fx.club(tmp_path / "c")
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "club-3090",
+        checkout,
+        project / "patches",
+        builds=project / "builds",
+        sources=[str(release)],
+        dry_run=True,
+    )
+    assert report.builds == ["club-m1-0.20.0.toml"]
+    assert not project.exists()
