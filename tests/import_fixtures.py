@@ -358,3 +358,39 @@ def club_alternative_compose(root: Path) -> None:
         },
     )
     commit_all(root, "composes")
+
+
+BACKPORT_DIFF = """\
+diff --git a/vllm/x.py b/vllm/x.py
+--- a/vllm/x.py
++++ b/vllm/x.py
+@@ -9,2 +9,2 @@
+ def helper(z):
+-    return z * 2
++    return z * 5
+"""
+
+
+def club_backport(root: Path) -> None:
+    """A PR backport in a folder naming no release (its range is not stated), mounted by a
+    compose pinning 0.19.1 (the oldest pin: where the evidence starts)."""
+    listed = root / "scripts/lib/profiles/patches.yml"
+    listed.write_text(
+        listed.read_text()
+        + "  - id: m-backport\n"
+        + "    model: [m1]\n"
+        + "    files: [models/m1/vllm/patches/vllm-backport]\n"
+        + '    upstream: {ref: "vllm#555", status: local-vendored}\n'
+    )
+    _write(
+        root,
+        {
+            "models/m1/vllm/patches/vllm-backport/backport.patch": BACKPORT_DIFF,
+            "models/m1/vllm/compose/single/old.yml": """\
+                services:
+                  vllm:
+                    image: vllm/vllm-openai:v0.19.1
+                """,
+        },
+    )
+    commit_all(root, "backport")

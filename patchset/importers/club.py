@@ -39,6 +39,7 @@ from patchset.importers.club_meta import (
     _Skip,
 )
 from patchset.importers.club_overlays import _overlay
+from patchset.importers.club_range import evidence_range
 from patchset.importers.common import Releases, origin_of, refuse_escapes, version_key
 from patchset.importers.genesis_wiring import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry
@@ -85,6 +86,8 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
     repository, commit = origin_of(folder, CLUB.repository)
     mounts, pins, composes = _composes(folder, broken)
     releases = Releases(sources)
+    pinned = sorted({v for by_model in pins.values() for v in by_model}, key=version_key)
+    floor = pinned[0] if pinned else None  # ranges from evidence: from the oldest pin on
     drafts: list[Draft] = []
     entries: list[Entry] = []
     seen_folders: dict[str, str] = {}
@@ -154,6 +157,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                     )
                     continue
                 digests[_digest(one)] = one.id
+                evidence_range(one, releases, wanted, floor)
                 drafts.append(one)
     finally:
         releases.close()
@@ -455,9 +459,19 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
     named = sorted(set(re.findall(r"[\"'](vllm(?:\.\w+)+)[\"']", text)))
     if not touches and named:
         # an import hook: the module it waits for, and the names it sets on its classes
-        attrs = re.findall(r"^\s+\w+\.(\w+)\s*=\s*\w+\s*$", text, re.M)
-        touches = [f"{named[0]}:{a}" for a in dict.fromkeys(attrs)][:1] or []
-        lost.append("touches read from the module name the hook waits for")
+        # `emb = getattr(module, "Class", None)` ... `emb.method = method`: Class.method
+        bound = dict(
+            re.findall(r"^\s*(\w+)\s*=\s*getattr\(\s*module\s*,\s*[\"'](\w+)[\"']", text, re.M)
+        )
+        rebound = re.findall(r"^\s+(\w+)\.(\w+)\s*=\s*\w+\s*$", text, re.M)
+        touches = [f"{named[0]}:{bound[o]}.{a}" for o, a in dict.fromkeys(rebound) if o in bound]
+        if touches:
+            approximate = False
+            lost.append("touches read from the hook: the module it waits for, the names it rebinds")
+        else:
+            attrs = [a for o, a in rebound]
+            touches = [f"{named[0]}:{a}" for a in dict.fromkeys(attrs)][:1]
+            lost.append("touches read from the module name the hook waits for")
     if not touches:
         raise _Skip(f"{hook.relative_to(root)}: rebinds no vLLM name that can be read statically")
     if approximate:

@@ -272,3 +272,34 @@ def test_a_dry_run_runs_every_check_the_import_runs(tmp_path: Path) -> None:
     assert (g5.status, g5.action) == ("not-imported", "none")
     assert g5.reasons[0].startswith("validate refuses it")
     assert str(tmp_path) in g5.reasons[0] and ".patchset-dry-run-" not in g5.reasons[0]
+
+
+def test_a_club_range_the_collection_does_not_state_comes_from_evidence(tmp_path: Path) -> None:
+    from patchset.importers import club
+    from tests import import_fixtures as fx
+
+    checkout = fx.club(tmp_path / "c")
+    fx.club_backport(checkout)
+    helper_gone = fx.RELEASE_X.split("def helper")[0]
+    fixed = fx.RELEASE_X.replace("return z * 2", "return z * 5")
+    releases = [
+        fx.release(tmp_path / "r0.19.1", "0.19.1", {"vllm/x.py": helper_gone}),
+        fx.release(tmp_path / "r0.20.0", "0.20.0"),
+        fx.release(tmp_path / "r0.20.1", "0.20.1"),
+        fx.release(tmp_path / "r0.21.0", "0.21.0", {"vllm/x.py": fixed}),  # merged upstream
+    ]
+    from patchset.sources import parse_source
+
+    collected = club.collect(checkout, sources=[parse_source(str(r)) for r in releases])
+    draft = next(d for d in collected.drafts if d.source_id == "m-backport")
+    assert draft.meta["vllm"] == ">=0.20.0,<0.21.0"  # not ">=0.0"
+    x = draft.meta["x"]
+    assert isinstance(x, dict)
+    assert x["range_from"] == (
+        "the releases it applies to (0.19.1..0.21.0 checked): 0.20.0..0.20.1"
+    )
+    assert draft.meta["upstream"] == {
+        "pr": "vllm-project/vllm#555",
+        "state": "open",
+        "note": "club-3090 status local-vendored; the PR's state is not given: open assumed",
+    }
