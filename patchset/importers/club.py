@@ -39,7 +39,7 @@ from patchset.importers.club_meta import (
     _Skip,
 )
 from patchset.importers.club_overlays import _overlay
-from patchset.importers.club_range import evidence_range
+from patchset.importers.club_range import evidence_range, widen_anchor
 from patchset.importers.common import Releases, origin_of, refuse_escapes, version_key
 from patchset.importers.genesis_wiring import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry
@@ -417,6 +417,14 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
                     "text": site.text,
                 }
             )
+    _widened(
+        sites,
+        newest,
+        releases,
+        good[0].version,
+        None if good[-1] is runs[-1] else good[-1].version,
+        lost,
+    )
     needles, patterns = anchor_scripts.upstream_needles(found)
     if needles or patterns:
         up = out["upstream"]
@@ -444,6 +452,40 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
     )
     payload = dumps({"site": sites}, header=header)
     return Draft(str(out["id"]), raw, out, {"sites.toml": payload}, lost)
+
+
+def _widened(  # noqa: PLR0917 - the sites and the releases of the range
+    sites: list[dict[str, object]],
+    newest: anchor_scripts.Run,
+    releases: Releases,
+    first: str,
+    last: str | None,
+    lost: list[str],
+) -> None:
+    """Each site's anchor unique on every release of the range that holds it (widened from
+    the file it was read from; one line unique there may not be elsewhere)."""
+    in_range = [
+        v
+        for v in releases.versions()
+        if version_key(first) <= version_key(v)
+        and (last is None or version_key(v) <= version_key(last))
+    ]
+    for site in sites:
+        path = str(site["file"])
+        old = newest.edits[path][0]
+        others = {}
+        for version in in_range:
+            data = releases.read(version, path)
+            if data is not None:
+                others[version] = data.decode(errors="replace")
+        before = str(site["anchor"]).count("\n") + 1
+        ambiguous = widen_anchor(site, old, others)
+        if ambiguous:
+            lost.append(
+                f"site {site['name']}: its {before}-line anchor is not unique on"
+                f" {', '.join(ambiguous)}: widened to {str(site['anchor']).count(chr(10)) + 1}"
+                " lines"
+            )
 
 
 def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list[str]) -> Draft:

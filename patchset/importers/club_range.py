@@ -86,3 +86,44 @@ def evidence_range(draft: Draft, releases: Releases, pinned: list[str], floor: s
     if len(runs) > 1:
         others = ", ".join(f"{versions[a]}..{versions[b - 1]}" for a, b in runs if (a, b) != run)
         draft.lost.append(f"it also applies to {others}, outside the range kept")
+
+
+_MAX_ANCHOR = 12  # lines an anchor is widened to, at most
+
+
+def _count(text: str, block: str) -> int:
+    """How often `block` occurs in `text` as whole lines."""
+    return f"\n{text}\n".count(f"\n{block}\n")
+
+
+def widen_anchor(site: dict[str, object], old: str, others: dict[str, str]) -> list[str]:
+    """Widen `site`'s anchor (found once in `old`, the file it was read from) with the lines
+    above it (and, for a replace, below it) until it is unique in every file of `others`
+    (release -> the file there) that holds it; the releases where it was ambiguous."""
+    anchor, text = str(site["anchor"]), str(site["text"])
+    lines = old.split("\n")
+    block = anchor.split("\n")
+    starts = [i for i in range(len(lines) - len(block) + 1) if lines[i : i + len(block)] == block]
+    if len(starts) != 1:
+        return []
+    ambiguous = [v for v, t in others.items() if _count(t, anchor) > 1]
+    if not ambiguous:
+        return []
+    top, end = starts[0], starts[0] + len(block)
+    replace = site["action"] == "replace"
+    while any(_count(others[v], anchor) > 1 for v in ambiguous) and end - top < _MAX_ANCHOR:
+        if top > 0:
+            top -= 1
+            while top > 0 and not lines[top].strip():  # a blank edge line is no context
+                top -= 1
+            if replace:
+                text = "\n".join(lines[top : starts[0]]) + "\n" + text
+        elif replace and end < len(lines):
+            text = text + "\n" + lines[end]
+            end += 1
+        else:
+            break
+        anchor = "\n".join(lines[top:end])
+        starts = [top] if replace else starts
+    site["anchor"], site["text"] = anchor, text
+    return ambiguous

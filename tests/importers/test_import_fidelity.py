@@ -303,3 +303,46 @@ def test_a_club_range_the_collection_does_not_state_comes_from_evidence(tmp_path
         "state": "open",
         "note": "club-3090 status local-vendored; the PR's state is not given: open assumed",
     }
+
+
+def test_a_one_line_anchor_is_widened_until_unique_on_every_release_in_range(
+    tmp_path: Path,
+) -> None:
+    # pr48375's shape: the script's edit read on the pinned release, where its line is
+    # unique; a later release of the range holds that line twice
+    import tomllib
+
+    from patchset.importers import club
+    from patchset.sources import parse_source
+    from tests import import_fixtures as fx
+
+    checkout = fx.club(tmp_path / "c")
+    twice = fx.RELEASE_X + "\n\ndef other(z):\n    return z * 2\n"
+    sources = [
+        parse_source(str(fx.release(tmp_path / "r19", "0.19.1"))),
+        parse_source(str(fx.release(tmp_path / "r20", "0.20.0"))),
+        parse_source(str(fx.release(tmp_path / "r21", "0.21.0", {"vllm/x.py": twice}))),
+    ]
+    collected = club.collect(checkout, sources=sources, run_scripts=True, timeout=30)
+    draft = next(d for d in collected.drafts if d.source_id == "m-anchor")
+    assert draft.meta["vllm"] == ">=0.20.0"
+    sites = tomllib.loads(draft.payloads["sites.toml"])["site"]
+    assert [(s["action"], s["anchor"], s["text"]) for s in sites] == [
+        ("replace", "def helper(z):\n    return z * 2", "def helper(z):\n    return z * 4")
+    ]
+    assert "site x-1: its 1-line anchor is not unique on 0.21.0: widened to 2 lines" in draft.lost
+    # and it applies on both releases of its range
+    import patchset
+    from patchset.importers.land import _write_patch
+    from patchset.registry import load_registry
+
+    registry = tmp_path / "patches"
+    _write_patch(registry / draft.id, draft.meta, draft.payloads)
+    for version, folder in (("0.20.0", "r20"), ("0.21.0", "r21")):
+        report = patchset.check(
+            load_registry(registry),
+            [version],
+            source=parse_source(str(tmp_path / folder)),
+            use_memo=False,
+        )
+        assert report.result(version, draft.id).verdict == "needed", version
