@@ -4,8 +4,11 @@ listed together; a patch that does not fit is left out and said."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
+
+import pytest
 
 from patchset.importers import import_collection
 from tests import import_fixtures as fx
@@ -126,3 +129,42 @@ def test_a_dry_run_names_the_definitions_and_writes_none(tmp_path: Path) -> None
     )
     assert report.builds == ["club-m1-0.20.0.toml"]
     assert not project.exists()
+
+
+@pytest.mark.collections
+@pytest.mark.skipif(
+    not (os.environ.get("PATCHSET_GENESIS_DIR") and os.environ.get("PATCHSET_CLUB3090_DIR")),
+    reason="PATCHSET_GENESIS_DIR or PATCHSET_CLUB3090_DIR unset",
+)
+def test_real_collections_definitions_export(tmp_path: Path) -> None:
+    """Both real checkouts imported (releases from the package index): every definition
+    written exports on its release; Genesis's nightly pins are named, not written."""
+    for name, variable, options in (
+        ("genesis", "PATCHSET_GENESIS_DIR", {"sources": ["index"]}),
+        ("club-3090", "PATCHSET_CLUB3090_DIR", {"run_scripts": True}),
+    ):
+        project = tmp_path / name
+        report = import_collection(
+            name,
+            os.environ[variable],
+            project / "patches",
+            builds=project / "builds",
+            **options,
+        )
+        if name == "genesis":
+            assert any("a nightly build" in n for n in report.notes)
+            assert all(b.startswith("genesis-") for b in report.builds)
+        for build in report.builds:
+            out = project / "rt" / build.removesuffix(".toml")
+            result = cli(
+                "runtime",
+                "export",
+                out,
+                "--build",
+                project / "builds" / build,
+                "--registry",
+                project / "patches",
+                cwd=project,
+            )
+            assert result.code == 0, (build, result.err)
+        assert report.builds, name
