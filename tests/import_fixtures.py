@@ -360,15 +360,7 @@ def club_alternative_compose(root: Path) -> None:
     commit_all(root, "composes")
 
 
-BACKPORT_DIFF = """\
-diff --git a/vllm/x.py b/vllm/x.py
---- a/vllm/x.py
-+++ b/vllm/x.py
-@@ -9,2 +9,2 @@
- def helper(z):
--    return z * 2
-+    return z * 5
-"""
+BACKPORT_DIFF = CLUB_DIFF.replace("+    return z * 3", "+    return z * 5")
 
 
 def club_backport(root: Path) -> None:
