@@ -168,3 +168,70 @@ def test_real_collections_definitions_export(tmp_path: Path) -> None:
             )
             assert result.code == 0, (build, result.err)
         assert report.builds, name
+
+
+def _runtime(
+    registry: Path, pid: str, new: str, *, on: bool, conflicts: tuple[str, ...] = ()
+) -> None:
+    from patchset.importers.land import _write_patch
+    from patchset.importers.tomlout import dumps
+
+    meta: dict[str, object] = {
+        "id": pid,
+        "title": pid,
+        "description": "a test patch\n",
+        "kind": "runtime",
+        "revision": 1,
+        "vllm": ">=0.19.0",
+        "apply": "startup",
+        "targets": ["vllm/x.py"],
+        "origin": "here",
+        "credit": ["t"],
+        **({"conflicts": list(conflicts)} if conflicts else {}),
+        "switch": {"env": f"T_{pid.upper().replace('-', '_')}", "default": on},
+        "upstream": {"state": "unsubmitted"},
+    }
+    site = {
+        "name": "s",
+        "file": "vllm/x.py",
+        "action": "replace",
+        "marker": f"{pid} s",
+        "anchor": "    y = x + 1",
+        "text": f"    {new}",
+    }
+    _write_patch(registry / pid, meta, {"sites.toml": dumps({"site": [site]})})
+
+
+def test_a_plan_lists_what_stacks_and_says_what_it_leaves_out(tmp_path: Path) -> None:
+    """Two patches changing the same line: the preferred (first wanted) one is listed, the
+    other left out as it would not apply on top; a conflict declared is honoured; what is
+    written exports."""
+    from patchset.importers.definitions import write_plans
+    from patchset.importers.model import Plan
+    from patchset.sources import parse_source
+
+    project = tmp_path / "p"
+    registry = project / "patches"
+    _runtime(registry, "t-on", "y = x + 2", on=True)
+    _runtime(registry, "t-off", "y = x + 3", on=False)
+    _runtime(registry, "t-clash", "y = x + 4", on=False, conflicts=("t-on",))
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    data: dict[str, object] = {
+        "vllm": "0.20.0",
+        "cuda": "cu129",
+        "base": "vllm/vllm-openai:v0.20.0",
+        "repository": "t/vllm",
+        "tags": ["{vllm}"],
+        "serve": {"args": []},
+    }
+    plan = Plan("t-0.20.0.toml", "0.20.0", ("t-on", "t-off", "t-clash", "t-gone"), data, "t")
+    planned = write_plans(
+        [plan], registry, project / "builds", [parse_source(str(release))], dry_run=False
+    )
+    assert planned.written == ["t-0.20.0.toml"], planned.notes
+    written = tomllib.loads((project / "builds" / "t-0.20.0.toml").read_text())
+    assert written["patches"] == ["t-on"]
+    (note,) = planned.notes
+    assert "t-off (conflict on this release on top of t-on)" in note, note
+    assert "t-clash (conflicts with t-on)" in note and "t-gone (not imported)" in note
+    _exports(project, planned.written, release)
