@@ -64,7 +64,14 @@ def write_plans(
     loaded = load_registry(registry, tolerant=True)
     releases = Releases(sources)
     try:
-        have = set(releases.versions())
+        try:
+            have = set(releases.versions())
+        except (PatchsetError, OSError) as exc:  # offline, the index unreachable
+            out.notes.extend(
+                f"builds/{plan.name}: not written: the releases could not be listed ({exc})"
+                for plan in plans
+            )
+            return out
         for plan in plans:
             if plan.vllm not in have:
                 out.notes.append(
@@ -74,7 +81,7 @@ def write_plans(
                 continue
             try:
                 text, left = _planned(plan, loaded, functools.partial(releases.read, plan.vllm))
-            except PatchsetError as exc:
+            except (PatchsetError, OSError) as exc:
                 out.notes.append(f"builds/{plan.name}: not written: {exc}")
                 continue
             if text is None:

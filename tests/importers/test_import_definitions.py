@@ -40,7 +40,7 @@ def test_genesis_definitions_per_final_pin_export(tmp_path: Path) -> None:
     checkout = fx.genesis(tmp_path / "g")
     fx.genesis_pins(
         checkout,
-        ("0.20.1rc1.dev16+g7a1eb8ac2", "0.20.0", "nightly-7a1eb8ac2f00", "0.21.0rc1"),
+        ("0.20.1rc1.dev16+g7a1eb8ac2", "0.20.0", "nightly-7a1eb8ac2f00", "0.21.0rc1", "0.22.0"),
         stable="v0.20.0",
     )
     release = fx.release(tmp_path / "r0.20.0", "0.20.0")
@@ -58,6 +58,11 @@ def test_genesis_definitions_per_final_pin_export(tmp_path: Path) -> None:
     assert "nightly-7a1eb8ac2f00" in nightly[0] and "no definition written" in nightly[0]
     assert "--source git:PATH@7a1eb8ac2" in nightly[0] and "--source image:" in nightly[0]
     assert any("0.21.0rc1" in n and "pre-release" in n for n in report.notes)
+    # a final release the source lacks: said, not written
+    assert (
+        "builds/genesis-0.22.0.toml: vLLM 0.22.0 is not a release the source has: not written"
+        in report.notes
+    )
     assert not any(
         "0.23.1" in n and "definition" in n and "genesis-0.23" in n for n in report.notes
     )
