@@ -94,7 +94,7 @@ def _render(report: ImportReport) -> None:
             " patchset's), each on scratch copies of releases: " + "; ".join(report.ran)
         )
     for name in report.builds:
-        say(f"build definition builds/{name}")
+        say(f"{'would write ' if report.dry_run else ''}build definition builds/{name}")
     for note in report.notes:
         say(note)
     prefix = "would import" if report.dry_run else "imported"
