@@ -24,10 +24,12 @@ While the registry does not load the issue-24 keys ([switch], [applies], [lifecy
 benchmark then also writes the drafts without those keys to a second registry (`stripped`)
 and runs the check and the agreement on it: the sites and ranges are the same.
 
+- definitions: `runtime export` of every build definition the two imports wrote.
+
 Last line: genesis_imported=<n>/<entries> club_imported=<n>/<distinct> genesis_s=<s>
 club_s=<s> validate=<genesis rc>,<club rc> check_warm_s=<s> agree=<n>/<pairs>
 documented_better=<n> documented_loss=<n> bytes=<n>/<pairs> bytes_documented=<n>
-unexplained=<n>
+unexplained=<n> definitions_exported=<n>/<written>
 """
 
 from __future__ import annotations
@@ -391,6 +393,28 @@ def _agreement(  # noqa: PLR0915 - one walk over patches and releases
     return agree, len(pairs_of), same, compared, warm, differ
 
 
+def _exported(root: Path, genesis_builds: list[str], club_builds: list[str]) -> tuple[int, int]:
+    """`runtime export` of every definition the two imports wrote, on its release (the
+    index's files): how many export, of how many."""
+    done = 0
+    pairs = [("genesis", n) for n in genesis_builds] + [("club", n) for n in club_builds]
+    for folder, name in pairs:
+        result = cli(
+            "runtime",
+            "export",
+            root / folder / "rt" / name.removesuffix(".toml"),
+            "--build",
+            root / folder / "builds" / name,
+            "--registry",
+            root / folder / "patches",
+        )
+        done += result.code == 0
+        print(f"definition {folder}/{name}: runtime export exit {result.code}")
+        if result.code:
+            print(f"  {result.err.strip()[:300]}")
+    return done, len(pairs)
+
+
 def main() -> None:
     genesis_dir = Path(os.environ.get("PATCHSET_GENESIS_DIR", ""))
     club_dir = Path(os.environ.get("PATCHSET_CLUB3090_DIR", ""))
@@ -398,7 +422,13 @@ def main() -> None:
     try:
         g_registry = root / "genesis" / "patches"
         # the releases (index cache) let patchers that pick their file at run time be variants
-        report = import_collection("genesis", genesis_dir, g_registry, sources=["index"])
+        report = import_collection(
+            "genesis",
+            genesis_dir,
+            g_registry,
+            sources=["index"],
+            builds=root / "genesis" / "builds",
+        )
         g_total = len({e.source_id for e in report.entries})
         g_drafts = genesis.collect(genesis_dir, sources=[parse_source(None)]).drafts
         g_imported = report.count("imported", "imported-with-loss")
@@ -424,6 +454,7 @@ def main() -> None:
             f"imported, {c_report.count('out-of-scope')} out of scope, {c_report.seconds:.1f} s"
         )
         c_rc = _validate(c_registry)
+        exported, written = _exported(root, report.builds, c_report.builds)
         registry = g_registry
         if g_imported < len(g_drafts) // 2:  # the issue-24 keys do not load yet
             registry = _stripped(g_drafts, root)
@@ -445,7 +476,7 @@ def main() -> None:
             f" validate={g_rc},{c_rc} check_warm_s={warm:.2f} agree={agree}/{pairs}"
             f" documented_better={better} documented_loss={loss} bytes={same}/{compared}"
             f" bytes_documented={compared - same - cases['bytes: unexplained']}"
-            f" unexplained={unexplained}"
+            f" unexplained={unexplained} definitions_exported={exported}/{written}"
         )
     finally:
         if os.environ.get("PATCHSET_BENCH_KEEP"):

@@ -308,3 +308,81 @@ def club(root: Path) -> Path:
     )
     commit_all(root)
     return root
+
+
+def genesis_pins(root: Path, pins: tuple[str, ...], stable: str | None = None) -> None:
+    """Genesis's pins: `KNOWN_GOOD_VLLM_PINS` in its guards module, and the successor's
+    `sndr/pins.yaml` (a nightly `current` beside a `stable_release`) when `stable` is given."""
+    _write(
+        root,
+        {
+            "sndr/engines/vllm/detection/__init__.py": "",
+            "sndr/engines/vllm/detection/guards.py": f"KNOWN_GOOD_VLLM_PINS = {pins!r}\n",
+        },
+    )
+    if stable is not None:
+        _write(
+            root,
+            {
+                "sndr/pins.yaml": (
+                    'current: "0.23.1rc1.dev748+g2dfaae752"\n'
+                    f'stable_release: "{stable}"  # the LTS pin\n'
+                )
+            },
+        )
+    commit_all(root, "pins")
+
+
+def club_alternative_compose(root: Path) -> None:
+    """A second compose of m1 at the same pin mounting another set of patches (the PR diff
+    and the hook): an alternative to the first compose's overlay."""
+    _write(
+        root,
+        {
+            "models/m1/vllm/compose/dual/b.yml": """\
+                services:
+                  vllm:
+                    image: vllm/vllm-openai:v0.20.0
+                    command: ["--model", "m1-other"]
+                    volumes:
+                      - ../../patches/vllm-pr111-v0.20.0:/etc/club3090/pr111:ro
+                      - ../../patches/hook:/etc/club3090/hook:ro
+                """,
+            "models/m1/vllm/compose/single/old.yml": """\
+                services:
+                  vllm:
+                    image: vllm/vllm-openai:v0.19.1
+                    volumes:
+                      - ../../patches/overlay-x/x.py:/usr/lib/python3/site/vllm/x.py:ro
+                """,
+        },
+    )
+    commit_all(root, "composes")
+
+
+BACKPORT_DIFF = CLUB_DIFF.replace("+    return z * 3", "+    return z * 5")
+
+
+def club_backport(root: Path) -> None:
+    """A PR backport in a folder naming no release (its range is not stated), mounted by a
+    compose pinning 0.19.1 (the oldest pin: where the evidence starts)."""
+    listed = root / "scripts/lib/profiles/patches.yml"
+    listed.write_text(
+        listed.read_text()
+        + "  - id: m-backport\n"
+        + "    model: [m1]\n"
+        + "    files: [models/m1/vllm/patches/vllm-backport]\n"
+        + '    upstream: {ref: "vllm#555", status: local-vendored}\n'
+    )
+    _write(
+        root,
+        {
+            "models/m1/vllm/patches/vllm-backport/backport.patch": BACKPORT_DIFF,
+            "models/m1/vllm/compose/single/old.yml": """\
+                services:
+                  vllm:
+                    image: vllm/vllm-openai:v0.19.1
+                """,
+        },
+    )
+    commit_all(root, "backport")

@@ -32,14 +32,15 @@ from patchset.importers.club_meta import (
     CLUB,
     PATCHES_YML,
     Making,
-    _builds,
     _composes,
     _metadata,
     _models,
+    _plans,
     _Skip,
 )
 from patchset.importers.club_overlays import _overlay
-from patchset.importers.common import Releases, origin_of, version_key
+from patchset.importers.club_range import evidence_range, widen_anchor
+from patchset.importers.common import Releases, origin_of, refuse_escapes, version_key
 from patchset.importers.genesis_wiring import rebinds
 from patchset.importers.model import Collected, CollectionError, Draft, Entry
 from patchset.importers.pystatic import Package, Scope
@@ -67,6 +68,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
     sources: Sequence[ReleaseSource] = (),
 ) -> Collected:
     path = detect(folder)
+    refuse_escapes(folder, ["models", "scripts/lib/profiles"])  # the folders read
     broken: dict[str, str] = {}
     try:
         data = _yaml(path)
@@ -80,9 +82,12 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         raise CollectionError(
             f"{path}: an unknown layout (looked for schema_version: 1 and patches:)"
         )
+    _check_entries(path, data["patches"])
     repository, commit = origin_of(folder, CLUB.repository)
-    mounts, pins = _composes(folder, broken)
+    mounts, pins, composes = _composes(folder, broken)
     releases = Releases(sources)
+    pinned = sorted({v for by_model in pins.values() for v in by_model}, key=version_key)
+    floor = pinned[0] if pinned else None  # ranges from evidence: from the oldest pin on
     drafts: list[Draft] = []
     entries: list[Entry] = []
     seen_folders: dict[str, str] = {}
@@ -92,7 +97,8 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         for raw, meta in listed.items():
             if only and raw not in only and CLUB.id_of(raw) not in only:
                 continue
-            files = [str(f) for f in meta.get("files") or []]
+            given = meta.get("files") or []
+            files = [given] if isinstance(given, str) else [str(f) for f in given]
             scope = _scope(files, meta)
             if scope is not None:
                 entries.append(Entry(raw, "out-of-scope", reasons=[scope]))
@@ -117,7 +123,6 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 )
                 continue
             digests[code] = CLUB.id_of(raw)
-            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
             wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
             try:
                 draft = _draft(
@@ -152,10 +157,11 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                     )
                     continue
                 digests[_digest(one)] = one.id
+                evidence_range(one, releases, wanted, floor)
                 drafts.append(one)
     finally:
         releases.close()
-    builds = _builds(pins, drafts, listed if "listed" in locals() else {})
+    plans, notes = _plans(composes, drafts)
     docs = [] if only else sorted(folder.glob("models/*/vllm/patches/**/*.md"))
     entries.extend(
         Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
@@ -167,8 +173,59 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         if d.meta.get("kind") == "runtime"
     ]
     return Collected(
-        CLUB.name, repository, commit, drafts, entries, broken=broken, builds=builds, ran=ran
+        CLUB.name,
+        repository,
+        commit,
+        drafts,
+        entries,
+        broken=broken,
+        plans=plans,
+        notes=notes,
+        ran=ran,
     )
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str, int),
+    "files": (list, str),
+    "model": (list, str),
+    "upstream": (dict,),
+    "deprecated_on": (str, int, float),
+    "delivery_mechanism": (str,),
+}
+
+
+def _check_entries(path: Path, patches: list[object]) -> None:
+    """Each entry of patches.yml a mapping whose keys this importer reads have the types the
+    collection uses; else one line naming the entry and key (exit 2), nothing written."""
+    for index, item in enumerate(patches):
+        where = f"{path}: patches[{index}]"
+        if not isinstance(item, dict):
+            raise CollectionError(f"{where}: expected a mapping, got {type(item).__name__}")
+        where += f" (id {item.get('id')!r})" if "id" in item else ""
+        if item.get("id") in (None, ""):
+            raise CollectionError(f"{where}: no id")
+        for key, types in _TYPES.items():
+            value = item.get(key)
+            if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+                raise CollectionError(
+                    f"{where}: {key} must be {' or '.join(_NAMES[t] for t in types)},"
+                    f" got {type(value).__name__}"
+                )
+        for key in ("files", "model"):
+            value = item.get(key)
+            if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+                raise CollectionError(f"{where}: {key} must list strings")
+        upstream = item.get("upstream")
+        for key in ("ref", "status", "drop_when"):
+            value = upstream.get(key) if isinstance(upstream, dict) else None
+            if value is not None and not isinstance(value, str | int | float):
+                raise CollectionError(
+                    f"{where}: upstream.{key} must be text, got {type(value).__name__}"
+                )
+
+
+_NAMES = {str: "text", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
 
 
 def _at(data: object, *keys: str) -> list[object]:
@@ -235,7 +292,8 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
     out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
     lost: list[str] = []
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
-    named = [root / str(f) for f in meta.get("files") or []]  # type: ignore[attr-defined]
+    given = meta.get("files") or []
+    named = [root / str(f) for f in ([given] if isinstance(given, str) else given)]  # type: ignore[attr-defined]
     if named and all(f.is_file() and f.suffix == ".py" for f in named):
         files = named  # the patch is these files of a shared folder
     code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]
@@ -359,6 +417,14 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
                     "text": site.text,
                 }
             )
+    _widened(
+        sites,
+        newest,
+        releases,
+        good[0].version,
+        None if good[-1] is runs[-1] else good[-1].version,
+        lost,
+    )
     needles, patterns = anchor_scripts.upstream_needles(found)
     if needles or patterns:
         up = out["upstream"]
@@ -388,6 +454,40 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
     return Draft(str(out["id"]), raw, out, {"sites.toml": payload}, lost)
 
 
+def _widened(  # noqa: PLR0917 - the sites and the releases of the range
+    sites: list[dict[str, object]],
+    newest: anchor_scripts.Run,
+    releases: Releases,
+    first: str,
+    last: str | None,
+    lost: list[str],
+) -> None:
+    """Each site's anchor unique on every release of the range that holds it (widened from
+    the file it was read from; one line unique there may not be elsewhere)."""
+    in_range = [
+        v
+        for v in releases.versions()
+        if version_key(first) <= version_key(v)
+        and (last is None or version_key(v) <= version_key(last))
+    ]
+    for site in sites:
+        path = str(site["file"])
+        old = newest.edits[path][0]
+        others = {}
+        for version in in_range:
+            data = releases.read(version, path)
+            if data is not None:
+                others[version] = data.decode(errors="replace")
+        before = str(site["anchor"]).count("\n") + 1
+        ambiguous = widen_anchor(site, old, others)
+        if ambiguous:
+            lost.append(
+                f"site {site['name']}: its {before}-line anchor is not unique on"
+                f" {', '.join(ambiguous)}: widened to {str(site['anchor']).count(chr(10)) + 1}"
+                " lines"
+            )
+
+
 def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list[str]) -> Draft:
     text = hook.read_text()
     try:
@@ -401,9 +501,19 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
     named = sorted(set(re.findall(r"[\"'](vllm(?:\.\w+)+)[\"']", text)))
     if not touches and named:
         # an import hook: the module it waits for, and the names it sets on its classes
-        attrs = re.findall(r"^\s+\w+\.(\w+)\s*=\s*\w+\s*$", text, re.M)
-        touches = [f"{named[0]}:{a}" for a in dict.fromkeys(attrs)][:1] or []
-        lost.append("touches read from the module name the hook waits for")
+        # `emb = getattr(module, "Class", None)` ... `emb.method = method`: Class.method
+        bound = dict(
+            re.findall(r"^\s*(\w+)\s*=\s*getattr\(\s*module\s*,\s*[\"'](\w+)[\"']", text, re.M)
+        )
+        rebound = re.findall(r"^\s+(\w+)\.(\w+)\s*=\s*\w+\s*$", text, re.M)
+        touches = [f"{named[0]}:{bound[o]}.{a}" for o, a in dict.fromkeys(rebound) if o in bound]
+        if touches:
+            approximate = False
+            lost.append("touches read from the hook: the module it waits for, the names it rebinds")
+        else:
+            attrs = [a for o, a in rebound]
+            touches = [f"{named[0]}:{a}" for a in dict.fromkeys(attrs)][:1]
+            lost.append("touches read from the module name the hook waits for")
     if not touches:
         raise _Skip(f"{hook.relative_to(root)}: rebinds no vLLM name that can be read statically")
     if approximate:

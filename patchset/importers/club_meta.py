@@ -12,16 +12,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import Version
-
 from patchset.importers.common import version_key
-from patchset.importers.model import Collection, Draft
-from patchset.importers.tomlout import dumps
+from patchset.importers.definitions import STOCK_CUDA
+from patchset.importers.model import Collection, Draft, Plan
 
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
 CLUB = Collection("club-3090", "club-3090", "noonghunna/club-3090", "club")
-STOCK_CUDA = "cu129"  # the compose names only vllm/vllm-openai:vX.Y.Z
 _MOUNT = re.compile(
     r"-\s*['\"]?([^\s:'\"]+/patches/[^\s:'\"]+):[^\s:'\"]*?/(vllm/[^\s:'\"]+?)(?::ro)?['\"]?\s*$",
     re.M,
@@ -45,13 +42,31 @@ class _Skip(Exception):  # noqa: N818 - a reason, not an error
         self.scope = scope
 
 
+@dataclass(frozen=True)
+class Compose:
+    """One compose file of a model: the releases it pins, its serve arguments, and the
+    paths (in the repository) of the patch folders and files it mounts."""
+
+    model: str
+    file: str
+    versions: tuple[str, ...]
+    args: tuple[str, ...]
+    mounted: tuple[str, ...]
+
+
+_VOLUME = re.compile(r"^\s*-\s*['\"]?([^\s:'\"]*/patches/[^\s:'\"]+):", re.M)
+
+
 def _composes(
     root: Path, broken: dict[str, str]
-) -> tuple[dict[str, str], dict[str, dict[str, list[str]]]]:
-    """Overlay mounts (patch file in the repository -> path under vllm/) and the releases
-    each model's composes pin (with the serve arguments of the first compose pinning it)."""
+) -> tuple[dict[str, str], dict[str, dict[str, list[str]]], list[Compose]]:
+    """Overlay mounts (patch file in the repository -> path under vllm/), the releases
+    each model's composes pin (with the serve arguments of the first compose pinning it),
+    and each compose (archived ones aside) with what it mounts."""
     mounts: dict[str, str] = {}
     pins: dict[str, dict[str, list[str]]] = {}
+    composes: list[Compose] = []
+    top = root.resolve()
     for compose in sorted(root.glob("models/*/vllm/compose/**/*.yml")):
         try:
             text = compose.read_text()
@@ -60,15 +75,23 @@ def _composes(
             continue
         model = compose.relative_to(root).parts[1]
         if "_archive" not in compose.parts:
-            for version in _IMAGE.findall(text):
-                pins.setdefault(model, {}).setdefault(version, _serve_args(text))
+            args = _serve_args(text)
+            versions = tuple(dict.fromkeys(_IMAGE.findall(text)))
+            for version in versions:
+                pins.setdefault(model, {}).setdefault(version, args)
+            mounted = []
+            for source in _VOLUME.findall(text):
+                with contextlib.suppress(ValueError, OSError):
+                    mounted.append(str((compose.parent / source).resolve().relative_to(top)))
+            rel = str(compose.relative_to(root / "models" / model / "vllm" / "compose"))
+            composes.append(Compose(model, rel, versions, tuple(args), tuple(mounted)))
         for source, dest in _MOUNT.findall(text):
             resolved = (compose.parent / source).resolve()
             with contextlib.suppress(ValueError):
                 mounts[str(resolved.relative_to(root.resolve()))] = dest
             # an archived compose's relative path may be stale: its folder and name still say
             mounts.setdefault("/".join(Path(source).parts[-2:]), dest)
-    return mounts, pins
+    return mounts, pins, composes
 
 
 def _serve_args(text: str) -> list[str]:
@@ -110,13 +133,23 @@ def _metadata(
     status = str(upstream.get("status") or "")
     number = re.search(r"(?:#|pr)(\d{2,6})", ref + " " + raw)
     state = {"open": "open", "merged": "merged", "closed": "closed"}.get(
-        status.split("-", maxsplit=1)[0], "unsubmitted"
+        status.split("-", maxsplit=1)[0]
     )
-    up: dict[str, object] = {"state": state if number or state == "unsubmitted" else "unsubmitted"}
-    if number and up["state"] != "unsubmitted":
-        up["pr"] = f"vllm-project/vllm#{number.group(1)}"
-    elif number:
-        up["note"] = f"vllm#{number.group(1)} ({status})"
+    # Every status is kept (`x.upstream_status`, and in the note); a PR is never dropped: a
+    # status that is no PR state (local-vendored, local-workaround, negative-local-result,
+    # diagnostic-overlay...) leaves the PR's own state unsaid, so it is watched as open.
+    up: dict[str, object]
+    if number:
+        up = {"pr": f"vllm-project/vllm#{number.group(1)}", "state": state or "open"}
+        if state is None or status != state:
+            assumed = "" if state else "; the PR's state is not given: open assumed"
+            up["note"] = f"club-3090 status {status or '(none)'}{assumed}"
+    else:
+        up = {"state": "unsubmitted"}
+        if status:
+            up["note"] = f"club-3090 status {status}" + (
+                " (no PR named)" if state is not None else ""
+            )
     x: dict[str, object] = {"club_id": raw, "upstream_status": status, "upstream_ref": ref}
     for key in ("drop_when",):
         if upstream.get(key):
@@ -161,48 +194,73 @@ def _metadata(
     return out
 
 
-def _builds(
-    pins: dict[str, dict[str, list[str]]], drafts: list[Draft], listed: dict[str, dict[str, object]]
-) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for model, versions in sorted(pins.items()):
-        ids = [
-            d.id
-            for d in drafts
-            if model in _models(listed.get(d.source_id, {})) and d.meta.get("kind") != "python"
-        ]
-        for version in sorted(versions, key=version_key):
-            fitting = [i for i in ids if _fits(drafts, i, version)]
-            if not fitting:
-                continue  # none of the collection's patches is for this model and release
-            name = f"club-{model}-{version}.toml".replace("/", "-")
-            data: dict[str, object] = {
-                "vllm": version,
-                "cuda": STOCK_CUDA,
-                "base": f"vllm/vllm-openai:v{version}",
-                "repository": f"club3090/{model}".lower(),
-                "tags": ["{vllm}", "{vllm}-ps{registry}"],
-                "patches": fitting,
-                "serve": {"args": versions[version]},
-            }
-            header = (
-                f"club-3090 {model}: its composes pin vLLM {version} (serve arguments from the"
-                f" first such compose, its variables at their defaults).\nThe compose does not"
-                f" name the image's CUDA: {STOCK_CUDA} is assumed; set cuda if it differs."
-            )
-            out[name] = dumps(data, header=header)
-    return out
+def _plans(composes: list[Compose], drafts: list[Draft]) -> tuple[list[Plan], list[str]]:
+    """Per model and pin, the patches that pin's composes mount: one definition when they
+    mount one set (or sets within one another), one per compose otherwise (alternatives are
+    never listed together). Whether each patch fits the pin is planned once landed."""
+    out: list[Plan] = []
+    notes: list[str] = []
+    folders = {d.id: str(_at(d.meta, "provenance", "file")) for d in drafts}
+    models = sorted({c.model for c in composes})
+    for model in models:
+        versions = sorted(
+            {v for c in composes if c.model == model for v in c.versions}, key=version_key
+        )
+        for version in versions:
+            sets: list[tuple[tuple[str, ...], Compose]] = []
+            for compose in (c for c in composes if c.model == model and version in c.versions):
+                ids = tuple(
+                    pid
+                    for pid, folder in folders.items()
+                    if any(_holds(m, folder) for m in compose.mounted)
+                )
+                if ids and all(set(ids) != set(s) for s, _ in sets):
+                    sets.append((ids, compose))
+            widest = [
+                (ids, c) for ids, c in sets if not any(set(ids) < set(other) for other, _ in sets)
+            ]
+            if not widest:
+                notes.append(
+                    f"club-3090 {model} at vLLM {version}: its composes mount none of the"
+                    " imported patches: no build definition (the stock image as it is)"
+                )
+            for ids, compose in widest:
+                stem = f"club-{model}-{version}"
+                if len(widest) > 1:
+                    stem += "-" + re.sub(r"[^A-Za-z0-9.]+", "-", compose.file.removesuffix(".yml"))
+                out.append(_plan(stem, model, version, ids, compose))
+    return out, notes
+
+
+def _holds(mount: str, folder: str) -> bool:
+    """Whether a compose mounting `mount` mounts (some of) the patch kept in `folder`."""
+    return mount == folder or mount.startswith(folder + "/") or folder.startswith(mount + "/")
+
+
+def _at(data: object, *keys: str) -> object:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def _plan(stem: str, model: str, version: str, ids: tuple[str, ...], compose: Compose) -> Plan:
+    data: dict[str, object] = {
+        "vllm": version,
+        "cuda": STOCK_CUDA,
+        "base": f"vllm/vllm-openai:v{version}",
+        "repository": f"club3090/{model}".lower(),
+        "tags": ["{vllm}", "{vllm}-ps{registry}"],
+        "serve": {"args": list(compose.args)},
+    }
+    header = (
+        f"club-3090 {model}: its compose {compose.file} pins vLLM {version}; the patches it"
+        f" mounts that fit it (serve arguments from that compose, its variables at their"
+        f" defaults).\nThe compose does not name the image's CUDA: {STOCK_CUDA} is assumed;"
+        " set cuda if it differs."
+    )
+    return Plan(f"{stem}.toml".replace("/", "-"), version, ids, data, header)
 
 
 def _models(meta: dict[str, object]) -> list[str]:
     model = meta.get("model")
     return [str(m) for m in model] if isinstance(model, list) else [str(model)] if model else []
-
-
-def _fits(drafts: list[Draft], pid: str, version: str) -> bool:
-    from packaging.specifiers import SpecifierSet  # noqa: PLC0415
-
-    for draft in drafts:
-        if draft.id == pid:
-            return Version(version) in SpecifierSet(str(draft.meta.get("vllm", "")))
-    return False

@@ -3,7 +3,9 @@ releases it is read against."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -12,6 +14,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from patchset.adapters.gitrepo import provenance
+from patchset.importers.model import CollectionError
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
 _IMPORT = re.compile(
@@ -83,3 +86,53 @@ def version_key(version: str) -> Version:
         return Version(version)
     except InvalidVersion:
         return Version("0")
+
+
+def refuse_escapes(root: Path, folders: Sequence[str]) -> None:
+    """Refuse (exit 2, one line naming the path) a checkout whose `folders` hold a link
+    leading out of the checkout, a link loop (or a folder link to a folder above it, which a
+    copy would follow forever), or a special file (a FIFO, a device, a socket): the import
+    reads and copies these folders, and would otherwise copy what lies outside as a regular
+    file, or block on a FIFO, or read a device without end."""
+    top = root.resolve()
+    for name in folders:
+        start = root / name
+        if not start.is_dir() or start.is_symlink():
+            if start.is_symlink():
+                _check_link(top, start)
+            continue
+        for here, dirs, files in os.walk(start, followlinks=False):
+            for entry in [*dirs, *files]:
+                path = Path(here) / entry
+                try:
+                    info = path.lstat()
+                except OSError as exc:
+                    raise CollectionError(f"{path}: cannot be read ({exc.strerror})") from None
+                if stat.S_ISLNK(info.st_mode):
+                    _check_link(top, path)
+                elif not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+                    raise CollectionError(
+                        f"{path}: a special file (not a regular file or folder): refused"
+                    )
+
+
+def _check_link(top: Path, path: Path) -> None:
+    error = CollectionError
+    try:
+        target = path.resolve(strict=True)
+    except RuntimeError:
+        raise error(f"{path}: a symlink loop: refused") from None
+    except OSError:
+        target = path.resolve(strict=False)
+        if not target.is_relative_to(top):
+            raise error(
+                f"{path}: a link leading out of the checkout (-> {target}): refused"
+            ) from None
+        return  # a dangling link inside the checkout reads as a missing file
+    if not target.is_relative_to(top):
+        raise error(f"{path}: a link leading out of the checkout (-> {target}): refused")
+    if target.is_dir() and path.parent.resolve().is_relative_to(target):
+        raise error(f"{path}: a link to a folder above it (a loop for a copy): refused")
+    mode = target.stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise error(f"{path}: a link to a special file (-> {target}): refused")

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.importers.common import Releases, origin_of
+from patchset.importers import genesis_pins
+from patchset.importers.common import Releases, origin_of, refuse_escapes
 from patchset.importers.genesis_files import by_release, picks_files
 from patchset.importers.genesis_registry import (
     GENESIS,
@@ -67,6 +68,7 @@ def collect(
 
 def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> Collected:
     registry_file = detect(folder)
+    refuse_escapes(folder, [PACKAGE])  # read, and carried whole as the support package
     entries, lines, problem = read_registry(registry_file)
     if problem is not None:
         if "unknown layout" in problem:
@@ -104,8 +106,17 @@ def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> 
         )
     _drop_dangling(drafts)
     stacked_anchors(drafts)
+    plans, notes = genesis_pins.plans(folder, package, drafts)
     return Collected(
-        GENESIS.name, repository, commit, drafts, skipped, supports, dict(package.broken)
+        GENESIS.name,
+        repository,
+        commit,
+        drafts,
+        skipped,
+        supports,
+        dict(package.broken),
+        notes=notes,
+        plans=plans,
     )
 
 

@@ -10,6 +10,7 @@ import ast
 import re
 from pathlib import Path
 
+from patchset.importers.genesis_state import pr_state
 from patchset.importers.model import Collection
 
 REGISTRY_FILE = "sndr/dispatcher/registry.py"
@@ -94,8 +95,9 @@ def _metadata(
         )
     vllm, applies = _gates(entry.get("applies_to"), lost)
     top_range = entry.get("vllm_version_range")
-    if top_range:
-        vllm = _range(top_range) or vllm
+    if top_range:  # both bound the entry (PN110: applies_to >=0.20.0,<0.23.0 and top <0.23.0)
+        clauses = [c for r in (vllm, _range(top_range) or "") for c in r.split(",") if c]
+        vllm = ",".join(dict.fromkeys(clauses))
     meta["vllm"] = vllm or floor
     if applies is not None:
         meta["applies"] = applies
@@ -112,7 +114,7 @@ def _metadata(
         else:
             x["superseded_by"] = superseded
     meta["lifecycle"] = lifecycle
-    meta["upstream"] = _upstream(entry, x)
+    meta["upstream"] = _upstream(entry, x, lost)
     for key, ours in (("requires_patches", "requires"), ("conflicts_with", "conflicts")):
         named = entry.get(key) or []
         if isinstance(named, list):
@@ -132,7 +134,10 @@ def _metadata(
     return meta
 
 
-def _upstream(entry: dict[str, object], x: dict[str, object]) -> dict[str, object]:
+_NOT_THE_FIX = {"counter_regression": "counters", "intentional_inverse": "reverts"}
+
+
+def _upstream(entry: dict[str, object], x: dict[str, object], lost: list[str]) -> dict[str, object]:
     pr = entry.get("upstream_pr")
     relationship = entry.get("upstream_pr_relationship")
     issue = entry.get("upstream_issue")
@@ -142,8 +147,24 @@ def _upstream(entry: dict[str, object], x: dict[str, object]) -> dict[str, objec
     if issue:
         notes.append(f"upstream issue {issue}")
     if isinstance(pr, int) and not isinstance(pr, bool):
-        up: dict[str, object] = {"pr": f"vllm-project/vllm#{pr}", "state": "open"}
-        notes.append("state as the collection gives it: unknown (open assumed)")
+        read = pr_state(entry, pr)
+        up: dict[str, object] = {"pr": f"vllm-project/vllm#{pr}", "state": read.state}
+        if read.commit:
+            up["commit"] = read.commit
+        if read.superseded_by is not None:
+            up["superseded_by"] = f"vllm-project/vllm#{read.superseded_by}"
+        if read.problem:
+            lost.append(read.problem)
+            notes.append("state unclear in the collection's text (open assumed)")
+        elif read.evidence:
+            notes.append(f"state from the collection's text: {read.evidence[:120]!r}")
+        else:
+            notes.append("state as the collection gives it: unknown (open assumed)")
+        if relationship in _NOT_THE_FIX:
+            notes.append(
+                f"the PR is the upstream change this patch {_NOT_THE_FIX[str(relationship)]},"
+                " not its fix: its merge does not make the patch redundant"
+            )
     else:
         up = {"state": "unsubmitted"}
         if pr:
@@ -159,8 +180,8 @@ def _range(value: object) -> str | None:
     """A range as a PEP 440 specifier (a local version `+g<sha>` dropped: `<` refuses it)."""
     if isinstance(value, str):
         parts = [value]
-    elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-        parts = [str(v) for v in value if v]
+    elif isinstance(value, list | tuple) and all(isinstance(v, str | None) for v in value):
+        parts = [str(v) for v in value if v]  # (">=0.20.0", None): an open upper end
     else:
         return None
     return ",".join(re.sub(r"\+[\w.]+$", "", p.replace(" ", "")) for p in parts)

@@ -7,6 +7,7 @@ The facts of the collection this relies on are in `patchset.importers.genesis`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import re
 import tomllib
@@ -86,7 +87,7 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
         except Unresolved as exc:
             unresolved.append(f"{scope.path.name}:{call.lineno}: {exc}")
             continue
-        for local in contexts:
+        for local, caller in contexts:
             try:
                 made = _patcher(scope, call, func, local)
                 if not _covered(made, found):  # one factory, two callers; an alias of a bundle
@@ -95,6 +96,8 @@ def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
                 text = str(exc)
                 if "fixture" in text or "pristine" in text:
                     continue  # a test or manifest fixture path, not the patch
+                if _helper_only(scope.tree, caller):
+                    continue  # a test/lint helper passing its own argument, never called here
                 unresolved.append(f"{scope.path.name}:{call.lineno}: {exc}")
     _either(scope.tree, owner, found)
     return found, unresolved
@@ -117,22 +120,42 @@ def _either(tree: ast.Module, owner: dict[int, ast.AST], found: list[Patcher]) -
                 patcher.either = [p.file for p in group if p.file != patcher.file]
 
 
-def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[dict[str, ast.expr]]:
+def _helper_only(tree: ast.Module, caller: ast.AST | None) -> bool:
+    """Whether `caller` is a function other than `apply` that takes arguments and that
+    nothing in the module calls or names: Genesis's test and lint helpers
+    (`_make_patcher_for_source(source, target_file)`) build a patcher on a path they are
+    given; the patch is what `apply()` builds."""
+    if not isinstance(caller, ast.FunctionDef | ast.AsyncFunctionDef) or caller.name == "apply":
+        return False
+    if not (caller.args.args or caller.args.posonlyargs or caller.args.kwonlyargs):
+        return False
+    return not any(
+        (isinstance(node, ast.Name) and node.id == caller.name)
+        or (isinstance(node, ast.Attribute) and node.attr == caller.name)
+        for node in ast.walk(tree)
+    )
+
+
+Context = tuple[dict[str, ast.expr], ast.AST | None]  # local names, the caller binding them
+
+
+def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[Context]:
     """The local names of `func` for each way it is called: its own assignments, and its
-    parameters bound from each call in the module (a `for` over a constant list expanded)."""
+    parameters bound from each call in the module (a `for` over a constant list expanded),
+    each with the function making that call."""
     base = local_assignments(func) if func is not scope.tree else {}
     if not isinstance(func, ast.FunctionDef):
-        return [base]
+        return [(base, None)]
     params = [a.arg for a in [*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs]]
     if not params:
-        return [base]
+        return [(base, None)]
     calls = [
         c
         for c in ast.walk(scope.tree)
         if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == func.name
     ]
     defaults = bind_params(func, ast.Call(func=ast.Name(func.name), args=[], keywords=[]))
-    contexts: list[dict[str, ast.expr]] = []
+    contexts: list[Context] = []
     for call in calls:
         caller = owner.get(id(call), scope.tree)
         caller_local = local_assignments(caller) if caller is not scope.tree else {}
@@ -144,9 +167,9 @@ def _contexts(scope: Scope, func: ast.AST, owner: dict[int, ast.AST]) -> list[di
                     if name in base and name in defaults and expr is defaults[name]:
                         continue  # a default its body replaces
                     context[name] = _rebind(expr, {**caller_local, **names})
-                contexts.append(context)
+                contexts.append((context, caller))
     if not contexts:
-        return [{**defaults, **base}]
+        return [({**defaults, **base}, None)]
     return contexts
 
 
@@ -235,9 +258,16 @@ def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.ex
         return _target(scope, node.args[0], func, local)
     if isinstance(node, ast.Name):
         if node.id in local:
-            return _target(
-                scope, local[node.id], func, {k: v for k, v in local.items() if k != node.id}
-            )
+            rest = {k: v for k, v in local.items() if k != node.id}
+            values = _assigned_in_turn(func, node.id)
+            if len(values) > 1:  # `t = f("new")`, `if t is None: t = f("legacy")`: a fallback
+                turns: list[str] = []
+                for value in values:
+                    with contextlib.suppress(Unresolved):
+                        turns += _target(scope, value, func, rest)
+                if turns:
+                    return list(dict.fromkeys(turns))
+            return _target(scope, local[node.id], func, rest)
         calls = [
             c.args[0]
             for c in ast.walk(func)
@@ -267,6 +297,20 @@ def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.ex
     if isinstance(node, ast.IfExp):
         return _target(scope, node.body, func, local) + _target(scope, node.orelse, func, local)
     raise Unresolved(f"line {node.lineno}: target_file {ast.unparse(node)} is found at run time")
+
+
+def _assigned_in_turn(func: ast.AST, name: str) -> list[ast.expr]:
+    """Every `name = value` of `func`, in source order: a name set again under `if name is
+    None:` is the file Genesis falls back to."""
+    found = [
+        node
+        for node in ast.walk(func)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id == name
+    ]
+    return [n.value for n in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
 
 
 def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr]) -> list[Sub]:

@@ -10,7 +10,9 @@ from typing import Literal
 from patchset.errors import ExitCode, PatchsetError
 
 Status = Literal["imported", "imported-with-loss", "not-imported", "out-of-scope"]
-Action = Literal["added", "updated", "unchanged", "removed", "kept", "none", "would-add"]
+Action = Literal[
+    "added", "updated", "unchanged", "removed", "kept", "none", "would-add", "would-update"
+]
 STATE_FOLDER = ".imported"  # under the registry folder: never a patch id (starts with '.')
 SUPPORT_FOLDER = "_support"
 
@@ -111,6 +113,18 @@ class Entry:
         }
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One definition to write: `builds/<name>`, its release, the patches wanted (the order
+    they are preferred in when two cannot both be listed), the other keys, a header."""
+
+    name: str
+    vllm: str
+    wanted: tuple[str, ...]
+    data: dict[str, object]
+    header: str
+
+
 @dataclass
 class Collected:
     """What an importer read from a collection, before anything is written."""
@@ -122,8 +136,10 @@ class Collected:
     entries: list[Entry]  # the ones that produced no draft (not imported, out of scope)
     supports: list[Support] = field(default_factory=list)
     broken: dict[str, str] = field(default_factory=dict)  # collection file -> why skipped
-    builds: dict[str, str] = field(default_factory=dict)  # builds/<name>.toml -> text
+    builds: dict[str, str] = field(default_factory=dict)  # unused: definitions are `plans`
     ran: list[str] = field(default_factory=list)  # the collection's scripts run (--run-scripts)
+    notes: list[str] = field(default_factory=list)  # lines for the summary (pins not checked)
+    plans: list[Plan] = field(default_factory=list)  # build definitions to plan once landed
 
 
 @dataclass
@@ -136,6 +152,7 @@ class ImportReport:
     builds: list[str] = field(default_factory=list)
     seconds: float = 0.0
     ran: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -158,5 +175,6 @@ class ImportReport:
             "unparsed": dict(self.broken),
             "builds": list(self.builds),
             "scripts_run": list(self.ran),
+            "notes": list(self.notes),
             "seconds": round(self.seconds, 3),
         }

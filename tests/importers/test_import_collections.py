@@ -231,9 +231,10 @@ def test_club_forms(tmp_path: Path) -> None:
     assert reasons["m-anchor"][1].startswith("an anchor script (the collection's code)")
     assert reasons["m-template"] == ("out-of-scope", "a chat template")
     assert reasons["genesis-p1"][0] == "out-of-scope"
-    build = tomllib.loads(collected.builds["club-m1-0.20.0.toml"])
-    assert build["vllm"] == "0.20.0" and "club-m-overlay" in build["patches"]
-    assert build["cuda"] == "cu129" and build["serve"] == {"args": ["--model", "m1-weights"]}
+    plan = next(p for p in collected.plans if p.name == "club-m1-0.20.0.toml")
+    assert plan.vllm == "0.20.0" and plan.wanted == ("club-m-overlay",)  # what the compose mounts
+    assert plan.data["cuda"] == "cu129"
+    assert plan.data["serve"] == {"args": ["--model", "m1-weights"]}
 
 
 def test_club_unknown_layout(tmp_path: Path) -> None:

@@ -15,8 +15,11 @@ whole or not at all: genesis (Sandermage's Genesis: its registry and patch modul
 statically) or club-3090 (its PR diffs, overlays, sitecustomize hooks and patches.yml; its
 anchor scripts only with --run-scripts). Run again on a newer checkout: changed patches are
 updated (revision bumped), new ones added, removed ones reported, and your own edits to
-imported patches kept and named. Exit 1 when a collection file did not parse (named and
-skipped); exit 2 when DIR is not the named collection."""
+imported patches kept and named. Build definitions that export are written to the builds
+folder (Genesis: per final release it pins; club-3090: per model and pin). Exit 1 when a
+collection file did not parse (named and skipped); exit 2 when DIR is not the named
+collection, or holds a link leading out of it, a link loop, a special file or a patches.yml
+entry of the wrong type (nothing written)."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -91,7 +94,9 @@ def _render(report: ImportReport) -> None:
             " patchset's), each on scratch copies of releases: " + "; ".join(report.ran)
         )
     for name in report.builds:
-        say(f"build definition builds/{name}")
+        say(f"{'would write ' if report.dry_run else ''}build definition builds/{name}")
+    for note in report.notes:
+        say(note)
     prefix = "would import" if report.dry_run else "imported"
     say(
         f"{report.collection} @ {(report.commit or 'unknown')[:12]}: {prefix}"

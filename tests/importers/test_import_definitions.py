@@ -1,0 +1,242 @@
+"""The build definitions an import writes: every one exports (`patchset runtime export`) on
+its release; a nightly pin is named, never mapped to a release; alternatives are never
+listed together; a patch that does not fit is left out and said."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from patchset.importers import import_collection
+from tests import import_fixtures as fx
+from tests.helpers.cli import cli
+
+
+def _exports(project: Path, names: list[str], release: Path) -> None:
+    """`runtime export` of each written definition, on the release it names."""
+    assert names
+    for name in names:
+        out = project / "rt" / name.removesuffix(".toml")
+        result = cli(
+            "runtime",
+            "export",
+            out,
+            "--build",
+            project / "builds" / name,
+            "--registry",
+            project / "patches",
+            "--source",
+            release,
+            cwd=project,
+        )
+        assert result.code == 0, (name, result.err)
+        assert (out / "manifest.json").is_file()
+
+
+def test_genesis_definitions_per_final_pin_export(tmp_path: Path) -> None:
+    checkout = fx.genesis(tmp_path / "g")
+    fx.genesis_pins(
+        checkout,
+        ("0.20.1rc1.dev16+g7a1eb8ac2", "0.20.0", "nightly-7a1eb8ac2f00", "0.21.0rc1", "0.22.0"),
+        stable="v0.20.0",
+    )
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "genesis",
+        checkout,
+        project / "patches",
+        builds=project / "builds",
+        sources=[str(release)],
+    )
+    assert report.builds == ["genesis-0.20.0.toml"]  # the final release, once
+    nightly = [n for n in report.notes if "7a1eb8ac2" in n]
+    assert len(nightly) == 1  # its two spellings on one line
+    assert "nightly-7a1eb8ac2f00" in nightly[0] and "no definition written" in nightly[0]
+    assert "--source git:PATH@7a1eb8ac2" in nightly[0] and "--source image:" in nightly[0]
+    assert any("0.21.0rc1" in n and "pre-release" in n for n in report.notes)
+    # a final release the source lacks: said, not written
+    assert (
+        "builds/genesis-0.22.0.toml: vLLM 0.22.0 is not a release the source has: not written"
+        in report.notes
+    )
+    assert not any(
+        "0.23.1" in n and "definition" in n and "genesis-0.23" in n for n in report.notes
+    )
+    data = tomllib.loads((project / "builds" / "genesis-0.20.0.toml").read_text())
+    assert data["vllm"] == "0.20.0" and data["base"] == "vllm/vllm-openai:v0.20.0"
+    # G2 is on by default; G1 (which G2 conflicts with) is gated on a model no serve
+    # argument names: G2 listed, G1 left out and said
+    assert "genesis-g2" in data["patches"] and "genesis-g1" not in data["patches"]
+    assert any("genesis-g1 (applies = " in n for n in report.notes), report.notes
+    _exports(project, report.builds, release)
+
+
+def test_genesis_nightly_only_pins_write_no_definition(tmp_path: Path) -> None:
+    checkout = fx.genesis(tmp_path / "g")
+    fx.genesis_pins(checkout, ("0.20.2rc1.dev93+g51f22dcfd",))
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "genesis", checkout, project / "patches", builds=project / "builds", sources=[str(release)]
+    )
+    assert report.builds == []
+    assert not (project / "builds").exists()  # 0.20.0 is no pin of Genesis: never mapped to it
+    assert any("51f22dcfd" in n and "nightly" in n for n in report.notes)
+
+
+def test_club_definitions_per_compose_set_export(tmp_path: Path) -> None:
+    checkout = fx.club(tmp_path / "c")
+    fx.club_alternative_compose(checkout)
+    releases = [fx.release(tmp_path / f"r{v}", v) for v in ("0.19.1", "0.20.0")]
+    project = tmp_path / "p"
+    report = import_collection(
+        "club-3090",
+        checkout,
+        project / "patches",
+        builds=project / "builds",
+        sources=[str(r) for r in releases],
+        run_scripts=True,
+    )
+    # two composes at 0.20.0 mount different sets: two definitions, never one listing both
+    assert sorted(report.builds) == [
+        "club-m1-0.20.0-dual-b.toml",
+        "club-m1-0.20.0-single-a.toml",
+    ], (report.builds, report.notes)
+    first = tomllib.loads((project / "builds" / "club-m1-0.20.0-single-a.toml").read_text())
+    second = tomllib.loads((project / "builds" / "club-m1-0.20.0-dual-b.toml").read_text())
+    assert first["patches"] == ["club-m-overlay"]
+    # the hook's touches (read from the module it waits for) name no attribute of the
+    # release: it does not fit, so it is left out, and said
+    assert second["patches"] == ["club-m-vllm-pr111-diff"]
+    assert any("dual-b.toml: left out 1: club-m-hook (missing-target" in n for n in report.notes)
+    assert second["serve"] == {"args": ["--model", "m1-other"]}
+    # the overlay is written against 0.20.0 (its range >=0.20.0): at 0.19.1 it does not fit
+    assert not (project / "builds" / "club-m1-0.19.1.toml").exists()
+    assert any("club-m1-0.19.1.toml" in n and "club-m-overlay" in n for n in report.notes)
+    _exports(project, report.builds, releases[1])
+
+
+def test_a_dry_run_names_the_definitions_and_writes_none(tmp_path: Path) -> None:
+    checkout = fx.club(tmp_path / "c")
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "club-3090",
+        checkout,
+        project / "patches",
+        builds=project / "builds",
+        sources=[str(release)],
+        dry_run=True,
+    )
+    assert report.builds == ["club-m1-0.20.0.toml"]
+    assert not project.exists()
+
+
+@pytest.mark.collections
+@pytest.mark.skipif(
+    not (os.environ.get("PATCHSET_GENESIS_DIR") and os.environ.get("PATCHSET_CLUB3090_DIR")),
+    reason="PATCHSET_GENESIS_DIR or PATCHSET_CLUB3090_DIR unset",
+)
+def test_real_collections_definitions_export(tmp_path: Path) -> None:
+    """Both real checkouts imported (releases from the package index): every definition
+    written exports on its release; Genesis's nightly pins are named, not written."""
+    for name, variable, options in (
+        ("genesis", "PATCHSET_GENESIS_DIR", {"sources": ["index"]}),
+        ("club-3090", "PATCHSET_CLUB3090_DIR", {"run_scripts": True}),
+    ):
+        project = tmp_path / name
+        report = import_collection(
+            name,
+            os.environ[variable],
+            project / "patches",
+            builds=project / "builds",
+            **options,
+        )
+        if name == "genesis":
+            assert any("a nightly build" in n for n in report.notes)
+            assert all(b.startswith("genesis-") for b in report.builds)
+        for build in report.builds:
+            out = project / "rt" / build.removesuffix(".toml")
+            result = cli(
+                "runtime",
+                "export",
+                out,
+                "--build",
+                project / "builds" / build,
+                "--registry",
+                project / "patches",
+                cwd=project,
+            )
+            assert result.code == 0, (build, result.err)
+        assert report.builds, name
+
+
+def _runtime(
+    registry: Path, pid: str, new: str, *, on: bool, conflicts: tuple[str, ...] = ()
+) -> None:
+    from patchset.importers.land import _write_patch
+    from patchset.importers.tomlout import dumps
+
+    meta: dict[str, object] = {
+        "id": pid,
+        "title": pid,
+        "description": "a test patch\n",
+        "kind": "runtime",
+        "revision": 1,
+        "vllm": ">=0.19.0",
+        "apply": "startup",
+        "targets": ["vllm/x.py"],
+        "origin": "here",
+        "credit": ["t"],
+        **({"conflicts": list(conflicts)} if conflicts else {}),
+        "switch": {"env": f"T_{pid.upper().replace('-', '_')}", "default": on},
+        "upstream": {"state": "unsubmitted"},
+    }
+    site = {
+        "name": "s",
+        "file": "vllm/x.py",
+        "action": "replace",
+        "marker": f"{pid} s",
+        "anchor": "    y = x + 1",
+        "text": f"    {new}",
+    }
+    _write_patch(registry / pid, meta, {"sites.toml": dumps({"site": [site]})})
+
+
+def test_a_plan_lists_what_stacks_and_says_what_it_leaves_out(tmp_path: Path) -> None:
+    """Two patches changing the same line: the preferred (first wanted) one is listed, the
+    other left out as it would not apply on top; a conflict declared is honoured; what is
+    written exports."""
+    from patchset.importers.definitions import write_plans
+    from patchset.importers.model import Plan
+    from patchset.sources import parse_source
+
+    project = tmp_path / "p"
+    registry = project / "patches"
+    _runtime(registry, "t-on", "y = x + 2", on=True)
+    _runtime(registry, "t-off", "y = x + 3", on=False)
+    _runtime(registry, "t-clash", "y = x + 4", on=False, conflicts=("t-on",))
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    data: dict[str, object] = {
+        "vllm": "0.20.0",
+        "cuda": "cu129",
+        "base": "vllm/vllm-openai:v0.20.0",
+        "repository": "t/vllm",
+        "tags": ["{vllm}"],
+        "serve": {"args": []},
+    }
+    plan = Plan("t-0.20.0.toml", "0.20.0", ("t-on", "t-off", "t-clash", "t-gone"), data, "t")
+    planned = write_plans(
+        [plan], registry, project / "builds", [parse_source(str(release))], dry_run=False
+    )
+    assert planned.written == ["t-0.20.0.toml"], planned.notes
+    written = tomllib.loads((project / "builds" / "t-0.20.0.toml").read_text())
+    assert written["patches"] == ["t-on"]
+    (note,) = planned.notes
+    assert "t-off (conflict on this release on top of t-on)" in note, note
+    assert "t-clash (conflicts with t-on)" in note and "t-gone (not imported)" in note
+    _exports(project, planned.written, release)
