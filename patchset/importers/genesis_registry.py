@@ -88,11 +88,14 @@ def _metadata(
     else:
         lost.append(f"env_flag {env!r} is not a variable name: no switch")
     aliases = entry.get("env_flag_aliases")
-    if aliases:
-        lost.append(f"env_flag_aliases {aliases!r}: one switch variable only")
-        x["env_flag_aliases"] = (
-            [str(a) for a in aliases] if isinstance(aliases, list) else str(aliases)
-        )
+    named = [str(a) for a in aliases] if isinstance(aliases, list) else [str(aliases or "")]
+    kept = [a for a in dict.fromkeys(named) if _ENV.match(a) and a != env]
+    switch = meta.get("switch")
+    if kept and isinstance(switch, dict):  # the start maps them to this switch
+        switch["aliases"] = kept
+    if aliases and (not isinstance(switch, dict) or len(kept) < len(named)):
+        lost.append(f"env_flag_aliases {aliases!r}: only variable names other than env kept")
+        x["env_flag_aliases"] = named
     vllm, applies = _gates(entry.get("applies_to"), lost)
     top_range = entry.get("vllm_version_range")
     if top_range:  # both bound the entry (PN110: applies_to >=0.20.0,<0.23.0 and top <0.23.0)

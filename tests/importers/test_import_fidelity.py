@@ -346,3 +346,20 @@ def test_a_one_line_anchor_is_widened_until_unique_on_every_release_in_range(
             use_memo=False,
         )
         assert report.result(version, draft.id).verdict == "needed", version
+
+
+def test_genesis_switch_aliases_become_the_switch_aliases() -> None:
+    # P64's shape: the merged entry keeps the enable flags of the patches it absorbed, so the
+    # start maps a compose file's old names onto this switch instead of calling them unknown.
+    lost: list[str] = []
+    entry = {
+        "env_flag": "GENESIS_ENABLE_P64",
+        "env_flag_aliases": ["GENESIS_ENABLE_P61C", "GENESIS_ENABLE_P64", "not a name"],
+    }
+    meta = _metadata("P64", entry, {"P64": "genesis-p64"}, lost, ">=0.0")
+    assert meta["switch"] == {
+        "env": "GENESIS_ENABLE_P64",
+        "default": False,
+        "aliases": ["GENESIS_ENABLE_P61C"],
+    }
+    assert [line for line in lost if "env_flag_aliases" in line], lost
