@@ -82,20 +82,9 @@ def _metadata(
         "credit": ["Sandermage (Genesis)", *([str(credit)] if credit else [])],
     }
     x: dict[str, object] = {"genesis_id": gid}
-    env = entry.get("env_flag")
-    if isinstance(env, str) and _ENV.match(env):
-        meta["switch"] = {"env": env, "default": bool(entry.get("default_on", False))}
-    else:
-        lost.append(f"env_flag {env!r} is not a variable name: no switch")
-    aliases = entry.get("env_flag_aliases")
-    named = [str(a) for a in aliases] if isinstance(aliases, list) else [str(aliases or "")]
-    kept = [a for a in dict.fromkeys(named) if _ENV.match(a) and a != env]
-    switch = meta.get("switch")
-    if kept and isinstance(switch, dict):  # the start maps them to this switch
-        switch["aliases"] = kept
-    if aliases and (not isinstance(switch, dict) or len(kept) < len(named)):
-        lost.append(f"env_flag_aliases {aliases!r}: only variable names other than env kept")
-        x["env_flag_aliases"] = named
+    switch = _switch(entry, x, lost)
+    if switch is not None:
+        meta["switch"] = switch
     vllm, applies = _gates(entry.get("applies_to"), lost)
     top_range = entry.get("vllm_version_range")
     if top_range:  # both bound the entry (PN110: applies_to >=0.20.0,<0.23.0 and top <0.23.0)
@@ -138,6 +127,28 @@ def _metadata(
 
 
 _NOT_THE_FIX = {"counter_regression": "counters", "intentional_inverse": "reverts"}
+
+
+def _switch(
+    entry: dict[str, object], x: dict[str, object], lost: list[str]
+) -> dict[str, object] | None:
+    """The entry's `[switch]`: its enable flag and default, and the other flags the collection
+    accepts for it as aliases (the start maps them); what cannot be kept is a noted loss."""
+    env = entry.get("env_flag")
+    if not (isinstance(env, str) and _ENV.match(env)):
+        lost.append(f"env_flag {env!r} is not a variable name: no switch")
+        switch = None
+    else:
+        switch = {"env": env, "default": bool(entry.get("default_on", False))}
+    aliases = entry.get("env_flag_aliases")
+    named = [str(a) for a in aliases] if isinstance(aliases, list) else [str(aliases or "")]
+    kept = [a for a in dict.fromkeys(named) if _ENV.match(a) and a != env]
+    if kept and switch is not None:
+        switch["aliases"] = kept
+    if aliases and (switch is None or len(kept) < len(named)):
+        lost.append(f"env_flag_aliases {aliases!r}: only variable names other than env kept")
+        x["env_flag_aliases"] = named
+    return switch
 
 
 def _upstream(entry: dict[str, object], x: dict[str, object], lost: list[str]) -> dict[str, object]:
