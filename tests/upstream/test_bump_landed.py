@@ -16,8 +16,8 @@ import pytest
 
 from patchset.errors import ExitCode, UsageError
 from patchset.refresh import refresh
-from patchset.refresh.landed import unexpected_deletions
 from patchset.registry import load_registry
+from patchset.release_check.landed import unexpected_deletions
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import EVIDENCE_CHARS, bump
 from tests import gitrepos

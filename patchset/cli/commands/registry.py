@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.text import Text
 
+from patchset.cli.commands.validate_probes import add_probe_options, run_probes
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
@@ -43,6 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " imported by inserted code without a support package (default: the vLLM this Python"
         " would import; none: only the standard library and vllm, torch, triton, transformers)",
     )
+    add_probe_options(validate)
     for p in (listing, show, validate):
         p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -273,4 +275,6 @@ def run_validate(args: argparse.Namespace) -> int:
             ),
             markup=False,
         )
-    return ExitCode.BAD_INPUT if problems else ExitCode.OK
+    if problems:
+        return ExitCode.BAD_INPUT
+    return run_probes(registry, args) if args.probes else ExitCode.OK
