@@ -392,6 +392,9 @@ def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) 
     return tuple(out)
 
 
+PROBE_ALONE = "the upstream probe finds"  # a disagreement's opening: the probe alone said it
+
+
 def probe_hits(probe: Probe | SiteProbe, text: str | None) -> tuple[str, ...]:
     """The strings of `probe` found in `text` (its `contains` and `any`, and its regex when
     it matches), when the probe matches; else none."""
@@ -464,7 +467,7 @@ def _weigh_probe(
         + [f"{f}#{h.index} (line {h.line})" for f, h in ev.hunks]
     )
     said = (
-        f"the upstream probe finds {strings} in {probe.file}, yet every site or hunk still"
+        f"{PROBE_ALONE} {strings} in {probe.file}, yet every site or hunk still"
         f" applies and none of their changes is there: {where}"
     )
     if is_base_release(patch, variant, version):

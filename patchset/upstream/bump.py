@@ -28,6 +28,7 @@ from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
 from patchset.registry.write import why_not_written
 from patchset.release_check import ATTENTION, CheckResult, check
+from patchset.release_check.verdicts import PROBE_ALONE
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.bump/1"
@@ -256,6 +257,11 @@ def _step(
 ) -> PatchStep:
     patch = registry.get(result.patch)
     where = tuple(result.locations)
+    if result.verdict == "upstream" and (result.disagreement or "").startswith(PROBE_ALONE):
+        # The probe alone says upstream, while every hunk or site still applies and none of
+        # their changes is there: not evidence enough to drop it; a person decides.
+        why = f"{result.disagreement}: keep it (fix the probe) or drop it by hand"
+        return PatchStep.of(patch.id, result.verdict, "hand-work", why, where)
     if result.verdict == "upstream":
         return PatchStep.of(patch.id, result.verdict, "dropped", _evidence(result), where)
     if result.verdict == "needed":

@@ -105,6 +105,11 @@ def test_validate_probes_names_patch_string_and_release(project: Path) -> None:
     assert f"pn398: its upstream probe string {STRING!r} is in vllm/mod.py of vllm 0.19.1" in (
         done.stdout
     )
+    as_json = run_cli(*argv, "--format", "json", "--source", f"git:{project / 'vllm'}", cwd=project)
+    data = json.loads(as_json.stdout)  # one document
+    assert as_json.returncode == ExitCode.ATTENTION and data["valid"]
+    assert data["probes_matching_unfixed_releases"] == 2
+    assert {p["release"] for p in data["probes"]} == {"0.19.1", "0.20.0"}
     plain = run_cli("--registry", project / "patches", "validate", cwd=project)
     assert plain.returncode == 0, plain.stderr
 

@@ -95,7 +95,13 @@ def project(tmp_path: Path) -> Path:
     clone = tmp_path / "vllm"
     clone.mkdir()
     gitrepos.git(clone, "init", "-q")
-    files = {"vllm/landed.py": BODY, "vllm/keep.py": BODY, "vllm/spec.py": SPEC}
+    marked = BODY + "# condense() reordered indices\n"
+    files = {
+        "vllm/landed.py": BODY,
+        "vllm/keep.py": BODY,
+        "vllm/spec.py": SPEC,
+        "vllm/marked.py": marked,
+    }
     gitrepos.commit(clone, {"vllm/__init__.py": "", **files}, "v0.19.1")
     upstream = BODY.replace(
         "line 11\n",
@@ -107,6 +113,11 @@ def project(tmp_path: Path) -> Path:
     add_patch(patches, "landed", diff=LANDED_DIFF, targets=["vllm/landed.py"], vllm=">=0.19")
     add_patch(patches, "keep", diff=KEEP_DIFF, targets=["vllm/keep.py"], vllm=">=0.19")
     add_patch(patches, "eagle", sites=SITES, targets=["vllm/spec.py"], vllm=">=0.19")
+    probe = '\n[upstream.probe]\nfile = "vllm/marked.py"\ncontains = ["condense() reordered"]\n'
+    marked_diff = KEEP_DIFF.replace("keep.py", "marked.py")
+    add_patch(
+        patches, "marker", diff=marked_diff, targets=["vllm/marked.py"], vllm=">=0.19", tail=probe
+    )
     (tmp_path / "builds").mkdir()
     return tmp_path
 
@@ -178,6 +189,19 @@ def test_every_patch_upstream_writes_nothing_and_exits_0(project: Path) -> None:
         else:
             assert "every patch is upstream in 0.20.0: serve the stock image" in done.stdout
     assert "line 1 names 0.19.1: '# built on the vLLM 0.19.1 image'" in done.stdout
+
+
+def test_a_probe_alone_is_not_enough_to_drop(project: Path) -> None:
+    """The probe's string is in 0.20.0 (and was in 0.19.1), the patch still applies and its
+    change is absent: not dropped on the probe's word, left for a person."""
+    old = definition(project, "marker", "keep")
+    report = bump(
+        load_registry(project / "patches"), old, "0.20.0", source=GitSource(project / "vllm")
+    )
+    step = next(s for s in report.steps if s.patch == "marker")
+    assert (step.verdict, step.action) == ("upstream", "hand-work")
+    assert "'condense() reordered'" in step.details[0] and "vllm/marked.py#1" in step.details[0]
+    assert not report.complete
 
 
 def test_cells_are_one_line_never_empty(project: Path) -> None:

@@ -5,9 +5,10 @@ release; exit 1 when there is any."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from patchset.cli.options import switch
-from patchset.cli.output import console, print_json
+from patchset.cli.output import console
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
 from patchset.registry import Registry
@@ -24,24 +25,32 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
         add_source_options(parser, pre=False)
 
 
-def run_probes(registry: Registry, args: argparse.Namespace) -> int:
-    from patchset.release_check.probes import audit_probes
+def probe_findings(registry: Registry, args: argparse.Namespace) -> list[Any] | None:
+    """With --probes, the findings (`release_check.probes.ProbeFinding`); else None."""
+    if not args.probes:
+        return None
+    from patchset.release_check.probes import audit_probes  # on use: it reads releases
 
-    found = audit_probes(registry, source_from(args))
-    if args.format == "json":
-        print_json(
-            {
-                "registry": registry.digest,
-                "probes_matching_unfixed_releases": len(found),
-                "findings": [f.to_dict() for f in found],
-                "exit_code": int(ExitCode.ATTENTION if found else ExitCode.OK),
-            }
-        )
-    else:
-        con = console()
-        for f in found:
-            con.print(f"probe: {f.describe()}", markup=False, soft_wrap=True)
-        con.print(
-            f"{len(found)} probe string(s) found where their patch is still needed", markup=False
-        )
+    return list(audit_probes(registry, source_from(args)))
+
+
+def probes_json(found: list[Any] | None) -> dict[str, Any]:
+    if found is None:
+        return {}
+    return {
+        "probes_matching_unfixed_releases": len(found),
+        "probes": [f.to_dict() for f in found],
+    }
+
+
+def show_probes(found: list[Any] | None) -> None:
+    if found is None:
+        return
+    con = console()
+    for f in found:
+        con.print(f"probe: {f.describe()}", markup=False, soft_wrap=True)
+    con.print(f"{len(found)} probe string(s) found where their patch is still needed", markup=False)
+
+
+def probes_exit(found: list[Any] | None) -> int:
     return ExitCode.ATTENTION if found else ExitCode.OK
