@@ -162,6 +162,26 @@ def test_refresh_itself_refuses_a_landed_change(project: Path) -> None:
         refresh(registry, "landed", "0.20.0", source=GitSource(project / "vllm"))
 
 
+def test_refresh_of_a_patch_with_no_hunk_left_is_one_line(project: Path) -> None:
+    """Bad input: every hunk of the patch landed, so none is left to refresh."""
+    before = sorted(p.name for p in (project / "patches" / "landed").iterdir())
+    done = run_cli(
+        "--registry",
+        project / "patches",
+        "refresh",
+        "landed",
+        "--vllm",
+        "0.20.0",
+        "--source",
+        f"git:{project / 'vllm'}",
+        cwd=project,
+    )
+    assert done.returncode == ExitCode.BAD_INPUT, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "already holds landed's change" in lines[0], lines
+    assert sorted(p.name for p in (project / "patches" / "landed").iterdir()) == before
+
+
 def test_a_refresh_deleting_upstream_lines_is_hand_work(project: Path) -> None:
     """The genesis-pn24 shape: the anchor's best new window holds upstream's new line; the
     site replaces its anchor, so the variant would delete that line."""
