@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 from tests import gitrepos  # noqa: E402
 from tests.synthetic import BODY, add_patch  # noqa: E402
 from tests.timing import run_patchset  # noqa: E402
+from tests.upstream.test_bump_landed import SITES, SPEC_NEW  # noqa: E402 -- pn24 shape
 
 
 def project(root: Path, count: int) -> tuple[Path, Path, Path]:
@@ -84,39 +85,6 @@ def project(root: Path, count: int) -> tuple[Path, Path, Path]:
     return clone, patches, definition
 
 
-SPEC = """\
-def load(hf_config):
-    speculative = hf_config.speculative_config
-    draft = speculative.draft_model_config
-    num_tokens = speculative.num_speculative_tokens
-    return draft
-"""
-SPEC_NEW = """\
-def load(hf_config):
-    speculative = hf_config.speculative_config
-    draft = speculative.draft_model_config
-    eagle_config = getattr(hf_config, "eagle_config", None)
-    if eagle_config is not None:
-        use(eagle_config)
-    return draft
-"""
-SITES = '''\
-[[site]]
-name = "a"
-file = "vllm/spec.py"
-action = "replace"
-marker = "patchset: eagle site a"
-anchor = """
-speculative = hf_config.speculative_config
-draft = speculative.draft_model_config
-num_tokens = speculative.num_speculative_tokens
-"""
-text = """
-speculative = hf_config.speculative_config
-draft = speculative.draft_model_config or speculative.fallback
-num_tokens = speculative.num_speculative_tokens
-"""
-'''
 PROBE = """
 [upstream.probe]
 file = "vllm/__init__.py"

@@ -33,15 +33,16 @@ class ProbeFinding:
         return {**self.__dict__, "problem": self.describe()}
 
 
-def releases_of(patch: Patch, versions: Sequence[str]) -> list[str]:
+def releases_of(patch: Patch, versions: Sequence[str], cached: Sequence[str] = ()) -> list[str]:
     """The releases of `versions` inside the patch's range (final releases, and its
-    variants' bases)."""
+    variants' bases), and any final release in `cached` (read without a download)."""
     bases = {v.base for v in patch.variants if v.base is not None}
+    held = set(cached)
     return [
         v
         for v in versions
         if ranges.is_version(v)
-        and (v in bases or (not Version(v).is_prerelease and patch.in_range(v)))
+        and (v in bases or (not Version(v).is_prerelease and (patch.in_range(v) or v in held)))
     ]
 
 
@@ -52,15 +53,18 @@ def audit_probes(
     versions: Sequence[str] | None = None,
     patches: Sequence[str] | None = None,
 ) -> list[ProbeFinding]:
-    """Every probe string of the registry's patches that matches an unfixed release."""
+    """Every probe string of the registry's patches that matches an unfixed release: the
+    releases of each patch's range, and every release already at hand (cached: a probe that
+    matches before the range began is no evidence either)."""
     offered = list(versions) if versions is not None else source.versions()
+    cached = source.cached_versions() if versions is None else []
     chosen = [registry.get(p) for p in patches] if patches else list(registry.patches)
     found: list[ProbeFinding] = []
     for patch in chosen:
         probe = patch.upstream.probe
         if probe is None:
             continue
-        for version in releases_of(patch, offered):
+        for version in releases_of(patch, offered, cached):
             with source.open(version) as tree:
                 hits = probe_matches_unfixed(patch, tree, version)
             found += [ProbeFinding(patch.id, s, version, probe.file) for s in hits]

@@ -102,8 +102,9 @@ def test_validate_probes_names_patch_string_and_release(project: Path) -> None:
     argv: list[str | Path] = ["--registry", project / "patches", "validate", "--probes"]
     done = run_cli(*argv, "--source", f"git:{project / 'vllm'}", cwd=project)
     assert done.returncode == ExitCode.ATTENTION, done.stderr
-    assert f"pn398: its upstream probe string {STRING!r} is in vllm/mod.py of vllm 0.19.1" in (
-        done.stdout
+    assert (
+        f"pn398: its upstream probe string {STRING!r} is in vllm/mod.py of vllm 0.19.1, 0.20.0"
+        in (done.stdout)
     )
     as_json = run_cli(*argv, "--format", "json", "--source", f"git:{project / 'vllm'}", cwd=project)
     data = json.loads(as_json.stdout)  # one document

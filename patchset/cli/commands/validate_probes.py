@@ -47,8 +47,20 @@ def show_probes(found: list[Any] | None) -> None:
     if found is None:
         return
     con = console()
-    for f in found:
-        con.print(f"probe: {f.describe()}", markup=False, soft_wrap=True)
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for f in found:  # one line per patch and string, its releases listed
+        groups.setdefault((f.patch, f.string, f.file), []).append(f.release)
+    for (patch, string, file), releases in groups.items():
+        shown = ", ".join(releases[:6]) + (
+            f" and {len(releases) - 6} more" if len(releases) > 6 else ""
+        )
+        con.print(
+            f"probe: {patch}: its upstream probe string {string!r} is in {file} of vllm"
+            f" {shown}, where the patch still applies and its change is absent: not evidence"
+            " of the fix",
+            markup=False,
+            soft_wrap=True,
+        )
     con.print(f"{len(found)} probe string(s) found where their patch is still needed", markup=False)
 
 
