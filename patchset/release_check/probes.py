@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from patchset.errors import PatchsetError
 from patchset.registry import Patch, Registry, ranges
 from patchset.release_check.verdicts import probe_matches_unfixed
 from patchset.sources.base import ReleaseSource
@@ -52,20 +53,27 @@ def audit_probes(
     *,
     versions: Sequence[str] | None = None,
     patches: Sequence[str] | None = None,
+    unread: list[str] | None = None,
 ) -> list[ProbeFinding]:
     """Every probe string of the registry's patches that matches an unfixed release: the
     releases of each patch's range, and every release already at hand (cached: a probe that
     matches before the range began is no evidence either)."""
+    unread = unread if unread is not None else []  # filled: (patch, release) not read, why
     offered = list(versions) if versions is not None else source.versions()
     cached = source.cached_versions() if versions is None else []
     chosen = [registry.get(p) for p in patches] if patches else list(registry.patches)
     found: list[ProbeFinding] = []
+    unread.clear()
     for patch in chosen:
         probe = patch.upstream.probe
         if probe is None:
             continue
         for version in releases_of(patch, offered, cached):
-            with source.open(version) as tree:
-                hits = probe_matches_unfixed(patch, tree, version)
+            try:
+                with source.open(version) as tree:
+                    hits = probe_matches_unfixed(patch, tree, version)
+            except PatchsetError as exc:  # offline and not cached, a release that cannot open
+                unread.append(f"{patch.id} on {version}: {exc}")
+                continue
             found += [ProbeFinding(patch.id, s, version, probe.file) for s in hits]
     return found

@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from patchset.cli.options import switch
-from patchset.cli.output import console
+from patchset.cli.output import console, err_console
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode
 from patchset.registry import Registry
@@ -26,12 +26,22 @@ def add_probe_options(parser: argparse.ArgumentParser) -> None:
 
 
 def probe_findings(registry: Registry, args: argparse.Namespace) -> list[Any] | None:
-    """With --probes, the findings (`release_check.probes.ProbeFinding`); else None."""
+    """With --probes, the findings (`release_check.probes.ProbeFinding`); else None. The
+    releases that could not be read (offline and not cached) are said on stderr, one line."""
     if not args.probes:
         return None
     from patchset.release_check.probes import audit_probes  # on use: it reads releases
 
-    return list(audit_probes(registry, source_from(args)))
+    unread: list[str] = []
+    found = list(audit_probes(registry, source_from(args), unread=unread))
+    if unread:
+        err_console().print(
+            f"patchset: warning: --probes passed over {len(unread)} release(s) it could not"
+            f" read (first: {unread[0]})",
+            markup=False,
+            soft_wrap=True,
+        )
+    return found
 
 
 def probes_json(found: list[Any] | None) -> dict[str, Any]:
