@@ -294,22 +294,17 @@ def _step(
         variant = done.variant
         if done.outcome == "written" and variant:
             variant = str(patch.folder / variant)
-        files = ", ".join(dict.fromkeys(_files(done)))
+        failing = [f"{f}#{i}" for f, i in result.failing_hunks] + list(result.failing_sites)
+        was = ", ".join(failing[:3]) or (where[0] if where else "its files")
         return PatchStep.of(
             patch.id,
             result.verdict,
             "refreshed",
-            f"{how}: {done.variant} ({result.verdict} in {files or 'its files'})",
+            f"{how}: {done.variant} ({result.verdict} was at {was})",
             where,
             variant=variant,
         )
     return PatchStep.of(patch.id, result.verdict, "hand-work", _unfinished(done), where)
-
-
-def _files(done: Any) -> list[str]:
-    moved = {m.old: m.new for m in getattr(done, "moved", ())}
-    variant_files = [c.file for c in done.conflicts] + [s.file for s in done.sites]
-    return [moved.get(f, f) for f in variant_files]
 
 
 def _unfinished(done: Any) -> str:
