@@ -22,7 +22,7 @@ from unidiff.patch import PatchedFile, PatchSet
 
 from patchset.authoring import preamble as preambles
 from patchset.authoring.layout import Detected, Layout, find_package_relative
-from patchset.errors import PayloadError, UsageError
+from patchset.errors import PatchsetError, PayloadError, UsageError
 from patchset.registry.diffs import parse_diff, read_patchset
 from patchset.sources.base import ReleaseSource
 
@@ -158,6 +158,21 @@ def detector(
     """`normalize_diff`'s `detect`: the newest of `versions` holding every path under vllm/."""
     newest_first = sorted(versions, key=Version, reverse=True)
     return lambda paths: find_package_relative(paths, source, newest_first)
+
+
+def newest_detector(source: ReleaseSource) -> Callable[[list[str]], Detected | None]:
+    """`normalize_diff`'s `detect` with no release at hand (an empty cache): the source's
+    newest final release, asked for only when a diff's paths need it (its few members read,
+    not the whole release); None when the source cannot say."""
+
+    def detect(paths: list[str]) -> Detected | None:
+        try:
+            finals = [v for v in source.versions() if not Version(v).is_prerelease]
+            return find_package_relative(paths, source, finals[-1:]) if finals else None
+        except PatchsetError:  # offline and uncached, the index unreachable: as before
+            return None
+
+    return detect
 
 
 def _paths(pf: PatchedFile, *, git: bool, layout: Layout) -> tuple[str, str]:

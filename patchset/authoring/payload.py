@@ -17,6 +17,7 @@ from patchset.authoring.diff import (
     NO_PREAMBLE,
     DiffPayload,
     detector,
+    newest_detector,
     normalize_diff,
     read_diff_file,
 )
@@ -159,11 +160,17 @@ def _from_tree(request: PayloadRequest, source: ReleaseSource | None, today: str
         raise UsageError("--from-tree needs --vllm X: the release the tree was installed from")
     version = request.vllm[0]
     with source.open(version) as pristine:
-        found = trees.diff_tree(folder, pristine, request.files)
+        found = trees.diff_tree(folder, pristine, request.files, deletions=request.allow_deletions)
     if not found.files:
         raise UsageError(
             f"no file differs from vLLM {version}"
-            + (f" (not text, left out: {', '.join(found.unreadable)})" if found.unreadable else ""),
+            + (f" (not text, left out: {', '.join(found.unreadable)})" if found.unreadable else "")
+            + (
+                f" ({len(found.absent)} of its files absent from the edited tree, not deleted:"
+                " --allow-deletions deletes them)"
+                if found.absent
+                else ""
+            ),
             path=folder,
         )
     notes: list[str] = []
@@ -174,6 +181,12 @@ def _from_tree(request: PayloadRequest, source: ReleaseSource | None, today: str
             f"not compared: vLLM {version}'s folders the edited tree does not have"
             f" ({listed(found.not_held)}); nothing in them is deleted (--file vllm/PATH names"
             " a file to delete)"
+        )
+    if found.absent:
+        notes.append(
+            f"not deleted: {len(found.absent)} file(s) of vLLM {version} absent from the edited"
+            f" tree ({listed(found.absent)}); --allow-deletions deletes them, --file vllm/PATH"
+            " names one to delete"
         )
     if found.deleted:
         count = len(found.deleted)
@@ -303,7 +316,9 @@ def _diff(
             "say where the payload comes from: --pr OWNER/REPO#N, --diff FILE, --from-tree DIR"
             " or --overlay FILE"
         )
-    detect = detector(source, versions) if source is not None and versions else None
+    detect = None
+    if source is not None:  # no release at hand: the source's newest one is asked for
+        detect = detector(source, versions) if versions else newest_detector(source)
     payload = normalize_diff(text, file=name, layout=request.layout, detect=detect)
     notes: list[str] = []
     if payload.detected is not None:

@@ -72,10 +72,17 @@ class TreeDiff:
     unreadable: tuple[str, ...] = ()  # differing files that are not UTF-8 text, left out
     deleted: tuple[str, ...] = ()  # files of the release absent from the edited tree
     not_held: tuple[str, ...] = ()  # folders of the release the edited tree has not at all
+    absent: tuple[str, ...] = ()  # files of the release the edited tree lacks, not deleted
     edits: tuple[tuple[str, str | None, str | None], ...] = ()  # path, release's text, new
 
 
-def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) -> TreeDiff:
+def diff_tree(
+    folder: Path,
+    pristine: ReleaseTree,
+    files: Sequence[str] = (),
+    *,
+    deletions: bool = False,
+) -> TreeDiff:
     """The difference between the edited tree at `folder` and `pristine`: every file of the
     release that differs or is gone from the edited tree (deleted), or only `files` (a file
     named there but not in the release is created). Files only in the edited tree (compiled
@@ -84,7 +91,10 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
     A release file is proposed for deletion only when the edited tree holds its folder: a
     checkout or an sdist has no built or vendored folders (`vllm/third_party/...` of a
     wheel), and what it does not hold it does not delete (those folders are `not_held`; name
-    a file with `files` to delete it). Every file read must be a regular file inside the
+    a file with `files` to delete it). Even then, a file the edited tree lacks is deleted only
+    with `deletions` (else it is `absent`): whatever the tree's origin, a missing file is far
+    more often one the tree never had (a wheel's built or vendored file) than one the user
+    deleted. Every file read must be a regular file inside the
     edited vllm/ package: a symlink leading out of it, or a FIFO, is refused (UsageError)."""
     root = tree_root(folder)
     package = (root / "vllm").resolve()
@@ -96,11 +106,15 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
     deleted: list[str] = []
     edits: list[tuple[str, str | None, str | None]] = []
     not_held: dict[str, None] = {}
+    absent: list[str] = []
     for rel in names:
         edited = _edited(root, package, rel)
         parent = PurePosixPath(rel).parent.as_posix()
         if edited is None and not wanted and not (root / parent).is_dir():
             not_held[_missing_folder(root, parent)] = None
+            continue
+        if edited is None and not wanted and not deletions:
+            absent.append(rel)
             continue
         old_bytes = pristine.read(rel)
         new_bytes = None if edited is None else _read(edited, rel, root)
@@ -128,6 +142,7 @@ def diff_tree(folder: Path, pristine: ReleaseTree, files: Sequence[str] = ()) ->
         tuple(unreadable),
         tuple(deleted),
         tuple(not_held),
+        tuple(absent),
         tuple(edits),
     )
 

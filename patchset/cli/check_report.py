@@ -337,4 +337,11 @@ def _md_notes(report: CheckReport) -> list[str]:
     notes = [r for r in report.results if r.verdict != "needed" or r.disagreement]
     if not notes:
         return []
-    return ["", *(f"- {r.vllm} `{r.patch}`: **{r.verdict}**: {md(r.detail)}" for r in notes)]
+    return [
+        "",
+        *(
+            f"- {r.vllm} `{r.patch}`: **{r.verdict}**: {md(r.detail)}"
+            + (f" (signals disagree: {md(r.disagreement)})" if r.disagreement else "")
+            for r in notes
+        ),
+    ]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.engine import gates, order, pairs, transaction
+from patchset.engine import gates, order, pairs, reverting, transaction
 from patchset.engine.evaluate import Evaluation, evaluate, evaluate_revert
 from patchset.engine.gates import DETECT
 from patchset.engine.results import SCHEMA, STOPPERS, ApplyReport, Outcome, PatchResult
@@ -266,6 +266,8 @@ def _run(
             )
             for patch in selected
         ]
+        if operation == "revert":  # what the tree holds decides (engine/reverting.py)
+            results = reverting.settle(results, ids, by_id=by_id, read=read, release=release)
         if operation == "apply" and len(selected) > 1:
             results = pairs.refuse_pairs(
                 selected, results, read_tree, release=release, max_fuzz=max_fuzz, by_id=by_id

@@ -44,6 +44,7 @@ from patchset.refresh.job import (
     SiteRefresh,
     stacked_reader,
 )
+from patchset.refresh.landed import RefusedRefreshError, refuse_landed
 from patchset.refresh.merge import diff_of, refresh_diff, write_diff_variant
 from patchset.refresh.workdir import (
     STATE,
@@ -66,6 +67,7 @@ __all__ = [
     "RangeChange",
     "RefreshOutcome",
     "RefreshResult",
+    "RefusedRefreshError",
     "SiteRefresh",
     "abort",
     "default_workdir",
@@ -102,6 +104,7 @@ def refresh(
     target_files, moves = _release_files(
         registry, patch, variant, target, versions=versions, source=source, refuse_if_fits=True
     )
+    refuse_landed(patch.id, variant, target, target_files)
     base = _base(variant, target, versions)
     job = Job(registry, patch, variant, target, base, target_files, tuple(versions), moves)
     if patch.kind == "diff":

@@ -20,6 +20,7 @@ from patchset.errors import UsageError
 from patchset.kernel.hunks import rank_windows, split_text
 from patchset.kernel.sites import Site, check_site, find_block, shift
 from patchset.refresh.job import AnchorCandidate, Job, RefreshResult, SiteRefresh, read_release
+from patchset.refresh.landed import refuse_deletions
 from patchset.refresh.record import payload_name, record
 from patchset.registry import Variant, load_sites
 from patchset.registry.toml import did_you_mean
@@ -56,7 +57,9 @@ def refresh_runtime(
     old_text = (patch.folder / variant.name).read_text(encoding="utf-8")
     new_text = _new_sites_file(old_text, variant.sites, sites)
     name = payload_name(patch, target, ".sites.toml", new_text.encode("utf-8"))
-    failures = _check_sites(job, new_text, name)
+    failures, edited = _check_sites(job, new_text, name)
+    if not failures:
+        refuse_deletions(patch.id, variant, target, job.files, edited)
     if failures:
         reason = "the proposed sites do not apply: " + "; ".join(failures)
         unresolved = tuple(s if s.anchor is None else _without_anchor(s, reason) for s in sites)
@@ -217,7 +220,7 @@ def _multiline(lines: list[str]) -> Any:
     return tomlkit.parse(f'v = """\n{body}"""\n')["v"]
 
 
-def _check_sites(job: Job, text: str, name: str) -> list[str]:
+def _check_sites(job: Job, text: str, name: str) -> tuple[list[str], dict[str, bytes | None]]:
     """Load the new sites file as the registry will, and dry-run it on the target release."""
     with tempfile.TemporaryDirectory(prefix="patchset-refresh-") as tmp:
         path = Path(tmp) / name
@@ -225,7 +228,10 @@ def _check_sites(job: Job, text: str, name: str) -> list[str]:
         sites = load_sites(path)
     variant = Variant(name, SpecifierSet(f">={job.target}"), "", sites=sites)
     ev = evaluate(job.patch, variant, job.files.get)
-    return [] if ev.state == "applies" else list(ev.failures) or [ev.state]
+    if ev.state != "applies":
+        return list(ev.failures) or [ev.state], {}
+    edited = {rel: ev.changes.get(rel, data) for rel, data in job.files.items()}
+    return [], edited
 
 
 def _decode(data: bytes) -> str:

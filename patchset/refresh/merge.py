@@ -14,6 +14,7 @@ from patchset.adapters.gitrepo import MergeLabels, conflict_lines, scratch_repo
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError, UsageError
 from patchset.refresh.job import Conflict, Job, RefreshResult, read_release
+from patchset.refresh.landed import refuse_deletions
 from patchset.refresh.record import payload_name, record
 from patchset.refresh.workdir import write_work
 from patchset.registry import Variant
@@ -63,6 +64,7 @@ def refresh_diff(
         if write:
             write_work(job, work, merged)
         return job.result("conflict", conflicts=conflicts, workdir=work if write else None)
+    refuse_deletions(patch.id, variant, target, job.files, merged)
     if not payload.strip():
         raise UsageError(
             f"merging {patch.id} into vllm {target} changes nothing: the release holds an"

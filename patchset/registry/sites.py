@@ -109,6 +109,9 @@ def _alternatives(table: Table, name: str) -> tuple[Alternative, ...]:
     return tuple(found)
 
 
+MAX_PROBE_BYTES = 10 * 1024  # a probe string longer than this is a file, not a marker
+
+
 def probe_strings(table: Table, name: str) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
     """`contains`, `any` and `regex` of a probe; at least one of them, none empty."""
     contains = table.str_list("contains", required=False)
@@ -117,6 +120,14 @@ def probe_strings(table: Table, name: str) -> tuple[tuple[str, ...], tuple[str, 
     for key, values in (("contains", contains), ("any", any_of)):
         if any(not v for v in values):
             raise table.error(f"{name}: an empty string matches every file", key)
+        if any(not v.strip() for v in values):
+            raise table.error(f"{name}: a string of whitespace only is no evidence of a fix", key)
+        if any(len(v.encode("utf-8", "surrogateescape")) > MAX_PROBE_BYTES for v in values):
+            raise table.error(f"{name}: a probe string over 10 KB (the probe is a few words)", key)
+    if regex is not None and not regex.strip():
+        raise table.error(f"{name}: a regex of whitespace only", "regex")
+    if regex is not None and len(regex.encode("utf-8", "surrogateescape")) > MAX_PROBE_BYTES:
+        raise table.error(f"{name}: a regex over 10 KB", "regex")
     if regex is not None:
         try:
             re.compile(regex)

@@ -65,6 +65,7 @@ _DECIDERS = (
     "release_check/report.py",
     "release_check/run.py",
     "release_check/verdicts.py",
+    "release_check/landed.py",
     "release_check/moves.py",
 )
 

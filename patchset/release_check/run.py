@@ -21,7 +21,7 @@ from patchset.release_check import parallel
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import PythonFiles
 from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
-from patchset.release_check.verdicts import ancestry, one
+from patchset.release_check.verdicts import ancestry, is_base_release, one
 from patchset.sources import parse_source, select
 from patchset.sources.base import (
     DownloadProgress,
@@ -594,6 +594,7 @@ def _plans(
                     [(r.id, r.digest, _tried(r, version)) for r in chain],
                     sorted(beneath.items()) if beneath else [],
                     named,
+                    meant is not None and is_base_release(patch, meant, version),  # probe
                 )
         plans.append((patch, in_range, meant, fact, files, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}

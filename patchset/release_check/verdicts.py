@@ -15,10 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from packaging.version import Version
+
 from patchset.engine.evaluate import Evaluation, evaluate
 from patchset.kernel.hunks import HunkResult
-from patchset.kernel.sites import SiteResult
+from patchset.kernel.sites import SiteProbe, SiteResult
 from patchset.registry import Patch, Probe, Variant, ranges
+from patchset.release_check.landed import landed
 from patchset.release_check.moves import PythonFiles, moved_homes
 from patchset.release_check.report import CheckResult, Explain, Signals, Verdict
 from patchset.release_check.similarity import ratio
@@ -116,6 +119,8 @@ def one(
         decision = _Decision("missing-target", detail, disagreement, moved)
     else:
         decision = decide(patch, ev, signals, states)
+        if decision.verdict == "upstream" and signals.probe and not signals.ancestry:
+            decision = _weigh_probe(patch, variant, ev, decision, read=read, version=version)
     if aside:
         names = ", ".join(r.site for r in aside)
         decision = dataclasses.replace(
@@ -384,6 +389,95 @@ def _locations(ev: Evaluation, states: list[tuple[str, HunkResult, HunkState]]) 
             out.append(f"{f}: {h.describe().replace(' does not match', ' conflicts, no match')}")
     out += [s.describe() for s in ev.sites]
     return tuple(out)
+
+
+PROBE_ALONE = "the upstream probe finds"  # a disagreement's opening: the probe alone said it
+
+
+def probe_hits(probe: Probe | SiteProbe, text: str | None) -> tuple[str, ...]:
+    """The strings of `probe` found in `text` (its `contains` and `any`, and its regex when
+    it matches), when the probe matches; else none."""
+    if text is None or not probe.matches(text):
+        return ()
+    found = [s for s in (*probe.contains, *probe.any) if s in text]
+    if probe.regex is not None:
+        found.append(f"/{probe.regex}/")
+    return tuple(found)
+
+
+def probe_matches_unfixed(
+    patch: Patch, tree: ReleaseTree, version: str | None = None
+) -> tuple[str, ...]:
+    """The probe strings of `patch` that a release holds where the patch is needed by its own
+    anchors and none of its change is there: every hunk or site applies forward, the reverse
+    does not fit, no hunk's or site's added lines are in the file. Such a string is no
+    evidence of the upstream fix (the import drops it; `validate --probes` names it)."""
+    probe = patch.upstream.probe
+    if probe is None:
+        return ()
+    hits = probe_hits(probe, _text(tree.read(probe.file)))
+    if not hits:
+        return ()
+    version = version if version is not None else tree.info.version
+    variant, ev = _pick_variant(patch, version, tree.read, 0, False)
+    return hits if _unfixed(patch, variant, ev, tree.read) else ()
+
+
+def is_base_release(patch: Patch, variant: Variant, version: str) -> bool:
+    """Whether `version` is the release the patch was written against: the variant's
+    `base`, else the lower bound of its range (the oldest release it covers)."""
+    if variant.base is not None:
+        return variant.base == version
+    if not ranges.is_version(version):
+        return False
+    floors = [s.version for s in (*variant.vllm, *patch.vllm) if s.operator in (">=", "==")]
+    return any(Version(f) == Version(version) for f in floors if ranges.is_version(f))
+
+
+def _unfixed(
+    patch: Patch, variant: Variant, ev: Evaluation, read: Callable[[str], bytes | None]
+) -> bool:
+    """Every hunk or site applies, the reverse does not, and no change of theirs is there."""
+    if ev.state != "applies" or ev.reverse_applies or patch.kind == "python":
+        return False
+    files = {rel: read(rel) for rel in variant.files}
+    return not any(x.present for x in landed(variant, files))
+
+
+def _weigh_probe(
+    patch: Patch,
+    variant: Variant,
+    ev: Evaluation,
+    decision: _Decision,
+    *,
+    read: Callable[[str], bytes | None],
+    version: str,
+) -> _Decision:
+    """An `upstream` that rests on the probe alone, while every hunk or site still applies and
+    none of their changes is there: a disagreement naming the probe's strings and the sites;
+    on the release the patch was written against, `needed` (a probe alone never makes it
+    upstream there)."""
+    probe = patch.upstream.probe
+    if probe is None or not _unfixed(patch, variant, ev, read):
+        return decision
+    strings = ", ".join(repr(s) for s in probe_hits(probe, _text(read(probe.file))))
+    where = ", ".join(
+        [f"site {r.site} ({r.file}:{r.line})" for r in ev.sites]
+        + [f"{f}#{h.index} (line {h.line})" for f, h in ev.hunks]
+    )
+    said = (
+        f"{PROBE_ALONE} {strings} in {probe.file}, yet every site or hunk still"
+        f" applies and none of their changes is there: {where}"
+    )
+    if is_base_release(patch, variant, version):
+        return _Decision(
+            "needed",
+            f"applies ({version} is the release it was written against: its probe alone is"
+            " not evidence)",
+            said,
+            shifted=bool(ev.warnings),
+        )
+    return dataclasses.replace(decision, disagreement=said)
 
 
 def _text(data: bytes | None) -> str | None:

@@ -8,12 +8,14 @@ clone when one is given (the lowest release tag holding its merge commit).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from packaging.version import Version
 from tomlkit.toml_document import TOMLDocument
 
 from patchset.adapters.forge import ForgeAPI, PullState
@@ -22,7 +24,8 @@ from patchset.errors import ExitCode
 from patchset.registry import Registry
 from patchset.registry.model import UpstreamState
 from patchset.registry.write import RegistryChange
-from patchset.sources.git import release_tags
+from patchset.release_check import check
+from patchset.sources.git import GitSource, release_tags
 
 SCHEMA = "patchset.upstream/1"
 Status = Literal[
@@ -47,10 +50,14 @@ class Finding:
     first_release: str | None = None
     new_state: UpstreamState | None = None  # what --write records (None: nothing to record)
     cached: bool = False
+    # With a clone: the first of its releases the check reads `upstream` (None: none of those
+    # up to first_release), and how that disagrees with first_release (None: it agrees)
+    check_first_upstream: str | None = None
+    disagreement: str | None = None
 
     @property
     def attention(self) -> bool:
-        return self.status in ATTENTION
+        return self.status in ATTENTION or self.disagreement is not None
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,42 @@ def audit(
         judge(patch_id, state, answers[pr], releases.get(answers[pr].merge_commit or ""))
         for patch_id, pr, state in sorted(tracked)
     ]
+    if git is not None:
+        findings = _beside_the_check(registry, findings, git)
     return UpstreamReport(tuple(findings))
+
+
+def _beside_the_check(registry: Registry, findings: list[Finding], git: Path) -> list[Finding]:
+    """Each merged pull request's first release (the clone's tags) set beside the first of
+    the clone's releases, up to it, that the check reads `upstream`; a difference is said."""
+    known = [f for f in findings if f.first_release]
+    if not known:
+        return findings
+    source = GitSource(git)
+    finals = [v for v in source.versions() if not Version(v).is_prerelease]
+    out = []
+    for f in findings:
+        if not f.first_release or f.first_release not in finals:
+            out.append(f)
+            continue
+        patch = registry.get(f.patch)
+        upto = [
+            v
+            for v in finals
+            if Version(v) <= Version(f.first_release)
+            and (patch.in_range(v) or v == f.first_release)
+        ]
+        results = check(registry, upto, source=source, patches=[patch.id])
+        first = next((v for v in upto if results.result(v, patch.id).verdict == "upstream"), None)
+        said = None
+        if first != f.first_release:
+            said = (
+                f"the forge's merge first ships in {f.first_release}, but the check reads"
+                + (f" upstream from {first}" if first else f" no upstream up to {f.first_release}")
+                + ": look at the patch's probe and range"
+            )
+        out.append(dataclasses.replace(f, check_first_upstream=first, disagreement=said))
+    return out
 
 
 def judge(patch_id: str, recorded: str, pull: PullState, first_release: str | None) -> Finding:

@@ -479,20 +479,23 @@ def test_a_checkout_against_the_wheel_deletes_nothing_it_does_not_hold(
     assert "/dev/null" not in diff and diff.count("+++ ") == 1
 
 
-def test_many_deletions_are_refused_unless_allowed(
+def test_deletions_only_when_allowed(
     tmp_path: Path, registry: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Issue 36 item 5: a file the edited tree lacks is never deleted unless
+    --allow-deletions (or --file names it), whatever the tree's origin."""
     many = {f"vllm/sub/m{i:02}.py": f"m = {i}\n" for i in range(MAX_DELETIONS + 3)}
     wheel = make_tree(tmp_path / "wheel", {MOD: BODY, **many})
     tree = make_tree(tmp_path / "tree", {MOD: EDITED_BODY})
     (tree / "vllm" / "sub").mkdir()  # the folder is held, its files are gone
-    assert from_tree(registry, wheel, tree, "gone") == 2
-    line = one_error(capsys)
     count = MAX_DELETIONS + 3
-    assert f"would delete {count} files of vLLM 0.19.1 absent from the edited tree" in line
-    assert "vllm/sub/m00.py, vllm/sub/m01.py, vllm/sub/m02.py and 5 more" in line
-    assert "--allow-deletions" in line
-    assert list(registry.iterdir()) == []
+    assert from_tree(registry, wheel, tree, "kept") == 0
+    err = capsys.readouterr().err
+    assert f"not deleted: {count} file(s) of vLLM 0.19.1 absent from the edited tree" in err
+    assert "vllm/sub/m00.py, vllm/sub/m01.py, vllm/sub/m02.py and 5 more" in err
+    assert "--allow-deletions deletes them" in err
+    payload = (registry / "kept" / "patch.diff").read_text()
+    assert "/dev/null" not in payload and "vllm/sub/" not in payload
     assert from_tree(registry, wheel, tree, "gone", "--allow-deletions") == 0
     err = capsys.readouterr().err
     assert f"deletes {count} files of vLLM 0.19.1 absent from the edited tree:" in err

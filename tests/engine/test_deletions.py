@@ -299,17 +299,20 @@ def test_deletions_git_does_not_write_are_refused(text: str, message: str) -> No
 
 def test_from_tree_expresses_deletions(tmp_path: Path) -> None:
     """`add --from-tree`: a release file gone from a folder the edited tree holds is a
-    deletion; one whose folder the tree lacks altogether is not (a checkout has no wheel-built
-    folders) unless named; `--file` limits the patch to the files named, as before."""
+    deletion when deletions are allowed (issue 36: never otherwise); one whose folder the tree
+    lacks altogether is not (a checkout has no wheel-built folders) unless named; `--file`
+    limits the patch to the files named, as before."""
     pristine = make_tree(tmp_path / "pristine", BASE)
     edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
     with FolderSource(pristine).open("0.19.1") as tree:
         unheld = diff_tree(edited, tree)
         (edited / GONE).parent.mkdir()  # the folder is there, the file is gone: deleted
-        found = diff_tree(edited, tree)
+        kept = diff_tree(edited, tree)  # ... only when allowed
+        found = diff_tree(edited, tree, deletions=True)
         limited = diff_tree(edited, tree, [MOD])
         only_gone = diff_tree(edited, tree, [GONE])
     assert (unheld.deleted, unheld.files, unheld.not_held) == ((), (MOD,), ("vllm/sub/",))
+    assert (kept.deleted, kept.files, kept.absent) == ((), (MOD,), (GONE,))
     assert found.deleted == (GONE,) and set(found.files) == {MOD, GONE}
     assert (limited.deleted, limited.files) == ((), (MOD,))
     assert only_gone.deleted == (GONE,)
@@ -422,8 +425,9 @@ def test_refresh_carries_a_deletion(tmp_path: Path) -> None:
 def test_add_from_tree_names_the_deletions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The command: the deletion is named on stderr, the payload checked `needed` on the
-    release it was cut from; `--file` leaves it out."""
+    """The command: without --allow-deletions nothing is deleted (said); with it the deletion
+    is named on stderr, the payload checked `needed` on the release it was cut from; `--file`
+    leaves it out."""
     pristine = make_tree(tmp_path / "pristine", BASE)
     edited = make_tree(tmp_path / "edited", {MOD: BODY.replace("line 3\n", "line three\n")})
     (edited / GONE).parent.mkdir()
@@ -431,7 +435,12 @@ def test_add_from_tree_names_the_deletions(
     registry.mkdir()
     source = ["--vllm", "0.19.1", "--source", str(pristine)]
     args = ["--registry", str(registry), "add", "edits", "--from-tree", str(edited), *source]
-    assert main(args) == 0
+    assert main([*args[:3], "no-deletion", *args[4:]]) == 0
+    assert f"not deleted: 1 file(s) of vLLM 0.19.1 absent from the edited tree ({GONE})" in (
+        capsys.readouterr().err
+    )
+    assert "+++ /dev/null" not in (registry / "no-deletion" / "patch.diff").read_text()
+    assert main([*args, "--allow-deletions"]) == 0
     err = capsys.readouterr().err
     assert f"deletes 1 file of vLLM 0.19.1 absent from the edited tree: {GONE}" in err
     assert "0.19.1 needed" in (registry / "edits" / "patch.toml").read_text()

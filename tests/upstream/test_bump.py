@@ -101,6 +101,10 @@ def test_each_patch_gets_its_outcome(project: Path) -> None:
     assert report.written == ()
     up = next(s for s in report.steps if s.patch == "gone-up")
     assert up.evidence  # the check's detail says why
+    evidence = {s.patch: s.evidence for s in report.steps}  # one line, naming files and lines
+    assert "vllm/gone-up.py: hunk #1 already present at line 9" in evidence["gone-up"]
+    assert "(conflict was at vllm/clean.py#1)" in evidence["clean"]
+    assert evidence["hard"].startswith("refresh: three-way merge conflicts at vllm/hard.py:")
     text = report.text
     assert text.startswith("# the recipe's build, kept by bump\n")
     assert 'vllm = "0.20.0"' in text and 'base = "vllm/vllm-openai:v0.20.0-cu130"' in text

@@ -305,3 +305,39 @@ def test_errors_are_forge_errors(forge: FakeForge) -> None:
     forge.script.mode = "html"
     with pytest.raises(ForgeError):
         ForgeAPI(forge.api, token="").pull("o/r#1")
+
+
+def test_the_first_release_beside_the_checks_first_upstream(
+    registry: Path, forge: FakeForge, tmp_path: Path
+) -> None:
+    """Issue 36 item 2: with a clone, the forge's first release is set beside the first of the
+    clone's releases the check reads upstream; where they differ, that is a finding."""
+    clone = tmp_path / "vllm"
+    (clone / "vllm").mkdir(parents=True)
+    git(clone, "init", "-q")
+    body = "".join(f"line {i}\n" for i in range(1, 21))
+    fixed = body.replace("line 11\n", "line 11 patched\n")
+    merges = []
+    # the first merge carries the fix (agrees); the second's commit ships before the code
+    for n, (text, tag) in enumerate([(body, "v0.1.0"), (fixed, "v0.2.0"), (fixed, "v0.3.0")]):
+        (clone / "vllm" / "__init__.py").write_text("")
+        (clone / "vllm" / "mod.py").write_text(text)
+        (clone / "vllm" / "x.py").write_text(f"x = {n}\n")
+        git(clone, "add", ".")
+        git(clone, "commit", "-qm", f"c{n}")
+        merges.append(git(clone, "rev-parse", "HEAD"))
+        git(clone, "tag", tag)
+    forge.pull("o/r#1", "closed", merged=True, sha=merges[1])  # merged-now: fix in 0.2.0
+    forge.pull("o/r#6", "closed", merged=True, sha=merges[0])  # known: says 0.1.0
+    report = audit(load_registry(registry), ForgeAPI(forge.api, token=""), git=clone)
+    by = {f.patch: f for f in report.findings}
+    agree, differ = by["merged-now"], by["known"]
+    assert (agree.first_release, agree.check_first_upstream, agree.disagreement) == (
+        "0.2.0",
+        "0.2.0",
+        None,
+    )
+    assert (differ.first_release, differ.check_first_upstream) == ("0.1.0", None)
+    assert differ.disagreement is not None and "no upstream up to 0.1.0" in differ.disagreement
+    assert differ.attention and differ.status == "up-to-date"  # a finding by the disagreement
+    assert_matches(report.to_dict(), "upstream")

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from patchset._gc import collector_paused
 from patchset.adapters.forge import DEFAULT_FORGE, FORGE_ENV, pr_ref
-from patchset.authoring.payload import MAX_DELETIONS
 from patchset.cli.options import add_command, option_values, repeatable, request, switch
 from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
 from patchset.cli.sourceopts import add_source_options
@@ -32,8 +31,9 @@ suggested by checking the new patch against releases: --vllm/--since, else every
 already in the cache (the files the check needs that the cache lacks are fetched, unless
 --offline).
 
-An edited tree deletes only files of folders it holds (a checkout or sdist has no built or
-vendored folders of the wheel); more than a few deletions need --allow-deletions. Inputs
+An edited tree deletes no file it lacks unless --allow-deletions (then only files of folders
+it holds: a checkout or sdist has no built or vendored folders of the wheel), or --file
+names it. Inputs
 (--diff, --overlay) are regular files (or '-', stdin) of at most 256 MiB; --from-tree reads
 no symlink leading out of the tree.
 
@@ -85,8 +85,8 @@ def _sources(p: argparse.ArgumentParser, *, update: bool) -> None:
     switch(
         p,
         "--allow-deletions",
-        f"with --from-tree: let the patch delete more than {MAX_DELETIONS} files of the"
-        " release that the edited tree lacks",
+        "with --from-tree: let the patch delete the files of the release that the edited tree"
+        " lacks (without it none is deleted but those --file names)",
     )
     p.add_argument(
         "--pr",

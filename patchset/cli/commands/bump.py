@@ -22,8 +22,11 @@ dropped (with the check's evidence), one that conflicts is refreshed where the t
 merge (or the new anchors) is clean and listed for hand work where it is not. The new
 definition (builds/V.toml, after the old one's name) keeps the old one's text with vllm,
 base and tags moved to V. --write writes the refreshed variants and the new definition;
---format markdown gives a pull request's body. Exit 0: the bump is complete (or, with --to
-latest, no newer release yet: one line); 1: hand work is left."""
+--format markdown gives a pull request's body. A refresh that would delete the release's
+own lines (or whose change already landed) is not made: the patch is dropped (landed) or
+left for hand work, the lines named. Every patch upstream: nothing is written ("serve the
+stock image"), exit 0. A pre-release needs --pre. Exit 0: the bump is complete (or, with
+--to latest, no newer release yet: one line); 1: hand work is left."""
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--to", required=True, metavar="V", help="the release to bump to, or latest")
     switch(p, "--write", "write the variants and definition")
     p.add_argument("--format", choices=FORMATS, default="table")
-    add_source_options(p, pre=False)
+    add_source_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         args.to = newest
-    report = bump(registry, args.definition, args.to, source=source, write=args.write)
+    report = bump(registry, args.definition, args.to, source=source, write=args.write, pre=args.pre)
     if args.format == "json":
         print_json(report.to_dict())
     elif args.format == "markdown":
@@ -68,6 +71,11 @@ def _table(report: BumpReport) -> None:
         out.add_row(text(s.patch), text(s.verdict), text(s.action), text(s.evidence))
     con = console()
     con.print(out)
+    for comment in report.comments:
+        con.print(f"check the comment: {comment}", markup=False)
+    if report.headline():
+        con.print(f"bump complete: {report.headline()}", markup=False)
+        return
     for note in report.notes:
         con.print(f"hand work: {note}", markup=False)
     state = "complete" if report.complete else "hand work left"
@@ -102,7 +110,13 @@ def markdown(report: BumpReport) -> str:
             "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
         )
     lines.append("")
-    if counts["hand-work"] or report.notes:
+    if report.comments:
+        lines.append(f"Comments that name {report.old} (kept as they were; check them):")
+        lines += [f"- [ ] {c}" for c in report.comments]
+        lines.append("")
+    if report.headline():
+        lines.append(f"**{report.headline()}**")
+    elif counts["hand-work"] or report.notes:
         lines.append("### Left for hand work")
         lines += [f"- [ ] `{s.patch}`: {s.evidence}" for s in counts["hand-work"]]
         lines += [f"- [ ] {note}" for note in report.notes]

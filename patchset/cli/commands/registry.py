@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.text import Text
 
+from patchset.cli.commands import validate_probes
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
 from patchset.cli.output import FORMATS, console, err_console, print_json, table, text
@@ -43,6 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " imported by inserted code without a support package (default: the vLLM this Python"
         " would import; none: only the standard library and vllm, torch, triton, transformers)",
     )
+    validate_probes.add_probe_options(validate)
     for p in (listing, show, validate):
         p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -222,8 +224,10 @@ def run_validate(args: argparse.Namespace) -> int:
     }
     definitions = load_definitions(args.builds) if args.builds.is_dir() else []
     checked = 0
+    probes = None
     if not problems:
         checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
+        probes = validate_probes.probe_findings(registry, args)
     if args.format == "json":
         print_json(
             {
@@ -246,6 +250,7 @@ def run_validate(args: argparse.Namespace) -> int:
                 "imports_allowed": {"vllm": rule.vllm, "from": rule.where},
                 "schema_checked": checked,
                 "removed": [str(item.path) for item in removed],
+                **validate_probes.probes_json(probes),
             }
         )
     else:
@@ -273,4 +278,5 @@ def run_validate(args: argparse.Namespace) -> int:
             ),
             markup=False,
         )
-    return ExitCode.BAD_INPUT if problems else ExitCode.OK
+        validate_probes.show_probes(probes)
+    return ExitCode.BAD_INPUT if problems else validate_probes.probes_exit(probes)

@@ -74,6 +74,11 @@ def _note(f: Finding) -> str:
         bits.append(f"merged {f.merged_at}")
     if f.merge_commit:
         bits.append(f"commit {f.merge_commit[:12]}")
+    if f.first_release:
+        check = f.check_first_upstream or "none"
+        bits.append(f"first release {f.first_release}; the check's first upstream {check}")
+    if f.disagreement:
+        bits.append(f"disagreement: {f.disagreement}")
     return "; ".join(bits)
 
 
