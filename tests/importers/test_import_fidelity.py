@@ -352,7 +352,7 @@ def test_genesis_switch_aliases_become_the_switch_aliases() -> None:
     # P64's shape: the merged entry keeps the enable flags of the patches it absorbed, so the
     # start maps a compose file's old names onto this switch instead of calling them unknown.
     lost: list[str] = []
-    entry = {
+    entry: dict[str, object] = {
         "env_flag": "GENESIS_ENABLE_P64",
         "env_flag_aliases": ["GENESIS_ENABLE_P61C", "GENESIS_ENABLE_P64", "not a name"],
     }
