@@ -214,6 +214,7 @@ def prepare_context(
         delivery="image",
         base=Base(definition.base, base.id, base_digest),
         vllm_root=root,
+        targets=chosen.built,  # the files as built: the start's patches go on top
     )
     _write_context(
         folder,

@@ -192,6 +192,7 @@ def export_runtime(
         delivery="stock",
         base=Base(definition.base),
         release_files=origin,  # vllm_root: found at start by the image's own python3
+        targets=chosen.targets,  # the release's own files: the start checks each once
     )
     files: dict[str, bytes] = {**runtime_sources(), **support}
     files["manifest.json"] = manifest.dumps().encode()

@@ -23,7 +23,8 @@ from .predicates import parse as parse_predicate
 from .sites import Site
 from .tree import relpath_problem
 
-SCHEMA = "patchset.manifest/1"
+SCHEMA = "patchset.manifest/2"
+OLD_SCHEMAS = ("patchset.manifest/1",)  # read: their targets are each file's first `before`
 KINDS = ("diff", "runtime", "python")
 APPLY = ("build", "startup")
 DELIVERIES = ("image", "stock")
@@ -215,6 +216,10 @@ class Manifest:
     # start, and the entries (relative to it) put on the import path of vLLM's processes
     support: Mapping[str, str] = field(default_factory=dict)
     support_paths: tuple[str, ...] = ()
+    # each target file's sha256 before the start applies anything ("": no file): the
+    # release's own file in a bundle, the file as built in an image. The start checks each
+    # file once against it, then applies the patches that are on (kernel/stack.py)
+    targets: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         base: dict[str, Any] = {"name": self.base.name}
@@ -236,6 +241,7 @@ class Manifest:
             "plugins": dict(self.plugins),
             "support": dict(self.support),
             "support_paths": list(self.support_paths),
+            "targets": dict(self.targets),
             "patches": [p.to_json() for p in self.patches],
         }
         return out
@@ -246,15 +252,22 @@ class Manifest:
     @classmethod
     def from_json(cls, data: object) -> Manifest:
         r = _Reader(data, "manifest")
-        if r.text("schema", "") != SCHEMA:
+        schema = r.text("schema", "")
+        if schema != SCHEMA and schema not in OLD_SCHEMAS:
             raise ManifestError(f"not a patchset manifest (schema {SCHEMA})")
         b = r.table("base")
         patches = tuple(
             PatchEntry.from_json(p, f"patches[{n}]") for n, p in enumerate(r.seq("patches"))
         )
         _check_series(patches)
+        delivery = cast(Literal["image", "stock"], r.choice("delivery", DELIVERIES))
+        targets = _old_targets(patches, delivery)  # schema 1, and what a schema 2 one omits
+        for rel, want in (r.str_map("targets") if schema == SCHEMA else {}).items():
+            _path(rel, "manifest.targets")
+            targets[rel] = want
         return cls(
-            delivery=cast(Literal["image", "stock"], r.choice("delivery", DELIVERIES)),
+            targets=targets,
+            delivery=delivery,
             registry=r.text("registry"),
             vllm=r.text("vllm"),
             base=Base(b.text("name"), b.opt_text("id"), b.opt_text("digest")),
@@ -304,12 +317,16 @@ class StartReport:
     registry: str | None
     error: str | None
     results: tuple[Outcome, ...]
+    on: tuple[str, ...] = ()  # the patches on at this start, sorted (they decide the bytes)
+    on_digest: str = ""  # the short sha256 of that set
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "registry": self.registry,
             "error": self.error,
+            "on": list(self.on),
+            "on_digest": self.on_digest,
             "results": [r.to_json() for r in self.results],
         }
 
@@ -328,7 +345,29 @@ class StartReport:
         for n, item in enumerate(r.seq("results")):
             o = _Reader(item, f"results[{n}]")
             results.append(Outcome(o.text("patch"), o.text("apply"), o.text("state"), o.flag("ok")))
-        return cls(r.flag("ok"), r.opt_text("registry"), r.opt_text("error"), tuple(results))
+        return cls(
+            r.flag("ok"),
+            r.opt_text("registry"),
+            r.opt_text("error"),
+            tuple(results),
+            r.texts("on"),
+            r.text("on_digest", ""),
+        )
+
+
+def _old_targets(patches: Sequence[PatchEntry], delivery: str) -> dict[str, str]:
+    """A schema 1 manifest's targets (and a schema 2 one's defaults): each file's `before`
+    at the first patch listing it (its chain began at the release's file), in an image the
+    `after` of its last build patch (the file as built)."""
+    targets: dict[str, str] = {}
+    for patch in patches:
+        if patch.kind == "python":
+            continue
+        for rel, digests in patch.files.items():
+            targets.setdefault(rel, digests.before)
+            if delivery == "image" and patch.apply == "build":
+                targets[rel] = digests.after
+    return targets
 
 
 def _check_series(patches: Sequence[PatchEntry]) -> None:
