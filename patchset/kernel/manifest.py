@@ -12,6 +12,7 @@ Standard library only: it ships into images with the rest of the kernel.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -98,6 +99,19 @@ class PatchEntry:
     policy_env: str | None = None  # a variable overriding `policy`
     requires_modules: tuple[str, ...] = ()  # imported at start before it counts as applied
     verify: tuple[Check, ...] = ()  # run after the start applied it, before vllm serve
+    edits_sha256: str = ""  # of its hunks or sites as exported ("": a schema 1 manifest)
+
+    def edits_digest(self) -> str:
+        """The sha256 of what it edits (hunks, sites, files, executable), as the start reads
+        them: checked against `edits_sha256`, so an edited manifest is refused."""
+        data = {
+            "files": {rel: asdict(d) for rel, d in sorted(self.files.items())},
+            "hunks": {rel: [h.to_json() for h in hs] for rel, hs in sorted(self.hunks.items())},
+            "sites": [asdict(site) for site in self.sites],
+            "executable": list(self.executable),
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -130,6 +144,7 @@ class PatchEntry:
             "failure": {"policy": self.policy, "env": self.policy_env},
             "requires_modules": list(self.requires_modules),
             "verify": [asdict(c) for c in self.verify],
+            "edits_sha256": self.edits_sha256 or self.edits_digest(),
         }
         return out
 
@@ -195,6 +210,7 @@ class PatchEntry:
             hunks=hunks,
             executable=r.texts("executable"),
             sites=sites,
+            edits_sha256=r.text("edits_sha256", ""),
         )
 
 

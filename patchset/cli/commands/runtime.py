@@ -41,6 +41,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--strict",
         "refuse a patch whose upstream fix the release holds (default: left out, a line)",
     )
+    e.add_argument(
+        "--switches",
+        action="append",
+        default=[],
+        metavar="SET",
+        help="plan this switch set too before writing (repeatable): `all` (every switch on) or"
+        " ENV=1,ENV=0,... over the defaults; every refusal of any set is listed at once",
+    )
     e.add_argument("--format", choices=FORMATS, default="table")
 
 
@@ -58,6 +66,7 @@ def run_export(args: argparse.Namespace) -> int:
         source=source,
         log=err_lines(),
         strict=args.strict,
+        switches=args.switches,
     )
     emit(report, args.format, _exported)
     return ExitCode.OK

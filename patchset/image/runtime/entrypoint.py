@@ -322,6 +322,11 @@ def plan_one(
     fits = all(in_scope(scope, c) for c in here.gpus) if here.gpus else in_scope(scope, None)
     if here.stock:
         check_payload(patch)
+    if patch.edits_sha256 and patch.edits_sha256 != patch.edits_digest():
+        raise PatchFailedError(
+            "its edits in the manifest differ from the ones exported (sha256): the result"
+            " differs from the one checked at export"
+        )
     if (problem := startup.import_problem(patch.requires_modules)) is not None:
         raise PatchFailedError(problem)
     if patch.kind == "python":
