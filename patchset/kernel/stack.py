@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .hunks import apply_hunks, join_text, split_text
 from .manifest import PatchEntry
+from .pycompile import broken_by, compile_error
 from .sites import GOOD, apply_site, revert_site
 from .tree import digest
 
@@ -84,6 +85,17 @@ def unpatched_text(patch: PatchEntry, rel: str, data: bytes) -> bytes | None:
         if not took:
             return None
     return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
+
+
+def compile_problem(rel: str, data: bytes, before: bytes | None = None) -> str | None:
+    """What keeps a patched .py file from compiling with this Python (in memory, no .pyc),
+    or None; a file that did not compile `before` the patch either is not blamed on it."""
+    if not rel.endswith(".py"):
+        return None
+    problem = compile_error(data, rel)  # the original is compiled only to blame a failure
+    if problem is None or (before is not None and broken_by(before, data) is None):
+        return None
+    return f"{problem.describe(rel)} (does not compile after patching)"
 
 
 def on_set(ids: Sequence[str]) -> tuple[tuple[str, ...], str]:
@@ -183,4 +195,12 @@ class Files:
         return {rel: data for rel, data in self.current.items() if data != self.original.get(rel)}
 
 
-__all__ = ["Files", "StackError", "deletes", "on_set", "patched_text", "unpatched_text"]
+__all__ = [
+    "Files",
+    "StackError",
+    "compile_problem",
+    "deletes",
+    "on_set",
+    "patched_text",
+    "unpatched_text",
+]

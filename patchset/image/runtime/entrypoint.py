@@ -67,7 +67,6 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset.kernel.order import in_order
     from patchset.kernel.predicates import Facts, installed_versions
-    from patchset.kernel.pycompile import broken_by, compile_error
     from patchset.kernel.sites import check_site, served_from_args
     from patchset.kernel.touches import defines, module_files
 else:
@@ -78,7 +77,6 @@ else:
     from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset_kernel.order import in_order
     from patchset_kernel.predicates import Facts, installed_versions
-    from patchset_kernel.pycompile import broken_by, compile_error
     from patchset_kernel.sites import check_site, served_from_args
     from patchset_kernel.touches import defines, module_files
 
@@ -142,13 +140,8 @@ def _found(plan: Plan, rel: str) -> bytes | None:
 
 def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
     """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
-    if not rel.endswith(".py"):
-        return
-    problem = compile_error(data, rel)  # the original is compiled only to blame a failure
-    if problem is not None and before is not None and broken_by(before, data) is None:
-        return  # the file did not compile before the patch either
-    if problem is not None:
-        raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
+    if (problem := stack.compile_problem(rel, data, before)) is not None:
+        raise PatchFailedError(problem)
 
 
 def check_build_patch(
@@ -457,6 +450,9 @@ def main(argv: list[str]) -> int:
     verify = argv[:1] == ["--verify"]
     dry = argv[:1] == ["--prove"]  # a start, reported in JSON, with no exec
     report = verify or dry
+    imports = report and argv[1:2] == ["--imports"]  # import every module the start changed
+    if imports:
+        argv = [argv[0], *argv[2:]]
     program = os.environ.get("PATCHSET_EXEC", "vllm")
     manifest: Manifest | None = None
     refusal, root, version = None, None, "?"
@@ -476,7 +472,14 @@ def main(argv: list[str]) -> int:
         if not report and shutil.which(program) is None:
             raise StartRefusedError(f"no {program} program on PATH: nothing to start")
         with tree_lock(root):  # two starts on one tree go one after the other
-            run = start_tree(manifest, root, path, verify=verify, args=argv[1:] if report else argv)
+            run = start_tree(
+                manifest,
+                root,
+                path,
+                verify=verify,
+                args=argv[1:] if report else argv,
+                imports=imports,
+            )
     except (
         StartRefusedError,
         PatchFailedError,
@@ -522,9 +525,16 @@ def tree_lock(root: Path) -> contextlib.AbstractContextManager[None]:
 
 
 def start_tree(
-    manifest: Manifest, root: Path, path: list[str], *, verify: bool, args: list[str]
+    manifest: Manifest,
+    root: Path,
+    path: list[str],
+    *,
+    verify: bool,
+    args: list[str],
+    imports: bool = False,
 ) -> startup.Run:
-    """Plan every patch, write the files (unless `verify`), run the proofs: under the lock."""
+    """Plan every patch, write the files (unless `verify`), run the proofs (and with
+    `imports`, import every module the start changed): under the lock."""
     run, plan = run_patches(manifest, verify=verify, extra_args=args)
     if run.ok and not verify:
         try:
@@ -536,6 +546,15 @@ def start_tree(
         if verify:  # only what is in the files already: the rest is proven at start
             run.applied = [p for p in run.applied if run.in_place(p)]
         startup.prove(run, root, path, os.environ)
+    if run.ok and imports:
+        plugins = [str(HERE / "plugins")] if (HERE / "plugins").is_dir() else []
+        startup.prove_imports(
+            run,
+            startup.changed_modules(run.applied, plan.current),
+            root,
+            [*plugins, *path],
+            os.environ,
+        )
     return run
 
 
