@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from patchset.errors import ExitCode
-from tests.helpers.cli import cli
+from tests.helpers.cli import cli, run_cli
 from tests.synthetic import (
     add_patch,
     definition_text,
@@ -144,12 +143,7 @@ def test_verify_on_an_image_whose_python_hangs_returns(
     image, _ = docker_client.images.build(fileobj=context, custom_context=True, rm=True)
     try:
         started = time.monotonic()
-        done = subprocess.run(
-            ["python3", "-m", "patchset", "verify", image.id, "--bundle", str(setup[0]),
-             "--timeout", "5"],
-            capture_output=True, text=True, timeout=120, check=False,
-            env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[2])},
-        )  # fmt: skip
+        done = run_cli("verify", image.id, "--bundle", setup[0], "--timeout", "5", timeout=120)
         assert time.monotonic() - started < 100
         assert done.returncode == ExitCode.ATTENTION, done.stdout + done.stderr
         assert "no exit within 5 s" in done.stderr
