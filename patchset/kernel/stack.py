@@ -175,10 +175,12 @@ class Files:
                 found.add(patch.id)
                 if digest(base) == want:
                     break
+        if not want and base is not None and not base.strip() and found:
+            base = None  # a file a patch created: without it, no file
         if data is None and want and found:  # gone, as the patch that deletes it leaves it
             self.current[rel], self.found_in[rel] = None, found
             return
-        if base is not None and digest(base) == want and found:
+        if digest(base) == want and found:
             self.current[rel], self.found_in[rel] = base, found
             return
         if data is None:

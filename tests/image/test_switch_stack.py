@@ -278,3 +278,22 @@ def test_many_concurrent_double_starts_on_one_tree_all_end_patched(
             check_lines(out, on)
         assert (site / "vllm" / "mod.py").read_text() == expected(on)
         assert not [p for p in (site / "vllm").iterdir() if "patchset-new" in p.name]
+
+
+def test_a_created_file_and_a_restart(tmp_path: Path) -> None:
+    """A diff creating a file beside two on one file: found again at the restart."""
+    registry = registry_of(tmp_path / "patches")
+    created = "--- /dev/null\n+++ b/vllm/new.py\n@@ -0,0 +1,2 @@\n+x = 1\n+y = 2\n"
+    add_patch(registry, "p-new", diff=created, targets=["vllm/new.py"], when="startup")
+    bundle, site = exported_bundle(
+        tmp_path, registry, {"vllm/mod.py": BODY}, definition_text("0.20.0", [*EDITS, "p-new"])
+    )
+    bin_dir = stand_in_vllm(tmp_path / "bin")
+    for state in ("applied", "already-applied"):
+        done = run_entrypoint(bundle, site, bin_dir, PATCHSET_COMPUTE_CAPABILITY="none")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"patchset: p-new r1 (startup): {state}\n" in done.stdout
+        assert (site / "vllm" / "new.py").read_text() == "x = 1\ny = 2\n"
+    done = run_entrypoint(bundle, site, bin_dir, PATCHSET_DISABLE="p-new")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (site / "vllm" / "new.py").exists()  # off now: the file it made is gone
