@@ -151,3 +151,27 @@ def test_a_switch_set_refused_only_when_it_is_on(tmp_path: Path) -> None:
     assert "does not apply on the release's files" in off.refusals[0].problem
     with pytest.raises(BuildError, match="PS_NOPE=1"):
         switch_sets(definition, registry, ["PS_NOPE=1"])
+
+
+def test_runtime_export_switches_plans_that_set(tmp_path: Path) -> None:
+    """`runtime export --switches PS_LOW=0`: refused in one line naming the set; without it,
+    the default set exports."""
+    root = tmp_path / "patches"
+    switched = '\n[switch]\nenv = "PS_LOW"\ndefault = true\n'
+    add_patch(root, "e-low", diff=LOW, targets=["vllm/mod.py"], when="startup", tail=switched)
+    add_patch(root, "f-on-low", diff=ON_LOW, targets=["vllm/mod.py"], when="startup")
+    release = make_tree(tmp_path / "release", {"vllm/mod.py": BODY}, version="0.20.0")
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        'patches = ["e-low", "f-on-low"]\n\n[serve]\nargs = []\n'
+    )
+    where = ("--registry", root, "--builds", tmp_path / "builds")
+    source = ("--source", f"folder:{release}")
+    done = cli(*where, "runtime", "export", tmp_path / "b1", *source, "--switches", "PS_LOW=0")
+    assert done.code == ExitCode.ATTENTION, done.out + done.err
+    assert "[1] f-on-low does not apply" in done.err and "(switches: PS_LOW=0)" in done.err
+    assert len(done.err.strip().splitlines()) == 1 and not (tmp_path / "b1").exists()
+    fine = cli(*where, "runtime", "export", tmp_path / "b2", *source)
+    assert fine.code == ExitCode.OK, fine.out + fine.err
