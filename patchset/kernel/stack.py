@@ -131,6 +131,8 @@ class Files:
         self.found_in: dict[str, set[str]] = {}  # the patches found in a file already
         self.executable: set[str] = set()  # files a diff creates 755
         self.problems: dict[str, str] = {}  # files that are not their target, and why
+        # per file, each patch's step: (its id, the bytes before it, after it)
+        self.steps: dict[str, list[tuple[str, bytes | None, bytes | None]]] = {}
 
     def get(self, rel: str) -> bytes | None:
         """The file as this start's patches begin from: its target; StackError if not."""
@@ -191,6 +193,23 @@ class Files:
             self.problems[rel] = f"{rel} is not the file patched at build time (sha256 differs)"
         else:
             self.problems[rel] = f"{rel} differs from the file checked at build time (sha256)"
+
+    def compile_blame(self) -> dict[str, str]:
+        """Each patched .py file compiled once, as the patches leave it, with this Python (in
+        memory): for one that does not, the patch whose step broke it (the first after which
+        it stops compiling), and why."""
+        blamed: dict[str, str] = {}
+        for rel, steps in self.steps.items():
+            final = self.current.get(rel)
+            if final is None or compile_problem(rel, final, steps[0][1]) is None:
+                continue
+            for patch_id, before, after in steps:
+                if after is not None and (problem := compile_problem(rel, after, before)):
+                    blamed.setdefault(patch_id, problem)
+                    break
+            else:
+                blamed.setdefault(steps[-1][0], compile_problem(rel, final, steps[0][1]) or "")
+        return blamed
 
     def changed(self) -> dict[str, bytes | None]:
         """The files this start writes (or removes): those whose bytes differ from disk."""

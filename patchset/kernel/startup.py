@@ -297,6 +297,24 @@ def selection(manifest: Manifest, environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def held_back(
+    patch: PatchEntry, left_out: Mapping[str, str], out: dict[str, str], *, stock: bool
+) -> str | None:
+    """Why `patch` stays out at this start: the switches leave it out, or a patch it requires
+    is out (`out`: those so far, and why; updated). None: it goes in."""
+    if patch.id in left_out:
+        state = left_out[patch.id]
+        out[patch.id] = f"which is {state}"
+        if patch.apply == "build" and not stock:  # an image holds it whatever the start says
+            state += ", yet its files are patched (the build)"
+        return state
+    missing = [r for r in patch.requires if r in out]
+    if missing:
+        out[patch.id] = "which is skipped too"
+        return f"skipped (requires {missing[0]}, {out[missing[0]]})"
+    return None
+
+
 class Run:
     """A start's outcome so far: one line per patch, whether it may go on, what was chosen."""
 
@@ -363,6 +381,7 @@ __all__ = [
     "facts",
     "gated",
     "global_policy",
+    "held_back",
     "import_failure",
     "import_problem",
     "module_of",

@@ -120,24 +120,6 @@ def check_root(root: Path) -> None:
 Plan = stack.Files  # vLLM's files as found and as this start's patches leave them
 
 
-def patched_text(
-    patch: PatchEntry, rel: str, data: bytes | None, served: dict[str, str] | None = None
-) -> bytes | None:
-    """The file after the patch's edits to it, computed with the engine (None: deleted)."""
-    try:
-        return stack.patched_text(patch, rel, data, served)
-    except stack.StackError as exc:
-        raise PatchFailedError(str(exc)) from None
-
-
-def _found(plan: Plan, rel: str) -> bytes | None:
-    """The file as this start's patches begin from (checked once against its target)."""
-    try:
-        return plan.get(rel)
-    except stack.StackError as exc:
-        raise PatchFailedError(str(exc)) from None
-
-
 def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
     """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
     if (problem := stack.compile_problem(rel, data, before)) is not None:
@@ -154,7 +136,7 @@ def check_build_patch(
     """A patch applied at build: its files are the ones built (the manifest's targets), or
     hold startup patches of an earlier start on top of them."""
     for rel in patch.files:
-        found = _found(plan, rel)
+        found = plan.get(rel)
         if found is None:
             continue  # deleted at build time, and gone: as it should be
         if patch.kind == "runtime":
@@ -173,17 +155,17 @@ def apply_patch(
     patch: PatchEntry, plan: Plan, *, dry_run: bool, served: dict[str, str] | None = None
 ) -> str:
     """One patch's files, planned: each patched in memory on what the patches before it
-    left (each file checked once against its target first), and compiled; all or none."""
+    left (each file checked once against its target first); all or none. The files are
+    compiled once all patches are in (`Files.compile_blame`)."""
     new_files: dict[str, bytes | None] = {}
     for rel in patch.files:
-        data = _found(plan, rel)
+        data = plan.get(rel)
         if data is None and stack.deletes(patch, rel) and patch.id in plan.found_in.get(rel, ()):
             new_files[rel] = None  # an earlier start deleted it already
             continue
-        new = patched_text(patch, rel, data, served)
-        if new is not None:
-            _compiles(rel, new, before=data)
-        new_files[rel] = new
+        new_files[rel] = stack.patched_text(patch, rel, data, served)
+    for rel, new in new_files.items():
+        plan.steps.setdefault(rel, []).append((patch.id, plan.current[rel], new))
     plan.current.update(new_files)
     plan.executable.update(rel for rel in patch.executable if new_files.get(rel) is not None)
     already = [rel for rel in patch.files if patch.id in plan.found_in.get(rel, ())]
@@ -273,24 +255,6 @@ def release_check(manifest: Manifest, root: Path) -> str:
     return found
 
 
-def held_back(
-    patch: PatchEntry, left_out: dict[str, str], out: dict[str, str], *, stock: bool
-) -> str | None:
-    """Why `patch` stays out at this start: the switches leave it out, or a patch it requires
-    is out (`out`: those so far, and why; updated). None: it goes in."""
-    if patch.id in left_out:
-        state = left_out[patch.id]
-        out[patch.id] = f"which is {state}"
-        if patch.apply == "build" and not stock:  # an image holds it whatever the start says
-            state += ", yet its files are patched (the build)"
-        return state
-    missing = [r for r in patch.requires if r in out]
-    if missing:
-        out[patch.id] = "which is skipped too"
-        return f"skipped (requires {missing[0]}, {out[missing[0]]})"
-    return None
-
-
 @dataclass(frozen=True)
 class Here:
     """What every patch of a start is planned against."""
@@ -340,38 +304,60 @@ def run_patches(
     manifest: Manifest, *, verify: bool, extra_args: list[str]
 ) -> tuple[startup.Run, Plan]:
     """Check, plan and (unless `verify`) write every patch, each by its switch, predicate,
-    modules and failure policy; the python patches selected."""
+    modules and failure policy; the python patches selected. A patch that breaks a file's
+    compile fails by its policy, and the plan is made again without it."""
     root = vllm_root()
-    stock = manifest.delivery == "stock"
     check_plugin_files(manifest, root)
     try:
         gpus, names, gpu, driver = gpu_query.detect(os.environ.get("PATCHSET_COMPUTE_CAPABILITY"))
-    except ValueError as exc:
-        raise StartRefusedError(str(exc)) from None
-    try:
         left_out = startup.selection(manifest, os.environ)
     except ValueError as exc:
         raise StartRefusedError(str(exc)) from None
-    patches = series(manifest)
-    plan = files_of(manifest, root, patches)
-    run = startup.Run()
     served = served_from_args([*manifest.serve_args, *extra_args])
     known = startup.facts(served, gpus, names, root, driver)
+    where = Here(manifest.delivery == "stock", verify, served, gpus, gpu)
+    broken: dict[str, str] = {}
+    while True:
+        run, plan = _attempt(manifest, root, left_out, known, where, broken)
+        more = {k: v for k, v in plan.compile_blame().items() if k not in broken}
+        if not more:
+            break
+        broken.update(more)
+    plan.settle()  # patches an earlier start left in, off at this one, come out
+    run.results.insert(0, Outcome("gpu", "-", gpu))
+    return run, plan
+
+
+def _attempt(  # noqa: PLR0917 - the start's parts, named at the one call
+    manifest: Manifest,
+    root: Path,
+    left_out: dict[str, str],
+    known: Facts,
+    where: Here,
+    broken: dict[str, str],
+) -> tuple[startup.Run, Plan]:
+    """One pass over the patches in order; those in `broken` fail with their reason."""
+    patches = series(manifest)
+    plan, run = files_of(manifest, root, patches), startup.Run()
     out: dict[str, str] = {}  # the patches not in at this start, and why
-    where = Here(stock, verify, served, gpus, gpu)
+    stock = where.stock
     for patch in patches:
         name = f"{patch.id} r{patch.revision}"
         policy, why = startup.policy_for(patch, os.environ)
         try:
-            state = held_back(patch, left_out, out, stock=stock) or _gate(patch, known, out, stock)
+            state = startup.held_back(patch, left_out, out, stock=stock) or _gate(
+                patch, known, out, stock
+            )
             if state is not None:
                 run.results.append(Outcome(name, patch.apply, state))
                 continue
+            if patch.id in broken:
+                raise PatchFailedError(broken[patch.id])
             state = plan_one(patch, plan, run, out, where)
             if patch.id not in out:
                 run.applied.append(patch)
             failed = False
-        except (PatchFailedError, OSError, UnicodeError) as exc:
+        except (PatchFailedError, stack.StackError, OSError, UnicodeError) as exc:
             failed, out[patch.id] = True, "which failed"
             if policy == "warn":
                 run.warned.append(patch.id)
@@ -379,8 +365,6 @@ def run_patches(
             else:
                 run.ok, state = False, f"FAILED: {exc}"
         run.results.append(Outcome(name, patch.apply, state, not failed or policy == "warn"))
-    plan.settle()  # patches an earlier start left in, off at this one, come out
-    run.results.insert(0, Outcome("gpu", "-", gpu))
     return run, plan
 
 
