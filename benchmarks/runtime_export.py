@@ -20,11 +20,20 @@ Figures:
 
 Targets (issue 24): a 300-patch start under 1 s, its bundle under 5 MB beyond the support
 packages. Last lines: `recipe: ...` and `collection: ...` with the figures.
+
+The switch run (issue 35; `--switches` runs only it): 300 runtime patches, 20 files changed by
+5 patches each (100) and 200 files by one, every patch with a switch; one bundle started with
+200 random switch combinations (seeded), each a `--prove` start in one container, the files
+put back between starts. Printed: `switches: ... refusals_from_other_patches=<n>
+reports_naming_on_set=<n>/200 start_ms=<median> start_ms_max=<max>`, where a refusal is a
+FAILED line, and a report names its set when its `on` is exactly the patches switched on.
+Target: 0 refusals, 200/200, start under 1 s.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -175,9 +184,124 @@ def size(folder: Path, *, without: str | None = None) -> int:
     )
 
 
+FIND_MANY = r"""
+import json, pathlib, re, importlib.util
+root = pathlib.Path(next(iter(importlib.util.find_spec("vllm").submodule_search_locations)))
+found = []
+for path in sorted(root.rglob("*.py")):
+    lines = [l.strip() for l in path.read_text(errors="replace").splitlines()]
+    unique = [l for l in dict.fromkeys(lines) if re.fullmatch(r"import [a-z_]+", l)
+              and lines.count(l) == 1]
+    if unique:
+        found.append([str(path.relative_to(root.parent)), unique])
+print(json.dumps(found))
+"""
+SWITCH_TIMER = """
+import json, os, pathlib, subprocess, sys, time, importlib.util
+manifest = json.loads(pathlib.Path("/opt/patchset/manifest.json").read_text())
+root = pathlib.Path(next(iter(importlib.util.find_spec("vllm").submodule_search_locations))).parent
+files = sorted({f for p in manifest["patches"] for f in p["files"]})
+saved = {f: (root / f).read_bytes() for f in files}
+out = []
+for env in json.loads(pathlib.Path(sys.argv[1]).read_text()):
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "/opt/patchset/entrypoint.py", "--prove"],
+                          env={**os.environ, "PATCHSET_COMPUTE_CAPABILITY": "none", **env},
+                          capture_output=True, text=True)
+    ms = (time.perf_counter() - start) * 1000
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    out.append({"ms": ms, "code": done.returncode, "on": report["on"],
+                "failed": [r["state"] for r in report["results"] if "FAILED" in r["state"]]})
+    for f, data in saved.items():
+        (root / f).write_bytes(data)
+print(json.dumps(out))
+"""
+STACKED_FILES, PER_FILE, COMBINATIONS = 20, 5, 200
+
+
+def switch_collection(root: Path, found: list[tuple[str, list[str]]]) -> list[str]:
+    """300 switched patches: 5 on each of 20 files (distinct anchors), 1 on 200 others."""
+    many = [(f, a) for f, a in found if len(a) >= PER_FILE][:STACKED_FILES]
+    if len(many) < STACKED_FILES:
+        raise SystemExit(f"only {len(many)} files with {PER_FILE} unique import lines")
+    taken = {f for f, _ in many}
+    single = [(f, a[:1]) for f, a in found if f not in taken][: N - STACKED_FILES * PER_FILE]
+    sites = [(f, a) for f, anchors_of in many for a in anchors_of[:PER_FILE]]
+    sites += [(f, a[0]) for f, a in single]
+    ids = []
+    for n, (file, anchor) in enumerate(sites):
+        patch_id = f"sw-{n:03d}"
+        tables = f'[switch]\nenv = "PS_SW_{n}"\ndefault = {"true" if n % 2 else "false"}\n'
+        folder = root / patch_id
+        folder.mkdir(parents=True)
+        (folder / "patch.toml").write_text(
+            PATCH_TOML.format(id=patch_id, n=n, file=file, tables=tables)
+        )
+        (folder / "sites.toml").write_text(
+            f'[[site]]\nname = "s"\nfile = "{file}"\naction = "insert-after"\n'
+            f'marker = "patchset: {patch_id}"\nanchor = """\n{anchor}\n"""\n'
+            f'text = """\nPS_SW_{n} = 1\n"""\n'
+        )
+        ids.append(patch_id)
+    return ids
+
+
+def switch_run(client: Any, image: str, work: Path) -> None:
+    """The switch run (issue 35): one line of figures."""
+    out = client.containers.run(
+        image, ["-c", FIND_MANY], entrypoint=["python3"], network_mode="none", remove=True
+    )
+    found = [(f, a) for f, a in json.loads(out.decode().strip().splitlines()[-1])]
+    ids = switch_collection(work / "sw-patches", found)
+    builds = work / "sw-builds"
+    builds.mkdir(parents=True)
+    text = for_tests((REPO / "builds" / "0.20.0.toml").read_text())
+    (builds / "sw.toml").write_text(
+        text.replace('patches = ["tolist-cudagraph"]', f"patches = {json.dumps(ids)}")
+    )
+    bundle = work / "sw-bundle"
+    started = time.perf_counter()
+    export_runtime(load_definition(builds / "sw.toml"), load_registry(work / "sw-patches"), bundle)
+    export_s = time.perf_counter() - started
+    rng = random.Random(35)  # noqa: S311 - a seeded choice of switches, not a secret
+    combos = [
+        {f"PS_SW_{n}": rng.choice("01") for n in range(len(ids))} for _ in range(COMBINATIONS)
+    ]
+    (work / "combos.json").write_text(json.dumps(combos))
+    out = client.containers.run(
+        image,
+        ["-c", SWITCH_TIMER, "/opt/combos/combos.json"],
+        entrypoint=["python3"],
+        volumes={
+            str(bundle): {"bind": "/opt/patchset", "mode": "ro"},
+            str(work): {"bind": "/opt/combos", "mode": "ro"},
+        },
+        network_mode="none",
+        remove=True,
+    )
+    runs = json.loads(out.decode().strip().splitlines()[-1])
+    refusals = sum(len(r["failed"]) for r in runs) + sum(1 for r in runs if r["code"] != 0)
+    named = sum(
+        1
+        for r, env in zip(runs, combos, strict=True)
+        if r["on"] == sorted(f"sw-{int(k[6:]):03d}" for k, v in env.items() if v == "1")
+    )
+    times = [r["ms"] for r in runs]
+    print(
+        f"switches: patches={len(ids)} stacked_files={STACKED_FILES} per_file={PER_FILE}"
+        f" combinations={len(runs)} export_s={export_s:.2f}"
+        f" refusals_from_other_patches={refusals} reports_naming_on_set={named}/{len(runs)}"
+        f" start_ms={statistics.median(times):.0f} start_ms_max={max(times):.0f}"
+    )
+
+
 def main() -> None:
     client = docker.from_env()
     image = build_standin_base(client, "0.20.0")
+    if "--switches" in sys.argv[1:]:
+        with tempfile.TemporaryDirectory() as tmp:
+            switch_run(client, image, Path(tmp))
+        return
     keep = Path(sys.argv[1]) if len(sys.argv) > 1 else None  # a folder to keep the bundles in
     with tempfile.TemporaryDirectory() as tmp:
         work = keep or Path(tmp)
@@ -228,6 +352,7 @@ def main() -> None:
             f" bundle_bytes={size(big)} bundle_bytes_without_support={size(big, without='support')}"
             f" start_ms={statistics.median(big_run['times']):.0f}"
         )
+        switch_run(client, image, work)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ def run(
         sys.stdout.write(shown(github.render(pinned, registry, markdown(pinned, registry))))
     elif args.format == "markdown":
         sys.stdout.write(shown(_markdown(report)) + "\n")
+        _refusals(report)
     else:
         _table(report)
     return report.exit_code
@@ -81,6 +82,20 @@ def _table(report: BuildsReport) -> None:
     console().print(
         f"{failing} pinned results need attention; carried-forward ones never fail", markup=False
     )
+    _refusals(report)
+
+
+def _refusals(report: BuildsReport) -> None:
+    """The planner's refusals, all of them, one line each (what export would refuse)."""
+    for planned in report.plans:
+        for refusal in planned.refusals:
+            console().print(f"{planned.definition}: refused: {refusal.line()}", markup=False)
+    if report.plans:
+        console().print(
+            f"{report.refusals} refusals `runtime export` would make (switches:"
+            f" {', '.join(dict.fromkeys(s for p in report.plans for s in p.sets))})",
+            markup=False,
+        )
 
 
 def _markdown(report: BuildsReport) -> str:

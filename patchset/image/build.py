@@ -23,6 +23,7 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, public_source
+from patchset.image.plan import refuse
 from patchset.image.verify import verify_image
 from patchset.kernel import tree, vllm
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
@@ -191,7 +192,8 @@ def prepare_context(
         modes.update((rel, f.mode) for rel, f in found.items() if f is not None)
         return {rel: None if f is None else f.data for rel, f in found.items()}
 
-    chosen = choose(definition, registry, copy_out, strict=strict, log=sink)
+    read = refuse(definition, registry, copy_out)  # the planner: every refusal at once
+    chosen = choose(definition, registry, read, strict=strict, log=sink)
     variants, patched, entries = chosen.variants, chosen.patched, chosen.entries
     build_ids = [e.id for e in entries if e.apply == "build"]
     short = registry.short_digest
@@ -214,6 +216,7 @@ def prepare_context(
         delivery="image",
         base=Base(definition.base, base.id, base_digest),
         vllm_root=root,
+        targets=chosen.built,  # the files as built: the start's patches go on top
     )
     _write_context(
         folder,

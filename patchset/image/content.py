@@ -41,6 +41,8 @@ class Content:
     variants: dict[str, Variant]
     patched: dict[str, bytes]
     entries: list[PatchEntry]
+    targets: dict[str, str]  # each target file's sha256 in the release ("": none)
+    built: dict[str, str]  # the same once the build patches are in (what an image holds)
 
 
 def choose(
@@ -60,7 +62,18 @@ def choose(
     patched, entries = patch_files(
         definition, registry, variants=variants, originals=originals, log=log
     )
-    return Content(variants, patched, entries)
+    targets = {
+        rel: tree.digest(originals.get(rel))
+        for e in entries
+        if e.kind != "python"
+        for rel in e.files
+    }
+    built = dict(targets)
+    for rel in {rel for e in entries if e.apply == "build" for rel in e.files}:
+        built[rel] = tree.digest(patched.get(rel))
+    return Content(
+        variants, patched, entries, dict(sorted(targets.items())), dict(sorted(built.items()))
+    )
 
 
 def carried(
@@ -73,6 +86,7 @@ def carried(
     base: Base,
     vllm_root: str | None = None,
     release_files: str | None = None,
+    targets: dict[str, str] | None = None,
 ) -> tuple[Manifest, dict[str, bytes], dict[str, bytes]]:
     """The manifest of an image or a bundle, and the files it carries besides: the plugin
     distribution (python patches) and the support packages, each by path, their sha256 in
@@ -94,6 +108,7 @@ def carried(
         plugins={rel: tree.sha256(data) for rel, data in plugins.items()},
         support={rel: tree.sha256(data) for rel, data in support.items()},
         support_paths=tuple(support_paths),
+        targets=dict(targets or {}),
     )
     return manifest, plugins, support
 

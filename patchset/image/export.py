@@ -31,6 +31,7 @@ from patchset.image.compose_in import ComposeIn, command_text, environment, imag
 from patchset.image.content import LogSink, carried, choose
 from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
+from patchset.image.plan import refuse
 from patchset.image.support import needed
 from patchset.image.support import said_left_out as support_left_out
 from patchset.image.switchnames import FILE, bundle_names
@@ -179,22 +180,24 @@ def export_runtime(
     log: LogSink | None = None,
     strict: bool = False,
     compose: ComposeIn | None = None,
+    switches: Sequence[str] = (),
 ) -> ExportReport:
     """Write the stock-image bundle of `definition` to `folder`; nothing half-written. A
     patch whose upstream fix the release already holds is left out with a line (`strict`:
-    refused)."""
+    refused). The planner runs first, with the defaults and each switch set of `switches`
+    (`all`, or `ENV=1,ENV=0,...`): every refusal is raised at once."""
     sink: LogSink = log or (lambda _line: None)
-    definition.check_patches(registry)
     _check_folder(folder)
     source = source or parse_source(None)
     with source.open(definition.vllm) as tree:
         origin = tree.info.origin
 
-        def read(wanted: list[str]) -> dict[str, bytes | None]:
-            originals = {rel: tree.read(rel) for rel in wanted}
-            sink(f"release files: {origin}")
-            return originals
+        def release(wanted: list[str]) -> dict[str, bytes | None]:
+            return {rel: tree.read(rel) for rel in wanted}
 
+        read = refuse(definition, registry, release, switches)
+        definition.check_patches(registry)  # what the planner found already: never raises
+        sink(f"release files: {origin}")
         chosen = choose(definition, registry, read, strict=strict, log=sink)
     variants, entries = chosen.variants, chosen.entries
     manifest, plugins, support = carried(
@@ -205,6 +208,7 @@ def export_runtime(
         delivery="stock",
         base=Base(definition.base),
         release_files=origin,  # vllm_root: found at start by the image's own python3
+        targets=chosen.targets,  # the release's own files: the start checks each once
     )
     files: dict[str, bytes] = {**runtime_sources(), **support}
     dropped = support_left_out(needed(registry, variants), support, sink)

@@ -34,9 +34,14 @@ except SystemExit:
 """
 
 
-def verify_image(engine: dockerengine.Engine, image: str) -> StartReport:
+TIMEOUT = 600.0  # seconds a verification may take before its container is killed
+
+
+def verify_image(
+    engine: dockerengine.Engine, image: str, *, timeout: float = TIMEOUT
+) -> StartReport:
     """Re-check, in a throwaway container with no network, that every patch is present."""
-    return _report(engine, image, ["entrypoint", "--verify"], {}, {})
+    return _report(engine, image, ["entrypoint", "--verify"], {}, {}, timeout=timeout)
 
 
 def prove_start(
@@ -45,11 +50,17 @@ def prove_start(
     *,
     bundle: Path | None = None,
     environment: Mapping[str, str] | None = None,
+    imports: bool = False,
+    timeout: float = TIMEOUT,
 ) -> StartReport:
     """A start of `image` (with `bundle` at /opt/patchset when given) in a throwaway
-    container with no network, up to where it would exec `vllm serve`: its report."""
+    container with no network, up to where it would exec `vllm serve`: its report. With
+    `imports`, every vLLM module the start changed (and each a python patch touches) is
+    imported in a child process after the files are written. The container is killed after
+    `timeout` seconds (an image whose python3 hangs: a DockerError, exit 3)."""
     files = bundle_files(bundle) if bundle is not None else {}
-    return _report(engine, image, ["entrypoint", "--prove"], dict(environment or {}), files)
+    argv = ["entrypoint", "--prove", *(["--imports"] if imports else [])]
+    return _report(engine, image, argv, dict(environment or {}), files, timeout=timeout)
 
 
 def bundle_files(bundle: Path) -> dict[str, bytes]:
@@ -64,6 +75,11 @@ def bundle_files(bundle: Path) -> dict[str, bytes]:
         raise UsageError(f"--bundle {manifest}: not a patchset manifest: {exc}") from None
     if delivery != "stock":
         raise UsageError(f"--bundle {bundle}: not a runtime export (delivery {delivery!r})")
+    for part in ("entrypoint.py", "patchset_kernel/__init__.py"):
+        if not (bundle / part).is_file():
+            raise UsageError(
+                f"--bundle {bundle}: no {part}: not a whole runtime export (export it again)"
+            )
     return {
         f"{RUNTIME_DIR}/{path.relative_to(bundle).as_posix()}": path.read_bytes()
         for path in sorted(bundle.rglob("*"))
@@ -77,10 +93,14 @@ def _report(
     argv: list[str],
     environment: dict[str, str],
     files: dict[str, bytes],
+    *,
+    timeout: float,
 ) -> StartReport:
     code = _RUN.format(argv=argv, runtime=RUNTIME_DIR)
     try:
-        out = engine.run_python(image, code, network=False, environment=environment, files=files)
+        out = engine.run_python(
+            image, code, network=False, environment=environment, files=files, timeout=timeout
+        )
     except DockerError as exc:
         raise BuildError(f"{image}: verification could not run: {exc}") from exc
     lines = out.strip().splitlines()

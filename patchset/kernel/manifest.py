@@ -12,6 +12,7 @@ Standard library only: it ships into images with the rest of the kernel.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,8 @@ from .predicates import parse as parse_predicate
 from .sites import Site
 from .tree import relpath_problem
 
-SCHEMA = "patchset.manifest/1"
+SCHEMA = "patchset.manifest/2"
+OLD_SCHEMAS = ("patchset.manifest/1",)  # read: their targets are each file's first `before`
 KINDS = ("diff", "runtime", "python")
 APPLY = ("build", "startup")
 DELIVERIES = ("image", "stock")
@@ -97,6 +99,19 @@ class PatchEntry:
     policy_env: str | None = None  # a variable overriding `policy`
     requires_modules: tuple[str, ...] = ()  # imported at start before it counts as applied
     verify: tuple[Check, ...] = ()  # run after the start applied it, before vllm serve
+    edits_sha256: str = ""  # of its hunks or sites as exported ("": a schema 1 manifest)
+
+    def edits_digest(self) -> str:
+        """The sha256 of what it edits (hunks, sites, files, executable), as the start reads
+        them: checked against `edits_sha256`, so an edited manifest is refused."""
+        data = {
+            "files": {rel: asdict(d) for rel, d in sorted(self.files.items())},
+            "hunks": {rel: [h.to_json() for h in hs] for rel, hs in sorted(self.hunks.items())},
+            "sites": [asdict(site) for site in self.sites],
+            "executable": list(self.executable),
+        }
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -129,6 +144,7 @@ class PatchEntry:
             "failure": {"policy": self.policy, "env": self.policy_env},
             "requires_modules": list(self.requires_modules),
             "verify": [asdict(c) for c in self.verify],
+            "edits_sha256": self.edits_sha256 or self.edits_digest(),
         }
         return out
 
@@ -194,6 +210,7 @@ class PatchEntry:
             hunks=hunks,
             executable=r.texts("executable"),
             sites=sites,
+            edits_sha256=r.text("edits_sha256", ""),
         )
 
 
@@ -215,6 +232,10 @@ class Manifest:
     # start, and the entries (relative to it) put on the import path of vLLM's processes
     support: Mapping[str, str] = field(default_factory=dict)
     support_paths: tuple[str, ...] = ()
+    # each target file's sha256 before the start applies anything ("": no file): the
+    # release's own file in a bundle, the file as built in an image. The start checks each
+    # file once against it, then applies the patches that are on (kernel/stack.py)
+    targets: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         base: dict[str, Any] = {"name": self.base.name}
@@ -236,6 +257,7 @@ class Manifest:
             "plugins": dict(self.plugins),
             "support": dict(self.support),
             "support_paths": list(self.support_paths),
+            "targets": dict(self.targets),
             "patches": [p.to_json() for p in self.patches],
         }
         return out
@@ -246,15 +268,22 @@ class Manifest:
     @classmethod
     def from_json(cls, data: object) -> Manifest:
         r = _Reader(data, "manifest")
-        if r.text("schema", "") != SCHEMA:
+        schema = r.text("schema", "")
+        if schema != SCHEMA and schema not in OLD_SCHEMAS:
             raise ManifestError(f"not a patchset manifest (schema {SCHEMA})")
         b = r.table("base")
         patches = tuple(
             PatchEntry.from_json(p, f"patches[{n}]") for n, p in enumerate(r.seq("patches"))
         )
         _check_series(patches)
+        delivery = cast(Literal["image", "stock"], r.choice("delivery", DELIVERIES))
+        targets = _old_targets(patches, delivery)  # schema 1, and what a schema 2 one omits
+        for rel, want in (r.str_map("targets") if schema == SCHEMA else {}).items():
+            _path(rel, "manifest.targets")
+            targets[rel] = want
         return cls(
-            delivery=cast(Literal["image", "stock"], r.choice("delivery", DELIVERIES)),
+            targets=targets,
+            delivery=delivery,
             registry=r.text("registry"),
             vllm=r.text("vllm"),
             base=Base(b.text("name"), b.opt_text("id"), b.opt_text("digest")),
@@ -304,12 +333,16 @@ class StartReport:
     registry: str | None
     error: str | None
     results: tuple[Outcome, ...]
+    on: tuple[str, ...] = ()  # the patches on at this start, sorted (they decide the bytes)
+    on_digest: str = ""  # the short sha256 of that set
 
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "registry": self.registry,
             "error": self.error,
+            "on": list(self.on),
+            "on_digest": self.on_digest,
             "results": [r.to_json() for r in self.results],
         }
 
@@ -328,7 +361,29 @@ class StartReport:
         for n, item in enumerate(r.seq("results")):
             o = _Reader(item, f"results[{n}]")
             results.append(Outcome(o.text("patch"), o.text("apply"), o.text("state"), o.flag("ok")))
-        return cls(r.flag("ok"), r.opt_text("registry"), r.opt_text("error"), tuple(results))
+        return cls(
+            r.flag("ok"),
+            r.opt_text("registry"),
+            r.opt_text("error"),
+            tuple(results),
+            r.texts("on"),
+            r.text("on_digest", ""),
+        )
+
+
+def _old_targets(patches: Sequence[PatchEntry], delivery: str) -> dict[str, str]:
+    """A schema 1 manifest's targets (and a schema 2 one's defaults): each file's `before`
+    at the first patch listing it (its chain began at the release's file), in an image the
+    `after` of its last build patch (the file as built)."""
+    targets: dict[str, str] = {}
+    for patch in patches:
+        if patch.kind == "python":
+            continue
+        for rel, digests in patch.files.items():
+            targets.setdefault(rel, digests.before)
+            if delivery == "image" and patch.apply == "build":
+                targets[rel] = digests.after
+    return targets
 
 
 def _check_series(patches: Sequence[PatchEntry]) -> None:

@@ -181,6 +181,94 @@ def check_problem(check: Check, root: Path, path: Sequence[str]) -> str | None:
     return f"verify {check.describe()}: {said}"
 
 
+_IMPORT = """import importlib, sys
+importlib.import_module(sys.argv[1])
+"""
+
+
+def module_of(rel: str) -> str | None:
+    """The module a file of vLLM's tree is (vllm/a/b.py: vllm.a.b; vllm/a/__init__.py:
+    vllm.a), or None for what is no module."""
+    if not rel.endswith(".py"):
+        return None
+    parts = rel[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts) if all(p.isidentifier() for p in parts) else None
+
+
+def changed_modules(
+    applied: Sequence[PatchEntry], current: Mapping[str, bytes | None]
+) -> dict[str, list[str]]:
+    """Each vLLM module the `applied` patches changed (in `current`, the files as written)
+    and each module a python patch touches: the ids of the patches behind it."""
+    found: dict[str, list[str]] = {}
+    for patch in applied:
+        names = [module_of(rel) for rel in patch.files if current.get(rel)]
+        names += [touch.partition(":")[0] for touch in patch.touches]
+        for module in filter(None, names):
+            found.setdefault(module, []).append(patch.id)
+    return found
+
+
+def import_failure(module: str, root: Path, path: Sequence[str], timeout: float) -> str | None:
+    """Import `module` in a fresh interpreter (the patched files as vLLM will import them,
+    the support packages on its path), killed after `timeout` s: the exception's last line,
+    or None when it imports."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*path, str(root), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _IMPORT, module],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer in {timeout:g} s"
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+
+
+def prove_imports(
+    run: Run,
+    changed: Mapping[str, Sequence[str]],
+    root: Path,
+    path: Sequence[str],
+    environ: Mapping[str, str],
+) -> None:
+    """Import every module the start changed and every one a python patch touches, each in
+    a child process (PATCHSET_IMPORT_TIMEOUT s, default 120); a module that fails fails the
+    patches that changed or touch it, by their policy, with the exception's last line.
+    `changed`: module -> the ids of the patches behind it."""
+    try:
+        timeout = float(environ.get("PATCHSET_IMPORT_TIMEOUT", "") or 120)
+    except ValueError:
+        raise StartInputError("PATCHSET_IMPORT_TIMEOUT: a number of seconds") from None
+    failed = {m: why for m in sorted(changed) if (why := import_failure(m, root, path, timeout))}
+    for patch in run.applied:
+        mine = sorted(m for m, ids in changed.items() if patch.id in ids)
+        if not mine:
+            continue
+        name = f"{patch.id} r{patch.revision}"
+        bad = [m for m in mine if m in failed]
+        if not bad:
+            run.results.append(Outcome(name, patch.apply, f"imported {', '.join(mine)}"))
+            continue
+        problem = f"{bad[0]} does not import: {failed[bad[0]]}"
+        policy, why = policy_for(patch, environ)
+        if policy == "warn":
+            run.warned.append(patch.id)
+            run.results.append(Outcome(name, patch.apply, f"import FAILED ({why}): {problem}"))
+        else:
+            run.ok = False
+            run.results.append(Outcome(name, patch.apply, f"import FAILED: {problem}", ok=False))
+
+
 def _ids(name: str, environ: Mapping[str, str]) -> list[str] | None:
     raw = environ.get(name)
     if raw is None or not raw.strip():
@@ -207,6 +295,24 @@ def selection(manifest: Manifest, environ: Mapping[str, str]) -> dict[str, str]:
     if only is not None:
         out.update({i: "left out (PATCHSET_ONLY)" for i in known if i not in only})
     return out
+
+
+def held_back(
+    patch: PatchEntry, left_out: Mapping[str, str], out: dict[str, str], *, stock: bool
+) -> str | None:
+    """Why `patch` stays out at this start: the switches leave it out, or a patch it requires
+    is out (`out`: those so far, and why; updated). None: it goes in."""
+    if patch.id in left_out:
+        state = left_out[patch.id]
+        out[patch.id] = f"which is {state}"
+        if patch.apply == "build" and not stock:  # an image holds it whatever the start says
+            state += ", yet its files are patched (the build)"
+        return state
+    missing = [r for r in patch.requires if r in out]
+    if missing:
+        out[patch.id] = "which is skipped too"
+        return f"skipped (requires {missing[0]}, {out[missing[0]]})"
+    return None
 
 
 class Run:
@@ -269,15 +375,20 @@ __all__ = [
     "POLICIES",
     "Run",
     "StartInputError",
+    "changed_modules",
     "check_files",
     "check_problem",
     "facts",
     "gated",
     "global_policy",
+    "held_back",
+    "import_failure",
     "import_problem",
+    "module_of",
     "policy_env",
     "policy_for",
     "prove",
+    "prove_imports",
     "selection",
     "switched_off",
 ]

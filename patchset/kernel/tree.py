@@ -23,7 +23,8 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Callable, Collection, Iterable, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -302,6 +303,41 @@ def write_all(
     remove_emptied(root, emptied)
 
 
+def unique_suffix(suffix: str) -> str:
+    """`suffix` made this process's own (a random token: two containers on one volume may
+    both be pid 1), for temp names two writers of one tree never share."""
+    return f"{suffix}-{os.urandom(4).hex()}"
+
+
+class TreeLockedError(Exception):
+    """Another process held the tree's lock for longer than the wait; one line."""
+
+
+@contextlib.contextmanager
+def locked(folder: Path, *, timeout: float = 300.0) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (flock on the folder itself: no file is added to
+    the tree); a second holder on the same tree (another start, another container on the
+    same volume) waits for it, up to `timeout` seconds."""
+    import fcntl  # noqa: PLC0415 - POSIX only; the image entrypoint's
+
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TreeLockedError(
+                        f"{folder} is locked by another start for over {timeout:g} s"
+                    ) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def read_file(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
@@ -310,6 +346,7 @@ __all__ = [
     "KEPT",
     "NAME_MAX",
     "Attributes",
+    "TreeLockedError",
     "WriteRefusedError",
     "attributes_for",
     "create_exclusive",
@@ -320,6 +357,7 @@ __all__ = [
     "file_mode",
     "folder_entries",
     "follow_folder_owner",
+    "locked",
     "make_folder",
     "name_fits",
     "read_back",
@@ -330,5 +368,6 @@ __all__ = [
     "set_attributes",
     "sha256",
     "temp_name",
+    "unique_suffix",
     "write_all",
 ]

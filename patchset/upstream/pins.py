@@ -13,6 +13,7 @@ from packaging.version import Version
 
 from patchset.errors import ExitCode
 from patchset.image.definition import BuildDefinition
+from patchset.image.plan import Plan, plan, switch_sets
 from patchset.registry import Registry
 from patchset.release_check import CheckReport, CheckResult, check
 from patchset.sources.base import ReleaseSource
@@ -37,10 +38,16 @@ class PinnedResult:
 class BuildsReport:
     check: CheckReport  # the one check underneath, every release and patch
     rows: tuple[PinnedResult, ...]
+    plans: tuple[Plan, ...] = ()  # the planner's, per definition: what export would refuse
+
+    @property
+    def refusals(self) -> int:
+        return sum(len(p.refusals) for p in self.plans)
 
     @property
     def exit_code(self) -> int:
-        return ExitCode.ATTENTION if any(r.attention for r in self.rows) else ExitCode.OK
+        attention = any(r.attention for r in self.rows) or self.refusals
+        return ExitCode.ATTENTION if attention else ExitCode.OK
 
     def pinned_report(self) -> CheckReport:
         """The check with only what the definitions run (their pinned releases): what
@@ -60,6 +67,12 @@ class BuildsReport:
             entry["results"].append(
                 {**row.result.to_dict(), "role": row.role, "attention": row.attention}
             )
+        for planned in self.plans:
+            entry = by.setdefault(
+                planned.definition,
+                {"definition": planned.definition, "vllm": planned.vllm, "results": []},
+            )
+            entry["plan"] = planned.to_dict()
         return {
             "schema": SCHEMA,
             "registry": self.check.registry,
@@ -74,10 +87,12 @@ def check_builds(
     *,
     source: ReleaseSource,
     later: Sequence[str] = (),
+    switches: Sequence[str] = (),
     **options: Any,
 ) -> BuildsReport:
     """Each definition's patches on its own release (pinned) and on each of `later` newer
-    than it (carry-forward); `options` go to `patchset.check`."""
+        than it (carry-forward); `options` go to `patchset.check`. Then the planner, per definition
+    (its defaults and the switch sets `switches`): every refusal export would make."""
     for definition in definitions:
         for patch_id in definition.patches:
             registry.get(patch_id)  # a definition naming a patch the registry lacks: exit 2
@@ -96,4 +111,10 @@ def check_builds(
                 PinnedResult(definition.file.name, definition.vllm, role, found[version, p])
                 for p in definition.patches
             )
-    return BuildsReport(report, tuple(rows))
+    plans = []
+    for definition in definitions:  # every refusal `runtime export` would make, at once
+        with source.open(definition.vllm) as tree:
+            read = lambda wanted, tree=tree: {rel: tree.read(rel) for rel in wanted}  # noqa: E731
+            sets = switch_sets(definition, registry, switches)
+            plans.append(plan(definition, registry, read, sets=sets))
+    return BuildsReport(report, tuple(rows), tuple(plans))

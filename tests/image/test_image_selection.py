@@ -34,7 +34,9 @@ args = []
 PROBE = '\n[upstream.probe]\nfile = "vllm/other.py"\ncontains = ["beta patched"]\n'
 
 
-def export(tmp_path: Path, patches: list[str], files: dict[str, str], **kw: bool) -> list[str]:
+def export(
+    tmp_path: Path, patches: list[str], files: dict[str, str], *, strict: bool = False
+) -> list[str]:
     """Export `patches` of the registry under tmp_path/patches against a release holding
     `files`; the lines it logged."""
     release = make_tree(tmp_path / "release", files, version="0.20.0")
@@ -48,22 +50,22 @@ def export(tmp_path: Path, patches: list[str], files: dict[str, str], **kw: bool
         tmp_path / "bundle",
         source=FolderSource(release),
         log=logged.append,
-        strict=kw.get("strict", False),
+        strict=strict,
     )
     return logged
 
 
-def test_a_refusal_names_the_failing_patch_first(tmp_path: Path) -> None:
-    """`a-fine` comes first in the run and is blocked by `z-broken`: the message starts with
-    `z-broken`, then says whom it blocked."""
+def test_a_refusal_names_the_failing_patch_only(tmp_path: Path) -> None:
+    """`a-fine` comes first in the run; the planner refuses `z-broken` (with its fix) and
+    nothing of `a-fine`, which the others never make fail (issue 35)."""
     add_patch(tmp_path / "patches", "a-fine", diff=MOD_DIFF, targets=["vllm/mod.py"])
     add_patch(tmp_path / "patches", "z-broken", diff=OTHER_DIFF, targets=["vllm/other.py"])
     with pytest.raises(BuildError) as refused:
         export(tmp_path, ["a-fine", "z-broken"], {"vllm/mod.py": BODY, "vllm/other.py": "x\n"})
     message = str(refused.value)
     assert "z-broken does not apply" in message, message
-    assert message.index("z-broken") < message.index("a-fine")
-    assert "it blocked a-fine (nothing written)" in message
+    assert "1 refusal(s)" in message and "a-fine" not in message
+    assert "fix: rebase its payload on this release" in message
     assert not (tmp_path / "bundle").exists()
 
 

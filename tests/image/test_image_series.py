@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from patchset.errors import RegistryError
+from patchset.errors import BuildError
 from patchset.image.content import series
 from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
@@ -103,7 +103,7 @@ def test_build_series_puts_build_patches_first_then_requires_order(tmp_path: Pat
 def test_a_definition_missing_a_required_patch_is_refused(
     tmp_path: Path, patches: list[str], when: dict[str, str], message: str
 ) -> None:
-    with pytest.raises(RegistryError, match=message) as caught:
+    with pytest.raises(BuildError, match=message) as caught:  # the planner's, all at once
         export(tmp_path, patches, **when)
     assert "0.20.0.toml" in str(caught.value)
     assert not (tmp_path / "bundle").exists()  # nothing written

@@ -408,6 +408,9 @@ def broken_bundle(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     ev = evaluate_runtime(variant, {TURBO: original}.get, compile_check=False)
     assert ev.state == "applies"
     entry["files"][TURBO]["after"] = hashlib.sha256(ev.changes[TURBO]).hexdigest()
+    from patchset.kernel.manifest import PatchEntry
+
+    entry["edits_sha256"] = PatchEntry.from_json(entry, "edited").edits_digest()  # sealed too
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     return bundle, entry
 
@@ -634,7 +637,7 @@ def test_a_stacked_series_applies_in_its_order(
     status, out, container = run_stock(docker_client, standin_020, bundle, keep=True)
     try:
         assert status == 0, out
-        lines = [line for line in out.splitlines() if "stack" in line]
+        lines = [line for line in out.splitlines() if "stack" in line and " r1 " in line]
         assert lines == [
             "patchset: z-stack-bottom r1 (startup): applied",
             "patchset: a-stack-top r1 (startup): applied",

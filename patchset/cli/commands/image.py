@@ -67,6 +67,19 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "KEY=VALUE",
         "a variable of that start (switches, policies, PATCHSET_COMPUTE_CAPABILITY)",
     )
+    switch(
+        p,
+        "--imports",
+        "with --start/--bundle: after the files are written, import every vLLM module the"
+        " start changed and each one a python patch touches (a child process each, bounded)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="kill the throwaway container after this long (default: 600)",
+    )
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -135,12 +148,25 @@ def run_verify(args: argparse.Namespace) -> int:
     environment = verify.environment_of(args.env)
     if environment and not start:
         raise UsageError("--env goes with --start or --bundle (a start's variables)")
+    if args.imports and not start:
+        raise UsageError("--imports goes with --start or --bundle (it imports what a start wrote)")
+    if not args.timeout > 0:
+        raise UsageError("--timeout: a positive number of seconds")
+    if args.bundle is not None:
+        verify.bundle_files(args.bundle)  # a bundle that is none: one line, before the engine
     with dockerengine.connect() as engine:
         image = engine.inspect(args.image).id
         if start:
-            result = verify.prove_start(engine, image, bundle=args.bundle, environment=environment)
+            result = verify.prove_start(
+                engine,
+                image,
+                bundle=args.bundle,
+                environment=environment,
+                imports=args.imports,
+                timeout=args.timeout,
+            )
         else:
-            result = verify.verify_image(engine, image)
+            result = verify.verify_image(engine, image, timeout=args.timeout)
     if args.format == "json":
         print_json(verify.report_json(result, mode="start" if start else "present"))
     elif start:

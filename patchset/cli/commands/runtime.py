@@ -49,6 +49,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="your compose file: its vLLM service's environment, image pin and command carried"
         " over, each switch variable reported as mapped, alias or unknown",
     )
+    e.add_argument(
+        "--switches",
+        action="append",
+        default=[],
+        metavar="SET",
+        help="plan this switch set too before writing (repeatable): `all` (every switch on) or"
+        " ENV=1,ENV=0,... over the defaults; every refusal of any set is listed at once",
+    )
     e.add_argument("--format", choices=FORMATS, default="table")
 
 
@@ -69,6 +77,7 @@ def run_export(args: argparse.Namespace) -> int:
         log=err_lines(),
         strict=args.strict,
         compose=compose,
+        switches=args.switches,
     )
     emit(report, args.format, _exported)
     return ExitCode.OK

@@ -61,25 +61,23 @@ if str(HERE) not in sys.path:
 
 if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import gpus as gpu_query
-    from patchset.kernel import modelconfig, startup, switchnames, tree, vllm
+    from patchset.kernel import modelconfig, stack, startup, switchnames, tree, vllm
     from patchset.kernel.capability import Capability, in_scope
-    from patchset.kernel.hunks import apply_hunks, join_text, split_text
+    from patchset.kernel.hunks import split_text
     from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset.kernel.order import in_order
     from patchset.kernel.predicates import Facts, installed_versions
-    from patchset.kernel.pycompile import broken_by, compile_error
-    from patchset.kernel.sites import GOOD, apply_site, check_site, served_from_args
+    from patchset.kernel.sites import check_site, served_from_args
     from patchset.kernel.touches import resolve
 else:
     from patchset_kernel import gpus as gpu_query
-    from patchset_kernel import modelconfig, startup, switchnames, tree, vllm
+    from patchset_kernel import modelconfig, stack, startup, switchnames, tree, vllm
     from patchset_kernel.capability import Capability, in_scope
-    from patchset_kernel.hunks import apply_hunks, join_text, split_text
+    from patchset_kernel.hunks import split_text
     from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
     from patchset_kernel.order import in_order
     from patchset_kernel.predicates import Facts, installed_versions
-    from patchset_kernel.pycompile import broken_by, compile_error
-    from patchset_kernel.sites import GOOD, apply_site, check_site, served_from_args
+    from patchset_kernel.sites import check_site, served_from_args
     from patchset_kernel.touches import resolve
 
 MANIFEST = HERE / "manifest.json"
@@ -119,136 +117,63 @@ def check_root(root: Path) -> None:
         raise StartRefusedError(f"{package} is not a folder")
 
 
-def patched_text(
-    patch: PatchEntry, rel: str, data: bytes, served: dict[str, str] | None = None
-) -> bytes:
-    """The file after the patch's edits to it, computed with the engine."""
-    lines, eol, eof = split_text(data.decode("utf-8", errors="surrogateescape"))
-    if patch.kind == "diff":
-        result = apply_hunks(lines, patch.hunks.get(rel, ()), eof_newline=eof)
-        if result.lines is None:
-            failed = [h.describe() for h in result.hunks if h.status == "failed"]
-            raise PatchFailedError(f"{rel}: {'; '.join(failed)}")
-        lines, eof = list(result.lines), result.eof_newline
-    else:
-        for site in patch.sites:
-            if site.file != rel:
-                continue
-            # `when` reads the manifest's serve arguments, as the build did.
-            found, lines = apply_site(site, lines, served)
-            if found.status not in GOOD:
-                raise PatchFailedError(found.describe())
-    return join_text(lines, eol, eof).encode("utf-8", errors="surrogateescape")
-
-
-class Plan:
-    """vLLM's files as they will be once every selected patch is in, held in memory."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.original: dict[str, bytes | None] = {}
-        self.current: dict[str, bytes | None] = {}  # None: no file (a diff deleted it)
-        self.executable: set[str] = set()  # files a diff creates 755
-
-    def get(self, rel: str) -> bytes | None:
-        if rel not in self.current:
-            path = self.root / rel
-            data = path.read_bytes() if path.is_file() else None
-            self.original[rel] = self.current[rel] = data
-        return self.current[rel]
-
-    def read(self, rel: str) -> bytes:
-        data = self.get(rel)
-        if data is None:
-            raise PatchFailedError(f"{rel} is missing")
-        return data
-
-    def changed(self) -> dict[str, bytes | None]:
-        return {rel: data for rel, data in self.current.items() if data != self.original.get(rel)}
+Plan = stack.Files  # vLLM's files as found and as this start's patches leave them
 
 
 def _compiles(rel: str, data: bytes, *, before: bytes | None = None) -> None:
     """Compile a patched file with this (the image's own) Python, in memory: no .pyc."""
-    if not rel.endswith(".py"):
-        return
-    problem = compile_error(data, rel)  # the original is compiled only to blame a failure
-    if problem is not None and before is not None and broken_by(before, data) is None:
-        return  # the file did not compile before the patch either
-    if problem is not None:
-        raise PatchFailedError(f"{problem.describe(rel)} (does not compile after patching)")
+    if (problem := stack.compile_problem(rel, data, before)) is not None:
+        raise PatchFailedError(problem)
 
 
 def check_build_patch(
     patch: PatchEntry,
     plan: Plan,
-    later: dict[str, set[str]],
     *,
     compile_check: bool,
     served: dict[str, str] | None = None,
 ) -> str:
-    """A patch applied at build: its files are as it left them, or as a later patch of the
-    series (stacked on it, or a startup patch of an earlier start) left them."""
-    for rel, digests in patch.files.items():
+    """A patch applied at build: its files are the ones built (the manifest's targets), or
+    hold startup patches of an earlier start on top of them."""
+    for rel in patch.files:
         found = plan.get(rel)
-        current = tree.digest(found)
-        if current != digests.after and current not in later.get(rel, set()):
-            if found is not None and not digests.after:
-                raise PatchFailedError(f"{rel} is still there, though deleted at build time")
-            raise PatchFailedError(f"{rel} is not the file patched at build time (sha256 differs)")
         if found is None:
             continue  # deleted at build time, and gone: as it should be
-        data = found
         if patch.kind == "runtime":
-            lines = split_text(data.decode("utf-8", errors="surrogateescape"))[0]
+            lines = split_text(found.decode("utf-8", errors="surrogateescape"))[0]
             for site in patch.sites:
                 if site.file != rel:
                     continue
                 if check_site(site, lines, served).status not in ("already-applied", *SKIPS):
                     raise PatchFailedError(f"site {site.name} is not in {rel}")
         if compile_check:
-            _compiles(rel, data)
+            _compiles(rel, found)
     return "present"
 
 
 def apply_patch(
-    patch: PatchEntry,
-    plan: Plan,
-    later: dict[str, set[str]],
-    *,
-    dry_run: bool,
-    served: dict[str, str] | None = None,
+    patch: PatchEntry, plan: Plan, *, dry_run: bool, served: dict[str, str] | None = None
 ) -> str:
-    """One patch's files, planned: every file checked and patched in memory, or none.
-
-    `later` holds, per file, the sha256 each later patch of the manifest leaves it with: a
-    file already there (a container restarted) counts as patched.
-    """
+    """One patch's files, planned: each patched in memory on what the patches before it
+    left (each file checked once against its target first); all or none. The files are
+    compiled once all patches are in (`Files.compile_blame`)."""
     new_files: dict[str, bytes | None] = {}
-    already = 0
-    for rel, digests in patch.files.items():
+    for rel in patch.files:
         data = plan.get(rel)
-        current = tree.digest(data)
-        if current == digests.after or current in later.get(rel, set()):
-            already += 1
+        if data is None and stack.deletes(patch, rel) and patch.id in plan.found_in.get(rel, ()):
+            new_files[rel] = None  # an earlier start deleted it already
             continue
-        if current != digests.before:
-            what = "differs from the file checked at build time (sha256)"
-            raise PatchFailedError(f"{rel} {'is missing' if data is None else what}")
-        if not digests.after:  # the diff deletes it: `before` pinned its very bytes
-            new_files[rel] = None
-            continue
-        new = patched_text(patch, rel, data or b"", served)
-        if tree.sha256(new) != digests.after:
-            raise PatchFailedError(f"{rel}: the result differs from the one checked at build time")
-        _compiles(rel, new, before=data)
-        new_files[rel] = new
-    if not new_files:
-        return "already-applied"
+        new_files[rel] = stack.patched_text(patch, rel, data, served)
+    for rel, new in new_files.items():
+        plan.steps.setdefault(rel, []).append((patch.id, plan.current[rel], new))
     plan.current.update(new_files)
-    plan.executable.update(rel for rel in patch.executable if rel in new_files)
+    plan.executable.update(rel for rel in patch.executable if new_files.get(rel) is not None)
+    already = [rel for rel in patch.files if patch.id in plan.found_in.get(rel, ())]
     if dry_run:
-        return "applies"
-    return "applied" if not already else "applied (some files were already patched)"
+        return "already-applied" if len(already) == len(patch.files) else "applies"
+    if len(already) == len(patch.files):
+        return "already-applied"
+    return "applied (some files were already patched)" if already else "applied"
 
 
 def check_plugin(patch: PatchEntry, plan: Plan, *, registered: bool) -> str:
@@ -303,19 +228,6 @@ def check_payload(patch: PatchEntry) -> None:
         raise PatchFailedError(f"payload {path} differs from the one exported (sha256)")
 
 
-def _later_digests(patches: list[PatchEntry]) -> list[dict[str, set[str]]]:
-    """Per patch, for each of its files, the sha256s the later patches leave it with (only
-    its own files are ever looked up: linear in the manifest, not quadratic)."""
-    by_file: dict[str, list[tuple[int, str]]] = {}
-    for index, patch in enumerate(patches):
-        for rel, digests in patch.files.items():
-            by_file.setdefault(rel, []).append((index, digests.after))
-    return [
-        {rel: {after for j, after in by_file[rel] if j > index} for rel in patch.files}
-        for index, patch in enumerate(patches)
-    ]
-
-
 def series(manifest: Manifest) -> list[PatchEntry]:
     """The manifest's patches in the order they go in: each after those it `requires` (the
     order the build wrote them in; the same rule as patchset's engine)."""
@@ -343,26 +255,6 @@ def release_check(manifest: Manifest, root: Path) -> str:
     return found
 
 
-def held_back(
-    patch: PatchEntry, left_out: dict[str, str], out: dict[str, str], root: Path
-) -> str | None:
-    """Why `patch` stays out at this start: the switches leave it out, or a patch it requires
-    is out (`out`: those so far, and why; updated). None: it goes in."""
-    if patch.id in left_out:
-        state = left_out[patch.id]
-        out[patch.id] = f"which is {state}"
-        if patch.files and all(
-            tree.digest(tree.read_file(root / rel)) == d.after for rel, d in patch.files.items()
-        ):  # a container started before with the patch keeps its files
-            state += ", yet its files are patched (an earlier start or the build)"
-        return state
-    missing = [r for r in patch.requires if r in out]
-    if missing:
-        out[patch.id] = "which is skipped too"
-        return f"skipped (requires {missing[0]}, {out[missing[0]]})"
-    return None
-
-
 @dataclass(frozen=True)
 class Here:
     """What every patch of a start is planned against."""
@@ -374,10 +266,9 @@ class Here:
     gpu: str  # how the GPUs were found, for the lines
 
 
-def plan_one(  # noqa: PLR0917 - the run's parts, named at the one call
+def plan_one(
     patch: PatchEntry,
     plan: Plan,
-    later: dict[str, set[str]],
     run: startup.Run,
     out: dict[str, str],
     here: Here,
@@ -388,6 +279,11 @@ def plan_one(  # noqa: PLR0917 - the run's parts, named at the one call
     fits = all(in_scope(scope, c) for c in here.gpus) if here.gpus else in_scope(scope, None)
     if here.stock:
         check_payload(patch)
+    if patch.edits_sha256 and patch.edits_sha256 != patch.edits_digest():
+        raise PatchFailedError(
+            "its edits in the manifest differ from the ones exported (sha256): the result"
+            " differs from the one checked at export"
+        )
     if (problem := startup.import_problem(patch.requires_modules)) is not None:
         raise PatchFailedError(problem)
     if patch.kind == "python":
@@ -396,10 +292,10 @@ def plan_one(  # noqa: PLR0917 - the run's parts, named at the one call
             run.plugins.append(patch.id)
             return state
     elif patch.apply == "build" and not here.stock:
-        state = check_build_patch(patch, plan, later, compile_check=here.verify, served=here.served)
+        state = check_build_patch(patch, plan, compile_check=here.verify, served=here.served)
         return state if fits else f"{state} (built in; scope cc {scope}, this GPU: {here.gpu})"
     elif fits or here.verify:
-        return apply_patch(patch, plan, later, dry_run=here.verify, served=here.served)
+        return apply_patch(patch, plan, dry_run=here.verify, served=here.served)
     out[patch.id] = "which is skipped on this GPU"
     return f"skipped (scope cc {scope}, this GPU: {here.gpu})"
 
@@ -408,39 +304,62 @@ def run_patches(
     manifest: Manifest, *, verify: bool, extra_args: list[str]
 ) -> tuple[startup.Run, Plan]:
     """Check, plan and (unless `verify`) write every patch, each by its switch, predicate,
-    modules and failure policy; the python patches selected."""
+    modules and failure policy; the python patches selected. A patch that breaks a file's
+    compile fails by its policy, and the plan is made again without it."""
     root = vllm_root()
-    stock = manifest.delivery == "stock"
     check_plugin_files(manifest, root)
     try:
         gpus, names, gpu, driver = gpu_query.detect(os.environ.get("PATCHSET_COMPUTE_CAPABILITY"))
-    except ValueError as exc:
-        raise StartRefusedError(str(exc)) from None
-    try:
         left_out = startup.selection(manifest, os.environ)
     except ValueError as exc:
         raise StartRefusedError(str(exc)) from None
     switchnames.at_start(HERE / switchnames.FILE, manifest, os.environ)  # aliases mapped
-    plan, run = Plan(root), startup.Run()
     served = served_from_args([*manifest.serve_args, *extra_args])
     model = modelconfig.at_start(served, [*manifest.serve_args, *extra_args], manifest.patches)
     served, known = model.served, model.into(startup.facts(model.served, gpus, names, root, driver))
+    where = Here(manifest.delivery == "stock", verify, served, gpus, gpu)
+    broken: dict[str, str] = {}
+    while True:
+        run, plan = _attempt(manifest, root, left_out, known, where, broken)
+        more = {k: v for k, v in plan.compile_blame().items() if k not in broken}
+        if not more:
+            break
+        broken.update(more)
+    plan.settle()  # patches an earlier start left in, off at this one, come out
+    run.results.insert(0, Outcome("gpu", "-", gpu))
+    return run, plan
+
+
+def _attempt(  # noqa: PLR0917 - the start's parts, named at the one call
+    manifest: Manifest,
+    root: Path,
+    left_out: dict[str, str],
+    known: Facts,
+    where: Here,
+    broken: dict[str, str],
+) -> tuple[startup.Run, Plan]:
+    """One pass over the patches in order; those in `broken` fail with their reason."""
     patches = series(manifest)
+    plan, run = files_of(manifest, root, patches), startup.Run()
     out: dict[str, str] = {}  # the patches not in at this start, and why
-    where = Here(stock, verify, served, gpus, gpu)
-    for patch, later in zip(patches, _later_digests(patches), strict=True):
+    stock = where.stock
+    for patch in patches:
         name = f"{patch.id} r{patch.revision}"
         policy, why = startup.policy_for(patch, os.environ)
         try:
-            state = held_back(patch, left_out, out, root) or _gate(patch, known, out, stock)
+            state = startup.held_back(patch, left_out, out, stock=stock) or _gate(
+                patch, known, out, stock
+            )
             if state is not None:
                 run.results.append(Outcome(name, patch.apply, state))
                 continue
-            state = plan_one(patch, plan, later, run, out, where)
+            if patch.id in broken:
+                raise PatchFailedError(broken[patch.id])
+            state = plan_one(patch, plan, run, out, where)
             if patch.id not in out:
                 run.applied.append(patch)
             failed = False
-        except (PatchFailedError, OSError, UnicodeError) as exc:
+        except (PatchFailedError, stack.StackError, OSError, UnicodeError) as exc:
             failed, out[patch.id] = True, "which failed"
             if policy == "warn":
                 run.warned.append(patch.id)
@@ -448,8 +367,18 @@ def run_patches(
             else:
                 run.ok, state = False, f"FAILED: {exc}"
         run.results.append(Outcome(name, patch.apply, state, not failed or policy == "warn"))
-    run.results.insert(0, Outcome("gpu", "-", gpu))
     return run, plan
+
+
+def files_of(manifest: Manifest, root: Path, patches: list[PatchEntry]) -> Plan:
+    """vLLM's files for this start: each checked once against the manifest's target (the
+    release's file; in an image, the file as built), the patches an earlier start may have
+    left in them known (taken out to find the target: a bundle's every patch, an image's
+    startup ones)."""
+    stock = manifest.delivery == "stock"
+    undo = [p for p in patches if p.kind != "python" and (stock or p.apply != "build")]
+    built = frozenset(rel for p in patches if p.apply == "build" and not stock for rel in p.files)
+    return Plan(root, manifest.targets, undo, built)
 
 
 def _gate(patch: PatchEntry, known: Facts, out: dict[str, str], stock: bool) -> str | None:
@@ -469,7 +398,11 @@ def commit(plan: Plan) -> None:
     `patchset apply` and of image builds), all or none."""
     try:
         tree.write_all(
-            plan.root, plan.changed(), plan.original, executable=plan.executable, suffix=TEMP_SUFFIX
+            plan.root,
+            plan.changed(),
+            plan.original,
+            executable=plan.executable,
+            suffix=tree.unique_suffix(TEMP_SUFFIX),  # two starts on one tree never share one
         )
     except tree.WriteRefusedError as exc:
         raise PatchFailedError(
@@ -503,6 +436,9 @@ def main(argv: list[str]) -> int:
     verify = argv[:1] == ["--verify"]
     dry = argv[:1] == ["--prove"]  # a start, reported in JSON, with no exec
     report = verify or dry
+    imports = report and argv[1:2] == ["--imports"]  # import every module the start changed
+    if imports:
+        argv = [argv[0], *argv[2:]]
     program = os.environ.get("PATCHSET_EXEC", "vllm")
     manifest: Manifest | None = None
     refusal, root, version = None, None, "?"
@@ -521,29 +457,36 @@ def main(argv: list[str]) -> int:
         version = release_check(manifest, root) if stock else manifest.vllm
         if not report and shutil.which(program) is None:
             raise StartRefusedError(f"no {program} program on PATH: nothing to start")
-        run, plan = run_patches(manifest, verify=verify, extra_args=argv[1:] if report else argv)
-        if run.ok and not verify:
-            try:
-                commit(plan)
-            except (PatchFailedError, OSError) as exc:
-                run.ok = False
-                run.results.append(Outcome("write", "-", f"FAILED: {exc}", ok=False))
-        if run.ok:
-            if verify:  # only what is in the files already: the rest is proven at start
-                run.applied = [p for p in run.applied if run.in_place(p)]
-            startup.prove(run, root, path, os.environ)
-    except (StartRefusedError, PatchFailedError, startup.StartInputError) as exc:
+        with tree_lock(root):  # two starts on one tree go one after the other
+            run = start_tree(
+                manifest,
+                root,
+                path,
+                verify=verify,
+                args=argv[1:] if report else argv,
+                imports=imports,
+            )
+    except (
+        StartRefusedError,
+        PatchFailedError,
+        startup.StartInputError,
+        tree.TreeLockedError,
+    ) as exc:
         refusal, run = str(exc), startup.Run()
         run.ok = False
         policy = "fail" if isinstance(exc, startup.StartInputError) else _policy()
+    on, on_digest = stack.on_set([p.id for p in run.applied if p.id not in run.warned])
     if report:
         registry = None if manifest is None else manifest.registry
-        print(json.dumps(StartReport(run.ok, registry, refusal, tuple(run.results)).to_json()))
+        found = StartReport(run.ok, registry, refusal, tuple(run.results), on, on_digest)
+        print(json.dumps(found.to_json()))
         return 0 if run.ok else 1
     if refusal is None:
         _say(f"patchset: vLLM {version} at {root}; GPU: {run.results[0].state}")
     for result in run.results[1:]:
         _say(f"patchset: {result.patch} ({result.apply}): {result.state}")
+    if refusal is None:
+        _say(f"patchset: on: {', '.join(on) or 'none'} (set {on_digest})")
     if not run.ok:
         if refusal is not None and policy == "warn" and shutil.which(program) is not None:
             _say(f"patchset: {refusal}; starting vllm unpatched (PATCHSET_ON_FAILURE=warn)",
@@ -556,6 +499,49 @@ def main(argv: list[str]) -> int:
     for patch_id in run.warned:
         _say(f"patchset: {patch_id} failed; its policy is warn: starting vllm without it", err=True)
     return run_vllm(manifest, program, argv, run.plugins, path, started)
+
+
+def tree_lock(root: Path) -> contextlib.AbstractContextManager[None]:
+    """The lock on vLLM's folder every start takes (PATCHSET_LOCK_TIMEOUT s of waiting)."""
+    try:
+        wait = float(os.environ.get("PATCHSET_LOCK_TIMEOUT", "") or 300)
+    except ValueError:
+        raise startup.StartInputError("PATCHSET_LOCK_TIMEOUT: a number of seconds") from None
+    return tree.locked(root / "vllm", timeout=wait)
+
+
+def start_tree(
+    manifest: Manifest,
+    root: Path,
+    path: list[str],
+    *,
+    verify: bool,
+    args: list[str],
+    imports: bool = False,
+) -> startup.Run:
+    """Plan every patch, write the files (unless `verify`), run the proofs (and with
+    `imports`, import every module the start changed): under the lock."""
+    run, plan = run_patches(manifest, verify=verify, extra_args=args)
+    if run.ok and not verify:
+        try:
+            commit(plan)
+        except (PatchFailedError, OSError) as exc:
+            run.ok = False
+            run.results.append(Outcome("write", "-", f"FAILED: {exc}", ok=False))
+    if run.ok:
+        if verify:  # only what is in the files already: the rest is proven at start
+            run.applied = [p for p in run.applied if run.in_place(p)]
+        startup.prove(run, root, path, os.environ)
+    if run.ok and imports:
+        plugins = [str(HERE / "plugins")] if (HERE / "plugins").is_dir() else []
+        startup.prove_imports(
+            run,
+            startup.changed_modules(run.applied, plan.current),
+            root,
+            [*plugins, *path],
+            os.environ,
+        )
+    return run
 
 
 def _policy() -> str:
