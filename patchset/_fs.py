@@ -106,24 +106,71 @@ def resolve_inside(root: Path, relpath: str) -> Path:
     return candidate
 
 
+def _swap_names(final: Path) -> tuple[Path, Path]:
+    """The journal of a folder swap into `final`, and the name the old folder has meanwhile."""
+    return final.with_name(f".{final.name}.swap"), final.with_name(f".{final.name}.old")
+
+
 def replace_folder(staging: Path, final: Path) -> None:
     """Put the folder `staging` (written beside `final`, on its file system) in the place of
-    `final`, whole: `final` is renamed aside first and removed only once `staging` is in, so
-    there is never a moment without a complete folder at `final`; a failure puts the old one
-    back. `staging` is gone afterwards either way (renamed in, or removed)."""
-    old = final.with_name(f".{final.name}.old")
+    `final`, whole, journaled: the journal (`.<final>.swap`, naming `staging`) is on disk
+    before the first rename, `final` is renamed aside, `staging` in, the old one removed, the
+    journal last. A failure puts the old one back; a kill at any point leaves the old folder
+    or the new one, and `recover_folder` (the next writer) finishes or undoes the swap.
+    `staging` is gone afterwards either way (renamed in, or removed)."""
+    journal, old = _swap_names(final)
+    recover_folder(final)
+    if not os.path.lexists(final):  # a new folder: one rename, nothing to journal
+        try:
+            staging.rename(final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return
     if os.path.lexists(old):
         shutil.rmtree(old)
+    write_json_atomic(journal, {"staging": str(staging), "old": str(old)})
+    sync_folder(final.parent)
     try:
         if os.path.lexists(final):
             final.rename(old)
         staging.rename(final)
+        sync_folder(final.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if os.path.lexists(old) and not os.path.lexists(final):
             old.rename(final)
+        journal.unlink(missing_ok=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
+    journal.unlink(missing_ok=True)
+
+
+def recover_folder(final: Path) -> str | None:
+    """Finish or undo a swap into `final` that a kill stopped (see `replace_folder`): what
+    was done, or None when no swap was under way."""
+    journal, old = _swap_names(final)
+    if not os.path.lexists(journal):
+        return None
+    try:
+        data = json.loads(journal.read_bytes())
+        staging = Path(data["staging"]) if isinstance(data, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        staging = None
+    if not os.path.lexists(final) and old.is_dir():
+        old.rename(final)  # stopped between the renames: the old folder back
+        said = f"a swap stopped between its renames: the folder before it put back ({old.name})"
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    elif staging is not None and staging.is_dir():
+        shutil.rmtree(staging, ignore_errors=True)  # stopped before it began
+        said = f"a swap stopped before it began: its new copy {staging} removed"
+    else:
+        shutil.rmtree(old, ignore_errors=True)  # stopped after: the new folder is in
+        said = f"a swap stopped after its renames: the folder before it ({old.name}) removed"
+    journal.unlink(missing_ok=True)
+    sync_folder(final.parent)
+    return said
 
 
 __all__ = [
@@ -133,6 +180,7 @@ __all__ = [
     "create_exclusive",
     "follow_folder_owner",
     "make_folder",
+    "recover_folder",
     "replace_folder",
     "resolve_inside",
     "set_attributes",

@@ -260,7 +260,7 @@ def _written(box: Path, made: set[str]) -> list[str]:
             continue
         links = [d for d in dirs if (Path(here) / d).is_symlink()]
         for name in sorted([*files, *links]):
-            path = os.path.normpath(f"{inner}/{name}")
+            path = str(Path(inner) / name)
             if path not in made:
                 found.append(path)
     return sorted(found)
