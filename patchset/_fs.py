@@ -16,9 +16,12 @@ symlink guard of a target tree, and swapping a staged folder in.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +109,57 @@ def resolve_inside(root: Path, relpath: str) -> Path:
     return candidate
 
 
+SECRET_FILE = ".seal-key"  # noqa: S105 - a file's name
+
+
+def cache_secret(folder: Path) -> bytes:
+    """The secret a cache in `folder` seals its entries with (an HMAC key): 32 random bytes
+    made when the cache is, in a file of its owner's that only the owner may read (0600),
+    linked into place whole (never seen half-written). A key file that is not such a file is
+    replaced (what it sealed is then not believed). OSError when it cannot be had (a full
+    disk: the cache is then not used)."""
+    path = folder / SECRET_FILE
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        found = _read_secret(path)
+        if found is not None:
+            return found
+        path.unlink()
+    secret = os.urandom(32)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f"{SECRET_FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:  # mkstemp's mode: 0600
+            out.write(secret)
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(name, path)
+    except FileExistsError:  # another process made it first: theirs
+        found = _read_secret(path)
+        if found is None:
+            raise OSError(f"{path}: not a cache's seal key") from None
+        return found
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return secret
+
+
+def _read_secret(path: Path) -> bytes | None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        data = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    mine = info.st_uid == os.geteuid() and not info.st_mode & 0o077
+    return data if len(data) == 32 and mine and stat.S_ISREG(info.st_mode) else None
+
+
+def seal(secret: bytes, *fields: str) -> str:
+    """An HMAC-SHA256 of `fields` under `secret` (see `cache_secret`)."""
+    data = "\0".join(fields).encode("utf-8", "surrogateescape")
+    return hmac.new(secret, data, hashlib.sha256).hexdigest()
+
+
 def _swap_names(final: Path) -> tuple[Path, Path]:
     """The journal of a folder swap into `final`, and the name the old folder has meanwhile."""
     return final.with_name(f".{final.name}.swap"), final.with_name(f".{final.name}.old")
@@ -177,12 +231,14 @@ __all__ = [
     "Attributes",
     "atomic_file",
     "attributes_for",
+    "cache_secret",
     "create_exclusive",
     "follow_folder_owner",
     "make_folder",
     "recover_folder",
     "replace_folder",
     "resolve_inside",
+    "seal",
     "set_attributes",
     "sha256_hex",
     "staged_file",
