@@ -125,7 +125,9 @@ def _checked_with_forged_row(
     with db:
         ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
         forged = forge(first, value)
-        db.execute("UPDATE results SET value = ?, seal = ?", (forged, _seal(memo.path.parent, key, forged)))
+        db.execute(
+            "UPDATE results SET value = ?, seal = ?", (forged, _seal(memo.path.parent, key, forged))
+        )
     db.close()
     (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
     return first, again, memo, value
