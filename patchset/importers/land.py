@@ -365,9 +365,22 @@ def _stage(registry: Path, *, dry_run: bool) -> Iterator[Path]:
         else:
             stage.chmod(0o777 & ~_umask())
         yield stage
+        _carry_staging(registry, stage)
         replace_folder(stage, registry)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _carry_staging(registry: Path, stage: Path) -> None:
+    """An `add` under way stages its patch in `.add-*` inside the registry (and takes the
+    lock only to move it in): those folders are moved into the new copy just before the
+    swap, so the add goes on writing there and finishes into the registry that is."""
+    if not registry.is_dir():
+        return
+    for folder in registry.glob(".add-*"):
+        if folder.is_dir() and not folder.is_symlink() and not (stage / folder.name).exists():
+            with contextlib.suppress(OSError):
+                folder.rename(stage / folder.name)
 
 
 def _umask() -> int:
