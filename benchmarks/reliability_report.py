@@ -3,11 +3,17 @@
     python3 benchmarks/reliability_report.py           # 200 random examples per property
     python3 benchmarks/reliability_report.py --long    # 2,000
     python3 benchmarks/reliability_report.py --sizes 20,40,60   # only item 19's timing
+    python3 benchmarks/reliability_report.py --big 6,12,24      # only E22's two timings
 
 With --sizes, `patchset add --from-tree --file` of a new module of each size (MB) is timed
 in a fresh process (wall and CPU seconds; issue 23 item 19: linear in the size) and the table
 between the size markers in docs/reliability.md is rewritten; the tests count the work
 instead (tests/authoring/test_hostile_authoring.py::test_a_big_new_file_costs_linear_work).
+
+With --big, issue 37's E22 is timed for each size (MB), each in a fresh process: `apply` of a
+diff patch that creates a new file of that size, and `validate` of a `python` patch whose
+plugin.py is that size (one 50-byte statement per line in `apply()`); the table between the
+big markers is rewritten.
 
 Every hostile input and injected fault is recorded by the test that tries it
 (tests/reliability.py), with whether anything was lost or half-written; the reused download
@@ -33,6 +39,7 @@ DOC = ROOT / "docs" / "reliability.md"
 LOG = ROOT / ".reliability.jsonl"
 BEGIN, END = "<!-- reliability:begin -->", "<!-- reliability:end -->"
 SIZES_BEGIN, SIZES_END = "<!-- sizes:begin -->", "<!-- sizes:end -->"
+BIG_BEGIN, BIG_END = "<!-- big:begin -->", "<!-- big:end -->"
 LINE = "x = 'a short line of a generated module'\n"
 TEST_FILES = [
     "tests/test_hostile_corpus.py",
@@ -40,6 +47,9 @@ TEST_FILES = [
     "tests/test_fuzz.py",
     "tests/test_faults.py",
     "tests/engine/test_trust.py",
+    "tests/test_hostile_scripts.py",
+    "tests/test_hostile_forge.py",
+    "tests/test_import_faults.py",
 ]
 
 
@@ -102,6 +112,66 @@ def time_sizes(sizes: list[int]) -> list[str]:
     return lines
 
 
+PLUGIN_TOML = """id = "big-plugin"
+title = "A big plugin"
+description = "E22: validate of a big plugin.py."
+kind = "python"
+revision = 1
+vllm = ">=0.1"
+apply = "startup"
+targets = ["vllm/envs.py"]
+touches = ["vllm.envs:is_set"]
+origin = "benchmarks"
+credit = ["benchmarks"]
+
+[upstream]
+state = "unsubmitted"
+"""
+STATEMENT = "    x = 'a line of a big plugin, more text here'\n"
+
+
+def time_big(sizes: list[int]) -> list[str]:
+    """E22: `apply` of a new file's diff and `validate` of a plugin.py, each size in MB."""
+    import tempfile  # noqa: PLC0415
+
+    sys.path.insert(0, str(ROOT))
+    from tests.synthetic import BODY, add_patch, make_tree  # noqa: PLC0415 -- ROOT on the path
+    from tests.timing import run_patchset  # noqa: PLC0415
+
+    lines = [
+        "| size | apply of a new file: wall s | CPU s | validate of a plugin.py: wall s | CPU s |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            count = size * 1_000_000 // len(LINE)
+            diff = f"--- /dev/null\n+++ b/vllm/big.py\n@@ -0,0 +1,{count} @@\n"
+            diff += ("+" + LINE) * count
+            registry = Path(tmp, f"diff{size}")
+            add_patch(registry, "big-new", diff=diff, targets=["vllm/big.py"])
+            tree = make_tree(Path(tmp, f"tree{size}"), {"vllm/mod.py": BODY})
+            words = ["--registry", str(registry), "apply", "--target", str(tree)]
+            apply_wall, apply_cpu, _ = run_patchset(words, {})
+            plugins = Path(tmp, f"plugin{size}")
+            folder = plugins / "big-plugin"
+            folder.mkdir(parents=True)
+            (folder / "patch.toml").write_text(PLUGIN_TOML)
+            body = STATEMENT * (size * 1_000_000 // len(STATEMENT))
+            (folder / "plugin.py").write_text("def apply():\n    import vllm.envs\n" + body)
+            wall, cpu, _ = run_patchset(["--registry", str(plugins), "validate"], {})
+            print(
+                f"{size} MB: apply {apply_wall:.1f} s wall ({apply_cpu:.1f} CPU),"
+                f" validate {wall:.1f} s wall ({cpu:.1f} CPU)",
+                flush=True,
+            )
+            lines.append(
+                f"| {size} MB | {apply_wall:.1f} | {apply_cpu:.1f} | {wall:.1f} | {cpu:.1f} |"
+            )
+            for done in (registry, tree, plugins):
+                shutil.rmtree(done)
+    return lines
+
+
 def _commit() -> str:
     return subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
@@ -153,7 +223,18 @@ def main() -> int:
     parser.add_argument(
         "--sizes", metavar="MB,MB", help="only time `add` of new files of these sizes (item 19)"
     )
+    parser.add_argument(
+        "--big", metavar="MB,MB", help="only time E22: apply of a new file, validate of a plugin"
+    )
     options = parser.parse_args()
+    if options.big:
+        lines = time_big([int(n) for n in options.big.split(",")])
+        command = f"python3 benchmarks/reliability_report.py --big {options.big}"
+        load = os.getloadavg()[0]
+        head = f"From `{command}` at commit `{_commit() or '?'}` ({time.strftime('%Y-%m-%d')};"
+        _replace_block(BIG_BEGIN, BIG_END, [f"{head} load average {load:.1f}).", "", *lines])
+        print(f"{DOC.relative_to(ROOT)}: big-file table rewritten")
+        return 0
     if options.sizes:
         rewrite_sizes(time_sizes([int(n) for n in options.sizes.split(",")]))
         print(f"{DOC.relative_to(ROOT)}: size table rewritten")

@@ -16,9 +16,12 @@ symlink guard of a target tree, and swapping a staged folder in.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,35 +109,136 @@ def resolve_inside(root: Path, relpath: str) -> Path:
     return candidate
 
 
+SECRET_FILE = ".seal-key"  # noqa: S105 - a file's name
+
+
+def cache_secret(folder: Path) -> bytes:
+    """The secret a cache in `folder` seals its entries with (an HMAC key): 32 random bytes
+    made when the cache is, in a file of its owner's that only the owner may read (0600),
+    linked into place whole (never seen half-written). A key file that is not such a file is
+    replaced (what it sealed is then not believed). OSError when it cannot be had (a full
+    disk: the cache is then not used)."""
+    path = folder / SECRET_FILE
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        found = _read_secret(path)
+        if found is not None:
+            return found
+        path.unlink()
+    secret = os.urandom(32)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f"{SECRET_FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:  # mkstemp's mode: 0600
+            out.write(secret)
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(name, path)
+    except FileExistsError:  # another process made it first: theirs
+        found = _read_secret(path)
+        if found is None:
+            raise OSError(f"{path}: not a cache's seal key") from None
+        return found
+    finally:
+        Path(name).unlink(missing_ok=True)
+    return secret
+
+
+def _read_secret(path: Path) -> bytes | None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        data = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    mine = info.st_uid == os.geteuid() and not info.st_mode & 0o077
+    return data if len(data) == 32 and mine and stat.S_ISREG(info.st_mode) else None
+
+
+def seal(secret: bytes, *fields: str) -> str:
+    """An HMAC-SHA256 of `fields` under `secret` (see `cache_secret`)."""
+    data = "\0".join(fields).encode("utf-8", "surrogateescape")
+    return hmac.new(secret, data, hashlib.sha256).hexdigest()
+
+
+def _swap_names(final: Path) -> tuple[Path, Path]:
+    """The journal of a folder swap into `final`, and the name the old folder has meanwhile."""
+    return final.with_name(f".{final.name}.swap"), final.with_name(f".{final.name}.old")
+
+
 def replace_folder(staging: Path, final: Path) -> None:
     """Put the folder `staging` (written beside `final`, on its file system) in the place of
-    `final`, whole: `final` is renamed aside first and removed only once `staging` is in, so
-    there is never a moment without a complete folder at `final`; a failure puts the old one
-    back. `staging` is gone afterwards either way (renamed in, or removed)."""
-    old = final.with_name(f".{final.name}.old")
+    `final`, whole, journaled: the journal (`.<final>.swap`, naming `staging`) is on disk
+    before the first rename, `final` is renamed aside, `staging` in, the old one removed, the
+    journal last. A failure puts the old one back; a kill at any point leaves the old folder
+    or the new one, and `recover_folder` (the next writer) finishes or undoes the swap.
+    `staging` is gone afterwards either way (renamed in, or removed)."""
+    journal, old = _swap_names(final)
+    recover_folder(final)
+    if not os.path.lexists(final):  # a new folder: one rename, nothing to journal
+        try:
+            staging.rename(final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return
     if os.path.lexists(old):
         shutil.rmtree(old)
+    write_json_atomic(journal, {"staging": str(staging), "old": str(old)})
+    sync_folder(final.parent)
     try:
         if os.path.lexists(final):
             final.rename(old)
         staging.rename(final)
+        sync_folder(final.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if os.path.lexists(old) and not os.path.lexists(final):
             old.rename(final)
+        journal.unlink(missing_ok=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
+    journal.unlink(missing_ok=True)
+
+
+def recover_folder(final: Path) -> str | None:
+    """Finish or undo a swap into `final` that a kill stopped (see `replace_folder`): what
+    was done, or None when no swap was under way."""
+    journal, old = _swap_names(final)
+    if not os.path.lexists(journal):
+        return None
+    try:
+        data = json.loads(journal.read_bytes())
+        staging = Path(data["staging"]) if isinstance(data, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        staging = None
+    if not os.path.lexists(final) and old.is_dir():
+        old.rename(final)  # stopped between the renames: the old folder back
+        said = f"a swap stopped between its renames: the folder before it put back ({old.name})"
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    elif staging is not None and staging.is_dir():
+        shutil.rmtree(staging, ignore_errors=True)  # stopped before it began
+        said = f"a swap stopped before it began: its new copy {staging} removed"
+    else:
+        shutil.rmtree(old, ignore_errors=True)  # stopped after: the new folder is in
+        said = f"a swap stopped after its renames: the folder before it ({old.name}) removed"
+    journal.unlink(missing_ok=True)
+    sync_folder(final.parent)
+    return said
 
 
 __all__ = [
     "Attributes",
     "atomic_file",
     "attributes_for",
+    "cache_secret",
     "create_exclusive",
     "follow_folder_owner",
     "make_folder",
+    "recover_folder",
     "replace_folder",
     "resolve_inside",
+    "seal",
     "set_attributes",
     "sha256_hex",
     "staged_file",

@@ -9,7 +9,9 @@ it returns. Environment:
 - ``FAULT_SLEEP_AT=N`` and ``FAULT_SLEEP=SECONDS``: sleep after step N instead (to hold the
   tree's lock while another process starts);
 - ``FAULT_STEPS=FILE``: write the number of steps taken to FILE at exit;
-- ``FAULT_LOCK_TIMEOUT=SECONDS``: how long to wait for another process's tree lock.
+- ``FAULT_LOCK_TIMEOUT=SECONDS``: how long to wait for another process's tree lock;
+- ``FAULT_TRACE=FILE``: append each step's number and call name to FILE (to pick the steps
+  that are renames).
 
 Production code has no fault hooks: this script wraps the standard library around it.
 """
@@ -32,6 +34,7 @@ _steps = [0]  # one counter for every wrapped call
 
 def _after_each(func: Callable[..., Any], *, only_creating: bool = False) -> Callable[..., Any]:
     kill_at = int(os.environ.get("FAULT_KILL_AT", "0"))
+    trace = os.environ.get("FAULT_TRACE")
     sleep_at = int(os.environ.get("FAULT_SLEEP_AT", "0"))
     pause = float(os.environ.get("FAULT_SLEEP", "0"))
 
@@ -41,6 +44,9 @@ def _after_each(func: Callable[..., Any], *, only_creating: bool = False) -> Cal
         if only_creating and not (len(args) > 1 and args[1] & os.O_CREAT):
             return result
         _steps[0] += 1
+        if trace:
+            with open(trace, "a") as out:  # noqa: PTH123 - the real open, not wrapped
+                out.write(f"{_steps[0]} {func.__name__}\n")
         if _steps[0] == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         if _steps[0] == sleep_at:

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from patchset._fs import cache_secret, seal
 from patchset.adapters import net
-from patchset.errors import PayloadError, SourceError, UsageError
+from patchset.errors import PayloadError, SourceError, UsageError, one_line
 
 FORGE_ENV = "PATCHSET_FORGE_URL"
 DEFAULT_FORGE = "https://github.com"
 API_ENV = "PATCHSET_FORGE_API_URL"
 DEFAULT_FORGE_API = "https://api.github.com"
+MAX_ANSWER = 2 << 20  # bytes of one API answer (a pull request is tens of kB)
+MAX_DEPTH = 64  # how deep its JSON may nest (the API's nests 4 deep)
 TOKEN_ENV = "GITHUB_TOKEN"  # noqa: S105 -- the variable's name, not a token
 PR_RULE = re.compile(r"^(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)#(?P<number>\d+)$")
 # A pull request's page as a browser shows it: <forge>/<owner>/<repo>/pull/<n>[/files|.diff...]
@@ -143,7 +146,13 @@ class ForgeAPI:
         private = {"Authorization": f"Bearer {self._token}"} if self._token else None
         try:
             answer = net.fetch_answer(
-                url, headers=headers, private=private, timeout=self.timeout, what="the forge"
+                url,
+                headers=headers,
+                private=private,
+                timeout=self.timeout,
+                what="the forge",
+                max_bytes=MAX_ANSWER,
+                whole=self.timeout,  # the whole answer, not each read: a drip is cut off
             )
         except ForgeError:
             raise
@@ -176,11 +185,13 @@ class ForgeAPI:
         path = self._path(url)
         if path is None:
             return None
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, RecursionError):
             record = json.loads(path.read_bytes())
-            if record["url"] == url and isinstance(record["body"], dict):
+            fields = (url, str(record["etag"]), json.dumps(record["body"], sort_keys=True))
+            sealed = record.get("seal") == seal(cache_secret(path.parent), *fields)
+            if sealed and record["url"] == url and isinstance(record["body"], dict):
                 return str(record["etag"]), record["body"]
-        return None
+        return None  # none, or rewritten (its seal does not hold): asked for again
 
     def _keep(self, url: str, etag: str, data: dict[str, Any]) -> None:
         path = self._path(url)
@@ -192,7 +203,9 @@ class ForgeAPI:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:  # a cache: an answer not kept (a full disk) is asked for again next time
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"url": url, "etag": etag, "body": keep}))
+            fields = (url, etag, json.dumps(keep, sort_keys=True))
+            mark = seal(cache_secret(path.parent), *fields)
+            tmp.write_text(json.dumps({"url": url, "etag": etag, "body": keep, "seal": mark}))
             tmp.replace(path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -200,8 +213,14 @@ class ForgeAPI:
 
 
 def _json(body: bytes, shown: str) -> dict[str, Any]:
+    if _depth(body) > MAX_DEPTH:
+        raise ForgeError(
+            f"{shown}: the forge's answer is nested more than {MAX_DEPTH} deep, not the API's"
+        )
     try:
         data = json.loads(body)
+    except RecursionError:  # pragma: no cover - _depth stops these first
+        raise ForgeError(f"{shown}: the forge's answer is nested too deeply") from None
     except (ValueError, UnicodeDecodeError):
         start = body.lstrip()[:1]
         kind = "an HTML page" if start == b"<" else "not JSON"
@@ -211,6 +230,30 @@ def _json(body: bytes, shown: str) -> dict[str, Any]:
     return data
 
 
+_SHA = re.compile(r"[0-9a-f]{7,64}")
+
+
+def _shown(value: object) -> str | None:
+    """A text from the forge made safe for every format: control bytes (ESC, BEL, newlines)
+    escaped, at most 64 characters; None for what is not a text."""
+    if not isinstance(value, str) or not value:
+        return None
+    return one_line(value[:64])
+
+
+def _depth(body: bytes) -> int:
+    """How deep the JSON text's arrays and objects nest (brackets in strings not counted)."""
+    depth = deepest = 0
+    text = re.sub(rb'"(?:[^"\\]|\\.)*"', b'""', body)
+    for byte in text.translate(None, _NOT_BRACKETS):
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
 def _pull_state(ref: str, data: dict[str, Any], shown: str, *, cached: bool) -> PullState:
     state, merged = data.get("state"), data.get("merged")
     if state not in ("open", "closed") or not isinstance(merged, bool | None):
@@ -218,8 +261,9 @@ def _pull_state(ref: str, data: dict[str, Any], shown: str, *, cached: bool) -> 
             f"{shown}: the forge's answer is not a pull request"
             f" (state {state!r}, merged {merged!r})"
         )
-    merged_at = data.get("merged_at") if isinstance(data.get("merged_at"), str) else None
-    sha = data.get("merge_commit_sha") if isinstance(data.get("merge_commit_sha"), str) else None
+    merged_at = _shown(data.get("merged_at"))
+    sha = data.get("merge_commit_sha")
+    sha = sha if isinstance(sha, str) and _SHA.fullmatch(sha) else None
     if merged or (merged is None and merged_at):
         return PullState(ref, "merged", merged_at, sha, cached)
     return PullState(ref, "closed" if state == "closed" else "open", None, None, cached)
@@ -236,9 +280,10 @@ def _rate_limited(answer: net.Answer) -> bool:
 def _rate_message(answer: net.Answer, shown: str, token: bool) -> str:
     reset = answer.headers.get("x-ratelimit-reset", "")
     when = ""
-    if reset.isdigit():
-        at = datetime.datetime.fromtimestamp(int(reset), tz=datetime.UTC)
-        when = f" until {at:%H:%M} UTC"
+    if reset.isdigit() and len(reset) <= 12:  # a time a clock can show (not 10**5000)
+        with contextlib.suppress(OverflowError, OSError, ValueError):
+            at = datetime.datetime.fromtimestamp(int(reset), tz=datetime.UTC)
+            when = f" until {at:%H:%M} UTC"
     elif (after := answer.headers.get("retry-after", "")).isdigit():
         when = f" for {after} s"
     hint = "wait, or ask less often" if token else f"set ${TOKEN_ENV}, or wait"

@@ -29,6 +29,7 @@ from patchset.authoring.diff import DiffPayload
 from patchset.authoring.runtime_sites import SiteEdit, sites_toml
 from patchset.errors import RegistryError, UsageError
 from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
+from patchset.registry.lock import registry_lock
 from patchset.registry.model import check_relations
 from patchset.registry.write import why_not_written
 from patchset.release_check import CheckReport, check
@@ -438,12 +439,15 @@ def _unstaged(exc: RegistryError, folder: Path) -> str:
 
 
 def _rename(folder: Path, dest: Path) -> None:
-    if os.path.lexists(dest):  # someone added the same id meanwhile: never replaced
-        raise UsageError(f"patch {dest.name!r} exists already", path=dest)
-    try:
-        replace_folder(folder, dest)
-    except OSError as exc:
-        raise RegistryError(_not_written(exc, "cannot move it into place"), path=dest) from None
+    with registry_lock(dest.parent):  # an import's swap or another add waits for it
+        if os.path.lexists(dest):  # someone added the same id meanwhile: never replaced
+            raise UsageError(f"patch {dest.name!r} exists already", path=dest)
+        if not folder.is_dir():  # an import swapped the registry under it: a new copy
+            raise RegistryError("the registry was replaced while adding; run it again", path=dest)
+        try:
+            replace_folder(folder, dest)
+        except OSError as exc:
+            raise RegistryError(_not_written(exc, "cannot move it into place"), path=dest) from None
 
 
 def _move_into_place(folder: Path, dest: Path) -> Patch:

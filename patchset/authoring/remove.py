@@ -11,6 +11,7 @@ from pathlib import Path
 from patchset.errors import RegistryError, UsageError
 from patchset.image.definition import load_definitions
 from patchset.registry import load_registry
+from patchset.registry.lock import registry_lock
 
 
 def remove(root: Path, patch_id: str, *, builds: Path | None = None) -> Path:
@@ -41,8 +42,9 @@ def remove(root: Path, patch_id: str, *, builds: Path | None = None) -> Path:
             path=folder,
         )
     try:
-        aside = Path(tempfile.mkdtemp(prefix=f".remove-{patch_id}-", dir=root))
-        folder.rename(aside / patch_id)  # one rename: the registry never holds half of it
+        with registry_lock(root):  # an import's swap waits for it
+            aside = Path(tempfile.mkdtemp(prefix=f".remove-{patch_id}-", dir=root))
+            folder.rename(aside / patch_id)  # one rename: the registry never holds half of it
     except OSError as exc:
         raise RegistryError(
             f"cannot remove it ({exc.strerror}); nothing was removed", path=folder

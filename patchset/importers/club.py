@@ -26,6 +26,7 @@ from pathlib import Path
 
 from patchset.authoring.runtime_sites import sites_from_edit
 from patchset.errors import PatchsetError
+from patchset.importers import sandbox
 from patchset.importers import scripts as anchor_scripts
 from patchset.importers.club_diffs import _diff_payload, _diff_targets, _edits_files
 from patchset.importers.club_meta import (
@@ -69,6 +70,8 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
 ) -> Collected:
     path = detect(folder)
     refuse_escapes(folder, ["models", "scripts/lib/profiles"])  # the folders read
+    if run_scripts:
+        sandbox.require()  # no boundary, no collection code run: one line
     broken: dict[str, str] = {}
     try:
         data = _yaml(path)

@@ -1,8 +1,14 @@
 """Writing an import into the project: whole or not at all, and again on a newer checkout.
 
-The registry folder is copied beside itself, every change is made in the copy, the copy is
-loaded (a patch that does not load is put back as it was and listed), then the copy is
-swapped in for the registry (two renames). What was imported is kept in
+The registry's writer lock is held from the copy to the swap (`registry.lock`: an `add` or
+another import waits). The registry folder is copied beside itself, every change is made in
+the copy, the copy is loaded (a patch that does not load is put back as it was and listed),
+then the copy is swapped in for the registry by `_fs.replace_folder` (journaled: a kill at
+any point leaves the old registry or the new one, and the next writer finishes or undoes the
+swap). A full disk is one line, exit 2, the registry as it was. Files in a patch folder that
+the import did not write (a `NOTES.md`, a `research/` folder) are kept, and named.
+
+What was imported is kept in
 `<registry>/.imported/<collection>.json` (inside the registry, so it is swapped with it): per
 patch, the collection's id, the patch.toml data and each payload's sha256 as imported. On the
 next import a key or a payload whose current value differs from what was imported is the
@@ -12,15 +18,18 @@ user's edit: it is kept, and named.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from patchset._fs import write_atomic
+from patchset._fs import replace_folder, write_atomic
+from patchset.errors import RegistryError
 from patchset.importers.model import (
     STATE_FOLDER,
     SUPPORT_FOLDER,
@@ -32,9 +41,12 @@ from patchset.importers.model import (
 )
 from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry, patch_problems
+from patchset.registry.lock import IMPORT_STAGE, registry_lock
 from patchset.registry.support import import_problems
 
 _SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
+# Other writers' work in progress (an `add`'s staging folder, a temp file): not carried over
+_TRANSIENT = shutil.ignore_patterns(".add-*", ".remove-*", ".*.tmp", ".patchset-registry.lock")
 
 
 def _sha(text: str) -> str:
@@ -89,6 +101,46 @@ def land(
     dry_run: bool = False,
     only: set[str] | None = None,
     builds: Path | None = None,
+) -> ImportReport:
+    with _exclusive(registry, dry_run=dry_run):
+        return _land(collected, registry, dry_run=dry_run, only=only, builds=builds)
+
+
+@contextlib.contextmanager
+def _exclusive(registry: Path, *, dry_run: bool) -> Iterator[None]:
+    """The registry's writer lock (not for a dry run), and a full disk as one line."""
+    if dry_run:
+        yield
+        return
+    try:
+        registry.parent.mkdir(parents=True, exist_ok=True)
+        with registry_lock(registry):
+            yield
+    except OSError as exc:
+        if not _disk_full(exc):
+            raise
+        raise RegistryError(
+            "the disk is full (No space left on device); nothing was imported", path=registry
+        ) from None
+
+
+def _disk_full(exc: OSError) -> bool:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    # shutil.copytree gathers its failures in one shutil.Error: (src, dst, why) each
+    return isinstance(exc, shutil.Error) and any(
+        os.strerror(errno.ENOSPC) in str(why) or os.strerror(errno.EDQUOT) in str(why)
+        for *_, why in (exc.args[0] if exc.args and isinstance(exc.args[0], list) else [])
+    )
+
+
+def _land(
+    collected: Collected,
+    registry: Path,
+    *,
+    dry_run: bool,
+    only: set[str] | None,
+    builds: Path | None,
 ) -> ImportReport:
     state = read_state(registry, collected.collection)
     entries: list[Entry] = []
@@ -196,19 +248,40 @@ def _one(
     revision = current.get("revision")
     meta["revision"] = (revision if isinstance(revision, int) else 1) + 1
     entry.action = "updated"
-    entry.kept = kept
+    theirs = _not_written_by_import(folder, {*old_payloads, *payloads})
+    entry.kept = kept + [f"{name} (not the import's: kept)" for name in theirs]
     if not dry_run:
-        _write_patch(folder, meta, payloads, clean=True)
+        _write_patch(folder, meta, payloads, clean={*old_payloads, *payloads})
         new_state[draft.id] = {**record, "revision": meta["revision"]}
     return entry
 
 
+def _not_written_by_import(folder: Path, ours: set[str]) -> list[str]:
+    """The files (and folders) in a patch folder that no import wrote: the user's own."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.name + ("/" if p.is_dir() and not p.is_symlink() else "")
+        for p in folder.iterdir()
+        if p.name != "patch.toml" and p.name not in ours
+    )
+
+
 def _write_patch(
-    folder: Path, meta: Mapping[str, object], payloads: Mapping[str, str], *, clean: bool = False
+    folder: Path,
+    meta: Mapping[str, object],
+    payloads: Mapping[str, str],
+    *,
+    clean: set[str] | None = None,
 ) -> None:
-    if clean and folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
+    """The patch folder as the import makes it; an update (`clean`: the payload names an
+    import wrote there) removes only those and patch.toml, keeping every other file."""
+    if clean is not None and folder.exists():
+        for name in [*clean, "patch.toml"]:
+            path = folder / name
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+    folder.mkdir(parents=True, exist_ok=clean is not None)
     header = "Written by `patchset import`; edits are kept by the next import (and named)."
     (folder / "patch.toml").write_text(dumps(meta, header=header))
     for name, text in payloads.items():
@@ -285,25 +358,35 @@ def _stage(registry: Path, *, dry_run: bool) -> Iterator[Path]:
         return
     parent = registry.parent
     parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".patchset-import-", dir=parent))
-    stage = work / "new"
+    stage = Path(tempfile.mkdtemp(prefix=f"{IMPORT_STAGE}{registry.name}-", dir=parent))
     try:
         if registry.is_dir():
-            shutil.copytree(registry, stage, symlinks=True)
+            shutil.copytree(registry, stage, symlinks=True, dirs_exist_ok=True, ignore=_TRANSIENT)
         else:
-            stage.mkdir()
+            stage.chmod(0o777 & ~_umask())
         yield stage
-        old = work / "old"
-        if registry.is_dir():
-            registry.rename(old)
-        try:
-            stage.rename(registry)
-        except OSError:
-            if old.is_dir():
-                old.rename(registry)
-            raise
+        _carry_staging(registry, stage)
+        replace_folder(stage, registry)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _carry_staging(registry: Path, stage: Path) -> None:
+    """An `add` under way stages its patch in `.add-*` inside the registry (and takes the
+    lock only to move it in): those folders are moved into the new copy just before the
+    swap, so the add goes on writing there and finishes into the registry that is."""
+    if not registry.is_dir():
+        return
+    for folder in registry.glob(".add-*"):
+        if folder.is_dir() and not folder.is_symlink() and not (stage / folder.name).exists():
+            with contextlib.suppress(OSError):
+                folder.rename(stage / folder.name)
+
+
+def _umask() -> int:
+    mask = os.umask(0o22)
+    os.umask(mask)
+    return mask
 
 
 def _write_builds(builds: Path, files: Mapping[str, str], *, dry_run: bool) -> list[str]:

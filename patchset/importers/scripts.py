@@ -4,31 +4,32 @@ Each script (a `patch_*.py` that `install.sh` runs, or a `python3 - <<'PY'` bloc
 edits installed vLLM files in place, at paths it hard-codes. It is run against a scratch copy
 of one release at a time: a folder holding a stub `vllm/` package with the release's target
 files, the script's site-packages path rewritten to that folder, `PYTHONPATH` pointing there
-(for scripts that find vLLM with `importlib.util.find_spec`), its own process group, a time
-bound, its working folder inside the scratch tree. A launcher of patchset's own installs an
-audit hook (`sys.addaudithook`) before the script runs: every write it attempts (an `open`
-for writing, a rename, remove, mkdir, link, chmod, truncate, a file copy) is resolved against
-its working folder, symlinks followed, and one outside the scratch tree is refused there and
-then (the call raises `PermissionError`) and reported; starting a process (which the hook
-could not follow) is refused the same way. What it changed under the scratch `vllm/` is the
-edit; a script that fails on a release says that release does not fit; one that hangs, or
-tries to write outside its scratch tree (relative paths included), is refused. The named
-absolute paths outside are also compared before and after, in case a write escaped the hook
-(`ctypes`).
+(for scripts that find vLLM with `importlib.util.find_spec`), a time bound, its working folder
+inside the scratch tree.
+
+The boundary is the operating system's, not the script's own interpreter: each script runs
+in `patchset.importers.sandbox` (bubblewrap: its own user, mount, pid, network, ipc and uts
+namespaces, only the scratch tree writable, no host `/proc`, no home, no environment, no
+network, limits, killed whole at the time bound, output capped). What it leaves outside the
+scratch tree is found by the parent in the sandbox's root and refused by name. A launcher of
+patchset's own also installs an audit hook (`sys.addaudithook`) as a second line: a write
+outside the scratch tree, or starting a process, is refused there and reported on a
+descriptor the parent reads. What it changed under the scratch `vllm/` is the edit; a script
+that fails on a release says that release does not fit; one refused by the hook is ended
+there (exit 87, which the parent reads even when the script silenced the report); one that
+hangs, or tries to write outside its scratch tree, is refused.
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import re
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from patchset.importers import sandbox
 
 _SITE = re.compile(r"/usr/(?:local/)?lib/python3\.\d+/(?:dist|site)-packages")
 _HEREDOC = re.compile(
@@ -40,12 +41,14 @@ _ABS = re.compile(r"[\"'](/[^\"'\s]{2,})[\"']")
 
 
 _REFUSED = "patchset-sandbox-refused: "
-# Run as `python LAUNCHER SCRATCH SCRIPT`: patchset's own code, never the collection's.
+_REFUSED_EXIT = 87  # the launcher ended the script at a refusal
+# Run as `python LAUNCHER SCRATCH SCRIPT FD`: patchset's own code, never the collection's.
 _LAUNCHER = """\
 import os, runpy, sys
 
 ROOT = os.path.realpath(sys.argv[1])
 SCRIPT = sys.argv[2]
+REPORT = int(sys.argv[3])
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 PATHS = {  # event: the indexes of its arguments that are paths it writes
     "os.rename": (0, 1), "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,),
@@ -58,8 +61,13 @@ SPAWN = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn
 
 
 def refuse(what):
-    os.write(2, ("%s%s\\n" % (REFUSED, what)).encode(errors="replace"))
-    raise PermissionError("patchset's sandbox: %s" % what)
+    line = ("%s%s\\n" % (REFUSED, what)).encode(errors="replace")
+    for fd in (REPORT, 2):
+        try:
+            os.write(fd, line)
+        except OSError:
+            pass
+    os._exit(REFUSED_EXIT)  # no script goes on past a refusal, reported or not
 
 
 def inside(path):
@@ -85,11 +93,13 @@ def hook(event, args):
 
 
 REFUSED = @REFUSED@
+REFUSED_EXIT = @EXIT@
+os.set_inheritable(REPORT, False)
 sys.argv = [SCRIPT]
 sys.path[0] = os.path.dirname(os.path.abspath(SCRIPT))
 sys.addaudithook(hook)
 runpy.run_path(SCRIPT, run_name="__main__")
-""".replace("@REFUSED@", repr(_REFUSED))
+""".replace("@REFUSED@", repr(_REFUSED)).replace("@EXIT@", str(_REFUSED_EXIT))
 
 
 class ScriptRefused(Exception):  # noqa: N818 - the reason a script is not imported
@@ -232,7 +242,7 @@ def run(
     if not present:
         return Run(version, ok=False, reason="none of the files it edits is in this release")
     with tempfile.TemporaryDirectory(prefix="patchset-script-") as tmp:
-        scratch = Path(tmp)
+        scratch = Path(tmp) / "tree"
         site, work, home = scratch / "site", scratch / "work", scratch / "home"
         for folder in (site / "vllm", work, home):
             folder.mkdir(parents=True)
@@ -247,7 +257,9 @@ def run(
             before = {p: _stat(p) for p in outside}
             script = work / f"script_{i}.py"
             script.write_text(text)
-            code, output, refused = _execute(script, scratch, site, home, timeout, piece.name)
+            box = Path(tmp) / f"box{i}"
+            box.mkdir()
+            code, output, refused = _execute(script, scratch, box, timeout, piece.name)
             changed = [str(p) for p in outside if _stat(p) != before[p]]
             if refused or changed:
                 what = (refused or changed)[0]
@@ -289,36 +301,43 @@ def _stat(path: Path) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
-def _execute(  # noqa: PLR0917 - the script and its scratch folders
-    script: Path, scratch: Path, site: Path, home: Path, timeout: float, name: str
+def _execute(
+    script: Path, scratch: Path, box: Path, timeout: float, name: str
 ) -> tuple[int, str, list[str]]:
-    """Run `script` under the launcher (cwd: its own folder, inside `scratch`): its exit
-    code, its last line of output, and the writes outside `scratch` it was refused."""
+    """Run `script` in the sandbox under the launcher (cwd: its own folder, inside `scratch`):
+    its exit code, its last line of output, and what it was refused: the writes outside
+    `scratch` the parent found in the sandbox's root first (it cannot hide those), then those
+    the launcher's hook refused."""
     launcher = scratch / "launch.py"
     launcher.write_text(_LAUNCHER)
+    site = scratch / "site"
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(site),
-        "HOME": str(home),
+        "HOME": str(scratch / "home"),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
         "TMPDIR": str(script.parent),
+        "LANG": "C.UTF-8",
     }
-    with subprocess.Popen(
-        [sys.executable, str(launcher), str(scratch), str(script)],
+    got = sandbox.run(
+        [sandbox.interpreter(), str(launcher), str(scratch), str(script), "{report}"],
+        tree=scratch,
+        box=box,
         cwd=script.parent,
         env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    ) as proc:
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise ScriptRefused(f"{name} hung: stopped after {timeout:g} s") from None
-    lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-    refused = [line.removeprefix(_REFUSED) for line in lines if line.startswith(_REFUSED)]
+        timeout=timeout,
+    )
+    if got.code is None:
+        raise ScriptRefused(f"{name} hung: stopped after {timeout:g} s")
+    lines = [line for line in got.output.decode(errors="replace").splitlines() if line.strip()]
     said = [line for line in lines if not line.startswith(_REFUSED)]
-    return proc.returncode, (said[-1] if said else f"exit {proc.returncode}")[:300], refused
+    reported = got.report.decode(errors="replace").splitlines()
+    refused = [
+        *got.outside,
+        *(line.removeprefix(_REFUSED) for line in reported if line.startswith(_REFUSED)),
+    ]
+    if got.code == _REFUSED_EXIT and not refused:
+        refused = ["(a write or a process its launcher refused; it silenced the report)"]
+    last = said[-1] if said else f"exit {got.code}"
+    return got.code, last[:300], refused

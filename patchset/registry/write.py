@@ -26,6 +26,7 @@ from tomlkit.toml_document import TOMLDocument
 from patchset._fs import staged_file, sync_folder
 from patchset.errors import PatchsetError, RegistryError
 from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
+from patchset.registry.lock import registry_lock
 from patchset.registry.ranges import same_range
 
 LOG = logging.getLogger(__name__)
@@ -92,7 +93,13 @@ class RegistryChange:
         return path
 
     def commit(self) -> Registry:
-        """Write every planned file, then load the registry again; on failure, undo all."""
+        """Write every planned file, then load the registry again; on failure, undo all.
+        Under the registry's writer lock (`registry.lock`): an import or another writer
+        waits, and a file changed meanwhile is refused, never written over."""
+        with registry_lock(self.registry.root):
+            return self._commit()
+
+    def _commit(self) -> Registry:
         root = self.registry.root
         folders = dict.fromkeys([root, *(p.parent for p in self._planned)])
         for folder in folders:
@@ -116,7 +123,8 @@ class RegistryChange:
             for path, data in order:
                 staged[path] = staged_file(path, data)
             for path, _ in order:
-                swapped.append(_swap_in(path, staged.pop(path)))
+                swapped.append(_swap_in(path, staged[path]))
+                del staged[path]  # renamed in: no longer ours to remove
             for folder in dict.fromkeys(p.parent for p in self._planned):
                 sync_folder(folder)
             registry = _reload(root, [p.parent for p in self._planned])

@@ -25,7 +25,8 @@ A key met again in a later release of the same check (the files it reads have th
 there) is answered from the rows already read, neither fetched nor decoded again; a row whose
 text was already decoded under another key (the same outcome) is not decoded again.
 
-Every row carries a seal (a sha256 over its fields) checked when it is read: a row rewritten
+Every row carries a seal (an HMAC over its fields, keyed by a secret made with the memo,
+`.seal-key`, 0600) checked when it is read: a row rewritten
 or torn is dropped and computed again, never believed. A folder or FIFO where the file should
 be is removed first (sqlite would fail on the one and hang on the other).
 
@@ -42,6 +43,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from patchset._fs import cache_secret, seal
 from patchset.release_check.report import CheckResult
 
 # 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
@@ -89,10 +91,20 @@ def file_digest(data: bytes | None) -> str:
     return "-" if data is None else hashlib.sha256(data).hexdigest()
 
 
-def _seal(*fields: str) -> str:
-    """A row's digest, stored beside it: a row whose fields no longer give it (rewritten,
-    torn) is not believed; it is dropped and its result computed again."""
-    return hashlib.sha256("\0".join(fields).encode("utf-8", "surrogateescape")).hexdigest()
+_SECRETS: dict[Path, bytes] = {}
+
+
+def _secret(folder: Path) -> bytes:
+    if folder not in _SECRETS:
+        _SECRETS[folder] = cache_secret(folder)
+    return _SECRETS[folder]
+
+
+def _seal(folder: Path, *fields: str) -> str:
+    """A row's seal, stored beside it: an HMAC keyed by the memo's own secret (made with the
+    memo, 0600), so a row rewritten with a recomputed digest, or torn, is not believed; it is
+    dropped and its result computed again."""
+    return seal(_secret(folder), *fields)
 
 
 class Memo:
@@ -119,6 +131,7 @@ class Memo:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
                 db.executescript(_SCHEMA)
+                _secret(self.path.parent)  # made with the memo: no secret, no memo
                 self._db = db
             except (OSError, sqlite3.Error):
                 self._broken = True
@@ -150,7 +163,9 @@ class Memo:
                 query = f"SELECT key, value, seal FROM results WHERE key IN ({marks})"  # noqa: S608 - only ?s
                 for key, value, seal in db.execute(query, chunk):
                     result = None
-                    if seal == _seal(key, value):  # the same row under many keys: decoded once
+                    if seal == _seal(
+                        self.path.parent, key, value
+                    ):  # the same row under many keys: decoded once
                         result = self._values.get(value) or _decoded(value)
                     if result is None:
                         bad.append(key)
@@ -167,7 +182,7 @@ class Memo:
         if db is None or not items:
             return
         values = {k: json.dumps(r.to_memo(), separators=(",", ":")) for k, r in items.items()}
-        rows = [(k, v, _seal(k, v)) for k, v in values.items()]
+        rows = [(k, v, _seal(self.path.parent, k, v)) for k, v in values.items()]
         self._write(db, "INSERT OR REPLACE INTO results (key, value, seal) VALUES (?, ?, ?)", rows)
 
     def digests(self, release: str) -> dict[str, str]:
@@ -191,7 +206,7 @@ class Memo:
                 db.execute("BEGIN IMMEDIATE")
                 known = {**self._digests(db, release), **digests}
                 value = json.dumps(known, sort_keys=True, separators=(",", ":"))
-                row = (release, value, _seal(release, value))
+                row = (release, value, _seal(self.path.parent, release, value))
                 db.execute("INSERT OR REPLACE INTO releases VALUES (?, ?, ?)", row)
         except sqlite3.Error:
             self._broken = True  # read-only or locked: carry on without the memo
@@ -205,7 +220,7 @@ class Memo:
             return {}
         value, seal = row
         try:
-            sealed = isinstance(value, str) and seal == _seal(release, value)
+            sealed = isinstance(value, str) and seal == _seal(self.path.parent, release, value)
             known = json.loads(value) if sealed else None
         except ValueError:
             known = None

@@ -12,7 +12,7 @@
 set -euo pipefail
 
 me="tests/infra/provision.sh"
-packages=(docker.io docker-registry mmdebstrap apache2-utils docker-compose)
+packages=(docker.io docker-registry mmdebstrap apache2-utils docker-compose bubblewrap)
 timeout="${PATCHSET_DOCKERD_TIMEOUT:-60}"
 driver="${PATCHSET_DOCKERD_STORAGE_DRIVER:-overlay2}"
 log="${PATCHSET_DOCKERD_LOG:-/tmp/patchset-dockerd.log}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import sqlite3
 from collections.abc import Callable
@@ -32,9 +33,11 @@ def _patches(registry: Path) -> tuple[Patch, ...]:
     return load_registry(registry).patches
 
 
-def _seal(*fields: str) -> str:
-    """A row's seal as the memo's docstring describes it: a sha256 over its fields."""
-    return hashlib.sha256("\0".join(fields).encode()).hexdigest()
+def _seal(folder: Path, *fields: str) -> str:
+    """A row's seal as the memo's docstring describes it: an HMAC over its fields, keyed by
+    the memo's own secret (a writer who can read it can seal)."""
+    key = (folder / ".seal-key").read_bytes()
+    return hmac.new(key, "\0".join(fields).encode(), hashlib.sha256).hexdigest()
 
 
 def test_a_result_comes_back_from_the_memo_field_for_field() -> None:
@@ -122,7 +125,9 @@ def _checked_with_forged_row(
     with db:
         ((key, value),) = db.execute("SELECT key, value FROM results").fetchall()
         forged = forge(first, value)
-        db.execute("UPDATE results SET value = ?, seal = ?", (forged, _seal(key, forged)))
+        db.execute(
+            "UPDATE results SET value = ?, seal = ?", (forged, _seal(memo.path.parent, key, forged))
+        )
     db.close()
     (again,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
     return first, again, memo, value
@@ -201,7 +206,7 @@ def test_a_releases_digests_are_one_row_added_to_and_sealed(tmp_path: Path) -> N
         forged = json.dumps({"vllm/a.py": 1})
         db.execute(
             "UPDATE releases SET digests = ?, seal = ? WHERE release = 'r2'",
-            (forged, _seal("r2", forged)),
+            (forged, _seal(memo.path.parent, "r2", forged)),
         )
     db.close()
     again = Memo(tmp_path / "memo")

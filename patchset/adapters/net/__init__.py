@@ -338,12 +338,15 @@ class _Response:
         self.headers: Any = raw.headers
         self.url = url
 
-    def read(self, size: int) -> bytes:
-        """Up to `size` bytes of the body (all of it with -1); a failure of the connection is
-        transient (tried again), unlike one writing to disk."""
+    def read(self, size: int, *, some: bool = False) -> bytes:
+        """Up to `size` bytes of the body (all of it with -1; with `some`, what has come, at
+        least one byte unless the body ended); a failure of the connection is transient
+        (tried again), unlike one writing to disk."""
         try:
-            if isinstance(self._raw, urllib3.BaseHTTPResponse):
-                data: bytes = self._raw.read(None if size < 0 else size, decode_content=False)
+            if isinstance(self._raw, urllib3.HTTPResponse) and some:
+                data: bytes = self._raw.read1(size, decode_content=False)
+            elif isinstance(self._raw, urllib3.BaseHTTPResponse):
+                data = self._raw.read(None if size < 0 else size, decode_content=False)
             else:
                 data = self._raw.read(size)
         except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as exc:
@@ -486,10 +489,27 @@ def _stream(response: _Response, out: IO[bytes], progress: Progress | None) -> s
     return digest.hexdigest()
 
 
-def _read_body(response: _Response, url: str, max_bytes: int) -> bytes:
+def _read_body(
+    response: _Response, url: str, max_bytes: int, deadline: float | None = None
+) -> bytes:
     """The whole body, at most `max_bytes` (a SourceError if larger; a body cut short is
-    tried again)."""
-    body = response.read(max_bytes + 1)
+    tried again); with `deadline` (a `time.monotonic()`), all of it by then: a server that
+    drips its answer a byte at a time is given up on at the deadline, not kept alive by
+    each byte."""
+    if deadline is None:
+        body = response.read(max_bytes + 1)
+    else:
+        parts: list[bytes] = []
+        got = 0
+        while got <= max_bytes:
+            if time.monotonic() > deadline:
+                raise SourceError(f"{redact(url)}: the answer did not come whole in time")
+            chunk = response.read(min(CHUNK, max_bytes + 1 - got), some=True)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        body = b"".join(parts)
     if len(body) > max_bytes:
         raise SourceError(f"{redact(url)}: the answer is larger than {max_bytes} bytes")
     _check_length(response, len(body))
@@ -522,21 +542,26 @@ def fetch_answer(
     max_bytes: int = 8 << 20,
     what: str = "the server",
     transport: Transport = DEFAULT_TRANSPORT,
+    whole: float | None = None,
 ) -> Answer:
     """GET `url` (http or https) and return its answer with any status below 500; a 5xx, no
     connection or a body cut short is tried again (`retries` more times), as elsewhere.
     `private` headers (a token) are sent only to `url`'s own host, never after a redirect
-    to another."""
+    to another. `whole`: seconds for the whole answer, retries included (a SourceError
+    after), however steadily the server keeps sending."""
+    deadline = None if whole is None else time.monotonic() + whole
 
     def attempt(wait: _Patience) -> Answer:
         check_url(url)
+        if deadline is not None and time.monotonic() > deadline:
+            raise SourceError(f"{redact(url)}: no whole answer in {whole:g} s")
         response = _open_web(
             url, {"User-Agent": USER_AGENT, **(headers or {})}, wait, transport, private
         )
         try:
             if response.status >= 500:
                 raise _TransientError(f"HTTP {response.status}")
-            body = _read_body(response, url, max_bytes)
+            body = _read_body(response, url, max_bytes, deadline)
             found = {str(k).lower(): str(v) for k, v in response.headers.items()}
             return Answer(response.status, found, body)
         finally:

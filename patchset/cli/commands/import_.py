@@ -40,7 +40,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         p,
         "--run-scripts",
         "club-3090: run its anchor scripts (the collection's own code) in scratch copies"
-        " of each release",
+        " of each release, each in a bubblewrap sandbox (refused, exit 3, without bwrap)",
     )
     p.add_argument(
         "--script-timeout",
