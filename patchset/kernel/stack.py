@@ -187,6 +187,8 @@ class Files:
             return
         if data is None:
             self.problems[rel] = f"{rel} is missing"
+        elif not want and rel in self.built:
+            self.problems[rel] = f"{rel} is still there, though deleted at build time"
         elif not want:
             self.problems[rel] = f"{rel} is there already, though the release has no such file"
         elif rel in self.built:

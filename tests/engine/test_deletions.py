@@ -391,10 +391,11 @@ def test_stock_bundle_deletes_at_start_and_a_built_image_verifies_it(tmp_path: P
     assert stat.S_IMODE((site / SCRIPT).stat().st_mode) == 0o755  # created as git creates it
     again = start()
     assert again.returncode == 0 and "drop-it r1 (build): already-applied" in again.stdout
-    image = {**manifest, "delivery": "image"}
+    built = {rel: digests["after"] for rel, digests in entry["files"].items()}
+    image = {**manifest, "delivery": "image", "targets": {**manifest["targets"], **built}}
     (tmp_path / "image.json").write_text(json.dumps(image))
     report = json.loads(start("--verify", manifest_path=tmp_path / "image.json").stdout)
-    assert report["ok"], report
+    assert report["ok"], json.dumps(report)
     (site / GONE).parent.mkdir()
     (site / GONE).write_text(GONE_TEXT)  # the deleted file is back: the image is not as built
     report = json.loads(start("--verify", manifest_path=tmp_path / "image.json").stdout)
