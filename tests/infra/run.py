@@ -1,0 +1,179 @@
+"""One test run's identity, and the names of what it makes on the Docker engine.
+
+A run is one pytest process. Its id, ``patchset-test-<host>-<pid>-<start>``, says where it
+runs (a digest of the host name), its pid and the pid's start time (from /proc), so it is
+unique between two checkouts running at once on one engine, and a later run can tell that
+the run is dead (no such pid, or the pid started at another time) and its leftovers may go.
+
+Everything a run makes on the engine is named under its id: images ``<run id>/<name>:<tag>``
+(the stand-ins, the images tests build or tag), containers, networks and compose projects
+``<run id>-<name>``; the registries it starts carry ``PATCHSET_TEST_RUN=<run id>`` in their
+environment. :func:`remove_run` removes one run's things (at its end); :func:`dead_runs` finds
+killed runs' leftovers (at the next run's start). Names of the old scheme
+(``patchset-test/...``) belong to no run here and are never used.
+
+The id is made once per process and passed to children in ``$PATCHSET_TEST_RUN`` (a
+benchmark or a subprocess of a test names its images under the same run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ENV = "PATCHSET_TEST_RUN"
+PREFIX = "patchset-test-"
+_ID = re.compile(r"patchset-test-([0-9a-f]{6})-(\d+)-(\d+)")
+
+
+def _start_time(pid: int) -> str | None:
+    """The pid's start time in clock ticks after boot (/proc/<pid>/stat field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _host() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+
+
+def _new_id() -> str:
+    pid = os.getpid()
+    return f"{PREFIX}{_host()}-{pid}-{_start_time(pid) or 0}"
+
+
+def start_run() -> str:
+    """A new run for this process (a pytest session is one run, even one started by a test
+    of another): its id, set as $PATCHSET_TEST_RUN."""
+    os.environ[ENV] = _new_id()
+    return os.environ[ENV]
+
+
+def run_id() -> str:
+    """This run's id: $PATCHSET_TEST_RUN (set by the session, inherited by its children),
+    else a new one for this process (a benchmark)."""
+    value = os.environ.get(ENV, "")
+    return value if _ID.fullmatch(value) else start_run()
+
+
+def owns(run: str) -> bool:
+    """Whether this process started `run` (only its owner removes it at the end)."""
+    match = _ID.fullmatch(run)
+    return match is not None and int(match[2]) == os.getpid()
+
+
+def image_repo(name: str) -> str:
+    """An image repository of this run: ``<run id>/<name>``."""
+    return f"{run_id()}/{name}"
+
+
+def object_name(name: str) -> str:
+    """A container, network or compose project name of this run: ``<run id>-<name>``."""
+    return f"{run_id()}-{name}"
+
+
+def is_dead(run: str) -> bool:
+    """Whether `run` (an id of this scheme, made on this host) has ended. A run of another
+    host, or a name of another scheme, is never called dead: it is left alone."""
+    match = _ID.fullmatch(run)
+    if match is None or match[1] != _host():
+        return False
+    return _start_time(int(match[2])) != match[3]
+
+
+def run_of(name: str) -> str | None:
+    """The run a name (an image tag, a container, a temporary folder) belongs to."""
+    match = _ID.match(name.lstrip("/"))
+    return match[0] if match else None
+
+
+def dead_runs(client: Any) -> set[str]:
+    """Ids of dead runs that left images, containers, networks or registries behind."""
+    names = [tag for image in client.images.list() for tag in image.tags]
+    names += [c.name for c in client.containers.list(all=True)]
+    names += [n.name for n in client.networks.list()]
+    runs = {run for name in names if (run := run_of(name))}
+    runs |= set(_registry_processes())
+    return {run for run in runs if is_dead(run)}
+
+
+def _registry_processes() -> dict[str, list[int]]:
+    """run id -> pids of the registries (docker-registry processes) a run started: they
+    carry $PATCHSET_TEST_RUN in their environment."""
+    found: dict[str, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if b"docker-registry" not in (proc / "cmdline").read_bytes():
+                continue
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        for entry in environ.split(b"\0"):
+            name, _, value = entry.partition(b"=")
+            if name == ENV.encode() and _ID.fullmatch(run := value.decode(errors="replace")):
+                found.setdefault(run, []).append(int(proc.name))
+    return found
+
+
+def remove_run(client: Any, run: str) -> list[str]:
+    """Remove everything of `run` from the engine (containers, networks, images) and stop
+    its registries; what was removed, by name."""
+    import docker.errors
+
+    removed: list[str] = []
+    images = [
+        image for image in client.images.list() if any(run_of(tag) == run for tag in image.tags)
+    ]
+    ids = {image.id for image in images}
+    for container in client.containers.list(all=True):
+        image_id = (container.attrs or {}).get("Image")
+        if run_of(container.name) == run or image_id in ids:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                container.remove(force=True, v=True)
+                removed.append(f"container {container.name}")
+    for network in client.networks.list():
+        if run_of(network.name) == run:
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                network.remove()
+                removed.append(f"network {network.name}")
+    for image in images:
+        for tag in image.tags:
+            if run_of(tag) != run:
+                continue  # a tag of another run or of the user on the same image stays
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                client.api.remove_image(tag, noprune=False)
+                removed.append(f"image {tag}")
+    for pid in _registry_processes().get(run, []):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+            removed.append(f"process {pid}")
+    return removed
+
+
+@contextlib.contextmanager
+def engine_if_up() -> Iterator[Any]:
+    """A ``docker.DockerClient`` when an engine answers at once, else None (nothing to clean
+    where no engine runs; the docker fixtures provision one when a test needs it)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception:  # no engine, no socket, no permission: nothing of a run's to remove
+        yield None
+        return
+    try:
+        yield client
+    finally:
+        client.close()
