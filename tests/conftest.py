@@ -7,6 +7,8 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,6 +83,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+# -- threads end with their test ------------------------------------------------------------
+
+
+def _started_by_tests(thread: threading.Thread) -> bool:
+    """Whether `thread` runs code of tests/ (a fake server, a relay), by its target."""
+    target = getattr(thread, "_target", None)
+    owner = getattr(target, "__self__", None)
+    module = getattr(type(owner) if owner is not None else target, "__module__", "") or ""
+    return module.split(".")[0] == "tests"
+
+
+@pytest.fixture(autouse=True)
+def threads_end_with_their_test() -> Iterator[None]:
+    """A thread a test starts ends with it: waited for a little after the test, and a
+    thread of tests/ code still running then fails the test (it would keep a later check
+    from forking, tests/release_check/test_parallel.py)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5.0
+    left = [t for t in threading.enumerate() if t not in before]
+    for thread in left:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    alive = [t for t in left if t.is_alive() and _started_by_tests(t)]
+    if alive:
+        pytest.fail(f"the test left threads running: {alive}; join them", pytrace=False)
 
 
 # -- network guard: unit tests reach loopback only ------------------------------------------

@@ -126,6 +126,29 @@ def _registry_processes() -> dict[str, list[int]]:
     return found
 
 
+def _untagged_descendants(client: Any, ids: set[str]) -> list[str]:
+    """Untagged images left of `ids` and of images built on them (a build's steps, a build
+    cut short, an image whose tags just went), newest first: what a run's builds left."""
+    images = client.api.images(all=True)
+    parent = {i["Id"]: i.get("ParentId") or "" for i in images}
+    created = {i["Id"]: i.get("Created", 0) for i in images}
+    untagged = {
+        i["Id"] for i in images if not [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"]
+    }
+
+    def descends(image_id: str) -> bool:
+        seen: set[str] = set()
+        while image_id and image_id not in seen:
+            if image_id in ids:
+                return True
+            seen.add(image_id)
+            image_id = parent.get(image_id, "")
+        return False
+
+    found = [i for i in untagged if descends(i)]
+    return sorted(found, key=lambda i: created[i], reverse=True)
+
+
 def remove_run(client: Any, run: str) -> list[str]:
     """Remove everything of `run` from the engine (containers, networks, images) and stop
     its registries; what was removed, by name."""
@@ -154,6 +177,10 @@ def remove_run(client: Any, run: str) -> list[str]:
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 client.api.remove_image(tag, noprune=False)
                 removed.append(f"image {tag}")
+    for image_id in _untagged_descendants(client, ids):
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            client.api.remove_image(image_id, noprune=False)
+            removed.append(f"image {image_id[:19]}")
     for pid in _registry_processes().get(run, []):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)

@@ -67,19 +67,23 @@ def test_a_dead_runs_leftovers_go_and_a_live_runs_stay(docker_client: Any) -> No
     ours = run.image_repo(f"kept-{secrets.token_hex(3)}")
     _image(docker_client, theirs)
     _image(docker_client, ours)
+    # built on it and never tagged (a build cut short): the dead run's too
+    dockerfile = io.BytesIO(f"FROM {theirs}:1\nLABEL built=on-it\n".encode())
+    child, _ = docker_client.images.build(fileobj=dockerfile, rm=True, network_mode="none")
     container = docker_client.containers.create(f"{theirs}:1", ["x"], name=f"{dead}-box")
     try:
         assert dead in run.dead_runs(docker_client)
         assert run.run_id() not in run.dead_runs(docker_client)
         removed = run.remove_run(docker_client, dead)
         assert f"image {theirs}:1" in removed and f"container {dead}-box" in removed
-        with pytest.raises(docker.errors.ImageNotFound):
-            docker_client.images.get(f"{theirs}:1")
+        for gone in (f"{theirs}:1", child.id):
+            with pytest.raises(docker.errors.ImageNotFound):
+                docker_client.images.get(gone)
         docker_client.images.get(f"{ours}:1")  # this run's: still there
     finally:
         with contextlib.suppress(docker.errors.NotFound):
             container.remove(force=True)
-        for ref in (f"{theirs}:1", f"{ours}:1"):
+        for ref in (child.id, f"{theirs}:1", f"{ours}:1"):
             with contextlib.suppress(docker.errors.ImageNotFound):
                 docker_client.api.remove_image(ref, force=True)
 
