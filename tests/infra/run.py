@@ -96,11 +96,28 @@ def run_of(name: str) -> str | None:
     return match[0] if match else None
 
 
+def _listed(client: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """The engine's images, containers (all) and network names, each in one call: listing
+    through docker's models inspects each one after, and another run may remove it between."""
+    images = list(client.api.images(all=True))
+    containers = list(client.api.containers(all=True))
+    networks = [str(n.get("Name", "")) for n in client.api.networks()]
+    return images, containers, networks
+
+
+def _tags(image: dict[str, Any]) -> list[str]:
+    return [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+
+
+def _container_name(container: dict[str, Any]) -> str:
+    return str((container.get("Names") or ["/"])[0]).lstrip("/")
+
+
 def dead_runs(client: Any) -> set[str]:
     """Ids of dead runs that left images, containers, networks or registries behind."""
-    names = [tag for image in client.images.list() for tag in image.tags]
-    names += [c.name for c in client.containers.list(all=True)]
-    names += [n.name for n in client.networks.list()]
+    images, containers, networks = _listed(client)
+    names = [tag for image in images for tag in _tags(image)]
+    names += [_container_name(c) for c in containers] + networks
     runs = {run for name in names if (run := run_of(name))}
     runs |= set(_registry_processes())
     return {run for run in runs if is_dead(run)}
@@ -126,15 +143,11 @@ def _registry_processes() -> dict[str, list[int]]:
     return found
 
 
-def _untagged_descendants(client: Any, ids: set[str]) -> list[str]:
-    """Untagged images left of `ids` and of images built on them (a build's steps, a build
-    cut short, an image whose tags just went), newest first: what a run's builds left."""
-    images = client.api.images(all=True)
+def _untagged_descendants(images: list[dict[str, Any]], ids: set[str]) -> list[str]:
+    """Untagged images of `ids` and of images built on them (a build's steps, a build cut
+    short, an image whose tags just went), newest first: what a run's builds left."""
     parent = {i["Id"]: i.get("ParentId") or "" for i in images}
     created = {i["Id"]: i.get("Created", 0) for i in images}
-    untagged = {
-        i["Id"] for i in images if not [t for t in i.get("RepoTags") or [] if t != "<none>:<none>"]
-    }
 
     def descends(image_id: str) -> bool:
         seen: set[str] = set()
@@ -145,40 +158,40 @@ def _untagged_descendants(client: Any, ids: set[str]) -> list[str]:
             image_id = parent.get(image_id, "")
         return False
 
-    found = [i for i in untagged if descends(i)]
+    found = [i["Id"] for i in images if not _tags(i) and descends(i["Id"])]
     return sorted(found, key=lambda i: created[i], reverse=True)
 
 
 def remove_run(client: Any, run: str) -> list[str]:
     """Remove everything of `run` from the engine (containers, networks, images) and stop
-    its registries; what was removed, by name."""
+    its registries; what was removed, by name. Another run removing its own things at the
+    same time is no error: what is gone already is skipped."""
     import docker.errors
 
+    gone = (docker.errors.NotFound, docker.errors.APIError)
     removed: list[str] = []
-    images = [
-        image for image in client.images.list() if any(run_of(tag) == run for tag in image.tags)
-    ]
-    ids = {image.id for image in images}
-    for container in client.containers.list(all=True):
-        image_id = (container.attrs or {}).get("Image")
-        if run_of(container.name) == run or image_id in ids:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                container.remove(force=True, v=True)
-                removed.append(f"container {container.name}")
-    for network in client.networks.list():
-        if run_of(network.name) == run:
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                network.remove()
-                removed.append(f"network {network.name}")
+    images, containers, networks = _listed(client)
+    ids = {i["Id"] for i in images if any(run_of(tag) == run for tag in _tags(i))}
+    for container in containers:
+        name = _container_name(container)
+        if run_of(name) == run or container.get("ImageID") in ids:
+            with contextlib.suppress(*gone):
+                client.api.remove_container(container["Id"], force=True, v=True)
+                removed.append(f"container {name}")
+    for network in networks:
+        if run_of(network) == run:
+            with contextlib.suppress(*gone):
+                client.api.remove_network(network)
+                removed.append(f"network {network}")
     for image in images:
-        for tag in image.tags:
-            if run_of(tag) != run:
-                continue  # a tag of another run or of the user on the same image stays
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                client.api.remove_image(tag, noprune=False)
-                removed.append(f"image {tag}")
-    for image_id in _untagged_descendants(client, ids):
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+        for tag in _tags(image):
+            if run_of(tag) == run:  # a tag of another run or of the user stays
+                with contextlib.suppress(*gone):
+                    client.api.remove_image(tag, noprune=False)
+                    removed.append(f"image {tag}")
+    images = list(client.api.images(all=True))  # what the tags' removal left untagged
+    for image_id in _untagged_descendants(images, ids):
+        with contextlib.suppress(*gone):
             client.api.remove_image(image_id, noprune=False)
             removed.append(f"image {image_id[:19]}")
     for pid in _registry_processes().get(run, []):
