@@ -38,6 +38,9 @@ def dist(session: nox.Session) -> None:
     a fresh virtualenv and run its console script there."""
     out = ROOT / "dist"
     shutil.rmtree(out, ignore_errors=True)
+    # the wheel alone: a checkout on PYTHONPATH (its egg-info) would pass for an installed
+    # patchset, and pip would then not install the wheel
+    session.env["PYTHONPATH"] = ""
     session.install("build", "twine")
     session.run("python", "-m", "build", "--outdir", str(out), str(ROOT))
     files = sorted(str(p) for p in out.iterdir())
