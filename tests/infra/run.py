@@ -91,8 +91,13 @@ def is_dead(run: str) -> bool:
 
 
 def run_of(name: str) -> str | None:
-    """The run a name (an image tag, a container, a temporary folder) belongs to."""
-    match = _ID.match(name.lstrip("/"))
+    """The run a name (an image tag, a container, a temporary folder) belongs to; a tag of
+    an image pushed to a test registry (``127.0.0.1:PORT/<run id>/...``) too."""
+    name = name.lstrip("/")
+    host, _, rest = name.partition("/")
+    if rest and (":" in host or "." in host or host == "localhost"):
+        name = rest
+    match = _ID.match(name)
     return match[0] if match else None
 
 

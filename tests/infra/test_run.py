@@ -41,6 +41,8 @@ def test_this_run_is_alive_and_owned_and_an_ended_one_is_dead() -> None:
 def test_names_of_no_run_or_of_another_host_are_never_dead() -> None:
     assert run.run_of("patchset-test/vllm-openai-standin:v0.19.1-cu130") is None  # old scheme
     assert run.run_of("vllm/vllm-openai:v0.19.1-cu130") is None
+    mine = run.run_id()
+    assert run.run_of(f"127.0.0.1:5000/{mine}/built:1") == mine  # pushed to a test registry
     other_host = "patchset-test-000000-1-1"  # a host digest this machine does not have
     assert not run.is_dead(other_host) or run._host() == "000000"
     assert not run.is_dead("patchset-test/whatever")
