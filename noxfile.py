@@ -24,12 +24,23 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, success_codes=[0])
 
 
+@nox.session(name="tests-twice", venv_backend="none")
+def tests_twice(session: nox.Session) -> None:
+    """The suite as on a fresh machine (.ci/run: an empty HOME and cache), twice in a row in
+    this checkout, then once beside a second checkout's run (a git clone of HEAD) on the same
+    Docker engine; each run's summary at the end (.ci/twice). Arguments go to pytest."""
+    session.run("bash", str(ROOT / ".ci" / "twice"), *session.posargs, external=True)
+
+
 @nox.session
 def dist(session: nox.Session) -> None:
     """Build the sdist and wheel into dist/, check them (twine check), install the wheel into
     a fresh virtualenv and run its console script there."""
     out = ROOT / "dist"
     shutil.rmtree(out, ignore_errors=True)
+    # the wheel alone: a checkout on PYTHONPATH (its egg-info) would pass for an installed
+    # patchset, and pip would then not install the wheel
+    session.env["PYTHONPATH"] = ""
     session.install("build", "twine")
     session.run("python", "-m", "build", "--outdir", str(out), str(ROOT))
     files = sorted(str(p) for p in out.iterdir())

@@ -3,18 +3,114 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import shutil
 import socket
+import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from patchset.sources.package_index.cache import Cache, cache_root
+from patchset.sources.package_index.cache import Cache
 from tests.fake_index import FakeIndex, FakeServer
+from tests.infra import run
 
 # Docker engine, registries and the stand-in base image (tests marked docker).
 pytest_plugins = ["tests.infra.docker_fixtures"]
+
+# -- the run: its own HOME, caches and Docker names -------------------------------------------
+
+# Set for the whole session, so nothing of the user's decides a test: their cache
+# (~/.cache/patchset), pip's and uv's user configuration, ~/.docker. pip's site and global
+# configuration (/etc/pip.conf, /etc/xdg/pip) and PIP_* variables still apply, as on any
+# machine. Each name is restored at the session's end.
+_RUN_ENV = (
+    *("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"),
+    *("DOCKER_CONFIG", "PATCHSET_CACHE_DIR", "UV_CONFIG_FILE", run.ENV),
+)
+_saved_env: dict[str, str | None] = {}
+_run_home: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A new run: its id, an empty HOME of its own and the release cache in it."""
+    _saved_env.update({name: os.environ.get(name) for name in _RUN_ENV})
+    run_id = run.start_run()
+    home = Path(tempfile.mkdtemp(prefix=f"{run_id}-home-"))
+    _run_home.append(home)
+    os.environ.pop("UV_CONFIG_FILE", None)
+    os.environ.update(
+        {
+            "HOME": str(home),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "XDG_STATE_HOME": str(home / ".local" / "state"),
+            "DOCKER_CONFIG": str(home / ".docker"),
+            "PATCHSET_CACHE_DIR": str(home / ".cache" / "patchset"),
+        }
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Leftovers of killed runs (their pid is gone) go: images, containers, networks,
+    registries and temporary HOMEs. Live runs' things, and anything not named by a run, stay."""
+    for path in Path(tempfile.gettempdir()).glob(f"{run.PREFIX}*"):
+        if (owner := run.run_of(path.name)) and run.is_dead(owner):
+            shutil.rmtree(path, ignore_errors=True)
+    with run.engine_if_up() as client:
+        if client is not None:
+            for dead in run.dead_runs(client):
+                run.remove_run(client, dead)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's things go with it; the environment is the user's again."""
+    run_id = os.environ.get(run.ENV, "")
+    if run.owns(run_id):
+        with run.engine_if_up() as client:
+            if client is not None:
+                run.remove_run(client, run_id)
+        for path in Path(tempfile.gettempdir()).glob(f"{run_id}-*"):  # HOME, copies
+            shutil.rmtree(path, ignore_errors=True)
+    _run_home.clear()
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+# -- threads end with their test ------------------------------------------------------------
+
+
+def _started_by_tests(thread: threading.Thread) -> bool:
+    """Whether `thread` runs code of tests/ (a fake server, a relay), by its target."""
+    target = getattr(thread, "_target", None)
+    owner = getattr(target, "__self__", None)
+    module = getattr(type(owner) if owner is not None else target, "__module__", "") or ""
+    return module.split(".")[0] == "tests"
+
+
+@pytest.fixture(autouse=True)
+def threads_end_with_their_test() -> Iterator[None]:
+    """A thread a test starts ends with it: waited for a little after the test, and a
+    thread of tests/ code still running then fails the test (it would keep a later check
+    from forking, tests/release_check/test_parallel.py)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5.0
+    left = [t for t in threading.enumerate() if t not in before]
+    for thread in left:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    alive = [t for t in left if t.is_alive() and _started_by_tests(t)]
+    if alive:
+        pytest.fail(f"the test left threads running: {alive}; join them", pytrace=False)
+
 
 # -- network guard: unit tests reach loopback only ------------------------------------------
 
@@ -71,9 +167,10 @@ def no_remote_network(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
 
 @pytest.fixture(scope="session")
 def release_cache() -> Cache:
-    """The cache real releases go to, shared by the whole session and by later runs:
-    $PATCHSET_CACHE_DIR, else ~/.cache/patchset (so a second run needs no network)."""
-    return Cache(cache_root())
+    """The cache real releases go to, shared by the whole session and by no other run: in
+    the run's own HOME ($PATCHSET_CACHE_DIR as the session set it). A test that needs a
+    release in it fetches it first (online, by range reads, as the product does)."""
+    return Cache(_run_home[0] / ".cache" / "patchset")
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ ETags and If-None-Match, a scripted failure mode, and a log of what was asked.""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
 import re
+import socket
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +26,37 @@ class ForgeScript:
     hits: Counter[str] = field(default_factory=Counter)
     conditional: Counter[str] = field(default_factory=Counter)  # asked with If-None-Match
     authorization: list[str | None] = field(default_factory=list)
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    """Its handlers' threads end with it: `server_close` cuts the connections a client keeps
+    open (HTTP/1.1 keep-alive) and joins the threads serving them."""
+
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, address = super().get_request()
+        with self.connections_lock:
+            self.connections.add(conn)
+        return conn, address
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        with self.connections_lock:
+            for conn in self.connections:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+        super().server_close()
 
 
 class FakeForge:
@@ -89,8 +122,7 @@ class FakeForge:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         self.api = f"http://127.0.0.1:{self._server.server_address[1]}/api"
@@ -114,3 +146,4 @@ class FakeForge:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._thread.join()

@@ -1,6 +1,6 @@
 """Real vLLM release files for tests: fetched from the package index through patchset's own
-IndexSource (sha256-checked, cached under $PATCHSET_CACHE_DIR or ~/.cache/patchset), then laid
-out as a small folder holding a vllm/ package."""
+IndexSource (sha256-checked, cached under $PATCHSET_CACHE_DIR: in a test run, the run's own
+cache, tests/conftest.py), then laid out as a small folder holding a vllm/ package."""
 
 from __future__ import annotations
 

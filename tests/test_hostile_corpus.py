@@ -24,7 +24,8 @@ import pytest
 from patchset.errors import PayloadError
 from patchset.registry.paths import check_relpath
 from tests.fake_index import FakeIndex, Reply
-from tests.hardening import LOCK, REPO, Snapshot, changed, cli, error_line, snapshot
+from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
+from tests.helpers.other_user import patchset_as_other_user
 from tests.reliability import HOSTILE, record
 from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, OTHER_FIX
 
@@ -523,11 +524,7 @@ def _add(
     args = ("--registry", str(registry), "add", patch_id, "--diff", str(diff), "--no-check")
     if not user:
         return cli(*args)
-    return subprocess.run(
-        ["setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups",
-         sys.executable, "-m", "patchset", *args],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    return patchset_as_other_user(args)  # from a copy that user reads, wherever the checkout is
 
 
 def test_add_takes_a_crlf_diff(tmp_path: Path) -> None:

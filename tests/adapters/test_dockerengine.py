@@ -13,6 +13,7 @@ from patchset.adapters.dockerengine import Engine, connect, registry_of, split_r
 from patchset.errors import DockerError
 from tests.infra.docker_fixtures import AuthRegistry, StandinImage
 from tests.infra.registry import Registry
+from tests.infra.run import image_repo
 from tests.infra.standin import STANDIN_LABEL, standin_site_packages
 
 
@@ -33,7 +34,7 @@ def test_refs_split_into_repo_and_tag() -> None:
 
 
 def _unique(name: str) -> str:
-    return f"patchset-test/{name}-{secrets.token_hex(4)}"
+    return image_repo(f"{name}-{secrets.token_hex(4)}")
 
 
 @pytest.mark.docker

@@ -101,8 +101,13 @@ def open_ended_registry(tmp_path: Path) -> Path:
 def test_github_annotations_fail_on_an_in_range_conflict(tmp_path: Path) -> None:
     open_ended_registry(tmp_path)
     summary = tmp_path / "summary.md"
+    releases = ("--vllm", "0.19.1", "--vllm", "0.20.0", "--vllm", "0.21.0")
+    # online first: the run's own cache then holds what the check reads (range reads of the
+    # three releases), and the offline check below reads nothing else
+    online = run_cli("check", *releases, "--format", "json", cwd=tmp_path)
+    assert online.returncode == 1, online.stderr
     proc = run_cli(
-        *("check", "--vllm", "0.19.1", "--vllm", "0.20.0", "--vllm", "0.21.0", "--offline"),
+        *("check", *releases, "--offline"),
         *("--format", "github"),
         cwd=tmp_path,
         env={"GITHUB_STEP_SUMMARY": str(summary)},

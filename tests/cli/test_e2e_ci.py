@@ -45,10 +45,13 @@ GIT_ENV = {
 
 
 def sh(*argv: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    # no PYTHONPATH: a checkout on it (its egg-info) passes for an installed patchset, and
+    # pip would not install the wheel; the project's CI runs the wheel, never this checkout
+    outer = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
         [str(a) for a in argv],
         cwd=cwd,
-        env={**os.environ, **GIT_ENV, **(env or {})},
+        env={**outer, **GIT_ENV, **(env or {})},
         capture_output=True,
         text=True,
         check=False,

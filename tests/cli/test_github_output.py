@@ -17,6 +17,19 @@ from tests.workflow_commands import read_annotations
 pytestmark = pytest.mark.network  # real releases, from the cache
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _in_the_runs_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What the offline checks below read, fetched into the run's own cache first (range
+    reads of the releases, as the product does): no test leans on an earlier one's cache."""
+    for make in (open_ended_registry, runtime_registry):
+        folder = make(tmp_path_factory.mktemp("fetch"))
+        online = run_cli("--registry", str(folder), "check", *RELEASES, "--format", "json")
+        assert online.returncode in (0, 1), online.stderr
+
+
+RELEASES = ("--vllm", "0.19.1", "--vllm", "0.20.0", "--vllm", "0.21.0")
+
+
 def runtime_registry(tmp_path: Path) -> Path:
     """tolist-cudagraph carried forward with no probe: 0.21.0 makes it partial (site a gone)."""
     registry = tmp_path / "patches"

@@ -21,7 +21,8 @@ from patchset.image.definition import load_definition
 from patchset.image.verify import verify_image
 from patchset.registry import load_registry
 from tests.infra.docker_fixtures import StandinImage
-from tests.infra.standin import for_tests, standin_tag
+from tests.infra.run import image_repo
+from tests.infra.standin import built_repository, for_tests, standin_tag
 from tests.releases import tree_digest
 
 REPO = Path(__file__).parents[2]
@@ -67,7 +68,7 @@ def builds_folder(tmp_path: Path, repository: str, **definitions: str) -> Path:
     folder = tmp_path / "builds"
     folder.mkdir(parents=True)
     text = for_tests((REPO / "builds" / "0.19.1.toml").read_text())  # the stand-in's tag
-    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
+    text = text.replace(f'"{built_repository()}"', f'"{repository}"')
     for name, change in definitions.items():
         old, _, new = change.partition("=>")
         (folder / f"{name}.toml").write_text(text.replace(old, new) if change else text)
@@ -96,7 +97,7 @@ def test_cli_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 @pytest.fixture
 def repo_name(engine: dockerengine.Engine) -> Iterator[str]:
-    name = f"patchset-test/bake-{secrets.token_hex(4)}"
+    name = image_repo(f"bake-{secrets.token_hex(4)}")
     yield name
     for image in engine.client.images.list(name=name):
         for tag in image.tags:

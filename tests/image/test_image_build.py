@@ -23,7 +23,14 @@ from patchset.registry import Registry, load_registry
 from tests.helpers.cli import run_cli
 from tests.infra.docker_fixtures import AuthRegistry, StandinImage
 from tests.infra.registry import Registry as RunningRegistry
-from tests.infra.standin import build_standin_base, for_tests, standin_tag
+from tests.infra.run import image_repo
+from tests.infra.standin import (
+    build_standin_base,
+    built_repository,
+    for_tests,
+    rootfs_tag,
+    standin_tag,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 REPO = Path(__file__).parents[2]
@@ -38,7 +45,7 @@ def standin_020(docker_client: Any) -> str:
 @pytest.fixture
 def repo_name(engine: dockerengine.Engine) -> Iterator[str]:
     """A fresh repository name; every image tagged into it is removed afterwards."""
-    name = f"patchset-test/vllm-{secrets.token_hex(4)}"
+    name = image_repo(f"vllm-{secrets.token_hex(4)}")
     yield name
     for image in engine.client.images.list(name=name):
         for tag in image.tags:
@@ -47,7 +54,7 @@ def repo_name(engine: dockerengine.Engine) -> Iterator[str]:
 
 def definition(tmp_path: Path, source: str, repository: str, **changes: str) -> BuildDefinition:
     text = for_tests((REPO / "builds" / source).read_text())  # stand-in base, test names
-    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
+    text = text.replace(f'"{built_repository()}"', f'"{repository}"')
     for old, new in changes.items():
         text = text.replace(old, new)
     path = tmp_path / source
@@ -250,7 +257,7 @@ def test_base_without_vllm(
         "0.19.1.toml",
         repo_name,
         **{
-            f'base = "{standin_tag("0.19.1")}"': 'base = "patchset-standin-rootfs:bookworm"',
+            f'base = "{standin_tag("0.19.1")}"': f'base = "{rootfs_tag()}"',
         },
     )
     with pytest.raises(BuildError, match="finds no vllm package"):

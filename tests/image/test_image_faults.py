@@ -20,7 +20,8 @@ from patchset.image.build import build
 from patchset.image.definition import load_definition
 from patchset.registry import load_registry
 from tests.infra.docker_fixtures import StandinImage
-from tests.infra.standin import for_tests
+from tests.infra.run import image_repo
+from tests.infra.standin import built_repository, for_tests
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 REPO = Path(__file__).parents[2]
@@ -37,7 +38,8 @@ class Relay:
         self.server.listen(16)
         self.open: list[socket.socket] = []
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
 
     def _accept(self) -> None:
         while True:
@@ -50,7 +52,10 @@ class Relay:
             with self.lock:
                 self.open += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                pipe = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+                with self.lock:
+                    self.threads.append(pipe)
+                pipe.start()
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -65,22 +70,29 @@ class Relay:
                     s.shutdown(socket.SHUT_RDWR)
 
     def cut(self) -> None:
+        """Every connection cut, the relay's threads ended (closing a listening socket does
+        not wake the thread blocked in accept(): shutting it down does)."""
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)
         self.server.close()
         with self.lock:
             for s in self.open:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
                 s.close()
+        for thread in self.threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=10)
 
 
 def test_engine_gone_mid_build_leaves_no_tag(
     tmp_path: Path, standin_base: StandinImage, engine: dockerengine.Engine
 ) -> None:
     relay = Relay(tmp_path / "docker.sock")
-    repository = f"patchset-test/gone-{secrets.token_hex(4)}"
+    repository = image_repo(f"gone-{secrets.token_hex(4)}")
     text = for_tests((REPO / "builds" / "0.19.1.toml").read_text())
     path = tmp_path / "0.19.1.toml"
-    path.write_text(text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"'))
+    path.write_text(text.replace(f'"{built_repository()}"', f'"{repository}"'))
     definition = load_definition(path)
     cut_at: list[str] = []
 
@@ -101,5 +113,7 @@ def test_engine_gone_mid_build_leaves_no_tag(
             )
     finally:
         flaky.close()
+        relay.cut()  # again, from this thread: its threads are joined
+    assert not any(t.is_alive() for t in relay.threads), relay.threads
     assert cut_at, "the relay was never cut: the build did not stream its steps"
     assert [t for i in engine.client.images.list(name=repository) for t in i.tags] == []

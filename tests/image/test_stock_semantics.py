@@ -35,6 +35,7 @@ from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from tests.helpers.cli import cli
 from tests.image.test_runtime_export import FAKE_SMI, RTX_5090, recorded, run_stock
+from tests.infra.run import image_repo, object_name
 from tests.infra.standin import build_standin_base
 from tests.synthetic import PATCH_TOML
 
@@ -382,7 +383,7 @@ def test_the_exported_compose_file_comes_up(
     )
     service = compose["services"]["vllm"]
     del service["deploy"]  # no GPU here
-    tag = f"patchset-test/compose-standin:{uuid.uuid4().hex[:12]}"
+    tag = f"{image_repo('compose-standin')}:{uuid.uuid4().hex[:12]}"
     docker_client.images.get(standin_020).tag(tag)
     try:
         service["image"] = tag
@@ -392,7 +393,7 @@ def test_the_exported_compose_file_comes_up(
         service.pop("ports")
         service["network_mode"] = "none"
         (tmp_path / "compose.yaml").write_text(yaml.safe_dump(compose))
-        compose_cmd = ["docker-compose", "-p", f"ps{uuid.uuid4().hex[:8]}"]
+        compose_cmd = ["docker-compose", "-p", object_name(uuid.uuid4().hex[:8])]
         done = subprocess.run(
             [*compose_cmd, "up", "--abort-on-container-exit", "--no-color"],
             cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
@@ -421,11 +422,11 @@ def test_a_built_image_honours_the_same_semantics(
     from patchset.adapters.dockerengine import Engine
     from patchset.image.build import build
     from patchset.image.verify import per_patch, prove_start, verify_image
-    from tests.infra.standin import for_tests
+    from tests.infra.standin import built_repository, for_tests
 
-    repository = f"patchset-test/semantics-{uuid.uuid4().hex[:8]}"
+    repository = image_repo(f"semantics-{uuid.uuid4().hex[:8]}")
     text = for_tests((bundle.parent / "builds" / "0.20.0.toml").read_text())
-    text = text.replace('"patchset-test/vllm-openai-built"', f'"{repository}"')
+    text = text.replace(f'"{built_repository()}"', f'"{repository}"')
     (tmp_path / "0.20.0.toml").write_text(text + "\n[switches]\nPS_E2E_OFF = true\n")
     engine = Engine(docker_client)
     report = build(

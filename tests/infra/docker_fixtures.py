@@ -22,6 +22,7 @@ import pytest
 from patchset.adapters.dockerengine import Engine, connect
 from patchset.errors import DockerError
 from tests.infra.registry import Registry, start_registry
+from tests.infra.run import image_repo
 from tests.infra.standin import build_standin_base, standin_tag
 
 PROVISION = Path(__file__).with_name("provision.sh")
@@ -34,7 +35,7 @@ class AuthRegistry(NamedTuple):
 
 
 class StandinImage(NamedTuple):
-    ref: str  # vllm/vllm-openai:v0.19.1-cu130
+    ref: str  # <run id>/vllm-openai-standin:v0.19.1-cu130
     id: str
     version: str
 
@@ -114,7 +115,7 @@ def _start(workdir: Path, *, auth: bool) -> Registry:
 @pytest.fixture(scope="session")
 def standin_base(docker_client: Any) -> StandinImage:
     """The stand-in of ``vllm/vllm-openai:v0.19.1-cu130`` (see tests/infra/standin.py);
-    built once and cached across sessions."""
+    built once per run, under the run's name, and removed with the run."""
     version = "0.19.1"
     try:
         image_id = build_standin_base(docker_client, version)
@@ -132,7 +133,7 @@ def tiny_image(docker_client: Any) -> Iterator[str]:
         member = tarfile.TarInfo("hello.txt")
         member.size = len(payload)
         archive.addfile(member, io.BytesIO(payload))
-    tag = f"patchset-test/tiny-{secrets.token_hex(4)}"
+    tag = image_repo(f"tiny-{secrets.token_hex(4)}")
     docker_client.api.import_image_from_data(buffer.getvalue(), repository=tag, tag="1")
     image = docker_client.images.get(f"{tag}:1")
     yield str(image.id)

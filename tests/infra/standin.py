@@ -4,14 +4,16 @@ No container registry is reachable from the test machines, so the official image
 pulled. The stand-in has what patchset looks at: python3, the real vLLM Python sources of
 one release at the official layout (``/usr/local/lib/python3.X/dist-packages/vllm`` plus
 its ``.dist-info``) and the official ``ENTRYPOINT ["vllm", "serve"]``. It is tagged
-``patchset-test/vllm-openai-standin:v<version>-cu130``, never by the official name (a run on
-a machine holding the real image must leave its tag alone); tests name it in build
-definitions through :func:`for_tests`. Its ``vllm`` is a small script that records its argv
-and environment to /tmp/vllm-args.json and prints them instead of serving anything.
+``<run id>/vllm-openai-standin:v<version>-cu130`` (tests/infra/run.py), never by the official
+name (a run on a machine holding the real image must leave its tag alone) and never by
+another run's name; tests name it in build definitions through :func:`for_tests`. Its
+``vllm`` is a small script that records its argv and environment to /tmp/vllm-args.json and
+prints them instead of serving anything.
 
-Layers: a Debian rootfs made by mmdebstrap and imported (cached under its own tag), then a
-Dockerfile layer with the sources. Both carry a label with the digest of their inputs and
-are rebuilt only when that digest changes. Benchmarks call :func:`build_standin_base` too.
+Layers: a Debian rootfs made by mmdebstrap and imported (``<run id>/standin-rootfs``), then a
+Dockerfile layer with the sources. Both are the run's own: built once per run, found by
+their tag only (an image a test builds on the stand-in inherits its labels, so a label
+never finds one), removed with the run. Benchmarks call :func:`build_standin_base` too.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from urllib.parse import urljoin
 from filelock import FileLock
 
 from patchset.adapters.dockerengine import Engine
+from tests.infra.run import image_repo
 
 LOG = logging.getLogger(__name__)
 
@@ -42,7 +45,6 @@ INPUTS_LABEL = "org.patchset.standin.inputs"
 FORMAT = "3"  # bump when the recipe below changes in a way the inputs digest cannot see
 
 SUITE = "bookworm"
-ROOTFS_REPO = "patchset-standin-rootfs"
 MMDEBSTRAP_OPTIONS = (
     "--variant=essential",
     "--include=python3",
@@ -87,22 +89,31 @@ MINOR_LABEL = "org.patchset.standin.python3-minor"
 
 
 OFFICIAL = "vllm/vllm-openai"  # the official image's repository: never tagged by a test
-TEST_REPOSITORY = "patchset-test/vllm-openai-standin"  # where the stand-ins are tagged
 
 
 def standin_tag(version: str) -> str:
-    """The stand-in's tag: a test-only repository, never the official image's name (a run on
-    a machine holding the real image must not move its tag to a stand-in without CUDA)."""
-    return f"{TEST_REPOSITORY}:v{version}-cu130"
+    """The stand-in's tag: in this run's repository, never the official image's name (a run
+    on a machine holding the real image must not move its tag to a stand-in without CUDA)."""
+    return f"{image_repo('vllm-openai-standin')}:v{version}-cu130"
+
+
+def rootfs_tag() -> str:
+    """The Debian rootfs the stand-ins are built on, this run's."""
+    return f"{image_repo('standin-rootfs')}:{SUITE}"
+
+
+def built_repository() -> str:
+    """Where build definitions under test tag their images (for the user-facing one)."""
+    return image_repo("vllm-openai-built")
 
 
 def for_tests(text: str) -> str:
     """`text` (a build definition, a source argument) with the official base image named
-    by its stand-in's tag, and the user-facing build repository by a test-only one."""
+    by this run's stand-in's tag, and the user-facing build repository by this run's."""
     text = re.sub(
         re.escape(OFFICIAL) + r":v([0-9][0-9a-z.]*)-cu130", lambda m: standin_tag(m[1]), text
     )
-    return text.replace('"patchset/vllm-openai"', '"patchset-test/vllm-openai-built"')
+    return text.replace('"patchset/vllm-openai"', f'"{built_repository()}"')
 
 
 def standin_site_packages(engine: Engine, ref: str) -> str:
@@ -237,24 +248,14 @@ def _digest(*parts: str) -> str:
 
 
 def _cached(client: Any, tag: str, inputs: str) -> str | None:
-    """The id of the image `tag` if it was built from `inputs`."""
+    """The id of the image `tag` if this run built it from `inputs`. Found by its tag only:
+    an image built on a stand-in inherits its labels, so a label search could find one."""
     import docker.errors
 
     try:
         image = client.images.get(tag)
     except docker.errors.ImageNotFound:
-        # built before under another tag (the stand-ins were once tagged by the official
-        # name): the same inputs make the same image, tagged here too
-        found = [  # not an image built on it: those inherit its labels
-            i
-            for i in client.images.list(filters={"label": f"{INPUTS_LABEL}={inputs}"})
-            if not _derived(i)
-        ]
-        if not found:
-            return None
-        image = found[0]
-        repository, _, name = tag.rpartition(":")
-        image.tag(repository, name)
+        return None
     labels = image.labels or {}
     if labels.get(STANDIN_LABEL) and labels.get(INPUTS_LABEL) == inputs and not _derived(image):
         return str(image.id)
@@ -273,7 +274,7 @@ def _derived(image: Any) -> bool:
 def build_rootfs(client: Any, *, log: Callable[[str], None] = LOG.info) -> tuple[str, int]:
     """The imported Debian rootfs image: (tag, python3 minor version)."""
     inputs = _digest(FORMAT, SUITE, *MMDEBSTRAP_OPTIONS)
-    tag = f"{ROOTFS_REPO}:{SUITE}"
+    tag = rootfs_tag()
     if _cached(client, tag, inputs):
         minor = client.images.get(tag).labels.get(MINOR_LABEL, "")
         if minor.isdigit():
@@ -311,9 +312,8 @@ def build_rootfs(client: Any, *, log: Callable[[str], None] = LOG.info) -> tuple
             f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()
         ]
         log(f"standin: importing {tarball.stat().st_size >> 20} MiB rootfs as {tag}")
-        client.api.import_image(
-            src=str(tarball), repository=ROOTFS_REPO, tag=SUITE, changes=changes
-        )
+        repository, _, name = tag.rpartition(":")
+        client.api.import_image(src=str(tarball), repository=repository, tag=name, changes=changes)
     return tag, minor
 
 

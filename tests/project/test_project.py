@@ -168,7 +168,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """patchset's wheel, built from this checkout and installed into a fresh venv (its
     dependencies from the package index); the venv's bin folder."""
     work = tmp_path_factory.mktemp("wheel")
-    pip_env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # no PYTHONPATH: pip would take this checkout (its egg-info) for an installed patchset
+    pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pip_env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", str(REPO), "-w", str(work)],
         check=True,
@@ -193,7 +195,7 @@ def run_installed(
 ) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PATCHSET_")}
     env.pop("PYTHONPATH", None)
-    env["PATCHSET_CACHE_DIR"] = str(Path.home() / ".cache" / "patchset")  # the shared cache
+    env["PATCHSET_CACHE_DIR"] = os.environ["PATCHSET_CACHE_DIR"]  # the run's own cache
     proc = subprocess.run(
         [str(bin_dir / "patchset"), *args],
         cwd=cwd,
@@ -220,8 +222,17 @@ def test_a_project_of_its_own_patches(installed: Path, tmp_path: Path) -> None:
         text=True,
         check=True,
         cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # as run_installed
     ).stdout
     assert "site-packages" in where and str(REPO) not in where
+    # what the offline commands below read, fetched into the run's cache first (online)
+    fetched = run_installed(
+        installed,
+        *("--registry", str(REPO / "patches"), "check", "--vllm", "0.19.1", "--vllm", "0.20.0"),
+        cwd=tmp_path,
+        check=False,
+    )
+    assert fetched.returncode in (0, 1), fetched.stderr
     run_installed(installed, "init", cwd=project)
     assert (project / "pyproject.toml").read_text().startswith(STYLED)
     sub = project / "src"

@@ -25,6 +25,8 @@ from patchset.upstream.pins import Role
 from tests.helpers.cli import run_cli
 from tests.helpers.schemas import assert_matches, undocumented
 from tests.infra.docker_fixtures import StandinImage
+from tests.infra.run import image_repo
+from tests.infra.standin import built_repository, for_tests
 
 REPO = Path(__file__).parents[2]
 REGISTRY = patchset.load_registry(REPO / "patches")
@@ -85,9 +87,12 @@ def test_a_real_check_report_matches_its_schema() -> None:
 def test_a_real_build_report_matches_its_schema(
     tmp_path: Path, standin_base: StandinImage, engine: Engine
 ) -> None:
-    text = (REPO / "builds" / "0.19.1.toml").read_text()
+    # the run's stand-in as its base, the run's repository for its tags (never the official
+    # name: that image cannot be pulled here, and a machine holding it keeps its tag)
+    text = for_tests((REPO / "builds" / "0.19.1.toml").read_text())
+    assert f'base = "{standin_base.ref}"' in text, text
     definition_file = tmp_path / "0.19.1.toml"
-    definition_file.write_text(text.replace("patchset/vllm-openai", "patchset-test/schema"))
+    definition_file.write_text(text.replace(f'"{built_repository()}"', f'"{image_repo("schema")}"'))
     report = patchset.build(
         load_definition(definition_file), REGISTRY, output=tmp_path / "out", engine=engine
     )

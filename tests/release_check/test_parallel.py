@@ -38,6 +38,19 @@ from tests.synthetic import MemoryReleases, add_patch
 VERSIONS = [f"0.3{i}.0" for i in range(8)]
 
 
+@pytest.fixture(autouse=True)
+def _no_other_thread() -> None:
+    """A check forks only when no other thread runs (`parallel.can_fork`): a thread another
+    test left (a server it did not join) would keep every check here in one process. Such a
+    thread is waited for a little, then named, before the test counts a single fork."""
+    deadline = time.monotonic() + 10.0
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not others, f"threads left by an earlier test keep a check from forking: {others}"
+
+
 def _module(n: int, version: int) -> str:
     """A module of a few functions; later releases change some lines (so edits stop fitting)
     and, from the fifth release on, hold the first function's edit themselves (upstream)."""

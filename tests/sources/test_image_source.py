@@ -10,7 +10,7 @@ from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
 from patchset.sources.image import ImageSource
 from tests.infra.docker_fixtures import StandinImage
-from tests.infra.standin import ROOTFS_REPO, SUITE
+from tests.infra.standin import rootfs_tag
 
 FLA_UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
 
@@ -53,7 +53,7 @@ def test_another_version_is_refused(engine: Engine, standin_base: StandinImage) 
 
 @pytest.mark.docker
 def test_an_image_without_vllm_says_so(engine: Engine, standin_base: StandinImage) -> None:
-    source = ImageSource(f"{ROOTFS_REPO}:{SUITE}", engine=engine)
+    source = ImageSource(rootfs_tag(), engine=engine)
     with pytest.raises(SourceError, match="has no vllm package on its python3's path"):
         source.versions()
 
