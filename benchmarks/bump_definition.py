@@ -35,9 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import gitrepos  # noqa: E402
-from tests.synthetic import BODY, add_patch  # noqa: E402
-from tests.timing import run_patchset  # noqa: E402
+from tests.helpers import gitrepos  # noqa: E402
+from tests.helpers.synthetic import BODY, add_patch  # noqa: E402
+from tests.helpers.timing import run_patchset  # noqa: E402
 from tests.upstream.test_bump_landed import SITES, SPEC_NEW  # noqa: E402 -- pn24 shape
 
 

@@ -4,7 +4,7 @@ A real git clone with 10 releases (v0.20.0 ... v0.29.0, each changing a few file
 registry of 50 diff patches and 10 definitions, one pinned to each release, every one listing
 all 50 patches; `--since` the first release, so each definition is also shown on the releases
 after its pin. The releases come from a local simple-API index on 127.0.0.1
-(tests/fake_index.py: wheels read by range, as from a real index) or, with `--source git`,
+(tests/helpers/fake_index.py: wheels read by range, as from a real index) or, with `--source git`,
 from the clone. The first run fills the cache and the memo; the timed runs are warm, each a
 fresh process (`floor_s`: `patchset --version` on the same machine), and the library call in
 one process (`inprocess_s`).
@@ -31,10 +31,10 @@ from patchset.registry import load_registry  # noqa: E402
 from patchset.sources.git import GitSource  # noqa: E402
 from patchset.sources.package_index import IndexSource  # noqa: E402
 from patchset.upstream.pins import check_builds  # noqa: E402
-from tests import gitrepos  # noqa: E402
-from tests.fake_index import FakeIndex, FakeServer  # noqa: E402
-from tests.synthetic import BODY, add_patch  # noqa: E402
-from tests.timing import run_patchset  # noqa: E402
+from tests.helpers import gitrepos  # noqa: E402
+from tests.helpers.fake_index import FakeIndex, FakeServer  # noqa: E402
+from tests.helpers.synthetic import BODY, add_patch  # noqa: E402
+from tests.helpers.timing import run_patchset  # noqa: E402
 
 
 def project(

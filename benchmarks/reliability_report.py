@@ -16,7 +16,7 @@ plugin.py is that size (one 50-byte statement per line in `apply()`); the table 
 big markers is rewritten.
 
 Every hostile input and injected fault is recorded by the test that tries it
-(tests/reliability.py), with whether anything was lost or half-written; the reused download
+(tests/helpers/reliability.py), with whether anything was lost or half-written; the reused download
 and index tests count through the same module loaded as a pytest plugin. The raw records go to
 .reliability.jsonl (git-ignored); the table between the markers in docs/reliability.md is
 replaced, the rest of the page is left alone.
@@ -55,13 +55,13 @@ TEST_FILES = [
 
 def run_tests(*, long: bool) -> tuple[int, float]:
     sys.path.insert(0, str(ROOT))
-    from tests.reliability import LOG_ENV, REUSED  # noqa: PLC0415 -- importable once ROOT is on the path
+    from tests.helpers.reliability import LOG_ENV, REUSED  # noqa: PLC0415 -- importable once ROOT is on the path
 
     LOG.unlink(missing_ok=True)
     env = {**os.environ, LOG_ENV: str(LOG)}
     if long:
         env["HYPOTHESIS_PROFILE"] = "long"
-    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.reliability"]
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.helpers.reliability"]
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, *args, *TEST_FILES, *REUSED], cwd=ROOT, env=env, check=False
@@ -91,8 +91,8 @@ def time_sizes(sizes: list[int]) -> list[str]:
     import tempfile  # noqa: PLC0415
 
     sys.path.insert(0, str(ROOT))
-    from tests.synthetic import BODY, make_tree  # noqa: PLC0415 -- once ROOT is on the path
-    from tests.timing import run_patchset  # noqa: PLC0415
+    from tests.helpers.synthetic import BODY, make_tree  # noqa: PLC0415 -- once ROOT is on the path
+    from tests.helpers.timing import run_patchset  # noqa: PLC0415
 
     lines = ["| new file | wall s | CPU s | CPU s per 20 MB |", "|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,8 +135,8 @@ def time_big(sizes: list[int]) -> list[str]:
     import tempfile  # noqa: PLC0415
 
     sys.path.insert(0, str(ROOT))
-    from tests.synthetic import BODY, add_patch, make_tree  # noqa: PLC0415 -- ROOT on the path
-    from tests.timing import run_patchset  # noqa: PLC0415
+    from tests.helpers.synthetic import BODY, add_patch, make_tree  # noqa: PLC0415 -- ROOT on the path
+    from tests.helpers.timing import run_patchset  # noqa: PLC0415
 
     lines = [
         "| size | apply of a new file: wall s | CPU s | validate of a plugin.py: wall s | CPU s |",

@@ -1,5 +1,5 @@
 """Benchmark: runtime sites of real shapes from a real vLLM release's files (see
-tests/site_corpus.py for the shapes): applied, compared with a plain replacement, compiled,
+tests/helpers/site_corpus.py for the shapes): applied, compared with a plain replacement, compiled,
 reverted.
 
 Last line: sites=<n> identical=<n> compile_broken=<n> revert_exact=<n>/<n>
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.site_corpus import main  # noqa: E402 - after the path is set
+from tests.helpers.site_corpus import main  # noqa: E402 - after the path is set
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 """Benchmark: `patchset upstream` over 300 patches from cached answers.
 
 A registry of N patches, each with its own `[upstream] pr`, and a fake forge on 127.0.0.1
-that speaks the REST API's shape with ETags (tests/fake_forge.py). The first run asks for
+that speaks the REST API's shape with ETags (tests/helpers/fake_forge.py). The first run asks for
 every pull request and keeps the answers; the timed runs ask again with If-None-Match and get
 304 for each (what a weekly job does with its cache kept). Each run is a fresh process, as in
 CI, so the figure includes Python's start and the imports.
@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 from patchset.adapters.forge import ForgeAPI  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
 from patchset.upstream import audit  # noqa: E402
-from tests.fake_forge import FakeForge  # noqa: E402
-from tests.synthetic import MOD_DIFF, add_patch  # noqa: E402
-from tests.timing import run_patchset  # noqa: E402
+from tests.helpers.fake_forge import FakeForge  # noqa: E402
+from tests.helpers.synthetic import MOD_DIFF, add_patch  # noqa: E402
+from tests.helpers.timing import run_patchset  # noqa: E402
 
 
 def registry(root: Path, forge: FakeForge, count: int) -> Path:

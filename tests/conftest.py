@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from patchset.sources.package_index.cache import Cache
-from tests.fake_index import FakeIndex, FakeServer
+from tests.helpers.fake_index import FakeIndex, FakeServer
 from tests.infra import run
 
 # Docker engine, registries and the stand-in base image (tests marked docker).
@@ -183,7 +183,7 @@ def tmp_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cache:
 
 @pytest.fixture
 def http_server() -> Iterator[FakeServer]:
-    """A real HTTP server on 127.0.0.1 with scripted replies (see tests/fake_index.py)."""
+    """A real HTTP server on 127.0.0.1 with scripted replies (see tests/helpers/fake_index.py)."""
     server = FakeServer()
     yield server
     server.close()

@@ -1,10 +1,11 @@
 """Faults: a process killed between any two file-system steps of an apply or a revert, an
 index that cannot be reached, two checks sharing one cache, two applies on one tree.
 
-Kills use tests/faultrun.py (SIGKILL after step N of a real `patchset` process); the next run
-must find the tree untouched or fully patched, or roll it back from the journal, and leave
+Kills use tests/helpers/faultrun.py (SIGKILL after step N of a real `patchset` process); the
+next run must find the tree untouched or fully patched, or roll it back from the journal, and leave
 nothing behind. Cut-short and corrupted downloads are tested in tests/adapters/test_net.py and
-tests/sources/test_index_source.py (counted in docs/reliability.md through tests/reliability.py).
+tests/sources/test_index_source.py (counted in docs/reliability.md through
+tests/helpers/reliability.py).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from patchset.registry import load_registry
 from patchset.registry.write import RegistryChange
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index.cache import Cache
-from tests.fake_index import FakeIndex, Reply, wheel_name
-from tests.hardening import (
+from tests.helpers.cli import cli as cli_in_process
+from tests.helpers.fake_index import FakeIndex, Reply, wheel_name
+from tests.helpers.hardening import (
     LOCK,
     REPO,
     Snapshot,
@@ -46,11 +48,18 @@ from tests.hardening import (
     small_disk,
     snapshot,
 )
-from tests.helpers.cli import cli as cli_in_process
-from tests.reliability import FAULT, REUSED, record
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, OTHER_FIX, add_patch, make_tree
+from tests.helpers.reliability import FAULT, REUSED, record
+from tests.helpers.synthetic import (
+    BODY,
+    MOD_DIFF,
+    OTHER,
+    OTHER_DIFF,
+    OTHER_FIX,
+    add_patch,
+    make_tree,
+)
 
-FAULTRUN = Path(__file__).parent / "faultrun.py"
+FAULTRUN = Path(__file__).parent / "helpers" / "faultrun.py"
 
 FILES = {
     "vllm/mod.py": BODY,

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 from patchset.engine.apply import ApplyReport, apply, revert
 from patchset.errors import PatchsetError
 from patchset.registry import load_registry
-from tests.hardening import LOCK, changed, snapshot
-from tests.reliability import HOSTILE, record
+from tests.helpers.hardening import LOCK, changed, snapshot
+from tests.helpers.reliability import HOSTILE, record
 
 settings.register_profile(
     "default",

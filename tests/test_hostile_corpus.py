@@ -23,11 +23,11 @@ import pytest
 
 from patchset.errors import PayloadError
 from patchset.registry.paths import check_relpath
-from tests.fake_index import FakeIndex, Reply
-from tests.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
+from tests.helpers.fake_index import FakeIndex, Reply
+from tests.helpers.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
 from tests.helpers.other_user import patchset_as_other_user
-from tests.reliability import HOSTILE, record
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, OTHER_FIX
+from tests.helpers.reliability import HOSTILE, record
+from tests.helpers.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, OTHER_FIX
 
 CORPUS = Path(__file__).parent / "corpus"
 PWNED = Path("/tmp/patchset-pwned")  # what the Python-looking payloads would create if run

@@ -24,7 +24,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check_tree
 from patchset.release_check.memo import Memo
 from patchset.sources.base import MemoryTree, ReleaseInfo
-from tests.synthetic import BODY, MOD_DIFF, add_patch
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 PULL = "/repos/o/r/pulls/1"
 

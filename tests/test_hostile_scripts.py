@@ -19,7 +19,7 @@ import pytest
 from patchset.importers import club, import_collection, sandbox
 from patchset.importers.model import Collected
 from patchset.sources import parse_source
-from tests import import_fixtures as fx
+from tests.helpers import import_fixtures as fx
 
 TOKEN = "ghp_FAKE" + "0123456789abcdef" * 2
 KEY = "-----BEGIN FAKE OPENSSH PRIVATE KEY----- do-not-leak"

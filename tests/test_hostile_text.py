@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.hardening import LOCK, cli, snapshot
-from tests.releases import materialize
-from tests.reliability import HOSTILE, record
-from tests.synthetic import add_patch, make_tree
+from tests.helpers.hardening import LOCK, cli, snapshot
+from tests.helpers.releases import materialize
+from tests.helpers.reliability import HOSTILE, record
+from tests.helpers.synthetic import add_patch, make_tree
 
 WIDE = {"COLUMNS": "400"}  # no wrapping inside the strings looked for
 PARSER = "vllm/reasoning/mistral_reasoning_parser.py"

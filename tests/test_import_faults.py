@@ -15,13 +15,13 @@ import pytest
 from patchset.errors import ExitCode, RegistryError
 from patchset.registry import load_registry
 from patchset.registry.write import RegistryChange
-from tests import import_fixtures as fx
-from tests.hardening import changed, full_disk_under, snapshot
+from tests.helpers import import_fixtures as fx
 from tests.helpers.cli import cli
-from tests.synthetic import MOD_DIFF, OTHER_DIFF, add_patch
+from tests.helpers.hardening import changed, full_disk_under, snapshot
+from tests.helpers.synthetic import MOD_DIFF, OTHER_DIFF, add_patch
 
 REPO = Path(__file__).resolve().parent.parent
-FAULTRUN = REPO / "tests" / "faultrun.py"
+FAULTRUN = REPO / "tests" / "helpers" / "faultrun.py"
 NORMAL = 1  # the fixture's import: some of its entries are not imported (attention)
 
 

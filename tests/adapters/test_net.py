@@ -16,7 +16,7 @@ from patchset.adapters import net
 from patchset.errors import IntegrityError, SourceError
 from patchset.sources.package_index.cache import Cache
 from patchset.sources.package_index.client import PackageIndex
-from tests.fake_index import FakeServer, Reply
+from tests.helpers.fake_index import FakeServer, Reply
 
 PAYLOAD = b"0123456789abcdef" * 10_000  # bigger than one read chunk
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

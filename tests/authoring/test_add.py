@@ -18,8 +18,8 @@ from patchset.cli.main import main
 from patchset.errors import PayloadError, SourceError
 from patchset.registry import load_patch, load_registry
 from patchset.registry.diffs import parse_diff
-from tests.fake_index import FakeServer, Reply
-from tests.releases import tree_digest
+from tests.helpers.fake_index import FakeServer, Reply
+from tests.helpers.releases import tree_digest
 
 REPO = Path(__file__).parents[2]
 TMA = REPO / "patches" / "fla-tma-sm12x"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from patchset.authoring.tree import unified
 from patchset.registry import load_registry
-from tests.fake_index import FakeIndex
+from tests.authoring.test_runtime_sites import FILE, NEXT, ORIGINAL
 from tests.helpers.cli import cli
-from tests.kernel.test_runtime_sites import FILE, NEXT, ORIGINAL
+from tests.helpers.fake_index import FakeIndex
 
 
 def test_a_package_relative_diff_with_an_empty_cache(

@@ -20,8 +20,8 @@ from patchset.engine.apply import apply
 from patchset.errors import PayloadError
 from patchset.registry import load_patch, load_registry
 from patchset.sources.package_index import IndexSource
-from tests.fake_index import FakeServer, Reply
-from tests.releases import materialize, tree_digest
+from tests.helpers.fake_index import FakeServer, Reply
+from tests.helpers.releases import materialize, tree_digest
 
 REPO = Path(__file__).parents[2]
 TMA = REPO / "patches" / "fla-tma-sm12x"

@@ -15,7 +15,7 @@ import pytest
 from patchset.authoring.tree import unified
 from patchset.engine.apply import apply
 from patchset.registry import load_registry
-from tests.releases import materialize, tree_digest
+from tests.helpers.releases import materialize, tree_digest
 
 REPO = Path(__file__).parents[2]
 PAGE = REPO / "docs" / "coming-from.md"

@@ -33,9 +33,9 @@ from patchset.refresh import WORK_FOLDER, finish, refresh
 from patchset.registry import diffs as diffs_read
 from patchset.registry import load_registry
 from patchset.sources.package_index.cache import Cache
-from tests.fake_index import FakeIndex
-from tests.hardening import changed, cli, error_line, full_disk_under, snapshot
-from tests.synthetic import BODY, MOD_DIFF, MemoryReleases, add_patch, make_tree
+from tests.helpers.fake_index import FakeIndex
+from tests.helpers.hardening import changed, cli, error_line, full_disk_under, snapshot
+from tests.helpers.synthetic import BODY, MOD_DIFF, MemoryReleases, add_patch, make_tree
 
 MOD = "vllm/mod.py"
 Conflicted = tuple[Path, Path, MemoryReleases]  # registry, work folder, source
@@ -58,7 +58,7 @@ def one_error(capsys: pytest.CaptureFixture[str]) -> str:
 @pytest.fixture
 def registry(tmp_path: Path) -> Path:
     """An empty registry folder (`tmp_path/patches`), this module's own: the one in
-    conftest.py moved to test_add_gaps.py, and here `registry` was the Docker registry's."""
+    conftest.py moved to test_add_modes.py, and here `registry` was the Docker registry's."""
     folder = tmp_path / "patches"
     folder.mkdir()
     return folder

@@ -20,8 +20,8 @@ import yaml
 import patchset
 from patchset import escape_data, escape_property, schemas, workflow_command
 from tests.helpers.cli import run_cli
-from tests.releases import materialize
-from tests.workflow_commands import parse, read_annotations
+from tests.helpers.releases import materialize
+from tests.helpers.workflow_commands import parse, read_annotations
 
 REPO = Path(__file__).parents[2]
 TMA_FILE = "vllm/model_executor/layers/fla/ops/utils.py"

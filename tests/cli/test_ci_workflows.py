@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import gitrepos
-from tests.gitrepos import GIT_ENV, git
-from tests.synthetic import BODY, MOD_DIFF, add_patch
+from tests.helpers import gitrepos
+from tests.helpers.gitrepos import GIT_ENV, git
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 REPO = Path(__file__).resolve().parents[2]
 

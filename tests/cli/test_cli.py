@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import run_cli
-from tests.releases import tree_digest
-from tests.synthetic import make_tree
+from tests.helpers.releases import tree_digest
+from tests.helpers.synthetic import make_tree
 
 REPO = Path(__file__).parents[2]
 

@@ -21,7 +21,7 @@ from patchset.cli.commands import registry as registry_cmd
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from tests.helpers.cli import cli, run_cli
-from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
 REPO = Path(__file__).parents[2]
 PATCHES = str(REPO / "patches")

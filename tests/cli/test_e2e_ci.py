@@ -28,8 +28,8 @@ import yaml
 
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index.cache import Cache, cache_root
-from tests.fake_index import FakeIndex
-from tests.workflow_commands import read_annotations
+from tests.helpers.fake_index import FakeIndex
+from tests.helpers.workflow_commands import read_annotations
 
 pytestmark = [pytest.mark.dist, pytest.mark.network, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.cli.test_ci import REPO, open_ended_registry
 from tests.helpers.cli import run_cli
-from tests.workflow_commands import read_annotations
+from tests.helpers.workflow_commands import read_annotations
 
 pytestmark = pytest.mark.network  # real releases, from the cache
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import import_fixtures as fx
+from tests.helpers import import_fixtures as fx
 
 pytestmark = [pytest.mark.dist, pytest.mark.network, pytest.mark.slow]
 

@@ -30,8 +30,8 @@ from patchset.registry import load_registry
 from patchset.registry.diffs import parse_diff
 from patchset.release_check import CheckResult, check
 from patchset.sources.folder import FolderSource
-from tests.releases import tree_digest
-from tests.synthetic import (
+from tests.helpers.releases import tree_digest
+from tests.helpers.synthetic import (
     BODY,
     MemoryReleases,
     add_patch,

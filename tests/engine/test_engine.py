@@ -12,8 +12,8 @@ from patchset.engine import transaction
 from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode, TargetError
 from patchset.registry import load_registry
-from tests.releases import tree_digest
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_FIX, add_patch, make_tree
+from tests.helpers.releases import tree_digest
+from tests.helpers.synthetic import BODY, MOD_DIFF, OTHER, OTHER_FIX, add_patch, make_tree
 
 DIFF = MOD_DIFF
 

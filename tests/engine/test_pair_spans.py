@@ -11,7 +11,7 @@ from patchset.engine import order, pairs
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
 from patchset.registry import Patch, load_registry
-from tests.synthetic import add_patch, make_tree
+from tests.helpers.synthetic import add_patch, make_tree
 
 FILE = "vllm/mod.py"
 BODY = "".join(

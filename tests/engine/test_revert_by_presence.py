@@ -10,7 +10,15 @@ from patchset.engine.apply import apply, revert
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from tests.helpers.cli import run_cli
-from tests.synthetic import BODY, MOD_DIFF, ON_TOP, OTHER_DIFF, add_keys, add_patch, make_tree
+from tests.helpers.synthetic import (
+    BODY,
+    MOD_DIFF,
+    ON_TOP,
+    OTHER_DIFF,
+    add_keys,
+    add_patch,
+    make_tree,
+)
 
 GONE_DIFF = OTHER_DIFF.replace("vllm/other.py", "vllm/gone.py")
 

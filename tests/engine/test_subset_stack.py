@@ -11,8 +11,8 @@ import pytest
 
 from patchset.engine.apply import apply
 from patchset.registry import load_registry
+from tests.helpers.synthetic import BODY, add_patch, make_tree
 from tests.image.test_switch_stack import EDITS, diff_for, expected
-from tests.synthetic import BODY, add_patch, make_tree
 
 SUBSETS = [set(c) for n in range(1, 4) for c in itertools.combinations(sorted(EDITS), n)]
 

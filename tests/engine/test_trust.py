@@ -16,9 +16,9 @@ from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index.cache import Cache
-from tests.hardening import LOCK, REPO, changed, cli, snapshot
-from tests.reliability import HOSTILE, record
-from tests.synthetic import BODY, make_tree
+from tests.helpers.hardening import LOCK, REPO, changed, cli, snapshot
+from tests.helpers.reliability import HOSTILE, record
+from tests.helpers.synthetic import BODY, make_tree
 
 
 def _code(sentinels: Path, name: str) -> str:

@@ -20,10 +20,10 @@ from patchset.image.build import build
 from patchset.image.definition import load_definition
 from patchset.image.verify import verify_image
 from patchset.registry import load_registry
+from tests.helpers.releases import tree_digest
 from tests.infra.docker_fixtures import StandinImage
 from tests.infra.run import image_repo
 from tests.infra.standin import built_repository, for_tests, standin_tag
-from tests.releases import tree_digest
 
 REPO = Path(__file__).parents[2]
 REGISTRY = load_registry(REPO / "patches")

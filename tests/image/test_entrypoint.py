@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.synthetic import (
+from tests.helpers.synthetic import (
     BODY,
     MOD_DIFF,
     OTHER,

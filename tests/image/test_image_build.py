@@ -440,7 +440,7 @@ def test_a_stacked_series_builds_and_starts(  # noqa: PLR0917 - pytest fixtures
 ) -> None:
     """'a-stack-top' (startup) requires 'z-stack-bottom' (built in, or at startup too): the
     build checks the top on the bottom's file, and the image starts with both in."""
-    from tests.releases import FLA, stacked_series
+    from tests.helpers.releases import FLA, stacked_series
 
     patches = tmp_path / "patches"
     shutil.copytree(REPO / "patches", patches)
@@ -486,7 +486,7 @@ def test_a_build_patch_deletes_a_file_and_creates_a_script(
     from patchset.authoring.tree import unified
     from patchset.image.build import locate_vllm
     from patchset.sources.package_index import IndexSource
-    from tests.synthetic import add_patch
+    from tests.helpers.synthetic import add_patch
 
     gone, lone = "vllm/benchmarks/sweep/utils.py", "vllm/third_party/flashmla/__init__.py"
     script, changed = "vllm/patchset_tools/run.sh", "vllm/benchmarks/lib/__init__.py"

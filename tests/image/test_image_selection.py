@@ -18,7 +18,7 @@ from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
-from tests.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
+from tests.helpers.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
 
 DEFINITION = """\
 vllm = "0.20.0"

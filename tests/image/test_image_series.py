@@ -21,7 +21,7 @@ from patchset.image.export import export_runtime
 from patchset.kernel.order import in_order
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
-from tests.synthetic import (
+from tests.helpers.synthetic import (
     BODY,
     MOD_DIFF,
     ON_TOP,

@@ -14,7 +14,7 @@ import pytest
 
 from patchset.kernel import modelconfig
 from patchset.kernel.predicates import Facts, evaluate, parse
-from tests.synthetic import (
+from tests.helpers.synthetic import (
     OTHER_DIFF,
     add_patch,
     definition_text,

@@ -16,7 +16,7 @@ from patchset.image.plan import plan, switch_sets
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
 from tests.helpers.cli import cli
-from tests.synthetic import BODY, MOD_DIFF, PATCH_TOML, add_keys, add_patch, make_tree
+from tests.helpers.synthetic import BODY, MOD_DIFF, PATCH_TOML, add_keys, add_patch, make_tree
 
 OTHER_ELEVEN = MOD_DIFF.replace("+line 11 patched", "+line 11 changed otherwise")
 LOW = MOD_DIFF.replace("@@ -9,5 +9,5 @@", "@@ -1,5 +1,5 @@")

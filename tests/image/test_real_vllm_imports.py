@@ -23,7 +23,7 @@ from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
 from patchset.sources.package_index.cache import cache_root
-from tests.synthetic import PATCH_TOML, definition_text
+from tests.helpers.synthetic import PATCH_TOML, definition_text
 
 pytestmark = [
     pytest.mark.realvllm,

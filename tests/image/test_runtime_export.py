@@ -614,7 +614,7 @@ def test_a_stacked_series_applies_in_its_order(
     """'a-stack-top' requires 'z-stack-bottom' (its context holds the bottom's line), and the
     definition lists the top first: the bundle applies the bottom, then the top; without the
     bottom, the top is skipped and the file left as the release has it."""
-    from tests.releases import FLA, stacked_series
+    from tests.helpers.releases import FLA, stacked_series
 
     patches = tmp_path / "patches"
     shutil.copytree(REPO / "patches", patches)

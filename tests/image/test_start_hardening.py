@@ -24,7 +24,7 @@ import pytest
 from patchset.image.manifest import public_source
 from patchset.kernel.manifest import Manifest, ManifestError
 from tests.engine.test_python_kind import TOML as PROBE_TOML
-from tests.synthetic import (
+from tests.helpers.synthetic import (
     BODY,
     MOD_DIFF,
     add_patch,

@@ -15,7 +15,7 @@ import pytest
 
 from patchset.errors import ExitCode
 from tests.helpers.cli import cli, run_cli
-from tests.synthetic import (
+from tests.helpers.synthetic import (
     add_patch,
     definition_text,
     exported_bundle,

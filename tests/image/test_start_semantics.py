@@ -19,8 +19,8 @@ from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
+from tests.helpers.synthetic import PATCH_TOML, exported_bundle, make_tree, run_entrypoint
 from tests.image.test_image_selection import DEFINITION as BASE_DEFINITION
-from tests.synthetic import PATCH_TOML, exported_bundle, make_tree, run_entrypoint
 
 DEFINITION = (
     BASE_DEFINITION.replace("args = []", 'args = ["--model", "m", "--kv-cache-dtype", "fp8_e4m3"]')

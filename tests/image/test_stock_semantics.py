@@ -34,10 +34,10 @@ from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from tests.helpers.cli import cli
+from tests.helpers.synthetic import PATCH_TOML
 from tests.image.test_runtime_export import FAKE_SMI, RTX_5090, recorded, run_stock
 from tests.infra.run import image_repo, object_name
 from tests.infra.standin import build_standin_base
-from tests.synthetic import PATCH_TOML
 
 pytestmark = [pytest.mark.docker, pytest.mark.network]
 REPO = Path(__file__).parents[2]

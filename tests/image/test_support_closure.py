@@ -11,7 +11,13 @@ from pathlib import Path
 
 from patchset.image.support import closure
 from tests.helpers.cli import cli
-from tests.synthetic import add_patch, definition_text, make_tree, run_entrypoint, stand_in_vllm
+from tests.helpers.synthetic import (
+    add_patch,
+    definition_text,
+    make_tree,
+    run_entrypoint,
+    stand_in_vllm,
+)
 
 START = "a = 1\nb = 2\nc = 3\n"
 PACKAGE = {

@@ -16,8 +16,14 @@ from patchset.errors import RegistryError
 from patchset.kernel.switchnames import Names, prefix_of
 from patchset.registry import load_registry
 from tests.helpers.cli import cli
+from tests.helpers.synthetic import (
+    add_patch,
+    definition_text,
+    make_tree,
+    run_entrypoint,
+    stand_in_vllm,
+)
 from tests.image.test_model_gates import START, START_DIFF, TWO_DIFF, states
-from tests.synthetic import add_patch, definition_text, make_tree, run_entrypoint, stand_in_vllm
 
 P64 = "GENESIS_ENABLE_P64_QWEN3CODER_MTP_STREAMING"
 P61C = "GENESIS_ENABLE_P61C_QWEN3CODER_DEFERRED_COMMIT"

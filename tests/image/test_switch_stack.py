@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.synthetic import (
+from tests.helpers.synthetic import (
     BODY,
     add_patch,
     definition_text,
@@ -159,7 +159,7 @@ def standin_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from patchset.image.definition import load_definition
     from patchset.image.export import export_runtime
     from patchset.registry import load_registry
-    from tests.synthetic import PATCH_TOML
+    from tests.helpers.synthetic import PATCH_TOML
 
     tmp = tmp_path_factory.mktemp("switch-stack")
     registry = tmp / "patches"

@@ -16,7 +16,7 @@ from patchset.importers.pystatic import Package
 from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry
 from patchset.sources import parse_source
-from tests import import_fixtures as fx
+from tests.helpers import import_fixtures as fx
 
 HEADER = """\
 from sndr.engines.vllm.detection.guards import resolve_vllm_file

@@ -13,7 +13,7 @@ from patchset.importers import club, club_meta, genesis, import_collection
 from patchset.importers.model import Collected, Draft
 from patchset.importers.tomlout import dumps
 from patchset.sources import parse_source
-from tests import import_fixtures as fx
+from tests.helpers import import_fixtures as fx
 from tests.helpers.cli import cli
 
 

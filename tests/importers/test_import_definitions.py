@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from patchset.importers import import_collection
-from tests import import_fixtures as fx
+from tests.helpers import import_fixtures as fx
 from tests.helpers.cli import cli
 
 

@@ -221,7 +221,7 @@ def test_a_range_given_twice_keeps_both_bounds() -> None:
 
 def test_reimport_tells_no_longer_importable_from_removed(tmp_path: Path) -> None:
     from patchset.importers import import_collection
-    from tests import import_fixtures as fx
+    from tests.helpers import import_fixtures as fx
 
     checkout = fx.genesis(tmp_path / "g")
     registry = tmp_path / "patches"
@@ -256,7 +256,7 @@ def test_reimport_tells_no_longer_importable_from_removed(tmp_path: Path) -> Non
 
 def test_a_dry_run_runs_every_check_the_import_runs(tmp_path: Path) -> None:
     from patchset.importers import import_collection
-    from tests import import_fixtures as fx
+    from tests.helpers import import_fixtures as fx
 
     checkout = fx.genesis(tmp_path / "g")
     registry = tmp_path / "p" / "patches"
@@ -276,7 +276,7 @@ def test_a_dry_run_runs_every_check_the_import_runs(tmp_path: Path) -> None:
 
 def test_a_club_range_the_collection_does_not_state_comes_from_evidence(tmp_path: Path) -> None:
     from patchset.importers import club
-    from tests import import_fixtures as fx
+    from tests.helpers import import_fixtures as fx
 
     checkout = fx.club(tmp_path / "c")
     fx.club_backport(checkout)
@@ -314,7 +314,7 @@ def test_a_one_line_anchor_is_widened_until_unique_on_every_release_in_range(
 
     from patchset.importers import club
     from patchset.sources import parse_source
-    from tests import import_fixtures as fx
+    from tests.helpers import import_fixtures as fx
 
     checkout = fx.club(tmp_path / "c")
     twice = fx.RELEASE_X + "\n\ndef other(z):\n    return z * 2\n"

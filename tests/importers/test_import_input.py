@@ -11,7 +11,7 @@ import pytest
 
 from patchset.importers import club_meta
 from patchset.importers.club_meta import _metadata
-from tests import import_fixtures as fx
+from tests.helpers import import_fixtures as fx
 from tests.helpers.cli import cli
 
 

@@ -11,7 +11,7 @@ import pytest
 from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.sources.package_index import IndexSource
-from tests.synthetic import add_patch
+from tests.helpers.synthetic import add_patch
 
 pytestmark = pytest.mark.network
 

@@ -1,4 +1,4 @@
-"""Runtime sites of real shapes from a real vLLM release (tests/site_corpus.py, also run by
+"""Runtime sites of real shapes from a real vLLM release (tests/helpers/site_corpus.py, also run by
 benchmarks/site_corpus.py): every one lands as a plain replacement would, compiles, and
 reverts byte for byte."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.site_corpus import corpus, run
+from tests.helpers.site_corpus import corpus, run
 
 pytestmark = pytest.mark.network  # the release comes from the package index (cached)
 

@@ -21,8 +21,8 @@ from patchset.kernel.sites import (
     served_from_args,
 )
 from patchset.registry import load_registry, load_sites
-from tests.hardening import cli
-from tests.synthetic import add_patch, make_tree
+from tests.helpers.hardening import cli
+from tests.helpers.synthetic import add_patch, make_tree
 
 MODULE = """\
 import os

@@ -13,7 +13,7 @@ import pytest
 
 from patchset.kernel.touches import resolve, touch_files
 from tests.helpers.cli import cli
-from tests.synthetic import definition_text
+from tests.helpers.synthetic import definition_text
 
 SCHEMES = "vllm.model_executor.layers.quantization.compressed_tensors.schemes"
 SCHEMES_DIR = SCHEMES.replace(".", "/")

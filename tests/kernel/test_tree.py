@@ -26,7 +26,7 @@ from patchset.image import build
 from patchset.image.definition import load_definition
 from patchset.kernel import tree
 from patchset.registry import load_registry
-from tests.synthetic import add_patch, build_manifest, make_tree
+from tests.helpers.synthetic import add_patch, build_manifest, make_tree
 
 ENTRYPOINT = Path(build.__file__).parent / "runtime" / "entrypoint.py"
 GONE = "vllm/sub/deep/gone.py"

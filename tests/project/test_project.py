@@ -18,8 +18,8 @@ from patchset.cli.main import main
 from patchset.errors import RegistryError
 from patchset.image.definition import load_definitions
 from patchset.project import find_pyproject, init_project, read_tool_table, resolve
-from tests.hardening import full_disk_under, snapshot
-from tests.releases import materialize, tree_digest
+from tests.helpers.hardening import full_disk_under, snapshot
+from tests.helpers.releases import materialize, tree_digest
 
 REPO = Path(__file__).parents[2]
 TMA = REPO / "patches" / "fla-tma-sm12x"

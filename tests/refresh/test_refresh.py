@@ -34,7 +34,7 @@ from patchset.registry.write import RegistryChange, write_ranges
 from patchset.release_check import check
 from patchset.sources.base import MemoryTree, ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
-from tests.releases import materialize, tree_digest
+from tests.helpers.releases import materialize, tree_digest
 
 pytestmark = pytest.mark.network
 REPO = Path(__file__).parents[2]

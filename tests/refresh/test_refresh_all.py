@@ -11,9 +11,9 @@ from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.sources.git import GitSource
-from tests import gitrepos
+from tests.helpers import gitrepos
 from tests.helpers.cli import run_cli
-from tests.synthetic import BODY, add_patch
+from tests.helpers.synthetic import BODY, add_patch
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import patchset
 from patchset.errors import PatchsetError
 from patchset.registry import load_registry
 from patchset.sources.folder import FolderSource
-from tests.synthetic import BODY, add_patch, make_tree
+from tests.helpers.synthetic import BODY, add_patch, make_tree
 
 OVERLAPPING = """\
 --- a/vllm/mod.py

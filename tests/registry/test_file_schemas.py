@@ -20,7 +20,7 @@ from patchset.cli.main import main
 from patchset.errors import RegistryError
 from patchset.kernel.predicates import COMBINATORS, LEAVES
 from patchset.project import init_project
-from tests.synthetic import make_tree
+from tests.helpers.synthetic import make_tree
 
 REPO = Path(__file__).parents[2]
 CORPUS = REPO / "tests" / "corpus"

@@ -15,7 +15,7 @@ import pytest
 
 from patchset.cli.main import main
 from patchset.registry import leftovers, load_registry
-from tests.synthetic import MOD_DIFF, add_patch
+from tests.helpers.synthetic import MOD_DIFF, add_patch
 
 KILLED_WRITE = textwrap.dedent(
     """

@@ -10,7 +10,7 @@ import pytest
 from patchset.errors import PayloadError, RegistryError, UnknownPatchError
 from patchset.kernel.capability import in_scope
 from patchset.registry import load_registry
-from tests.synthetic import MOD_DIFF, OTHER_DIFF, add_patch
+from tests.helpers.synthetic import MOD_DIFF, OTHER_DIFF, add_patch
 
 REPO = Path(__file__).parents[2]
 REAL = REPO / "patches"

@@ -20,7 +20,7 @@ from patchset.kernel.predicates import parse
 from patchset.registry import load_registry
 from patchset.registry.toml import load_toml
 from tests.helpers.cli import cli
-from tests.synthetic import BODY, MOD_DIFF, add_patch, make_tree
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
 FULL = """
 requires_modules = ["sndr.engines.vllm.middleware"]

@@ -15,8 +15,8 @@ from patchset.errors import ExitCode, RegistryError
 from patchset.registry import load_registry
 from patchset.release_check import check_tree
 from patchset.sources.base import MemoryTree, ReleaseInfo
-from tests.releases import tree_digest
-from tests.synthetic import (
+from tests.helpers.releases import tree_digest
+from tests.helpers.synthetic import (
     BODY,
     MOD_DIFF,
     ON_TOP,

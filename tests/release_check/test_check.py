@@ -12,7 +12,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.sources.folder import FolderSource
 from tests.helpers.cli import run_cli
-from tests.releases import materialize
+from tests.helpers.releases import materialize
 
 pytestmark = pytest.mark.network
 REPO = Path(__file__).parents[2]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from patchset.errors import ExitCode
-from tests import gitrepos
+from tests.helpers import gitrepos
 from tests.helpers.cli import run_cli
 from tests.helpers.schemas import assert_matches
-from tests.synthetic import BODY, add_patch
+from tests.helpers.synthetic import BODY, add_patch
 
 
 @pytest.fixture

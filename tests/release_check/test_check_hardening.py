@@ -32,9 +32,9 @@ from patchset.sources.package_index import IndexSource
 from patchset.sources.package_index import cache as cache_module
 from patchset.sources.package_index import wheel as wheel_module
 from patchset.sources.package_index.cache import Cache
-from tests.fake_index import FakeIndex, Reply, make_sdist, wheel_name
-from tests.hardening import cli, error_line
-from tests.synthetic import add_patch
+from tests.helpers.fake_index import FakeIndex, Reply, make_sdist, wheel_name
+from tests.helpers.hardening import cli, error_line
+from tests.helpers.synthetic import add_patch
 
 TARGET = "vllm/model/target.py"
 DIFF = f"""\

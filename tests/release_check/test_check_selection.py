@@ -15,8 +15,8 @@ import pytest
 from patchset.cli.main import main
 from patchset.sources.base import DownloadProgress
 from patchset.sources.package_index.cache import Cache
-from tests.fake_index import FakeIndex, Reply
-from tests.workflow_commands import read_annotations
+from tests.helpers.fake_index import FakeIndex, Reply
+from tests.helpers.workflow_commands import read_annotations
 
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
 

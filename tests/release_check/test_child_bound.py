@@ -17,8 +17,8 @@ from patchset.errors import UsageError
 from patchset.registry import Registry, load_registry
 from patchset.release_check import check, parallel
 from patchset.release_check.report import CheckReport
+from tests.helpers.synthetic import MemoryReleases, add_patch
 from tests.release_check.forks import Counted
-from tests.synthetic import MemoryReleases, add_patch
 
 VERSIONS = [f"0.5{i}.0" for i in range(6)]
 

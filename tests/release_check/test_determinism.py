@@ -16,10 +16,10 @@ import pytest
 
 from patchset.authoring.tree import unified
 from patchset.release_check import parallel
-from tests.fake_index import FakeIndex
 from tests.helpers.cli import Result, cli
+from tests.helpers.fake_index import FakeIndex
+from tests.helpers.synthetic import add_patch
 from tests.release_check.forks import Counted
-from tests.synthetic import add_patch
 
 VERSIONS = [f"0.4{i}.0" for i in range(6)]
 PYTHON = """id = "pkg-hook"

@@ -20,7 +20,7 @@ from patchset.release_check import CheckResult, check_tree
 from patchset.release_check.memo import FORMAT, Memo
 from patchset.release_check.report import Signals
 from patchset.sources.base import MemoryTree, ReleaseInfo
-from tests.synthetic import BODY, MOD_DIFF, add_patch
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 TARGET = "vllm/mod.py"
 

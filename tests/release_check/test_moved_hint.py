@@ -12,7 +12,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.release_check.moves import content_lines
 from patchset.sources.package_index import IndexSource
-from tests.synthetic import add_patch
+from tests.helpers.synthetic import add_patch
 
 pytestmark = pytest.mark.network
 INC = "vllm/model_executor/layers/quantization/inc.py"  # became the package inc/ in 0.24.0

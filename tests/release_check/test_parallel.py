@@ -33,7 +33,7 @@ from patchset.sources.git import GitSource
 from patchset.sources.image import ImageSource
 from patchset.sources.package_index import IndexSource, client, settings
 from patchset.sources.package_index.members import each_done
-from tests.synthetic import MemoryReleases, add_patch
+from tests.helpers.synthetic import MemoryReleases, add_patch
 
 VERSIONS = [f"0.3{i}.0" for i in range(8)]
 

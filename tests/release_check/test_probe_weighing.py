@@ -19,9 +19,9 @@ from patchset.release_check import check
 from patchset.release_check.probes import audit_probes
 from patchset.release_check.verdicts import probe_matches_unfixed
 from patchset.sources.git import GitSource
-from tests import gitrepos
+from tests.helpers import gitrepos
 from tests.helpers.cli import run_cli
-from tests.synthetic import BODY, MOD_DIFF, add_patch
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 STRING = "condense() reordered indices"
 PROBE = f"""

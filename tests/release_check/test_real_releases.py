@@ -15,7 +15,7 @@ import pytest
 from patchset.engine.apply import apply
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from tests.releases import materialize, tree_digest
+from tests.helpers.releases import materialize, tree_digest
 
 pytestmark = pytest.mark.network
 

@@ -15,8 +15,8 @@ from patchset.release_check.memo import Memo
 from patchset.sources.base import MemoryTree, ReleaseInfo, ReleaseSource
 from patchset.sources.folder import FolderSource
 from tests.engine.test_python_kind import ENGINE, registry_with, tree
-from tests.synthetic import BODY as SYNTHETIC_BODY
-from tests.synthetic import MOD_DIFF, ON_TOP, add_keys, add_patch, make_tree
+from tests.helpers.synthetic import BODY as SYNTHETIC_BODY
+from tests.helpers.synthetic import MOD_DIFF, ON_TOP, add_keys, add_patch, make_tree
 
 BODY = "".join(f"line {i}\n" for i in range(1, 41))
 TWO_HUNKS = """\

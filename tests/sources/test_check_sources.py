@@ -14,8 +14,8 @@ from patchset.release_check import check
 from patchset.sources.folder import FolderSource
 from patchset.sources.git import GitSource
 from tests.helpers.cli import run_cli
+from tests.helpers.releases import materialize
 from tests.infra.docker_fixtures import StandinImage
-from tests.releases import materialize
 from tests.sources.test_git_source import commit, git, git_identity  # noqa: F401 - autouse fixture
 
 pytestmark = pytest.mark.network

@@ -17,9 +17,9 @@ from patchset.errors import ExitCode, UsageError
 from patchset.sources import parse_source
 from patchset.sources.folder import FolderSource
 from patchset.sources.git import GitSource, checkout_version, tip_version
-from tests import gitrepos
-from tests.gitrepos import git
-from tests.synthetic import BODY, MOD_DIFF, add_patch
+from tests.helpers import gitrepos
+from tests.helpers.gitrepos import git
+from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 MOD = "vllm/mod.py"
 

@@ -36,8 +36,15 @@ from patchset.sources.package_index import settings as pip_settings
 from patchset.sources.package_index.cache import Cache, cache_location, cache_root
 from patchset.sources.package_index.client import PackageIndex
 from patchset.sources.package_index.settings import IndexSettings, resolve
-from tests.fake_index import FakeIndex, FakeServer, Reply, make_sdist, make_wheel, wheel_name
-from tests.synthetic import add_patch
+from tests.helpers.fake_index import (
+    FakeIndex,
+    FakeServer,
+    Reply,
+    make_sdist,
+    make_wheel,
+    wheel_name,
+)
+from tests.helpers.synthetic import add_patch
 
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
 SOURCE = b"is_tma_supported = True\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import cli
-from tests.synthetic import make_tree
+from tests.helpers.synthetic import make_tree
 
 FILE = "vllm/model_executor/mod.py"
 DIFF = f"""\

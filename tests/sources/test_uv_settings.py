@@ -15,7 +15,7 @@ import pytest
 
 from patchset.errors import ExitCode, RegistryError
 from patchset.sources.package_index.settings import read_uv_settings, resolve, uv_config_files
-from tests.fake_index import FakeIndex
+from tests.helpers.fake_index import FakeIndex
 
 REPO = Path(__file__).resolve().parents[2]
 VARS = (

@@ -16,12 +16,12 @@ from patchset.image.definition import load_definition
 from patchset.registry import load_registry
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import bump
-from tests import gitrepos
-from tests.hardening import full_disk_under
+from tests.helpers import gitrepos
 from tests.helpers.cli import cli as cli_in_process
 from tests.helpers.cli import run_cli
+from tests.helpers.hardening import full_disk_under
 from tests.helpers.schemas import assert_matches
-from tests.synthetic import BODY, add_patch
+from tests.helpers.synthetic import BODY, add_patch
 
 DEFINITION = """\
 # the recipe's build, kept by bump

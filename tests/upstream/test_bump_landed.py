@@ -20,10 +20,10 @@ from patchset.registry import load_registry
 from patchset.release_check.landed import unexpected_deletions
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import EVIDENCE_CHARS, bump
-from tests import gitrepos
+from tests.helpers import gitrepos
 from tests.helpers.cli import run_cli
 from tests.helpers.schemas import assert_matches
-from tests.synthetic import BODY, add_patch
+from tests.helpers.synthetic import BODY, add_patch
 
 DEFINITION = """\
 # built on the vLLM 0.19.1 image

@@ -18,11 +18,11 @@ from patchset.adapters.forge import ForgeAPI, ForgeError
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.upstream import audit, record
-from tests.fake_forge import FakeForge
-from tests.gitrepos import git
-from tests.hardening import full_disk_under
+from tests.helpers.fake_forge import FakeForge
+from tests.helpers.gitrepos import git
+from tests.helpers.hardening import full_disk_under
 from tests.helpers.schemas import assert_matches
-from tests.synthetic import MOD_DIFF, add_patch
+from tests.helpers.synthetic import MOD_DIFF, add_patch
 
 SHA = "a" * 40
 

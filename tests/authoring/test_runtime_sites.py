@@ -16,7 +16,7 @@ from patchset.errors import UsageError
 from patchset.registry import load_registry
 from patchset.registry.sites import load_sites
 from patchset.release_check import check
-from tests.synthetic import MemoryReleases, add_patch
+from tests.helpers.synthetic import MemoryReleases, add_patch
 
 FILE = "vllm/model_executor/layer.py"
 ORIGINAL = """\

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from patchset.registry import load_registry
-from tests import gitrepos
-from tests.synthetic import BODY, add_patch
+from tests.helpers import gitrepos
+from tests.helpers.synthetic import BODY, add_patch
 
 OLD = "result = compute(first, second)\n"
 NEW = "result = compute(first, second, third=None)\n"

@@ -13,10 +13,10 @@ import pytest
 
 from patchset.authoring.tree import unified
 from patchset.registry import load_registry
-from tests.fake_index import FakeIndex
+from tests.authoring.test_runtime_sites import EDITED, FILE, NEXT, ORIGINAL
 from tests.helpers.cli import cli
-from tests.kernel.test_runtime_sites import EDITED, FILE, NEXT, ORIGINAL
-from tests.synthetic import add_patch, make_tree
+from tests.helpers.fake_index import FakeIndex
+from tests.helpers.synthetic import add_patch, make_tree
 
 
 @pytest.fixture

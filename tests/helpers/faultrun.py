@@ -1,4 +1,4 @@
-"""Run the patchset command line with a fault injected: `python tests/faultrun.py ARGS...`.
+"""Run the patchset command line with a fault injected: `python tests/helpers/faultrun.py ARGS...`.
 
 Every call that changes the file system (os.replace, os.rename, os.unlink, os.rmdir, os.mkdir,
 os.fsync, os.open with O_CREAT, shutil.copy2, shutil.rmtree) counts as one step, counted after
@@ -69,7 +69,7 @@ def install() -> None:
 
 
 def main(argv: list[str]) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from patchset.cli.main import main as patchset_main
     from patchset.engine import transaction
 

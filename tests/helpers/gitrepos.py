@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests import synthetic
+from tests.helpers import synthetic
 from tests.helpers.cli import run_cli
 
 GIT_ENV = {

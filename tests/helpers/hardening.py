@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LOCK = ".patchset.lock"  # the one file patchset leaves in a target it wrote to, by design
 
 Snapshot = dict[str, str]

@@ -12,9 +12,9 @@ import pytest
 
 from patchset.errors import ExitCode
 from patchset.sources.base import DownloadProgress
-from tests import gitrepos
+from tests.helpers import gitrepos
 from tests.helpers.cli import REPO, cli
-from tests.synthetic import BODY, add_patch
+from tests.helpers.synthetic import BODY, add_patch
 
 
 def test_check_build_prefetches_the_pinned_releases(

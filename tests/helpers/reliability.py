@@ -7,8 +7,8 @@ fails, so the table counts it.
 
 Records go to the JSON-lines file named by ``$PATCHSET_RELIABILITY_LOG`` when it is set (by
 `benchmarks/reliability_report.py`) and nowhere otherwise. Loaded as a plugin
-(``-p tests.reliability``), this module also records the outcome of the existing download and
-index tests that inject faults, so they count without being written twice.
+(``-p tests.helpers.reliability``), this module also records the outcome of the existing
+download and index tests that inject faults, so they count without being written twice.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def record(kind: str, group: str, case: str, *, intact: bool) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Record the reused fault tests by outcome (only when loaded with -p tests.reliability)."""
+    """Record the reused fault tests by outcome (only when loaded as a plugin)."""
     if report.when != "call" or report.skipped:
         return
     group = REUSED.get(report.nodeid.split("[")[0])

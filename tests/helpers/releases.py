@@ -9,7 +9,7 @@ import hashlib
 from pathlib import Path
 
 from patchset.sources.package_index import IndexSource
-from tests.synthetic import add_patch
+from tests.helpers.synthetic import add_patch
 
 ALWAYS = ("vllm/__init__.py", "vllm/_version.py")
 
