@@ -11,10 +11,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from patchset.adapters.gitrepo import provenance
 from patchset.importers.model import CollectionError
+from patchset.registry.ranges import version_key
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
 _IMPORT = re.compile(
@@ -78,14 +77,6 @@ class Releases:
 
     def close(self) -> None:
         self._stack.close()
-
-
-def version_key(version: str) -> Version:
-    """A release's version for sorting (one that is none sorts first)."""
-    try:
-        return Version(version)
-    except InvalidVersion:
-        return Version("0")
 
 
 def refuse_escapes(root: Path, folders: Sequence[str]) -> None:

@@ -24,6 +24,15 @@ class CollectionError(PatchsetError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class Skipped(Exception):  # noqa: N818 - a reason, not an error
+    """Why one entry of a collection is not imported (said in the report, not an error);
+    `scope`: the entry is out of the importer's scope rather than failed."""
+
+    def __init__(self, message: str, *, scope: bool = False) -> None:
+        super().__init__(message)
+        self.scope = scope
+
+
 @dataclass(frozen=True)
 class Collection:
     """Who a collection is: its name (`patchset import NAME`), how its docs call it, the

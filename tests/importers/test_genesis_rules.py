@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import patchset
-from patchset.importers import genesis_text
+from patchset.importers.genesis import text as genesis_text
 from patchset.importers.land import _write_patch
 from patchset.importers.model import Draft
 from patchset.importers.pystatic import Package
@@ -31,11 +31,11 @@ def _sites(
     (tmp_path / "sndr" / "m.py").write_text(HEADER + textwrap.dedent(body))
     scope = Package(tmp_path).scope("sndr.m")
     assert scope is not None
-    patchers, unresolved = genesis_text._patchers(scope)
+    patchers, unresolved = genesis_text.read_patchers(scope)
     assert not unresolved, unresolved
     meta: dict[str, object] = {"upstream": {}}
     lost: list[str] = []
-    payloads, _ = genesis_text._runtime("genesis-t", "T", patchers, meta, lost)
+    payloads, _ = genesis_text.runtime_patch("genesis-t", "T", patchers, meta, lost)
     return meta, tomllib.loads(payloads["sites.toml"])["site"], lost
 
 
@@ -182,7 +182,7 @@ def test_a_fallback_file_becomes_a_variant_by_release(tmp_path: Path) -> None:
     """`resolve_vllm_file("a.py") or resolve_vllm_file("b.py")`: given releases, the import
     writes one payload per run of releases picking the same file, each where Genesis patches."""
     from patchset.importers.common import Releases
-    from patchset.importers.genesis_files import by_release
+    from patchset.importers.genesis.files import by_release
 
     (tmp_path / "sndr").mkdir()
     (tmp_path / "sndr" / "m.py").write_text(
@@ -199,7 +199,7 @@ def test_a_fallback_file_becomes_a_variant_by_release(tmp_path: Path) -> None:
     )
     scope = Package(tmp_path).scope("sndr.m")
     assert scope is not None
-    patchers, _ = genesis_text._patchers(scope)
+    patchers, _ = genesis_text.read_patchers(scope)
     releases = [
         fx.release(tmp_path / "r1", "0.19.0", {"vllm/a.py": BASE_TEXT}),
         fx.release(tmp_path / "r2", "0.20.0", {"vllm/b.py": BASE_TEXT}),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from patchset.importers import club, club_meta, genesis, import_collection
+from patchset.importers import club, genesis, import_collection
+from patchset.importers.club import meta as club_meta
 from patchset.importers.model import Collected, Draft
 from patchset.importers.tomlout import dumps
 from patchset.sources import parse_source

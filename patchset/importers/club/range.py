@@ -17,10 +17,11 @@ from packaging.version import Version
 
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError
-from patchset.importers.common import Releases, version_key
+from patchset.importers.common import Releases
 from patchset.importers.model import Draft
 from patchset.importers.tomlout import dumps
 from patchset.registry.load import load_patch
+from patchset.registry.ranges import version_key
 
 OPEN = ">=0.0"
 
