@@ -55,11 +55,11 @@ from patchset.engine.order import required_chain  # noqa: E402
 from patchset.importers import genesis, import_collection  # noqa: E402
 from patchset.importers.genesis import registry as genesis_registry  # noqa: E402
 from patchset.importers.genesis import text as genesis_text  # noqa: E402
-from patchset.importers.land import _write_patch  # noqa: E402
 from patchset.importers.model import Draft  # noqa: E402
 from patchset.importers.pystatic import Package  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
 from patchset.registry.model import Patch  # noqa: E402
+from patchset.registry.write import write_patch_folder  # noqa: E402
 from patchset.release_check.memo import Memo  # noqa: E402
 from patchset.sources import parse_source  # noqa: E402
 from tests.helpers.cli import cli  # noqa: E402
@@ -77,7 +77,7 @@ def _stripped(drafts: list[Draft], root: Path) -> Path:
     registry.mkdir(parents=True)
     for draft in drafts:
         meta = {k: v for k, v in draft.meta.items() if k not in NEW_KEYS}
-        _write_patch(registry / draft.id, meta, draft.payloads)
+        write_patch_folder(registry / draft.id, meta, draft.payloads)
     return registry
 
 

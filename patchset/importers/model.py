@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from patchset.errors import ExitCode, PatchsetError
+from patchset.registry.write import TomlData
 
 Status = Literal["imported", "imported-with-loss", "not-imported", "out-of-scope"]
 Action = Literal[
@@ -78,7 +79,7 @@ class Draft:
 
     id: str
     source_id: str
-    meta: dict[str, object]
+    meta: TomlData
     payloads: dict[str, str]
     lost: list[str] = field(default_factory=list)
     # Files of the collection the patch needs at run time (support packages by name).
@@ -95,7 +96,7 @@ class Support:
     the folder it copies from (the collection's package)."""
 
     name: str
-    meta: dict[str, object]
+    meta: TomlData
     source: str  # folder to copy as <name>/<path>/<package>
     package: str  # the top-level package folder name
 

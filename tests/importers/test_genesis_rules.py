@@ -10,11 +10,10 @@ from pathlib import Path
 
 import patchset
 from patchset.importers.genesis import text as genesis_text
-from patchset.importers.land import _write_patch
 from patchset.importers.model import Draft
 from patchset.importers.pystatic import Package
-from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry
+from patchset.registry.write import toml_text, write_patch_folder
 from patchset.sources import parse_source
 from tests.helpers import import_fixtures as fx
 
@@ -160,7 +159,7 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
         meta |= {"vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
         meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
         meta |= extra
-        return Draft(pid, pid, meta, {"sites.toml": dumps({"site": [site]}, header="h")})
+        return Draft(pid, pid, meta, {"sites.toml": toml_text({"site": [site]}, header="h")})
 
     drafts = [draft("t-below", below_site), draft("t-above", above_site, requires=["t-below"])]
     genesis_text.stacked_anchors(drafts)
@@ -169,7 +168,7 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
     assert site["alternatives"] == [{"anchor": above_site["anchor"]}]
     registry = tmp_path / "patches"
     for d in drafts:
-        _write_patch(registry / d.id, d.meta, d.payloads)
+        write_patch_folder(registry / d.id, d.meta, d.payloads)
     release = fx.release(tmp_path / "r", "0.20.0", {"vllm/x.py": BASE_TEXT})
     report = patchset.check(
         load_registry(registry), ["0.20.0"], source=parse_source(str(release)), use_memo=False

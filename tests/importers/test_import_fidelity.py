@@ -333,11 +333,11 @@ def test_a_one_line_anchor_is_widened_until_unique_on_every_release_in_range(
     assert "site x-1: its 1-line anchor is not unique on 0.21.0: widened to 2 lines" in draft.lost
     # and it applies on both releases of its range
     import patchset
-    from patchset.importers.land import _write_patch
     from patchset.registry import load_registry
+    from patchset.registry.write import write_patch_folder
 
     registry = tmp_path / "patches"
-    _write_patch(registry / draft.id, draft.meta, draft.payloads)
+    write_patch_folder(registry / draft.id, draft.meta, draft.payloads)
     for version, folder in (("0.20.0", "r20"), ("0.21.0", "r21")):
         report = patchset.check(
             load_registry(registry),

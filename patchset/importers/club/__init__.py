@@ -44,8 +44,8 @@ from patchset.importers.common import Releases, origin_of, refuse_escapes
 from patchset.importers.model import Collected, CollectionError, Draft, Entry, Skipped
 from patchset.importers.pystatic import Package, Scope, rebinds
 from patchset.importers.scripts import ScriptRefused
-from patchset.importers.tomlout import dumps
 from patchset.registry.ranges import version_key
+from patchset.registry.write import TomlData, toml_text
 from patchset.sources.base import ReleaseSource
 
 
@@ -291,11 +291,12 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
 ) -> Draft | list[Draft]:
     rel = str(target.relative_to(root))
     out = metadata(raw, meta, repository, commit, rel)
-    out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
+    out["provenance"] = {**out["provenance"], "file": rel}
     lost: list[str] = []
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
-    given = meta.get("files") or []
-    named = [root / str(f) for f in ([given] if isinstance(given, str) else given)]  # type: ignore[attr-defined]
+    given = meta.get("files") or []  # a string or a list (checked when read)
+    listed = [given] if isinstance(given, str) else given if isinstance(given, list) else []
+    named = [root / str(f) for f in listed]
     if named and all(f.is_file() and f.suffix == ".py" for f in named):
         files = named  # the patch is these files of a shared folder
     code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]
@@ -452,7 +453,7 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
         f"club-3090 {raw}: the edit its script(s) {', '.join(p.name for p in found)} made on"
         f" vLLM {newest.version} (the collection's code, run by patchset import --run-scripts)."
     )
-    payload = dumps({"site": sites}, header=header)
+    payload = toml_text({"site": sites}, header=header)
     return Draft(str(out["id"]), raw, out, {"sites.toml": payload}, lost)
 
 
@@ -490,7 +491,7 @@ def _widened(  # noqa: PLR0917 - the sites and the releases of the range
             )
 
 
-def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list[str]) -> Draft:
+def _python(raw: str, out: TomlData, hook: Path, root: Path, lost: list[str]) -> Draft:
     text = hook.read_text()
     try:
         import ast  # noqa: PLC0415 - only for this form

@@ -15,6 +15,7 @@ from pathlib import Path
 from patchset.importers.definitions import STOCK_CUDA
 from patchset.importers.model import Collection, Draft, Plan
 from patchset.registry.ranges import version_key
+from patchset.registry.write import TomlData
 
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
@@ -32,7 +33,7 @@ class Making:
     far, and what of the collection's patch does not carry over."""
 
     raw: str
-    meta: dict[str, object]
+    meta: TomlData
     lost: list[str] = field(default_factory=list)
 
 
@@ -120,7 +121,7 @@ def _yaml_text(text: str) -> object:
 
 def metadata(
     raw: str, meta: dict[str, object], repository: str, commit: str | None, rel: str
-) -> dict[str, object]:
+) -> TomlData:
     upstream = meta.get("upstream") if isinstance(meta.get("upstream"), dict) else {}
     assert isinstance(upstream, dict)
     ref = str(upstream.get("ref") or "")
@@ -165,7 +166,7 @@ def metadata(
     elif guard:
         x["drift_guard"] = str(guard)
     lifecycle = {"state": "deprecated" if meta.get("deprecated_on") else "stable"}
-    out: dict[str, object] = {
+    out: TomlData = {
         "id": CLUB.id_of(raw),
         "title": f"club-3090 {raw}",
         "description": f"Imported from club-3090 ({repository}) patch {raw}.\n",

@@ -80,5 +80,5 @@ def overlay_patch(  # noqa: PLR0917 - one overlay and what it is compared with
     out.update(
         kind="diff", payload="patch.diff", targets=sorted(contents), base=base, vllm=f">={base}"
     )
-    out["x"] = {**out["x"], "overlay_base": base}  # type: ignore[dict-item]
+    out["x"] = {**out["x"], "overlay_base": base}
     return Draft(str(out["id"]), raw, out, {"patch.diff": "".join(parts)}, lost)

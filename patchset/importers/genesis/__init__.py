@@ -52,6 +52,7 @@ from patchset.importers.pystatic import (
     Package,
     Unresolved,
 )
+from patchset.registry.write import TomlData
 from patchset.sources.base import ReleaseSource
 
 
@@ -212,13 +213,13 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
             meta["requires_modules"] = modules
             support = (PACKAGE,)
         first = min(p.line for p in patchers)
-        meta["provenance"] = {**meta["provenance"], "file": rel, "line": first}  # type: ignore[dict-item]
+        meta["provenance"] = {**meta["provenance"], "file": rel, "line": first}
     else:
         payloads = python_patch(gid, module, scope, meta, lost)
         meta["requires_modules"] = [module]
         support = (PACKAGE,)
-        meta["provenance"] = {**meta["provenance"], "file": rel, "line": 1}  # type: ignore[dict-item]
-    meta["x"] = {**meta.get("x", {}), "genesis_registry_line": where["line"]}  # type: ignore[dict-item]
+        meta["provenance"] = {**meta["provenance"], "file": rel, "line": 1}
+    meta["x"] = {**meta.get("x", {}), "genesis_registry_line": where["line"]}
     done_modules[module] = pid
     return Draft(pid, gid, _ordered(meta), payloads, lost, support)
 
@@ -251,7 +252,7 @@ _ORDER = (
 )
 
 
-def _ordered(meta: dict[str, object]) -> dict[str, object]:
+def _ordered(meta: TomlData) -> TomlData:
     return {k: meta[k] for k in _ORDER if k in meta} | {
         k: v for k, v in meta.items() if k not in _ORDER
     }

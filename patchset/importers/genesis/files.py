@@ -19,6 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from patchset.importers.common import Releases
 from patchset.importers.genesis.text import Patcher, runtime_patch
 from patchset.registry.ranges import as_version, is_version
+from patchset.registry.write import TomlData
 
 
 def picks_files(patchers: list[Patcher]) -> bool:
@@ -45,7 +46,7 @@ def chosen(patchers: list[Patcher], has: Callable[[str], bool]) -> list[Patcher]
     return out
 
 
-Meta = dict[str, object]  # patch.toml data
+Meta = TomlData  # patch.toml data
 Made = tuple[dict[str, str], list[str]]  # payloads (name -> text), modules the text imports
 
 

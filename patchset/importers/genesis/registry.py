@@ -12,6 +12,7 @@ from pathlib import Path
 
 from patchset.importers.genesis.state import pr_state
 from patchset.importers.model import Collection
+from patchset.registry.write import TomlData
 
 REGISTRY_FILE = "sndr/dispatcher/registry.py"
 PATCHES_DIR = "sndr/engines/vllm/patches"
@@ -65,10 +66,10 @@ def read_registry(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, i
 
 def metadata(
     gid: str, entry: dict[str, object], ids: dict[str, str], lost: list[str], floor: str
-) -> dict[str, object]:
+) -> TomlData:
     title = str(entry.get("title") or gid)
     credit = entry.get("credit")
-    meta: dict[str, object] = {
+    meta: TomlData = {
         "id": ids[gid],
         "title": f"Genesis {gid}: {title}"[:200],
         "description": f"Imported from Genesis ({GENESIS.repository}) patch {gid}: {title}\n",

@@ -24,7 +24,7 @@ from patchset.importers.pystatic import (
     local_assignments,
     returned_expr,
 )
-from patchset.importers.tomlout import dumps
+from patchset.registry.write import TomlData, toml_text
 
 
 @dataclass
@@ -421,7 +421,7 @@ def runtime_patch(
     pid: str,
     gid: str,
     patchers: list[Patcher],
-    meta: dict[str, object],
+    meta: TomlData,
     lost: list[str],
     *,
     drift_in_sites: bool = False,
@@ -488,7 +488,7 @@ def runtime_patch(
     meta["kind"] = "runtime"
     meta["targets"] = targets
     header = f"Imported from Genesis {gid} by patchset import genesis; one site per TextPatch."
-    return {"sites.toml": dumps({"site": sites}, header=header)}, list(dict.fromkeys(modules))
+    return {"sites.toml": toml_text({"site": sites}, header=header)}, list(dict.fromkeys(modules))
 
 
 def stacked_anchors(drafts: list[Draft]) -> None:
@@ -527,4 +527,4 @@ def stacked_anchors(drafts: list[Draft]) -> None:
         if changed:
             top = itertools.takewhile(lambda line: line.startswith("#"), text.splitlines())
             header = "\n".join(line[2:] for line in top)
-            draft.payloads["sites.toml"] = dumps(data, header=header)
+            draft.payloads["sites.toml"] = toml_text(data, header=header)

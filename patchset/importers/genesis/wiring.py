@@ -9,10 +9,11 @@ from __future__ import annotations
 from patchset.importers.genesis.registry import PACKAGE
 from patchset.importers.model import Skipped
 from patchset.importers.pystatic import Scope, rebinds
+from patchset.registry.write import TomlData
 
 
 def python_patch(
-    gid: str, module: str, scope: Scope, meta: dict[str, object], lost: list[str]
+    gid: str, module: str, scope: Scope, meta: TomlData, lost: list[str]
 ) -> dict[str, str]:
     if "apply" not in scope.functions:
         raise Skipped(f"{module} defines no apply()")
