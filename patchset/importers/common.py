@@ -68,12 +68,15 @@ class Releases:
         return [v for v, _ in self._versions]
 
     def read(self, version: str, path: str) -> bytes | None:
+        return self.tree(version).read(path)
+
+    def tree(self, version: str) -> ReleaseTree:
         if version not in self._trees:
             self.versions()
             assert self._versions is not None
             source = dict(self._versions)[version]
             self._trees[version] = self._stack.enter_context(source.open(version))
-        return self._trees[version].read(path)
+        return self._trees[version]
 
     def close(self) -> None:
         self._stack.close()

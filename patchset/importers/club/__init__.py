@@ -42,6 +42,7 @@ from patchset.importers.club.overlays import overlay_patch
 from patchset.importers.club.range import evidence_range, widen_anchor
 from patchset.importers.common import Releases, origin_of, refuse_escapes
 from patchset.importers.model import Collected, CollectionError, Draft, Entry, Skipped
+from patchset.importers.probes import drop_unfixed_probes
 from patchset.importers.pystatic import Package, Scope, rebinds
 from patchset.importers.scripts import ScriptRefused
 from patchset.registry.ranges import version_key
@@ -161,9 +162,11 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 digests[_digest(one)] = one.id
                 evidence_range(one, releases, wanted, floor)
                 drafts.append(one)
+        dropped = drop_unfixed_probes(drafts, releases)
     finally:
         releases.close()
     plans, notes = plan_builds(composes, drafts)
+    notes = [*dropped, *notes]
     docs = [] if only else sorted(folder.glob("models/*/vllm/patches/**/*.md"))
     entries.extend(
         Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])

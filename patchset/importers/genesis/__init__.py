@@ -48,6 +48,7 @@ from patchset.importers.model import (
     Skipped,
     Support,
 )
+from patchset.importers.probes import drop_unfixed_probes
 from patchset.importers.pystatic import (
     Package,
     Unresolved,
@@ -114,6 +115,8 @@ def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> 
     _drop_dangling(drafts)
     stacked_anchors(drafts)
     plans, notes = genesis_pins.plans(folder, package, drafts)
+    if releases is not None:
+        notes = [*drop_unfixed_probes(drafts, releases), *notes]
     return Collected(
         GENESIS.name,
         repository,
