@@ -16,14 +16,18 @@ symlink guard of a target tree, and swapping a staged folder in.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
+import logging
 import os
+import secrets
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -37,6 +41,8 @@ from patchset.kernel.tree import (
     set_attributes,
 )
 from patchset.kernel.tree import sha256 as sha256_hex
+
+LOG = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -227,8 +233,54 @@ def recover_folder(final: Path) -> str | None:
     return said
 
 
+@dataclass(frozen=True)
+class Swap:
+    """A file renamed over another, and how to put the other back."""
+
+    path: Path
+    old: Path | None  # a second name of the file it replaced (a hard link)
+    before: bytes | None = None  # the file it replaced, where no link could be made
+
+
+def swap_in(dest: Path, staged: Path) -> Swap:
+    """Rename `staged` over `dest`, keeping the file it replaces under a second name (a hard
+    link: no data written), so putting it back is a rename that a full disk cannot fail."""
+    old: Path | None = None
+    before: bytes | None = None
+    if dest.is_file() and not dest.is_symlink():
+        old = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.link(dest, old)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            old, before = None, dest.read_bytes()  # a file system without hard links
+    try:
+        os.replace(staged, dest)
+    except BaseException:
+        if old is not None:
+            old.unlink(missing_ok=True)
+        raise
+    return Swap(dest, old, before)
+
+
+def undo_swaps(swapped: list[Swap]) -> None:
+    """Put back every file swapped in, newest first: renames and unlinks only."""
+    for swap in reversed(swapped):
+        try:
+            if swap.old is not None:
+                os.replace(swap.old, swap.path)
+            elif swap.before is not None:
+                os.replace(staged_file(swap.path, swap.before), swap.path)
+            else:
+                swap.path.unlink(missing_ok=True)
+        except OSError:  # pragma: no cover -- the folder turned read-only mid-way
+            LOG.warning("could not put back %s", swap.path)
+
+
 __all__ = [
     "Attributes",
+    "Swap",
     "atomic_file",
     "attributes_for",
     "cache_secret",
@@ -242,7 +294,9 @@ __all__ = [
     "set_attributes",
     "sha256_hex",
     "staged_file",
+    "swap_in",
     "sync_folder",
+    "undo_swaps",
     "write_atomic",
     "write_json_atomic",
 ]

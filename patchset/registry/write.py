@@ -18,7 +18,6 @@ import errno
 import logging
 import os
 import re
-import secrets
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import KeyType, SingleKey, String, StringType, Table, Trivia
 from tomlkit.toml_document import TOMLDocument
 
-from patchset._fs import staged_file, sync_folder
+from patchset._fs import Swap, staged_file, swap_in, sync_folder, undo_swaps
 from patchset.errors import PatchsetError, RegistryError
 from patchset.registry import PATCH_FILE, Patch, Registry, load_patch, load_registry
 from patchset.registry.lock import registry_lock
@@ -127,28 +126,28 @@ class RegistryChange:
         # only files nothing refers to yet (and the same run again takes them as they are).
         order = sorted(self._planned.items(), key=lambda item: self._read.get(item[0]) is not None)
         staged: dict[Path, Path] = {}
-        swapped: list[_Swap] = []
+        swapped: list[Swap] = []
         try:
             # Every byte is written first, beside its file: a full disk fails here, while
             # the registry is still untouched. Swapping in then only renames and links.
             for path, data in order:
                 staged[path] = staged_file(path, data)
             for path, _ in order:
-                swapped.append(_swap_in(path, staged[path]))
+                swapped.append(swap_in(path, staged[path]))
                 del staged[path]  # renamed in: no longer ours to remove
             for folder in dict.fromkeys(p.parent for p in self._planned):
                 sync_folder(folder)
             registry = _reload(root, [p.parent for p in self._planned])
         except PatchsetError as exc:
-            _undo(swapped)
+            undo_swaps(swapped)
             raise RegistryError(
                 f"the changed registry would not load ({exc}); nothing was changed"
             ) from None
         except OSError as exc:
-            _undo(swapped)
+            undo_swaps(swapped)
             raise _write_error(exc) from None
         except BaseException:
-            _undo(swapped)
+            undo_swaps(swapped)
             raise
         finally:
             for name in staged.values():
@@ -157,35 +156,6 @@ class RegistryChange:
             if swap.old is not None:
                 swap.old.unlink(missing_ok=True)
         return registry
-
-
-@dataclass(frozen=True)
-class _Swap:
-    path: Path
-    old: Path | None  # a second name of the file it replaced (a hard link)
-    before: bytes | None = None  # the file it replaced, where no link could be made
-
-
-def _swap_in(dest: Path, staged: Path) -> _Swap:
-    """Rename `staged` over `dest`, keeping the file it replaces under a second name (a hard
-    link: no data written), so putting it back is a rename that a full disk cannot fail."""
-    old: Path | None = None
-    before: bytes | None = None
-    if dest.is_file() and not dest.is_symlink():
-        old = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            os.link(dest, old)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            old, before = None, dest.read_bytes()  # a file system without hard links
-    try:
-        os.replace(staged, dest)
-    except BaseException:
-        if old is not None:
-            old.unlink(missing_ok=True)
-        raise
-    return _Swap(dest, old, before)
 
 
 def _write_error(exc: OSError) -> RegistryError:
@@ -214,20 +184,6 @@ def _reload(root: Path, changed: list[Path]) -> Registry:
 
 def _bytes(path: Path) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
-
-
-def _undo(swapped: list[_Swap]) -> None:
-    """Put back every file swapped in, newest first: renames and unlinks only."""
-    for swap in reversed(swapped):
-        try:
-            if swap.old is not None:
-                os.replace(swap.old, swap.path)
-            elif swap.before is not None:
-                os.replace(staged_file(swap.path, swap.before), swap.path)
-            else:
-                swap.path.unlink(missing_ok=True)
-        except OSError:  # pragma: no cover -- the folder turned read-only mid-way
-            LOG.warning("could not put back %s", swap.path)
 
 
 def check_writable(folder: Path) -> None:
