@@ -50,6 +50,7 @@ TEST_FILES = [
     "tests/test_hostile_scripts.py",
     "tests/test_hostile_forge.py",
     "tests/test_import_faults.py",
+    "tests/test_hostile_big.py",
 ]
 
 
