@@ -50,6 +50,7 @@ TEST_FILES = [
     "tests/test_hostile_scripts.py",
     "tests/test_hostile_forge.py",
     "tests/test_import_faults.py",
+    "tests/test_hostile_big.py",
 ]
 
 
@@ -130,17 +131,36 @@ state = "unsubmitted"
 STATEMENT = "    x = 'a line of a big plugin, more text here'\n"
 
 
+def _measured(words: list[str]) -> tuple[float, float, float]:
+    """`python -m patchset WORDS` in a fresh process: wall s, CPU s, its peak memory in MB."""
+    start = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "patchset", *words],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stderr is not None
+    said = child.stderr.read()
+    child.stderr.close()
+    _, status, usage = os.wait4(child.pid, 0)
+    took = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode not in (0, 1):
+        raise SystemExit(f"patchset exited {child.returncode}: {said.decode(errors='replace')}")
+    return took, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
 def time_big(sizes: list[int]) -> list[str]:
     """E22: `apply` of a new file's diff and `validate` of a plugin.py, each size in MB."""
     import tempfile  # noqa: PLC0415
 
     sys.path.insert(0, str(ROOT))
     from tests.helpers.synthetic import BODY, add_patch, make_tree  # noqa: PLC0415 -- ROOT on the path
-    from tests.helpers.timing import run_patchset  # noqa: PLC0415
 
     lines = [
-        "| size | apply of a new file: wall s | CPU s | validate of a plugin.py: wall s | CPU s |",
-        "|---:|---:|---:|---:|---:|",
+        "| size | apply of a new file: wall s | CPU s | peak MB"
+        " | validate of a plugin.py: wall s | CPU s | peak MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
@@ -151,21 +171,22 @@ def time_big(sizes: list[int]) -> list[str]:
             add_patch(registry, "big-new", diff=diff, targets=["vllm/big.py"])
             tree = make_tree(Path(tmp, f"tree{size}"), {"vllm/mod.py": BODY})
             words = ["--registry", str(registry), "apply", "--target", str(tree)]
-            apply_wall, apply_cpu, _ = run_patchset(words, {})
+            apply_wall, apply_cpu, apply_peak = _measured(words)
             plugins = Path(tmp, f"plugin{size}")
             folder = plugins / "big-plugin"
             folder.mkdir(parents=True)
             (folder / "patch.toml").write_text(PLUGIN_TOML)
             body = STATEMENT * (size * 1_000_000 // len(STATEMENT))
             (folder / "plugin.py").write_text("def apply():\n    import vllm.envs\n" + body)
-            wall, cpu, _ = run_patchset(["--registry", str(plugins), "validate"], {})
+            wall, cpu, peak = _measured(["--registry", str(plugins), "validate"])
             print(
-                f"{size} MB: apply {apply_wall:.1f} s wall ({apply_cpu:.1f} CPU),"
-                f" validate {wall:.1f} s wall ({cpu:.1f} CPU)",
+                f"{size} MB: apply {apply_wall:.1f} s wall ({apply_cpu:.1f} CPU, {apply_peak:.0f}"
+                f" MB), validate {wall:.1f} s wall ({cpu:.1f} CPU, {peak:.0f} MB)",
                 flush=True,
             )
             lines.append(
-                f"| {size} MB | {apply_wall:.1f} | {apply_cpu:.1f} | {wall:.1f} | {cpu:.1f} |"
+                f"| {size} MB | {apply_wall:.1f} | {apply_cpu:.1f} | {apply_peak:.0f}"
+                f" | {wall:.1f} | {cpu:.1f} | {peak:.0f} |"
             )
             for done in (registry, tree, plugins):
                 shutil.rmtree(done)

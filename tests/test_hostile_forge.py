@@ -24,6 +24,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check_tree
 from patchset.release_check.memo import Memo
 from patchset.sources.base import MemoryTree, ReleaseInfo
+from tests.helpers.fake_forge import FakeForge
 from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 PULL = "/repos/o/r/pulls/1"
@@ -180,3 +181,35 @@ def test_a_memo_row_rewritten_with_a_recomputed_sha256_is_not_believed(tmp_path:
     (again,) = check_tree(patches, tree, "0.19.0", memo=memo)
     assert again.verdict == first.verdict != "upstream"
     assert (memo.hits, memo.misses) == (0, 1)
+
+
+def test_a_forge_dripping_its_headers_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
+    """E13: a byte a second of the status line and headers (each read gets something, so no
+    per-read timeout fires; 1.8 KB of headers would take half an hour): `upstream --timeout 3`
+    ends within the timeout (process start aside) with one line, exit 3."""
+    registry = tmp_path / "patches"
+    folder = add_patch(registry, "pat", diff=MOD_DIFF, targets=["vllm/mod.py"])
+    toml = folder / "patch.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            '[upstream]\nstate = "unsubmitted"\n', '[upstream]\npr = "o/r#1"\nstate = "open"\n'
+        )
+    )
+    forge = FakeForge()
+    forge.script.mode = "drip-head"
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "patchset", "--registry", str(registry), "upstream",
+             "--timeout", "3"],
+            capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "PATCHSET_FORGE_API_URL": forge.api, "GITHUB_TOKEN": "",
+                 "PATCHSET_CACHE_DIR": str(tmp_path / "c")},
+        )  # fmt: skip
+        took = time.monotonic() - started
+    finally:
+        forge.close()
+    assert done.returncode == ExitCode.UNAVAILABLE, done.stderr
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and "no whole answer in 3 s" in said[0], said
+    assert took < 3 + 10, took  # the timeout, and the process's start on a loaded machine

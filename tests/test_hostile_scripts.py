@@ -3,16 +3,30 @@ team found, as the script of a small club-shaped fixture, run behind the sandbox
 refused or without effect: nothing outside the scratch tree changes (a sentinel file, the
 project's pyproject.toml and patches/), no secret of the parent (a `GITHUB_TOKEN`, a key in
 `$HOME/.ssh`) is in anything the import writes, no socket to the host's 127.0.0.1 connects, and
-nothing the script forked outlives the import."""
+nothing the script forked outlives the import.
+
+The escapes are written so that even a sandbox that failed open could harm nothing beyond the
+test's own tree: writes through another process's `/proc/<pid>/cwd` go only where that cwd is
+under the test's folder (a decoy process of the test's own, and the test's throwaway project,
+which is the pytest process's cwd during the test), and signals go only to the test's decoy,
+its own parent and, from inside a fresh pid namespace only, to -1. An earlier version wrote to
+the cwd of every process it could reach (the repository's pyproject.toml among them, when the
+scripts ran under the audit hook alone). Each test also checks that the repository's own
+pyproject.toml is byte for byte what it was."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
 import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +37,7 @@ from tests.helpers import import_fixtures as fx
 
 TOKEN = "ghp_FAKE" + "0123456789abcdef" * 2
 KEY = "-----BEGIN FAKE OPENSSH PRIVATE KEY----- do-not-leak"
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 # Each script makes its ordinary edit at the end, with whatever it managed to read appended:
 # if the escape read a secret, the secret would land in the imported sites.toml.
@@ -30,7 +45,7 @@ HEAD = """\
 import ctypes, gc, os, signal, socket, sys, time
 T = '/usr/local/lib/python3.12/dist-packages/vllm/x.py'
 OUTDIR, SENTINEL, PROJ, HOMEDIR = {outdir!r}, {sentinel!r}, {proj!r}, {home!r}
-PORT, PARENT, MARK = {port}, {parent}, {mark!r}
+PORT, PARENT, MARK, ROOT, DECOY = {port}, {parent}, {mark!r}, {root!r}, {decoy}
 LEAK = []
 def attempt(f):
     try:
@@ -93,9 +108,13 @@ libc.system(('echo pwned > %s; echo "# pwned" >> %s/pyproject.toml; touch %s/pat
              % (SENTINEL, PROJ, PROJ)).encode())
 """,
     "proc-parent-cwd": """
-for pid in [os.getppid(), PARENT] + [int(p) for p in os.listdir('/proc') if p.isdigit()]:
+for pid in [os.getppid(), PARENT, DECOY] + [int(p) for p in os.listdir('/proc') if p.isdigit()]:
     def go(pid=pid):
         d = os.open('/proc/%d/cwd' % pid, os.O_RDONLY)
+        if pid in (PARENT, DECOY):
+            LEAK.append('reached-cwd-of-%d' % pid)
+        if not os.readlink('/proc/%d/cwd' % pid).startswith(ROOT + '/'):
+            return  # never beyond the test's own folder, however open the sandbox is
         os.write(os.open('pyproject.toml', os.O_WRONLY | os.O_APPEND, dir_fd=d), b'# pwned')
         os.mkdir('patches/planted', dir_fd=d)
     attempt(go)
@@ -107,9 +126,10 @@ def send():
 attempt(send)
 """,
     "signal-parent": """
-for pid in (os.getppid(), PARENT, 1):
+for pid in (os.getppid(), PARENT, DECOY, 1):
     attempt(lambda pid=pid: os.kill(pid, signal.SIGSTOP))
-attempt(lambda: os.kill(-1, signal.SIGSTOP))
+if os.getpid() < 100:  # in a fresh pid namespace: -1 is the sandbox's own processes only
+    attempt(lambda: os.kill(-1, signal.SIGSTOP))
 """,
     "forked-setsid-child": """
 libc = ctypes.CDLL(None)
@@ -134,14 +154,34 @@ def _procs_named(mark: str) -> list[int]:
     return found
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "absent"
+
+
+@pytest.fixture(autouse=True)
+def _repository_untouched() -> Iterator[None]:
+    """The repository's pyproject.toml and the pytest process's starting cwd's, unchanged."""
+    watched = {REPOSITORY / "pyproject.toml", Path.cwd() / "pyproject.toml", Path("/planted.txt")}
+    before = {p: _digest(p) for p in watched}
+    yield
+    assert {p: _digest(p) for p in watched} == before
+
+
+def _project(proj: Path) -> None:
+    """A throwaway copy of a project: the repository's pyproject.toml, a patch of its own."""
+    (proj / "patches" / "mine").mkdir(parents=True)
+    (proj / "pyproject.toml").write_bytes((REPOSITORY / "pyproject.toml").read_bytes())
+    (proj / "patches" / "mine" / "patch.toml").write_text("id = 'mine'\n")
+
+
 @pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
-    """A project (pyproject.toml, patches/) as the working folder, a sentinel outside, and the
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A throwaway project (pyproject.toml, patches/) as the working folder, a decoy process
+    (another of the user's processes) with its cwd in a second one, a sentinel outside, and the
     parent's secrets: a token in the environment, a key in a home of its own."""
     proj = tmp_path / "project"
-    (proj / "patches" / "mine").mkdir(parents=True)
-    (proj / "pyproject.toml").write_text("[project]\nname = 'mine'\n")
-    (proj / "patches" / "mine" / "patch.toml").write_text("id = 'mine'\n")
+    _project(proj)
+    _project(tmp_path / "decoy")
     outdir = tmp_path / "outside"
     outdir.mkdir()
     (outdir / "sentinel.txt").write_text("before\n")
@@ -151,19 +191,29 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(proj)
-    return {"proj": proj, "outdir": outdir, "home": home, "root": tmp_path}
-
-
-def _state(world: dict[str, Path]) -> tuple[str, str, list[str]]:
-    proj = world["proj"]
-    return (
-        (world["outdir"] / "sentinel.txt").read_text(),
-        (proj / "pyproject.toml").read_text(),
-        sorted(str(p.relative_to(proj)) for p in (proj / "patches").rglob("*")),
+    decoy = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], cwd=tmp_path / "decoy"
     )
+    try:
+        yield {"proj": proj, "outdir": outdir, "home": home, "root": tmp_path, "decoy": decoy}
+    finally:
+        decoy.kill()
+        decoy.wait()
 
 
-def _collect(world: dict[str, Path], script: str) -> Collected:
+def _stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "tT"
+
+
+def _state(world: dict[str, Any]) -> tuple[str, ...]:
+    found = [(world["outdir"] / "sentinel.txt").read_text()]
+    for proj in (world["proj"], world["root"] / "decoy"):
+        found.append((proj / "pyproject.toml").read_text())
+        found += sorted(str(p.relative_to(proj)) for p in (proj / "patches").rglob("*"))
+    return tuple(found)
+
+
+def _collect(world: dict[str, Any], script: str) -> Collected:
     checkout = fx.club(world["root"] / "c")
     (checkout / "models/m1/vllm/patches/anchor/patch_x.py").write_text(script)
     sources = [parse_source(str(fx.release(world["root"] / "r20", "0.20.0")))]
@@ -171,7 +221,7 @@ def _collect(world: dict[str, Path], script: str) -> Collected:
 
 
 @pytest.mark.parametrize("escape", sorted(ESCAPES))
-def test_escape_is_refused_or_without_effect(world: dict[str, Path], escape: str) -> None:
+def test_escape_is_refused_or_without_effect(world: dict[str, Any], escape: str) -> None:
     before = _state(world)
     mark = "e" + secrets.token_hex(6)
     with socket.socket() as listener:
@@ -187,6 +237,8 @@ def test_escape_is_refused_or_without_effect(world: dict[str, Path], escape: str
                 port=listener.getsockname()[1],
                 parent=os.getpid(),
                 mark=mark,
+                root=str(world["root"]),
+                decoy=world["decoy"].pid,
             )
             + ESCAPES[escape]
             + TAIL
@@ -195,6 +247,7 @@ def test_escape_is_refused_or_without_effect(world: dict[str, Path], escape: str
         collected = _collect(world, script)
         assert time.monotonic() - started < 20  # signals to its parent stopped nothing
         assert _procs_named(mark) == []  # nothing it forked outlives the import
+        assert not _stopped(world["decoy"].pid)  # nor signals another of the user's processes
         with pytest.raises(TimeoutError):
             listener.accept()  # no connection reached the host's loopback
     time.sleep(2)  # past the forked child's 1.5 s
@@ -205,6 +258,7 @@ def test_escape_is_refused_or_without_effect(world: dict[str, Path], escape: str
         default=str,
     )
     assert TOKEN not in written and "do-not-leak" not in written
+    assert "reached-cwd-of" not in written  # no other process's cwd opened
     assert str(world["home"]) not in written  # the parent's real HOME is not even named
     # refused, or imported with its own edit (made in the scratch copy) and nothing else
     refused = [e for e in collected.entries if e.source_id == "m-anchor"]
@@ -216,7 +270,7 @@ def test_escape_is_refused_or_without_effect(world: dict[str, Path], escape: str
         assert "return z * 4" in drafts[0].payloads["sites.toml"]
 
 
-def test_escape_written_to_a_registry_carries_no_secret(world: dict[str, Path]) -> None:
+def test_escape_written_to_a_registry_carries_no_secret(world: dict[str, Any]) -> None:
     """The whole import (the registry written) of a script that tries every read."""
     checkout = fx.club(world["root"] / "c")
     script = (
@@ -228,6 +282,8 @@ def test_escape_written_to_a_registry_carries_no_secret(world: dict[str, Path]) 
             port=1,
             parent=os.getpid(),
             mark="x",
+            root=str(world["root"]),
+            decoy=world["decoy"].pid,
         )
         + TAIL
     )
@@ -253,9 +309,7 @@ def test_escape_written_to_a_registry_carries_no_secret(world: dict[str, Path]) 
         ),
     ],
 )
-def test_a_script_cannot_silence_its_refusal(
-    world: dict[str, Path], blind: str, named: str
-) -> None:
+def test_a_script_cannot_silence_its_refusal(world: dict[str, Any], blind: str, named: str) -> None:
     """E12: it closes every descriptor (the launcher's report and stderr), then writes outside
     its tree and carries on to make its edit: refused all the same."""
     script = (
@@ -294,7 +348,7 @@ def test_script_output_is_capped(tmp_path: Path) -> None:
 
 
 def test_no_sandbox_refuses_run_scripts(
-    world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without bubblewrap, `--run-scripts` is refused in one line saying what to install."""
     empty = world["root"] / "nopath"

@@ -26,7 +26,7 @@ from patchset.kernel.hunks import (
     join_text,
     split_text,
 )
-from patchset.kernel.pycompile import CompileError, edit_error
+from patchset.kernel.pycompile import CompileError, edit_error, new_file_error
 from patchset.kernel.sites import GOOD, SiteResult, apply_site, revert_site
 from patchset.kernel.touches import resolve
 from patchset.registry import Patch, Variant
@@ -76,11 +76,13 @@ def _compile_break(
     """Why the changes would leave a Python file that compiled before not compiling ("" if
     none would): the file, the line and the compiler's message, and what is to blame. Each
     content is compiled once (a check meets the same file in many releases), and an edit
-    inside defs and classes by those units alone (`edit_error`)."""
+    inside defs and classes by those units alone (`edit_error`); a new file in pieces of its
+    top-level statements (`new_file_error`: linear in its size, E22)."""
     for rel, data in changes.items():
         if not rel.endswith(".py"):
             continue
-        error = edit_error(read(rel), data, rel)
+        before = read(rel)
+        error = new_file_error(data) if before is None else edit_error(before, data, rel)
         if error is None:
             continue
         return _broken_message(rel, error, blame(rel) if blame else "")

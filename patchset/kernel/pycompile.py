@@ -7,9 +7,12 @@ start): a file that compiled before an edit and does not after refuses the edit.
 from __future__ import annotations
 import __future__
 
+import ast
 import functools
 import hashlib
+import itertools
 import operator
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -167,6 +170,102 @@ def _known_named(source: bytes, name: str) -> Known:
     return known
 
 
+def tree_error(tree: ast.Module, name: str = "<patched>") -> CompileError | None:
+    """`compile_error` of the source `tree` was parsed from (`ast.parse`, which raised nothing):
+    what the compiler past the parser finds (a `return` outside a function, a misplaced
+    `nonlocal`...), without parsing the source again."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(tree, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return CompileError(exc.lineno or 0, exc.msg or type(exc).__name__)
+    except (ValueError, RecursionError) as exc:
+        return CompileError(0, str(exc) or type(exc).__name__)
+    return None
+
+
+# A new file is compiled in pieces of about this many bytes (whole top-level statements).
+_PIECE = 1 << 20
+# Where a piece may start: a line at column 0 that begins a statement (not a clause of the one
+# before it) ...
+_PIECE_START = re.compile(rb"^(?!(?:else|elif|except|finally|case)\b)[A-Za-z_]", re.MULTILINE)
+# ... and what makes a file's statements depend on each other beyond their own text (besides
+# `__future__` imports): module-level `global`/`nonlocal`, a coding cookie.
+_PIECES_UNSAFE = re.compile(rb"^(?:global|nonlocal)\b", re.MULTILINE)
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
+
+
+def new_file_error(source: bytes, name: str = "<patched>") -> CompileError | None:
+    """`compile_error(source)` at a cost linear in its size and memory bounded by `_PIECE`
+    (compiling a 60 MB module whole takes gigabytes): the file is cut at lines that start a
+    top-level statement into pieces of about `_PIECE` bytes, each compiled alone with the
+    first piece's `__future__` flags. When every piece compiles, so does the file: a cut
+    inside a string, a bracket, a continuation or a block leaves a piece that does not
+    compile, and at column 0 nothing else carries from one statement to the next but
+    `__future__` imports (which must come first: one past the first piece, and the file is
+    compiled whole), module-level `global`/`nonlocal` and a coding cookie (then whole too).
+    Any piece that does not compile: the file is compiled whole, so the answer and the
+    message are always those of compiling it."""
+    cuts = _cuts(source)
+    if len(cuts) < 3:
+        return _known(source).error  # small: compiled whole, kept as any other source
+    key = _digest(source)
+    if key not in _PIECED:
+        if len(_PIECED) >= _KNOWN_KEPT:
+            del _PIECED[next(iter(_PIECED))]
+        _PIECED[key] = _pieces_error(source, cuts, name)
+    return _PIECED[key]
+
+
+# The answers for big new files, by a digest of their content (the same file in the next
+# release is not compiled again).
+_PIECED: dict[bytes, CompileError | None] = {}
+
+
+def _pieces_error(source: bytes, cuts: list[int], name: str) -> CompileError | None:
+    if (
+        _PIECES_UNSAFE.search(source) is not None
+        or _CODING.search(source, 0, _second_line_end(source)) is not None
+        or source.find(b"__future__", cuts[1]) >= 0
+    ):
+        return compile_error(source, name)
+    flags = 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for start, end in itertools.pairwise(cuts):
+                code = compile(source[start:end], name, "exec", flags, dont_inherit=True)
+                if start == 0:
+                    flags = code.co_flags & _FUTURE
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return compile_error(source, name)
+    return None
+
+
+def _second_line_end(source: bytes) -> int:
+    end = source.find(b"\n", source.find(b"\n") + 1)
+    return len(source) if end < 0 else end
+
+
+def _cuts(source: bytes) -> list[int]:
+    """The offsets the pieces of `source` start at, and its length."""
+    cuts = [0]
+    at = _PIECE
+    while at < len(source):
+        match = _PIECE_START.search(source, at)
+        if match is None:
+            break
+        start = match.start()
+        if source[source.rfind(b"\n", 0, start - 1) + 1 : start][:1] != b"@":  # no decorator
+            cuts.append(start)
+            at = start + _PIECE
+        else:
+            at = start + 1
+    cuts.append(len(source))
+    return cuts
+
+
 __all__ = [
     "CompileError",
     "broken_by",
@@ -174,4 +273,6 @@ __all__ = [
     "compile_error",
     "compiles",
     "edit_error",
+    "new_file_error",
+    "tree_error",
 ]

@@ -19,7 +19,8 @@ from packaging.specifiers import SpecifierSet
 from patchset._fs import sha256_hex
 from patchset.errors import PayloadError, RegistryError
 from patchset.kernel.capability import parse_scope
-from patchset.kernel.pycompile import compile_error
+from patchset.kernel.pycompile import compile_error, tree_error
+from patchset.kernel.touches import _parsed as parsed  # the parse `defines` shares
 from patchset.kernel.touches import defines, module_files, parse_touch
 from patchset.registry import semantics
 from patchset.registry.diffs import parse_diff
@@ -397,7 +398,8 @@ def _check_plugin(text: str, path: Path) -> None:
     """A python patch's module: it compiles and defines ``apply``, the function vLLM calls."""
     if not path.name.endswith(".py"):
         raise PayloadError("a python patch's payload is a .py module", path=path)
-    problem = compile_error(text, path.name)
+    tree = parsed(text)  # parsed once: `defines` and validate's import check read it too
+    problem = compile_error(text, path.name) if tree is None else tree_error(tree, path.name)
     if problem is not None:
         raise PayloadError(problem.describe(), path=path)
     if not defines(text, "apply"):

@@ -29,6 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from patchset.errors import RegistryError
+from patchset.kernel.touches import _parsed as parsed  # one parse per module text
 from patchset.registry.model import (
     PATCH_FILE,
     SUPPORT_FILE,
@@ -302,11 +303,11 @@ def _keyed(message: str, path: Path, key: str) -> RegistryError:
 def imported_modules(source: str) -> list[tuple[int, str]]:
     """The absolute modules `source` imports (line, dotted name), read with `ast` (a site's
     text is a fragment: dedented, and read line by line when it does not parse whole)."""
-    text = textwrap.dedent(source)
-    try:
-        return sorted(_imports(ast.parse(text)))
-    except (SyntaxError, ValueError):
-        pass
+    flush = source[:1] not in ("", " ", "\t", "\n", "\r", "\f")  # a module: dedent is a no-op
+    text = source if flush else textwrap.dedent(source)
+    tree = parsed(text)  # a python patch's module: the parse its load made (kernel.touches)
+    if tree is not None:
+        return sorted(_imports(tree))
     found: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         try:
@@ -317,13 +318,26 @@ def imported_modules(source: str) -> list[tuple[int, str]]:
     return found
 
 
+# The fields of a statement holding statements: imports are statements, so only these are
+# walked (never an expression's nodes, most of a big module's tree).
+_BLOCKS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
 def _imports(tree: ast.AST) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
+    todo = [tree]
+    while todo:
+        node = todo.pop()
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0 and node.module:
+                found.append((node.lineno, node.module))
+        else:
+            for name in _BLOCKS:
+                block = getattr(node, name, None)
+                if isinstance(block, list):
+                    todo += block
     return found
 
 

@@ -11,6 +11,7 @@ import json
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,9 @@ _PULL = re.compile(r"^/api/repos/(?P<owner>[^/]+)/(?P<repo>[^/]+)/pulls/(?P<n>\d
 @dataclass
 class ForgeScript:
     pulls: dict[str, dict[str, Any]] = field(default_factory=dict)  # "owner/repo#n" -> body
-    mode: str = "ok"  # ok | rate-limit | rate-limit-429 | unauthorized | html | bad-json | redirect
+    # ok | rate-limit | rate-limit-429 | unauthorized | html | bad-json | redirect | drip-head
+    mode: str = "ok"
+    drip: float = 1.0  # mode drip-head: seconds between the bytes of its status line and headers
     redirect_to: str = ""  # mode redirect: the base URL the answer sends the client to
     hits: Counter[str] = field(default_factory=Counter)
     conditional: Counter[str] = field(default_factory=Counter)  # asked with If-None-Match
@@ -96,6 +99,9 @@ class FakeForge:
                         {"Content-Type": "text/html"},
                     )
                     return
+                if script.mode == "drip-head":
+                    self._drip(b'{"state": "open", "merged": false}')
+                    return
                 if script.mode == "bad-json":
                     self._send(200, b'{"state": "open", "merged": fal')
                     return
@@ -111,6 +117,22 @@ class FakeForge:
                     self._send(304, b"", {"ETag": etag})
                     return
                 self._send(200, body.encode(), {"ETag": etag, "X-RateLimit-Remaining": "4999"})
+
+            def _drip(self, body: bytes) -> None:
+                """Its status line and headers a byte at a time (each read gets something
+                before any per-read timeout), then the body."""
+                head = (
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + "".join(f"X-Filler-{i}: {'x' * 20}\r\n" for i in range(50))
+                    + f"Content-Length: {len(body)}\r\n\r\n"
+                ).encode()
+                with contextlib.suppress(OSError):
+                    for i in range(len(head)):
+                        self.wfile.write(head[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(script.drip)
+                    self.wfile.write(body)
+                self.close_connection = True
 
             def _send(
                 self, status: int, body: bytes, headers: dict[str, str] | None = None

@@ -93,6 +93,22 @@ REUSED: dict[str, str] = {
     f"{_HARD}TestIndexPages::test_since_is_bounded_and_says_so": "20,000-release --since",
 }
 
+# Issue 37's tests, each case (a parametrised one per parameter) counted by its outcome as it
+# is: what it checks is that nothing outside its scratch tree changed, nothing was lost and
+# nothing half-written.
+BY_FILE: dict[str, tuple[str, str]] = {
+    "tests/test_hostile_scripts.py": (HOSTILE, "sandbox: hostile anchor scripts (E1 E2 E9 E12)"),
+    "tests/test_hostile_forge.py": (
+        HOSTILE,
+        "forge on 127.0.0.1: answers and caches (E13 E14 E20)",
+    ),
+    "tests/test_import_faults.py": (
+        FAULT,
+        "import: kill -9, other writers, full disk (E5-E7 E15 E19)",
+    ),
+    "tests/test_hostile_big.py": (HOSTILE, "big files: apply and validate (E22)"),
+}
+
 
 def record(kind: str, group: str, case: str, *, intact: bool) -> None:
     """Count one case; `intact` is False when anything was lost or half-written."""
@@ -112,3 +128,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     group = REUSED.get(report.nodeid.split("[")[0])
     if group is not None:
         record(FAULT, f"downloads and index: {group}", report.nodeid, intact=report.passed)
+    counted = BY_FILE.get(report.nodeid.split("::")[0])
+    if counted is not None:
+        record(*counted, report.nodeid, intact=report.passed)

@@ -38,7 +38,7 @@ import urllib3
 from patchset._fs import atomic_file
 from patchset.adapters.net.transport import DEFAULT_TRANSPORT as DEFAULT_TRANSPORT
 from patchset.adapters.net.transport import Transport as Transport
-from patchset.adapters.net.transport import _manager, _reason
+from patchset.adapters.net.transport import _manager, _reason, answer_by
 from patchset.adapters.net.transport import _netrc_entry as _netrc_entry  # tests clear it
 from patchset.errors import IntegrityError, SourceError
 
@@ -406,29 +406,36 @@ def _open_web(
     wait: _Patience,
     transport: Transport,
     private: dict[str, str] | None = None,
+    *,
+    deadline: float | None = None,
 ) -> _Response:
     """GET `url` on a kept-alive connection, following redirects here (so the final URL is
     known, and each host gets only its own credentials: `private` headers, a token, go only
-    to the first URL's host)."""
+    to the first URL's host). With `deadline` (a `time.monotonic()`), the connection and the
+    answer's head by then, however steadily the server drips it."""
     host = urllib.parse.urlsplit(url).netloc
     for _ in range(MAX_REDIRECTS + 1):
         sent = dict(headers)
         if private and urllib.parse.urlsplit(url).netloc == host:
             sent.update(private)
-        timeout = max(wait.left(), 0.001)  # what is left of the time without an answer
+        timeout = wait.left()  # what is left of the time without an answer
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.monotonic())
+        timeout = max(timeout, 0.001)
         if (auth := transport.authorization(url)) is not None:
             sent["Authorization"] = auth
         try:
-            raw = _manager(url, transport).urlopen(
-                "GET",
-                redact(url),
-                headers=sent,
-                timeout=urllib3.Timeout(connect=timeout, read=timeout),
-                retries=False,
-                redirect=False,
-                preload_content=False,
-                decode_content=False,
-            )
+            with answer_by(deadline):
+                raw = _manager(url, transport).urlopen(
+                    "GET",
+                    redact(url),
+                    headers=sent,
+                    timeout=urllib3.Timeout(connect=timeout, read=timeout),
+                    retries=False,
+                    redirect=False,
+                    preload_content=False,
+                    decode_content=False,
+                )
         except (urllib3.exceptions.HTTPError, OSError, http.client.HTTPException) as exc:
             raise _failure(url, exc) from None
         except ValueError as exc:  # a URL urllib3 cannot use (e.g. a malformed IPv6 host)
@@ -553,11 +560,22 @@ def fetch_answer(
 
     def attempt(wait: _Patience) -> Answer:
         check_url(url)
+        late = SourceError(f"{redact(url)}: no whole answer in {whole:g} s")
         if deadline is not None and time.monotonic() > deadline:
-            raise SourceError(f"{redact(url)}: no whole answer in {whole:g} s")
-        response = _open_web(
-            url, {"User-Agent": USER_AGENT, **(headers or {})}, wait, transport, private
-        )
+            raise late
+        try:
+            response = _open_web(
+                url,
+                {"User-Agent": USER_AGENT, **(headers or {})},
+                wait,
+                transport,
+                private,
+                deadline=deadline,
+            )
+        except _TransientError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise late from None  # cut off at the deadline: not a server to retry
+            raise
         try:
             if response.status >= 500:
                 raise _TransientError(f"HTTP {response.status}")

@@ -9,16 +9,19 @@ host looked up once a process; one urllib3 pool manager per TLS trust and proxy.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import functools
+import io
 import netrc
 import os
 import socket
 import ssl
 import threading
+import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -138,16 +141,93 @@ def _create_connection(
     raise error or OSError(f"no address for {host}")
 
 
+# The time (a `time.monotonic()`) by which the answer being asked for in this thread must have
+# come whole, status line and headers included (`answer_by`); None: each read bounded alone.
+_WHOLE = threading.local()
+
+
+@contextlib.contextmanager
+def answer_by(deadline: float | None) -> Iterator[None]:
+    """Requests made in this thread inside the block read their answers' heads (status line
+    and headers, which urllib3 reads before handing the answer over) by `deadline`, however
+    steadily the server drips them: every read is given what is left, and none starts after
+    it (a TimeoutError, as a per-read timeout gives)."""
+    before = getattr(_WHOLE, "deadline", None)
+    _WHOLE.deadline = deadline
+    try:
+        yield
+    finally:
+        _WHOLE.deadline = before
+
+
+class _Deadlined:
+    """A connection's socket as its answer is read while `answer_by` holds: each read gets at
+    most the time left before the deadline. Everything else is the socket's."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    def makefile(self, mode: str = "rb", *_: object, **__: object) -> io.BufferedReader:
+        if mode != "rb":
+            raise ValueError(f"a response reads its socket with 'rb', not {mode!r}")
+        # as socket.makefile does: the socket's close waits for the reader's (the body is
+        # read after the connection let go of a socket the server will close)
+        self._sock._io_refs += 1  # type: ignore[attr-defined]
+        return io.BufferedReader(socket.SocketIO(self, "rb"))  # type: ignore[arg-type]
+
+    def _decref_socketios(self) -> None:  # the reader's close
+        self._sock._decref_socketios()  # type: ignore[attr-defined]
+
+    def recv_into(self, buffer: Any, *args: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        before = self._sock.gettimeout()
+        if before is not None and before <= left:
+            return self._sock.recv_into(buffer, *args)
+        self._sock.settimeout(left)
+        try:
+            return self._sock.recv_into(buffer, *args)
+        finally:
+            self._sock.settimeout(before)
+
+
+def _getresponse(conn: urllib3.connection.HTTPConnection, read: Callable[[], Any]) -> Any:
+    """`read()` (the connection's getresponse) with its socket bounded by `answer_by`."""
+    deadline = getattr(_WHOLE, "deadline", None)
+    real = conn.sock
+    if deadline is None or real is None:
+        return read()
+    bounded = _Deadlined(real, deadline)
+    conn.sock = bounded
+    try:
+        return read()
+    finally:
+        if conn.sock is bounded:  # not closed (and set to None) by the reading
+            conn.sock = real
+
+
 class _ResolvedHTTPConnection(urllib3.connection.HTTPConnection):
-    """urllib3's connection, with each host looked up once per process (see above)."""
+    """urllib3's connection, with each host looked up once per process (see above) and its
+    answer's head read by the deadline `answer_by` sets."""
 
     def _new_conn(self) -> socket.socket:  # urllib3's hook for opening the socket
         return _new_socket(self)
+
+    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
+        return _getresponse(self, super().getresponse)  # type: ignore[no-any-return]
 
 
 class _ResolvedHTTPSConnection(urllib3.connection.HTTPSConnection):
     def _new_conn(self) -> socket.socket:
         return _new_socket(self)
+
+    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
+        return _getresponse(self, super().getresponse)  # type: ignore[no-any-return]
 
 
 def _new_socket(conn: urllib3.connection.HTTPConnection) -> socket.socket:
