@@ -109,7 +109,7 @@ def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
 
 
 @functools.lru_cache(maxsize=4)
-def _parsed(source: bytes | str) -> ast.Module | None:
+def parsed(source: bytes | str) -> ast.Module | None:
     """A module's tree, parsed once for every name asked of it (a check asks many)."""
     try:
         return ast.parse(source)
@@ -119,7 +119,7 @@ def _parsed(source: bytes | str) -> ast.Module | None:
 
 def defines(source: bytes | str, attr: str) -> bool:
     """Whether the module source binds `attr` (``"Class.method"`` looks inside the class)."""
-    tree = _parsed(source)
+    tree = parsed(source)
     if tree is None:
         return False
     body: list[ast.stmt] = tree.body

@@ -20,8 +20,12 @@ from patchset._fs import sha256_hex
 from patchset.errors import PayloadError, RegistryError
 from patchset.kernel.capability import parse_scope
 from patchset.kernel.pycompile import compile_error, tree_error
-from patchset.kernel.touches import _parsed as parsed  # the parse `defines` shares
-from patchset.kernel.touches import defines, module_files, parse_touch
+from patchset.kernel.touches import (
+    defines,
+    module_files,
+    parse_touch,
+    parsed,  # the parse `defines` shares
+)
 from patchset.registry import semantics
 from patchset.registry.diffs import parse_diff
 from patchset.registry.model import (

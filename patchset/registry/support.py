@@ -29,7 +29,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from patchset.errors import RegistryError
-from patchset.kernel.touches import _parsed as parsed  # one parse per module text
+from patchset.kernel.touches import parsed  # one parse per module text
 from patchset.registry.model import (
     PATCH_FILE,
     SUPPORT_FILE,
