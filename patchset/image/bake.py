@@ -12,7 +12,6 @@ folder that holds the bake file. A bake build is not verified: `patchset verify 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset._fs import replace_folder
+from patchset._fs import replace_folder, write_atomic
 from patchset.adapters import dockerengine
 from patchset.errors import UsageError
 from patchset.image.build import prepare_context
@@ -110,10 +109,8 @@ def bake(
             )
         data = bake_data(targets, contexts=final.name)
         text = json.dumps(data, indent=2) + "\n"
-        tmp_file = staging / output.name
-        tmp_file.write_text(text, encoding="utf-8")
         replace_folder(staging, final)
-        os.replace(final / output.name, output)
+        write_atomic(output, text.encode())  # the contexts it names are in place first
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if own_engine:
