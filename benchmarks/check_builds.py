@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from patchset.image.definition import load_definitions  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
+from patchset.registry.builds import load_definitions  # noqa: E402
 from patchset.sources.git import GitSource  # noqa: E402
 from patchset.sources.package_index import IndexSource  # noqa: E402
 from patchset.upstream.pins import check_builds  # noqa: E402

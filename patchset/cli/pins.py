@@ -10,8 +10,8 @@ from collections.abc import Callable
 from patchset.cli import github
 from patchset.cli.output import console, print_json, shown, styled, table, text
 from patchset.errors import UsageError
-from patchset.image.definition import BuildDefinition, load_definition, load_definitions
 from patchset.registry import Registry
+from patchset.registry.builds import BuildDefinition, load_definition, load_definitions
 from patchset.release_check import CheckReport, parallel
 from patchset.release_check.run import ProgressBar
 from patchset.sources import select

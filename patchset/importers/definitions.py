@@ -25,7 +25,6 @@ from patchset._fs import write_atomic
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError
 from patchset.image.content import choose, series
-from patchset.image.definition import BuildDefinition
 from patchset.importers.common import Releases
 from patchset.importers.model import Plan
 from patchset.importers.tomlout import dumps
@@ -33,6 +32,7 @@ from patchset.kernel.predicates import Facts
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, load_registry
+from patchset.registry.builds import BuildDefinition
 from patchset.sources.base import ReleaseSource
 
 STOCK_CUDA = "cu129"  # the stock image's CUDA is not named by a pin or a compose

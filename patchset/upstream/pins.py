@@ -12,9 +12,9 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from patchset.errors import ExitCode
-from patchset.image.definition import BuildDefinition
 from patchset.image.plan import Plan, plan, switch_sets
 from patchset.registry import Registry
+from patchset.registry.builds import BuildDefinition
 from patchset.release_check import CheckReport, CheckResult, check
 from patchset.sources.base import ReleaseSource
 

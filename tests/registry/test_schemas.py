@@ -16,7 +16,7 @@ import patchset
 from patchset import schemas
 from patchset.adapters.dockerengine import Engine
 from patchset.adapters.forge import ForgeState
-from patchset.image.definition import load_definition
+from patchset.registry.builds import load_definition
 from patchset.registry.model import STATES
 from patchset.sources.package_index import IndexSource
 from patchset.upstream import Status

@@ -84,7 +84,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run_build(args: argparse.Namespace) -> int:
     from patchset.image.build import build  # see the module docstring
-    from patchset.image.definition import load_definition
+    from patchset.registry.builds import load_definition
 
     definition = load_definition(args.definition)
     registry = load(args.registry)
