@@ -87,17 +87,19 @@ def audit(
     forge: ForgeAPI,
     *,
     patches: Sequence[str] = (),
-    git: Path | None = None,
+    git: GitSource | Path | None = None,
     jobs: int = JOBS,
 ) -> UpstreamReport:
     """Ask the forge about each patch's pull request (those of `patches`, else every patch
-    with one), `jobs` at a time, each pull request once; compare with the registry."""
+    with one), `jobs` at a time, each pull request once; compare with the registry. With
+    `git`, a local vLLM clone (or its folder), each merged one's first release."""
     chosen = registry.select(tuple(patches))
     tracked = [(p.id, p.upstream.pr, p.upstream.state) for p in chosen if p.upstream.pr]
     prs = sorted({pr for _, pr, _ in tracked})
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(prs) or 1))) as pool:
         answers = dict(zip(prs, pool.map(forge.pull, prs), strict=True))
-    releases = _first_releases(git, [a.merge_commit for a in answers.values() if a.merge_commit])
+    clone = git.path if isinstance(git, GitSource) else git
+    releases = _first_releases(clone, [a.merge_commit for a in answers.values() if a.merge_commit])
     findings = [
         judge(patch_id, state, answers[pr], releases.get(answers[pr].merge_commit or ""))
         for patch_id, pr, state in sorted(tracked)
@@ -107,13 +109,15 @@ def audit(
     return UpstreamReport(tuple(findings))
 
 
-def _beside_the_check(registry: Registry, findings: list[Finding], git: Path) -> list[Finding]:
+def _beside_the_check(
+    registry: Registry, findings: list[Finding], git: GitSource | Path
+) -> list[Finding]:
     """Each merged pull request's first release (the clone's tags) set beside the first of
     the clone's releases, up to it, that the check reads `upstream`; a difference is said."""
     known = [f for f in findings if f.first_release]
     if not known:
         return findings
-    source = GitSource(git)
+    source = git if isinstance(git, GitSource) else GitSource(git)
     finals = [v for v in source.versions() if not Version(v).is_prerelease]
     out = []
     for f in findings:
