@@ -52,12 +52,14 @@ from packaging.version import Version  # noqa: E402
 
 import patchset  # noqa: E402
 from patchset.engine.order import required_chain  # noqa: E402
-from patchset.importers import genesis, genesis_registry, genesis_text, import_collection  # noqa: E402
-from patchset.importers.land import _write_patch  # noqa: E402
+from patchset.importers import genesis, import_collection  # noqa: E402
+from patchset.importers.genesis import registry as genesis_registry  # noqa: E402
+from patchset.importers.genesis import text as genesis_text  # noqa: E402
 from patchset.importers.model import Draft  # noqa: E402
 from patchset.importers.pystatic import Package  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
 from patchset.registry.model import Patch  # noqa: E402
+from patchset.registry.write import write_patch_folder  # noqa: E402
 from patchset.release_check.memo import Memo  # noqa: E402
 from patchset.sources import parse_source  # noqa: E402
 from tests.helpers.cli import cli  # noqa: E402
@@ -75,7 +77,7 @@ def _stripped(drafts: list[Draft], root: Path) -> Path:
     registry.mkdir(parents=True)
     for draft in drafts:
         meta = {k: v for k, v in draft.meta.items() if k not in NEW_KEYS}
-        _write_patch(registry / draft.id, meta, draft.payloads)
+        write_patch_folder(registry / draft.id, meta, draft.payloads)
     return registry
 
 
@@ -333,7 +335,7 @@ def _agreement(  # noqa: PLR0915 - one walk over patches and releases
         for one in (*chain, patch):
             scope = package.scope(module_of(one))
             assert scope is not None
-            patchers, _ = genesis_text._patchers(scope)
+            patchers, _ = genesis_text.read_patchers(scope)
             files += [f for p in patchers for f in (p.file, *p.other_files)]
         files = list(dict.fromkeys(files))
         for version in versions:

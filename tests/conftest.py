@@ -65,7 +65,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     with run.engine_if_up() as client:
         if client is not None:
             for dead in run.dead_runs(client):
-                run.remove_run(client, dead)
+                run.remove_run_or_warn(client, dead)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -74,7 +74,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run.owns(run_id):
         with run.engine_if_up() as client:
             if client is not None:
-                run.remove_run(client, run_id)
+                run.remove_run_or_warn(client, run_id)
         for path in Path(tempfile.gettempdir()).glob(f"{run_id}-*"):  # HOME, copies
             shutil.rmtree(path, ignore_errors=True)
     _run_home.clear()

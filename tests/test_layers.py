@@ -5,6 +5,10 @@
   (`tomlkit` for style-kept edits, `unidiff` for diffs) and, of patchset, `kernel`, `errors`,
   `_fs` (atomic writes) and itself;
 - nothing outside `cli/` imports `rich` (not even for type checking);
+- the wings `importers/`, `upstream/` and `cli/` are imported by `cli/` only (and `cli/` by
+  nothing in the package but the entry point `__main__`);
+- no module imports another folder's underscore names (a folder's private names stay in it);
+- no module is over 600 lines; `os.replace` is called only in `_fs.py` and `kernel/`;
 - the packages (first-level folders and modules of `patchset`) import each other without a
   loop, counting every import that runs (function-level ones too; `TYPE_CHECKING` ones and
   the root package's own re-exports do not run a loop).
@@ -142,6 +146,96 @@ def package_loops(imports: list[Import]) -> list[list[str]]:
     return loops
 
 
+WINGS = ("patchset.importers", "patchset.upstream", "patchset.cli")
+MAX_LINES = 600
+
+
+def wing_violations(imports: list[Import]) -> list[str]:
+    """An import of a wing (`importers/`, `upstream/`, `cli/`) from outside `cli/` (the wing's
+    own modules and the entry point `patchset.__main__` aside)."""
+    return [
+        str(i)
+        for i in imports
+        for wing in WINGS
+        if _under(i.target, wing)
+        and not _under(i.module, wing)
+        and not _under(i.module, "patchset.cli")
+        and i.module != "patchset.__main__"
+    ]
+
+
+def _folder(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def private_name_violations(root: Path = PACKAGE) -> list[str]:
+    """`from X import _name` where X lies in another folder than the importing module (a
+    module's private names are its folder's; `__dunder__` names are not private)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = _module_name(path, root)
+        is_package = path.name == "__init__.py"
+        here = _folder(module, is_package)
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            if not _under(target, "patchset"):
+                continue
+            target_path = root.parent / Path(*target.split("."))
+            there = target if target_path.is_dir() else target.rpartition(".")[0]
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not name.startswith("__") and there != here:
+                    where = f"{path.relative_to(root.parent)}:{node.lineno}"
+                    found.append(f"{where} imports {name} from {target}")
+    return found
+
+
+def long_modules(root: Path = PACKAGE) -> list[str]:
+    return [
+        f"{path.relative_to(root.parent)}: {n} lines"
+        for path in sorted(root.rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+
+
+def os_replace_outside_fs(root: Path = PACKAGE) -> list[str]:
+    """Calls of `os.replace` (or a bare `replace` imported from os) outside `_fs.py` and
+    `kernel/`: the atomic swaps have one home."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "kernel" or rel == Path("_fs.py"):
+            continue
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+        from_os = {
+            a.asname or a.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "os"
+            for a in node.names
+            if a.name == "replace"
+        }
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            by_module = (
+                isinstance(f, ast.Attribute)
+                and f.attr == "replace"
+                and isinstance(f.value, ast.Name)
+                and f.value.id == "os"
+            )
+            if by_module or (isinstance(f, ast.Name) and f.id in from_os):
+                found.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return found
+
+
 IMPORTS = all_imports()
 
 
@@ -176,6 +270,22 @@ def test_no_package_level_import_loop() -> None:
     assert package_loops(IMPORTS) == []
 
 
+def test_the_wings_are_imported_by_the_cli_only() -> None:
+    assert wing_violations(IMPORTS) == []
+
+
+def test_no_private_name_crosses_a_folder() -> None:
+    assert private_name_violations() == []
+
+
+def test_no_module_over_600_lines() -> None:
+    assert long_modules() == []
+
+
+def test_os_replace_only_in_fs_and_kernel() -> None:
+    assert os_replace_outside_fs() == []
+
+
 @pytest.mark.parametrize(
     ("where", "code", "rule"),
     [
@@ -183,6 +293,9 @@ def test_no_package_level_import_loop() -> None:
         ("kernel/bad.py", "from patchset.errors import UsageError\n", kernel_violations),
         ("registry/bad.py", "from patchset.engine import apply\n", registry_violations),
         ("engine/bad.py", "from rich.console import Console\n", rich_violations),
+        ("engine/bad.py", "from patchset.importers import club\n", wing_violations),
+        ("image/bad.py", "from patchset.cli import main\n", wing_violations),
+        ("registry/bad.py", "def f():\n    from patchset.upstream import bump\n", wing_violations),
         (
             "engine/bad.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import rich\n",
@@ -198,6 +311,33 @@ def test_each_rule_sees_a_violation(
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / where).write_text(code)
     assert [v for v in rule(all_imports(copy)) if "bad.py" in v]
+
+
+@pytest.mark.parametrize(
+    ("where", "code", "rule"),
+    [
+        ("engine/bad.py", "from patchset.kernel.sites import _private\n", private_name_violations),
+        ("engine/bad.py", "from ..kernel import _private\n", private_name_violations),
+        ("engine/bad.py", "x = 1\n" * (MAX_LINES + 1), long_modules),
+        ("engine/bad.py", "import os\nos.replace('a', 'b')\n", os_replace_outside_fs),
+        ("engine/bad.py", "from os import replace as r\nr('a', 'b')\n", os_replace_outside_fs),
+    ],
+)
+def test_each_file_rule_sees_a_violation(
+    tmp_path: Path, where: str, code: str, rule: Callable[[Path], list[str]]
+) -> None:
+    copy = tmp_path / "patchset"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / where).write_text(code)
+    assert [v for v in rule(copy) if "bad.py" in v]
+
+
+def test_a_private_name_within_its_folder_is_allowed(tmp_path: Path) -> None:
+    copy = tmp_path / "patchset"
+    (copy / "engine").mkdir(parents=True)
+    (copy / "engine" / "a.py").write_text("_x = 1\n")
+    (copy / "engine" / "b.py").write_text("from .a import _x\nfrom patchset.engine.a import _x\n")
+    assert private_name_violations(copy) == []
 
 
 def test_a_loop_is_found(tmp_path: Path) -> None:

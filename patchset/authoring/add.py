@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 import textwrap
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from patchset.errors import RegistryError, UsageError
 from patchset.registry import STATES, Patch, Registry, load_patch, load_registry
 from patchset.registry.lock import registry_lock
 from patchset.registry.model import check_relations
-from patchset.registry.write import why_not_written
+from patchset.registry.write import why_not_written, write_patch_folder
 from patchset.release_check import CheckReport, check
 from patchset.sources.base import ReleaseSource
 
@@ -90,14 +90,16 @@ def add_diff(
     head = payload.preamble
     kind = "runtime" if sites else "diff"
     targets = tuple(dict.fromkeys(s.file for s in sites)) if sites else payload.targets
+    if sites:
+        header = f"Runtime sites of {patch_id}, made by `patchset add` from {origin}."
+        payloads = {"sites.toml": sites_toml(patch_id, sites, header=header)}
+    else:
+        payloads = {"patch.diff": payload.text}
     with _staging(root, patch_id) as folder:
-        if sites:
-            header = f"Runtime sites of {patch_id}, made by `patchset add` from {origin}."
-            _write(folder / "sites.toml", sites_toml(patch_id, sites, header=header))
-        else:
-            _write(folder / "patch.diff", payload.text)
 
-        def write_toml(range_text: str, note: str, base: str | None) -> None:
+        def write_toml(
+            range_text: str, note: str, base: str | None, files: Mapping[str, str] = {}
+        ) -> None:
             doc = _patch_doc(
                 patch_id,
                 kind=kind,
@@ -116,9 +118,9 @@ def add_diff(
             )
             if requires:
                 doc["requires"] = list(dict.fromkeys(requires))
-            _write(folder / "patch.toml", tomlkit.dumps(doc))
+            _write(folder, doc, files)
 
-        write_toml(vllm or ANY_RELEASE, "", base)
+        write_toml(vllm or ANY_RELEASE, "", base, payloads)
         try:  # the registry's rules, before a check
             staged = _with_registry(root, load_patch(folder))
         except RegistryError as exc:  # named against what the user gave, not the staging
@@ -239,10 +241,7 @@ def _skeleton(
             " Until then `patchset validate`\nrefuses it, on purpose, so a half-written patch"
             " never ships."
         )
-        text = "".join(f"# {line}\n" for line in header.splitlines()) + tomlkit.dumps(doc)
-        _write(folder / "patch.toml", text)
-        for name, content in files.items():
-            _write(folder / name, content)
+        _write(folder, doc, files, header=header)
         dest = root / patch_id
         _rename(folder, dest)
     return dest
@@ -407,17 +406,17 @@ def _staging(root: Path, patch_id: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _write(path: Path, text: str) -> None:
-    """A file of the staging folder, written whole and fsynced (what is renamed into the
-    registry is on disk); a full disk or a quota is one line naming the file as it would
-    be named, exit 2."""
+def _write(
+    folder: Path, doc: tomlkit.TOMLDocument, payloads: Mapping[str, str], *, header: str = ""
+) -> None:
+    """The staged patch folder's files (`registry.write.write_patch_folder`, the writer the
+    importers use; fsynced: what is renamed into the registry is on disk); a full disk or a
+    quota is one line naming the file as it would be named, exit 2."""
     try:
-        with path.open("w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+        write_patch_folder(folder, doc, payloads, header=header)
     except OSError as exc:
-        named = path.parent.parent.parent / path.parent.name / path.name  # staging's
+        name = Path(exc.filename).name if exc.filename else "patch.toml"
+        named = folder.parent.parent / folder.name / name  # staging's
         raise RegistryError(_not_written(exc, "cannot write"), path=named) from None
 
 

@@ -226,7 +226,7 @@ def recover(root: Path) -> list[str]:
                 else:  # renamed already: put the original back (its owner is the backup's)
                     create_exclusive(restore, backup.read_bytes(), like=backup)
                     shutil.copystat(backup, restore)  # the original's time stamps too
-                    os.replace(restore, path)
+                    tree.put(restore, path)
             elif path.exists():
                 path.unlink()
             restored.append(entry["path"])
@@ -296,7 +296,7 @@ def commit(
             if temp is None:
                 path.unlink()
             else:
-                os.replace(temp, path)
+                tree.put(temp, path)
         for folder in emptied:
             resolve_inside(root, folder).rmdir()
         differs = tree.read_back(changes, lambda rel: _read(resolve_inside(root, rel)))

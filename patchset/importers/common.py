@@ -11,10 +11,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from patchset.adapters.gitrepo import provenance
 from patchset.importers.model import CollectionError
+from patchset.registry.ranges import version_key
 from patchset.sources.base import ReleaseSource, ReleaseTree
 
 _IMPORT = re.compile(
@@ -69,23 +68,18 @@ class Releases:
         return [v for v, _ in self._versions]
 
     def read(self, version: str, path: str) -> bytes | None:
+        return self.tree(version).read(path)
+
+    def tree(self, version: str) -> ReleaseTree:
         if version not in self._trees:
             self.versions()
             assert self._versions is not None
             source = dict(self._versions)[version]
             self._trees[version] = self._stack.enter_context(source.open(version))
-        return self._trees[version].read(path)
+        return self._trees[version]
 
     def close(self) -> None:
         self._stack.close()
-
-
-def version_key(version: str) -> Version:
-    """A release's version for sorting (one that is none sorts first)."""
-    try:
-        return Version(version)
-    except InvalidVersion:
-        return Version("0")
 
 
 def refuse_escapes(root: Path, folders: Sequence[str]) -> None:

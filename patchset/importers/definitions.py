@@ -27,12 +27,12 @@ from patchset.errors import PatchsetError
 from patchset.image.content import choose, series
 from patchset.importers.common import Releases
 from patchset.importers.model import Plan
-from patchset.importers.tomlout import dumps
 from patchset.kernel.predicates import Facts
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, load_registry
 from patchset.registry.builds import BuildDefinition
+from patchset.registry.write import toml_text
 from patchset.sources.base import ReleaseSource
 
 STOCK_CUDA = "cu129"  # the stock image's CUDA is not named by a pin or a compose
@@ -150,7 +150,7 @@ def _planned(plan: Plan, registry: Registry, read: Reader) -> tuple[str | None, 
     data = dict(plan.data)
     order = {pid: n for n, pid in enumerate(p.id for p in registry.patches)}
     data["patches"] = sorted(kept, key=order.__getitem__)
-    return dumps(data, header=plan.header), left
+    return toml_text(data, header=plan.header), left
 
 
 def _required(patch: Patch, known: dict[str, Patch]) -> list[str]:

@@ -39,11 +39,12 @@ from patchset.importers.model import (
     ImportReport,
     Support,
 )
-from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry, patch_problems
 from patchset.registry.lock import IMPORT_STAGE, registry_lock
 from patchset.registry.support import import_problems
+from patchset.registry.write import toml_text, write_patch_folder, write_text
 
+HEADER = "Written by `patchset import`; edits are kept by the next import (and named)."
 _SKIP_COPY = shutil.ignore_patterns("__pycache__", "*.pyc", ".git")
 # Other writers' work in progress (an `add`'s staging folder, a temp file): not carried over
 _TRANSIENT = shutil.ignore_patterns(".add-*", ".remove-*", ".*.tmp", ".patchset-registry.lock")
@@ -282,10 +283,7 @@ def _write_patch(
             if path.is_file() or path.is_symlink():
                 path.unlink()
     folder.mkdir(parents=True, exist_ok=clean is not None)
-    header = "Written by `patchset import`; edits are kept by the next import (and named)."
-    (folder / "patch.toml").write_text(dumps(meta, header=header))
-    for name, text in payloads.items():
-        (folder / name).write_text(text)
+    write_patch_folder(folder, meta, payloads, header=HEADER, durable=False)
 
 
 def _write_support(stage: Path, support: Support) -> None:
@@ -293,9 +291,8 @@ def _write_support(stage: Path, support: Support) -> None:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    (folder / "support.toml").write_text(
-        dumps(support.meta, header="Written by `patchset import`.")
-    )
+    text = toml_text(support.meta, header="Written by `patchset import`.")
+    write_text(folder / "support.toml", text, durable=False)
     path = support.meta.get("path")
     if isinstance(path, str):
         shutil.copytree(support.source, folder / path / support.package, ignore=_SKIP_COPY)

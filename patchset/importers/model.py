@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from patchset.errors import ExitCode, PatchsetError
+from patchset.registry.write import TomlData
 
 Status = Literal["imported", "imported-with-loss", "not-imported", "out-of-scope"]
 Action = Literal[
@@ -22,6 +23,15 @@ class CollectionError(PatchsetError):
     know (exit 2)."""
 
     exit_code = ExitCode.BAD_INPUT
+
+
+class Skipped(Exception):  # noqa: N818 - a reason, not an error
+    """Why one entry of a collection is not imported (said in the report, not an error);
+    `scope`: the entry is out of the importer's scope rather than failed."""
+
+    def __init__(self, message: str, *, scope: bool = False) -> None:
+        super().__init__(message)
+        self.scope = scope
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ class Draft:
 
     id: str
     source_id: str
-    meta: dict[str, object]
+    meta: TomlData
     payloads: dict[str, str]
     lost: list[str] = field(default_factory=list)
     # Files of the collection the patch needs at run time (support packages by name).
@@ -86,7 +96,7 @@ class Support:
     the folder it copies from (the collection's package)."""
 
     name: str
-    meta: dict[str, object]
+    meta: TomlData
     source: str  # folder to copy as <name>/<path>/<package>
     package: str  # the top-level package folder name
 

@@ -154,6 +154,12 @@ def create_exclusive(
         set_attributes(fh.fileno(), attrs)
 
 
+def put(staged: Path, path: Path) -> None:
+    """Rename a file staged beside `path` over it (atomic on one file system): the one rename
+    that writes vLLM's files, for the entrypoint here and the host's transaction."""
+    os.replace(staged, path)
+
+
 def make_folder(path: Path) -> None:
     """Create one folder with its parent's owner, group and permission bits."""
     parent = path.parent.stat()
@@ -282,7 +288,7 @@ def write_all(
             if data is None:
                 (root / rel).unlink(missing_ok=True)
             else:
-                os.replace(temps.pop(rel), root / rel)
+                put(temps.pop(rel), root / rel)
             done.append(rel)
         differs = read_back(changes, lambda rel: read_file(root / rel))
         if differs is not None:
@@ -296,7 +302,7 @@ def write_all(
                 path.unlink(missing_ok=True)
             else:
                 create_exclusive(temp(path), data, like=path)
-                os.replace(temp(path), path)
+                put(temp(path), path)
         for folder in reversed(made):
             folder.rmdir()
         raise

@@ -5,6 +5,11 @@ wrote them; only the values asked for change. A change is planned in memory, the
 by file (a temp file in the same folder, fsync, rename). The registry is loaded again
 afterwards; if it does not load, every file is put back, so a change that fails leaves the
 registry byte-for-byte unchanged. Nothing is written unless every folder involved is writable.
+
+A new patch folder (`patchset add`, `patchset import`) is written by `write_patch_folder`: its
+patch.toml a tomlkit document (`toml_text` lays plain data out as one: keys, then tables, then
+arrays of tables; strings escaped so that any text reads back byte for byte), its payloads
+beside it.
 """
 
 from __future__ import annotations
@@ -12,15 +17,17 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import KeyType, SingleKey, String, StringType, Table, Trivia
 from tomlkit.toml_document import TOMLDocument
 
 from patchset._fs import staged_file, sync_folder
@@ -30,6 +37,10 @@ from patchset.registry.lock import registry_lock
 from patchset.registry.ranges import same_range
 
 LOG = logging.getLogger(__name__)
+
+# patch.toml (support.toml, a build definition) as plain data: str, int, bool, lists and
+# tables of them, keys in order; a None value is left out.
+TomlData = dict[str, Any]
 
 
 class RegistryChange:
@@ -296,3 +307,141 @@ def _declared(patch: Patch) -> str:
     except (OSError, TOMLKitError, UnicodeDecodeError, RecursionError):
         value = None
     return str(value) if isinstance(value, str) else str(patch.vllm)
+
+
+# -- new patch folders: `patchset add`, `patchset import` ---------------------------------------
+
+
+def write_patch_folder(
+    folder: Path,
+    patch: TOMLDocument | Mapping[str, Any],
+    payloads: Mapping[str, str] = {},
+    *,
+    header: str = "",
+    durable: bool = True,
+) -> None:
+    """Write a patch folder's files: the payloads (name -> text), then patch.toml (a tomlkit
+    document, or plain data laid out by `toml_text` under `header`), each whole; with
+    `durable`, each fsynced (what is renamed into a registry is on disk). An OSError is the
+    caller's to say (it knows what the folder will be called)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in payloads.items():
+        write_text(folder / name, text, durable=durable)
+    write_text(folder / PATCH_FILE, toml_text(patch, header=header), durable=durable)
+
+
+def write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """`text` as the file `path`, UTF-8, newlines as they are; fsynced with `durable`. An
+    OSError names the file (a full disk's, raised by a write, names none of itself)."""
+    try:
+        with path.open("w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        raise
+
+
+def toml_text(data: TOMLDocument | Mapping[str, Any], *, header: str = "") -> str:
+    """TOML text of a tomlkit document, or of plain data laid out as a document: each
+    table's own keys, its tables, its arrays of tables (a list of tables under `all`/`any`,
+    a predicate, stays inline); strings escaped (`_escape`); an array longer than 90
+    characters one item a line. `header` lines are comments at the top."""
+    comments = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    if isinstance(data, TOMLDocument):
+        return comments + tomlkit.dumps(data)
+    doc = tomlkit.document()
+    _fill(doc, data)
+    return (comments + tomlkit.dumps(doc)).strip("\n") + "\n"
+
+
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+_INLINE_TABLES = ("all", "any")  # predicate lists read better inline
+
+
+def _fill(container: TOMLDocument | Table, data: Mapping[str, Any]) -> None:
+    later: list[tuple[str, object]] = []
+    for key, value in data.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping) or (_is_tables(value) and key not in _INLINE_TABLES):
+            later.append((key, value))
+        else:
+            container.add(_key(key), _item(value))
+    for key, value in later:
+        body = container.body if isinstance(container, TOMLDocument) else container.value.body
+        if not body or isinstance(body[-1][1], Table):
+            container.add(tomlkit.nl())  # a blank line before each table header
+        if isinstance(value, Mapping):
+            table = tomlkit.table(is_super_table=False)
+            _fill(table, value)
+            container.add(_key(key), table)
+        else:
+            assert isinstance(value, list)
+            tables = tomlkit.aot()
+            for each in value:
+                table = tomlkit.table()
+                _fill(table, each)
+                tables.append(table)
+            container.add(_key(key), tables)
+
+
+def _key(key: str) -> str | SingleKey:
+    return key if _BARE.match(key) else SingleKey(key, KeyType.Basic, original=_raw(key))
+
+
+def _item(value: object) -> Any:
+    if isinstance(value, str):  # the text as `_raw` writes it, inside its quotes
+        quotes = 3 if "\n" in value else 1
+        kind = StringType.MLB if quotes == 3 else StringType.SLB
+        return String(kind, value, _raw(value)[quotes:-quotes], Trivia())
+    if isinstance(value, bool | int):
+        return tomlkit.item(value)
+    return tomlkit.value(_raw(value))
+
+
+def _raw(value: object) -> str:
+    """TOML text of a value inside an array or inline table."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        if "\n" in value:
+            return '"""\n' + _escape(value, multiline=True) + '"""'
+        return '"' + _escape(value, multiline=False) + '"'
+    if isinstance(value, Mapping):
+        inner = ", ".join(
+            f"{k if _BARE.match(k) else _raw(k)} = {_raw(v)}" for k, v in value.items()
+        )
+        return "{ " + inner + " }" if inner else "{}"
+    if isinstance(value, list | tuple):
+        items = [_raw(v) for v in value]
+        one = "[" + ", ".join(items) + "]"
+        if len(one) <= 90 and "\n" not in one:
+            return one
+        return "[\n" + "".join(f"  {item},\n" for item in items) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+# Every backslash, quote and control character escaped (a multi-line string keeps its
+# newlines and tabs): any text reads back byte for byte.
+_ESCAPES = {c: f"\\u{c:04x}" for c in [*range(0x20), 0x7F]} | {
+    ord("\\"): "\\\\",
+    ord('"'): '\\"',
+    ord("\t"): "\\t",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+}
+_MULTILINE_ESCAPES = _ESCAPES | {ord("\t"): "\t", ord("\n"): "\n"}
+
+
+def _escape(text: str, *, multiline: bool) -> str:
+    return text.translate(_MULTILINE_ESCAPES if multiline else _ESCAPES)
+
+
+def _is_tables(value: object) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, Mapping) for v in value)

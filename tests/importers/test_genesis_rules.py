@@ -9,12 +9,11 @@ import tomllib
 from pathlib import Path
 
 import patchset
-from patchset.importers import genesis_text
-from patchset.importers.land import _write_patch
+from patchset.importers.genesis import text as genesis_text
 from patchset.importers.model import Draft
 from patchset.importers.pystatic import Package
-from patchset.importers.tomlout import dumps
 from patchset.registry import load_registry
+from patchset.registry.write import toml_text, write_patch_folder
 from patchset.sources import parse_source
 from tests.helpers import import_fixtures as fx
 
@@ -31,11 +30,11 @@ def _sites(
     (tmp_path / "sndr" / "m.py").write_text(HEADER + textwrap.dedent(body))
     scope = Package(tmp_path).scope("sndr.m")
     assert scope is not None
-    patchers, unresolved = genesis_text._patchers(scope)
+    patchers, unresolved = genesis_text.read_patchers(scope)
     assert not unresolved, unresolved
     meta: dict[str, object] = {"upstream": {}}
     lost: list[str] = []
-    payloads, _ = genesis_text._runtime("genesis-t", "T", patchers, meta, lost)
+    payloads, _ = genesis_text.runtime_patch("genesis-t", "T", patchers, meta, lost)
     return meta, tomllib.loads(payloads["sites.toml"])["site"], lost
 
 
@@ -160,7 +159,7 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
         meta |= {"vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
         meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
         meta |= extra
-        return Draft(pid, pid, meta, {"sites.toml": dumps({"site": [site]}, header="h")})
+        return Draft(pid, pid, meta, {"sites.toml": toml_text({"site": [site]}, header="h")})
 
     drafts = [draft("t-below", below_site), draft("t-above", above_site, requires=["t-below"])]
     genesis_text.stacked_anchors(drafts)
@@ -169,7 +168,7 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
     assert site["alternatives"] == [{"anchor": above_site["anchor"]}]
     registry = tmp_path / "patches"
     for d in drafts:
-        _write_patch(registry / d.id, d.meta, d.payloads)
+        write_patch_folder(registry / d.id, d.meta, d.payloads)
     release = fx.release(tmp_path / "r", "0.20.0", {"vllm/x.py": BASE_TEXT})
     report = patchset.check(
         load_registry(registry), ["0.20.0"], source=parse_source(str(release)), use_memo=False
@@ -182,7 +181,7 @@ def test_a_fallback_file_becomes_a_variant_by_release(tmp_path: Path) -> None:
     """`resolve_vllm_file("a.py") or resolve_vllm_file("b.py")`: given releases, the import
     writes one payload per run of releases picking the same file, each where Genesis patches."""
     from patchset.importers.common import Releases
-    from patchset.importers.genesis_files import by_release
+    from patchset.importers.genesis.files import by_release
 
     (tmp_path / "sndr").mkdir()
     (tmp_path / "sndr" / "m.py").write_text(
@@ -199,7 +198,7 @@ def test_a_fallback_file_becomes_a_variant_by_release(tmp_path: Path) -> None:
     )
     scope = Package(tmp_path).scope("sndr.m")
     assert scope is not None
-    patchers, _ = genesis_text._patchers(scope)
+    patchers, _ = genesis_text.read_patchers(scope)
     releases = [
         fx.release(tmp_path / "r1", "0.19.0", {"vllm/a.py": BASE_TEXT}),
         fx.release(tmp_path / "r2", "0.20.0", {"vllm/b.py": BASE_TEXT}),

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from patchset.importers import club, club_meta, genesis, import_collection
+from patchset.importers import club, genesis, import_collection
+from patchset.importers.club import meta as club_meta
 from patchset.importers.model import Collected, Draft
-from patchset.importers.tomlout import dumps
+from patchset.registry.write import toml_text
 from patchset.sources import parse_source
 from tests.helpers import import_fixtures as fx
 from tests.helpers.cli import cli
@@ -111,7 +112,7 @@ def test_only_selects_by_either_id(tmp_path: Path) -> None:
 def test_toml_writer_round_trips_any_text() -> None:
     text = 'a "quoted" \\ back\tslash\r\n"""\n\x01end'
     data = {"k": text, "t": {"n": 1, "b": True}, "site": [{"s": "x\ny"}, {"s": ""}]}
-    assert tomllib.loads(dumps(data)) == data
+    assert tomllib.loads(toml_text(data)) == data
 
 
 # -- club-3090 --------------------------------------------------------------------------

@@ -178,8 +178,7 @@ def test_real_collections_definitions_export(tmp_path: Path) -> None:
 def _runtime(
     registry: Path, pid: str, new: str, *, on: bool, conflicts: tuple[str, ...] = ()
 ) -> None:
-    from patchset.importers.land import _write_patch
-    from patchset.importers.tomlout import dumps
+    from patchset.registry.write import toml_text, write_patch_folder
 
     meta: dict[str, object] = {
         "id": pid,
@@ -204,7 +203,7 @@ def _runtime(
         "anchor": "    y = x + 1",
         "text": f"    {new}",
     }
-    _write_patch(registry / pid, meta, {"sites.toml": dumps({"site": [site]})})
+    write_patch_folder(registry / pid, meta, {"sites.toml": toml_text({"site": [site]})})
 
 
 def test_a_plan_lists_what_stacks_and_says_what_it_leaves_out(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from patchset.importers import genesis_text
-from patchset.importers.genesis_registry import _metadata
-from patchset.importers.genesis_state import pr_state
+from patchset.importers.genesis import text as genesis_text
+from patchset.importers.genesis.registry import metadata
+from patchset.importers.genesis.state import pr_state
 from patchset.importers.pystatic import Package
 
 HEADER = """\
@@ -26,12 +26,12 @@ def _patchers(tmp_path: Path, body: str) -> tuple[list[genesis_text.Patcher], li
     (tmp_path / "sndr" / "m.py").write_text(HEADER + textwrap.dedent(body))
     scope = Package(tmp_path).scope("sndr.m")
     assert scope is not None
-    return genesis_text._patchers(scope)
+    return genesis_text.read_patchers(scope)
 
 
 def _upstream(entry: dict[str, object]) -> tuple[dict[str, object], list[str]]:
     lost: list[str] = []
-    meta = _metadata(
+    meta = metadata(
         "PN9", {"env_flag": "GENESIS_ENABLE_PN9", **entry}, {"PN9": "genesis-pn9"}, lost, ">=0.0"
     )
     up = meta["upstream"]
@@ -110,7 +110,7 @@ def test_an_if_target_is_none_fallback_is_a_fallback_file(tmp_path: Path) -> Non
     ]
     meta: dict[str, object] = {"upstream": {}}
     lost: list[str] = []
-    genesis_text._runtime("genesis-t", "T", patchers, meta, lost)
+    genesis_text.runtime_patch("genesis-t", "T", patchers, meta, lost)
     assert any("falls back to vllm/layers/fused_marlin_moe.py" in line for line in lost)
 
 
@@ -153,7 +153,7 @@ def test_superseded_by_another_merged_pr() -> None:
 @pytest.mark.parametrize("relationship", ["counter_regression", "intentional_inverse"])
 def test_a_relationship_is_kept_and_said(relationship: str) -> None:
     lost: list[str] = []
-    meta = _metadata(
+    meta = metadata(
         "P98",
         {
             "env_flag": "GENESIS_ENABLE_P98",
@@ -194,7 +194,7 @@ def test_a_credit_naming_several_prs_or_states_is_one_reading_or_a_line(credit: 
 def test_a_range_given_twice_keeps_both_bounds() -> None:
     # PN110 in the successor: applies_to's pair and a top-level string
     lost: list[str] = []
-    meta = _metadata(
+    meta = metadata(
         "PN110",
         {
             "env_flag": "GENESIS_ENABLE_PN110",
@@ -206,7 +206,7 @@ def test_a_range_given_twice_keeps_both_bounds() -> None:
         ">=0.0",
     )
     assert meta["vllm"] == ">=0.20.0,<0.23.0"
-    meta = _metadata(
+    meta = metadata(
         "PN110",
         {"env_flag": "GENESIS_ENABLE_PN110", "vllm_version_range": (">=0.21.0", None)},
         {"PN110": "genesis-pn110"},
@@ -333,11 +333,11 @@ def test_a_one_line_anchor_is_widened_until_unique_on_every_release_in_range(
     assert "site x-1: its 1-line anchor is not unique on 0.21.0: widened to 2 lines" in draft.lost
     # and it applies on both releases of its range
     import patchset
-    from patchset.importers.land import _write_patch
     from patchset.registry import load_registry
+    from patchset.registry.write import write_patch_folder
 
     registry = tmp_path / "patches"
-    _write_patch(registry / draft.id, draft.meta, draft.payloads)
+    write_patch_folder(registry / draft.id, draft.meta, draft.payloads)
     for version, folder in (("0.20.0", "r20"), ("0.21.0", "r21")):
         report = patchset.check(
             load_registry(registry),
@@ -356,7 +356,7 @@ def test_genesis_switch_aliases_become_the_switch_aliases() -> None:
         "env_flag": "GENESIS_ENABLE_P64",
         "env_flag_aliases": ["GENESIS_ENABLE_P61C", "GENESIS_ENABLE_P64", "not a name"],
     }
-    meta = _metadata("P64", entry, {"P64": "genesis-p64"}, lost, ">=0.0")
+    meta = metadata("P64", entry, {"P64": "genesis-p64"}, lost, ">=0.0")
     assert meta["switch"] == {
         "env": "GENESIS_ENABLE_P64",
         "default": False,

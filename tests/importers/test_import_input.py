@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from patchset.importers import club_meta
-from patchset.importers.club_meta import _metadata
+from patchset.importers.club import meta as club_meta
+from patchset.importers.club.meta import metadata
 from tests.helpers import import_fixtures as fx
 from tests.helpers.cli import cli
 
@@ -122,7 +122,7 @@ def test_a_patches_yml_entry_of_the_wrong_type_is_one_line(
 def test_club_status_is_kept_and_the_pr_never_dropped(
     status: str, state: str, note: str | None
 ) -> None:
-    meta = _metadata(
+    meta = metadata(
         "m-pr48375", {"upstream": {"ref": "vllm#48375", "status": status}}, "o/r", None, "f"
     )
     up, x = meta["upstream"], meta["x"]
@@ -137,7 +137,7 @@ def test_club_status_is_kept_and_the_pr_never_dropped(
 
 
 def test_club_status_without_a_pr_is_unsubmitted_and_said() -> None:
-    meta = _metadata(
+    meta = metadata(
         "m-x",
         {"upstream": {"ref": "local", "status": "upstream-adopted-vendored"}},
         "o/r",

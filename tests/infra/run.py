@@ -24,12 +24,14 @@ import os
 import re
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 ENV = "PATCHSET_TEST_RUN"
 PREFIX = "patchset-test-"
+REMOVE_TIMEOUT = 300  # seconds an engine call of the removal may take
 _ID = re.compile(r"patchset-test-([0-9a-f]{6})-(\d+)-(\d+)")
 
 
@@ -218,7 +220,21 @@ def engine_if_up() -> Iterator[Any]:
     except Exception:  # no engine, no socket, no permission: nothing of a run's to remove
         yield None
         return
+    # answering at once is the test; removing a run's images on a loaded machine (two runs
+    # on one engine, two cores) takes longer than that: a slow answer is not a failed one
+    client.api.timeout = REMOVE_TIMEOUT
     try:
         yield client
     finally:
         client.close()
+
+
+def remove_run_or_warn(client: Any, run: str) -> None:
+    """`remove_run`, and where the engine fails or stalls on it, one warning line instead of
+    a failed test run: what is left is the run's by name, and the next run's start removes it
+    (its pid is gone by then)."""
+    try:
+        remove_run(client, run)
+    except Exception as exc:  # docker's and requests' errors alike
+        last = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
+        print(f"warning: {run}: not all removed ({last}); the next run removes it", file=sys.stderr)

@@ -14,13 +14,13 @@ from patchset.authoring.tree import unified
 _CP = re.compile(r'cp\s+"?\$(?:PATCHDIR|DIR)/([\w.-]+)"?\s+"?\$(?:VLLM|SITE)/([\w./-]+)"?')
 
 
-def _edits_files(path: Path) -> bool:
+def edits_files(path: Path) -> bool:
     """A module that writes files it opens (an anchor script), not one that is imported."""
     text = path.read_text(errors="replace")
     return bool(re.search(r"\.write(_text)?\(", text)) and "vllm/" in text
 
 
-def _vllm_path(path: str) -> str:
+def vllm_path(path: str) -> str:
     parts = [p for p in path.split("/") if p]
     if parts[:1] in (["a"], ["b"]):
         parts = parts[1:]
@@ -29,7 +29,7 @@ def _vllm_path(path: str) -> str:
     return "/".join(parts)
 
 
-def _diff_payload(folder: Path, diffs: list[Path], install: Path | None, lost: list[str]) -> str:
+def diff_payload(folder: Path, diffs: list[Path], install: Path | None, lost: list[str]) -> str:
     """The PR diffs with package-relative paths (`vllm/...`), and the helper files install.sh
     copies in as created files."""
     out: list[str] = []
@@ -39,7 +39,7 @@ def _diff_payload(folder: Path, diffs: list[Path], install: Path | None, lost: l
         for name, dest in _CP.findall(install.read_text(errors="replace")):
             helper = folder / name
             if helper.is_file():
-                path = _vllm_path(dest)
+                path = vllm_path(dest)
                 out.append(unified(path, None, helper.read_text()))
             else:
                 lost.append(f"install.sh copies {name}, not in the folder")
@@ -52,14 +52,14 @@ def _rooted(line: str) -> str:
     from: site-packages, or inside vllm/)."""
     if line.startswith(("--- ", "+++ ")) and not line[4:].startswith("/dev/null"):
         name = line[4:].split("\t", 1)[0].strip()
-        return f"{line[:4]}{'a' if line[0] == '-' else 'b'}/{_vllm_path(name)}\n"
+        return f"{line[:4]}{'a' if line[0] == '-' else 'b'}/{vllm_path(name)}\n"
     parts = line.split()
     if line.startswith("diff --git ") and len(parts) == 4:
-        return f"diff --git a/{_vllm_path(parts[2])} b/{_vllm_path(parts[3])}\n"
+        return f"diff --git a/{vllm_path(parts[2])} b/{vllm_path(parts[3])}\n"
     return line
 
 
-def _diff_targets(payload: str) -> list[str]:
+def diff_targets(payload: str) -> list[str]:
     found = [
         line[6:].strip() for line in payload.splitlines() if line.startswith(("+++ b/", "--- a/"))
     ]

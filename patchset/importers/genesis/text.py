@@ -14,16 +14,17 @@ import tomllib
 from dataclasses import dataclass, field
 
 from patchset.importers.common import imported_modules
-from patchset.importers.genesis_registry import PACKAGE, _Skip
-from patchset.importers.model import Draft
+from patchset.importers.genesis.registry import PACKAGE
+from patchset.importers.model import Draft, Skipped
 from patchset.importers.pystatic import (
     Scope,
     Unresolved,
     bind_params,
+    call_name,
     local_assignments,
     returned_expr,
 )
-from patchset.importers.tomlout import dumps
+from patchset.registry.write import TomlData, toml_text
 
 
 @dataclass
@@ -52,15 +53,6 @@ class Patcher:
     either: list[str] = field(default_factory=list)  # the files of the others
 
 
-def _call_name(node: ast.Call) -> str:
-    func = node.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return ""
-
-
 def _arg(node: ast.Call, index: int, name: str) -> ast.expr | None:
     for keyword in node.keywords:
         if keyword.arg == name:
@@ -68,15 +60,13 @@ def _arg(node: ast.Call, index: int, name: str) -> ast.expr | None:
     return node.args[index] if len(node.args) > index else None
 
 
-def _patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
+def read_patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
     """Every TextPatcher the module builds, in source order, and why others are unreadable."""
     found: list[Patcher] = []
     unresolved: list[str] = []
     owner = _enclosing(scope.tree)
     calls = [
-        n
-        for n in ast.walk(scope.tree)
-        if isinstance(n, ast.Call) and _call_name(n) == "TextPatcher"
+        n for n in ast.walk(scope.tree) if isinstance(n, ast.Call) and call_name(n) == "TextPatcher"
     ]
     for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
         func = owner.get(id(call), scope.tree)
@@ -110,7 +100,7 @@ def _either(tree: ast.Module, owner: dict[int, ast.AST], found: list[Patcher]) -
         if (
             isinstance(node, ast.Return)
             and isinstance(node.value, ast.Call)
-            and _call_name(node.value) == "TextPatcher"
+            and call_name(node.value) == "TextPatcher"
         ):
             returned.setdefault(id(owner.get(id(node), tree)), []).append(node.value.lineno)
     for lines in returned.values():
@@ -177,7 +167,7 @@ def _rebind(expr: ast.expr, local: dict[str, ast.expr]) -> ast.expr:
     """An argument as the callee sees it: `str(x)` unwrapped, a caller's local name replaced
     by what it was set to."""
     for _ in range(3):
-        if isinstance(expr, ast.Call) and _call_name(expr) == "str" and len(expr.args) == 1:
+        if isinstance(expr, ast.Call) and call_name(expr) == "str" and len(expr.args) == 1:
             expr = expr.args[0]
         if isinstance(expr, ast.Name) and expr.id in local and local[expr.id] is not expr:
             expr = local[expr.id]
@@ -254,7 +244,7 @@ def _patcher(scope: Scope, call: ast.Call, func: ast.AST, local: dict[str, ast.e
 
 def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr]) -> list[str]:
     """The file(s) `target_file` names: resolve_vllm_file("x") (first of an `or` chain)."""
-    if isinstance(node, ast.Call) and _call_name(node) == "str" and len(node.args) == 1:
+    if isinstance(node, ast.Call) and call_name(node) == "str" and len(node.args) == 1:
         return _target(scope, node.args[0], func, local)
     if isinstance(node, ast.Name):
         if node.id in local:
@@ -271,7 +261,7 @@ def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.ex
         calls = [
             c.args[0]
             for c in ast.walk(func)
-            if isinstance(c, ast.Call) and _call_name(c) == "resolve_vllm_file" and c.args
+            if isinstance(c, ast.Call) and call_name(c) == "resolve_vllm_file" and c.args
         ]
         paths = []
         for arg in calls:
@@ -283,7 +273,7 @@ def _target(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.ex
         if paths:
             return paths
         raise Unresolved(f"line {node.lineno}: target_file {node.id} is found at run time")
-    if isinstance(node, ast.Call) and _call_name(node) == "resolve_vllm_file" and node.args:
+    if isinstance(node, ast.Call) and call_name(node) == "resolve_vllm_file" and node.args:
         return ["vllm/" + scope.string(node.args[0], local).lstrip("/")]
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
         out: list[str] = []
@@ -341,7 +331,7 @@ def _subs(scope: Scope, node: ast.expr, func: ast.AST, local: dict[str, ast.expr
         call = item
         if isinstance(item, ast.Name):
             call = local.get(item.id) or scope.assigned.get(item.id) or item
-        if not (isinstance(call, ast.Call) and _call_name(call) == "TextPatch"):
+        if not (isinstance(call, ast.Call) and call_name(call) == "TextPatch"):
             raise Unresolved(f"line {item.lineno}: a sub-patch built at run time")
         sub = _sub(scope, call, local)
         sub.conditional = id(item) in conditional
@@ -427,11 +417,11 @@ def _site_name(raw: str, taken: set[str]) -> str:
     return name
 
 
-def _runtime(
+def runtime_patch(
     pid: str,
     gid: str,
     patchers: list[Patcher],
-    meta: dict[str, object],
+    meta: TomlData,
     lost: list[str],
     *,
     drift_in_sites: bool = False,
@@ -470,7 +460,7 @@ def _runtime(
             before = [s.replacement for s in patcher.subs[:index]]
             file_probe = [m for m in drift if not any(m in t for t in before)]
             if not sub.anchor.strip():
-                raise _Skip(f"sub-patch {sub.name!r} has an empty anchor")
+                raise Skipped(f"sub-patch {sub.name!r} has an empty anchor")
             marker = f"Genesis {gid} {patcher.marker} :: {sub.name}".replace("\n", " ")
             while marker in markers:
                 marker += "'"
@@ -498,7 +488,7 @@ def _runtime(
     meta["kind"] = "runtime"
     meta["targets"] = targets
     header = f"Imported from Genesis {gid} by patchset import genesis; one site per TextPatch."
-    return {"sites.toml": dumps({"site": sites}, header=header)}, list(dict.fromkeys(modules))
+    return {"sites.toml": toml_text({"site": sites}, header=header)}, list(dict.fromkeys(modules))
 
 
 def stacked_anchors(drafts: list[Draft]) -> None:
@@ -537,4 +527,4 @@ def stacked_anchors(drafts: list[Draft]) -> None:
         if changed:
             top = itertools.takewhile(lambda line: line.startswith("#"), text.splitlines())
             header = "\n".join(line[2:] for line in top)
-            draft.payloads["sites.toml"] = dumps(data, header=header)
+            draft.payloads["sites.toml"] = toml_text(data, header=header)

@@ -10,13 +10,14 @@ from collections import Counter
 from pathlib import Path
 
 from patchset.authoring.tree import unified
-from patchset.importers.club_diffs import _vllm_path
-from patchset.importers.club_meta import Making, _Skip
-from patchset.importers.common import Releases, version_key
-from patchset.importers.model import Draft
+from patchset.importers.club.diffs import vllm_path
+from patchset.importers.club.meta import Making
+from patchset.importers.common import Releases
+from patchset.importers.model import Draft, Skipped
+from patchset.registry.ranges import version_key
 
 
-def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
+def overlay_patch(  # noqa: PLR0917 - one overlay and what it is compared with
     patch: Making,
     root: Path,
     folder: Path,
@@ -33,14 +34,14 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
         if rel in mounts or short in mounts:
             where[mounts.get(rel) or mounts[short]] = file
         elif "/" in inner:
-            where[_vllm_path(inner)] = file
+            where[vllm_path(inner)] = file
         else:
             lost.append(f"{file.name}: no compose mounts it and it is not laid out under vllm/")
     if not where:
-        raise _Skip("overlay files whose place under vllm/ is not known")
+        raise Skipped("overlay files whose place under vllm/ is not known")
     versions = releases.versions()
     if not versions:
-        raise _Skip("an overlay: no release to compare it with (give --source)")
+        raise Skipped("an overlay: no release to compare it with (give --source)")
     best: tuple[int, str] | None = None
     contents = {p: f.read_text() for p, f in where.items()}
     for version in versions:
@@ -69,7 +70,7 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
     assert best is not None
     cost, base = best
     if cost == 0:
-        raise _Skip(f"identical to vLLM {base}: nothing to import")
+        raise Skipped(f"identical to vLLM {base}: nothing to import")
     parts = []
     for path, text in contents.items():
         old = releases.read(base, path)
@@ -79,5 +80,5 @@ def _overlay(  # noqa: PLR0917 - one overlay and what it is compared with
     out.update(
         kind="diff", payload="patch.diff", targets=sorted(contents), base=base, vllm=f">={base}"
     )
-    out["x"] = {**out["x"], "overlay_base": base}  # type: ignore[dict-item]
+    out["x"] = {**out["x"], "overlay_base": base}
     return Draft(str(out["id"]), raw, out, {"patch.diff": "".join(parts)}, lost)

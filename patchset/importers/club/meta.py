@@ -12,9 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchset.importers.common import version_key
 from patchset.importers.definitions import STOCK_CUDA
 from patchset.importers.model import Collection, Draft, Plan
+from patchset.registry.ranges import version_key
+from patchset.registry.write import TomlData
 
 PATCHES_YML = "scripts/lib/profiles/patches.yml"
 ARCH_YML = "scripts/lib/profiles/arch_patches.yml"
@@ -32,14 +33,8 @@ class Making:
     far, and what of the collection's patch does not carry over."""
 
     raw: str
-    meta: dict[str, object]
+    meta: TomlData
     lost: list[str] = field(default_factory=list)
-
-
-class _Skip(Exception):  # noqa: N818 - a reason, not an error
-    def __init__(self, message: str, *, scope: bool = False) -> None:
-        super().__init__(message)
-        self.scope = scope
 
 
 @dataclass(frozen=True)
@@ -57,7 +52,7 @@ class Compose:
 _VOLUME = re.compile(r"^\s*-\s*['\"]?([^\s:'\"]*/patches/[^\s:'\"]+):", re.M)
 
 
-def _composes(
+def read_composes(
     root: Path, broken: dict[str, str]
 ) -> tuple[dict[str, str], dict[str, dict[str, list[str]]], list[Compose]]:
     """Overlay mounts (patch file in the repository -> path under vllm/), the releases
@@ -124,9 +119,9 @@ def _yaml_text(text: str) -> object:
     return yaml.safe_load(text)
 
 
-def _metadata(
+def metadata(
     raw: str, meta: dict[str, object], repository: str, commit: str | None, rel: str
-) -> dict[str, object]:
+) -> TomlData:
     upstream = meta.get("upstream") if isinstance(meta.get("upstream"), dict) else {}
     assert isinstance(upstream, dict)
     ref = str(upstream.get("ref") or "")
@@ -171,7 +166,7 @@ def _metadata(
     elif guard:
         x["drift_guard"] = str(guard)
     lifecycle = {"state": "deprecated" if meta.get("deprecated_on") else "stable"}
-    out: dict[str, object] = {
+    out: TomlData = {
         "id": CLUB.id_of(raw),
         "title": f"club-3090 {raw}",
         "description": f"Imported from club-3090 ({repository}) patch {raw}.\n",
@@ -194,7 +189,7 @@ def _metadata(
     return out
 
 
-def _plans(composes: list[Compose], drafts: list[Draft]) -> tuple[list[Plan], list[str]]:
+def plan_builds(composes: list[Compose], drafts: list[Draft]) -> tuple[list[Plan], list[str]]:
     """Per model and pin, the patches that pin's composes mount: one definition when they
     mount one set (or sets within one another), one per compose otherwise (alternatives are
     never listed together). Whether each patch fits the pin is planned once landed."""
@@ -261,6 +256,6 @@ def _plan(stem: str, model: str, version: str, ids: tuple[str, ...], compose: Co
     return Plan(f"{stem}.toml".replace("/", "-"), version, ids, data, header)
 
 
-def _models(meta: dict[str, object]) -> list[str]:
+def models_of(meta: dict[str, object]) -> list[str]:
     model = meta.get("model")
     return [str(m) for m in model] if isinstance(model, list) else [str(model)] if model else []

@@ -17,10 +17,11 @@ from packaging.version import Version
 
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError
-from patchset.importers.common import Releases, version_key
+from patchset.importers.common import Releases
 from patchset.importers.model import Draft
-from patchset.importers.tomlout import dumps
 from patchset.registry.load import load_patch
+from patchset.registry.ranges import version_key
+from patchset.registry.write import write_patch_folder
 
 OPEN = ">=0.0"
 
@@ -32,9 +33,7 @@ def evidence_range(draft: Draft, releases: Releases, pinned: list[str], floor: s
     with tempfile.TemporaryDirectory(prefix="patchset-club-range-") as tmp:
         folder = Path(tmp) / draft.id
         folder.mkdir()
-        (folder / "patch.toml").write_text(dumps(draft.meta))
-        for name, text in draft.payloads.items():
-            (folder / name).write_text(text)
+        write_patch_folder(folder, draft.meta, draft.payloads, durable=False)
         try:
             patch = load_patch(folder)
         except PatchsetError:

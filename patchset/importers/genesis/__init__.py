@@ -26,26 +26,34 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patchset.importers import genesis_pins
 from patchset.importers.common import Releases, origin_of, refuse_escapes
-from patchset.importers.genesis_files import by_release, picks_files
-from patchset.importers.genesis_registry import (
+from patchset.importers.genesis import pins as genesis_pins
+from patchset.importers.genesis.files import by_release, picks_files
+from patchset.importers.genesis.registry import (
     GENESIS,
     PACKAGE,
     PATCHES_DIR,
     PINS_MODULE,
     REGISTRY_FILE,
-    _metadata,
-    _Skip,
+    metadata,
     read_registry,
 )
-from patchset.importers.genesis_text import _patchers, _runtime, stacked_anchors
-from patchset.importers.genesis_wiring import _python
-from patchset.importers.model import Collected, CollectionError, Draft, Entry, Support
+from patchset.importers.genesis.text import read_patchers, runtime_patch, stacked_anchors
+from patchset.importers.genesis.wiring import python_patch
+from patchset.importers.model import (
+    Collected,
+    CollectionError,
+    Draft,
+    Entry,
+    Skipped,
+    Support,
+)
+from patchset.importers.probes import drop_unfixed_probes
 from patchset.importers.pystatic import (
     Package,
     Unresolved,
 )
+from patchset.registry.write import TomlData
 from patchset.sources.base import ReleaseSource
 
 
@@ -57,7 +65,7 @@ def collect(
     folder: Path, *, only: set[str] | None = None, sources: Sequence[ReleaseSource] = ()
 ) -> Collected:
     """The checkout's entries as drafts. With `sources`, a patcher that picks its file at
-    run time gets a variant per run of releases that pick the same files (genesis_files)."""
+    run time gets a variant per run of releases that pick the same files (`files.py`)."""
     releases = Releases(sources) if sources else None
     try:
         return _collect(folder, only, releases)
@@ -89,7 +97,7 @@ def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> 
         where = {"repository": repository, "commit": commit, "line": lines[gid]}
         try:
             draft = _draft(gid, entry, ids, package, where, done_modules, releases)
-        except _Skip as why:
+        except Skipped as why:
             skipped.append(Entry(gid, "not-imported", reasons=[str(why)]))
             continue
         _own_switch(draft, switches)
@@ -107,6 +115,8 @@ def _collect(folder: Path, only: set[str] | None, releases: Releases | None) -> 
     _drop_dangling(drafts)
     stacked_anchors(drafts)
     plans, notes = genesis_pins.plans(folder, package, drafts)
+    if releases is not None:
+        notes = [*drop_unfixed_probes(drafts, releases), *notes]
     return Collected(
         GENESIS.name,
         repository,
@@ -165,22 +175,22 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
     releases: Releases | None = None,
 ) -> Draft:
     if entry.get("__unreadable__"):
-        raise _Skip("its PATCH_REGISTRY entry is not a literal")
+        raise Skipped("its PATCH_REGISTRY entry is not a literal")
     module = entry.get("apply_module")
     if not isinstance(module, str) or not module:
-        raise _Skip("no apply_module: nothing to apply")
+        raise Skipped("no apply_module: nothing to apply")
     if module in done_modules:
-        raise _Skip(f"its apply_module is imported as {done_modules[module]} already")
+        raise Skipped(f"its apply_module is imported as {done_modules[module]} already")
     path = package.file_of(module)
     if path is None:
-        raise _Skip(f"apply_module {module} has no file in the checkout")
+        raise Skipped(f"apply_module {module} has no file in the checkout")
     scope = package.scope(module)
     rel = str(path.relative_to(package.root))
     if scope is None:
-        raise _Skip(f"{rel} does not parse (skipped)")
+        raise Skipped(f"{rel} does not parse (skipped)")
     pid = ids[gid]
     lost: list[str] = []
-    meta = _metadata(gid, entry, ids, lost, _floor(package))
+    meta = metadata(gid, entry, ids, lost, _floor(package))
     meta["provenance"] = {
         "collection": GENESIS.name,
         "repository": where["repository"],
@@ -188,31 +198,31 @@ def _draft(  # noqa: PLR0917 - one entry and what it is read against
         "file": REGISTRY_FILE,
         "line": where["line"],
     }
-    patchers, unresolved = _patchers(scope)
+    patchers, unresolved = read_patchers(scope)
     support: tuple[str, ...] = ()
     if patchers or unresolved:
         if unresolved and not patchers:
-            raise _Skip(f"{rel}: text built at run time: {unresolved[0]}")
+            raise Skipped(f"{rel}: text built at run time: {unresolved[0]}")
         if unresolved:
-            raise _Skip(
+            raise Skipped(
                 f"{rel}: {len(unresolved)} of {len(patchers) + len(unresolved)} text patchers"
                 f" built at run time: {unresolved[0]}"
             )
         picked = None
         if releases is not None and picks_files(patchers):
             picked = by_release((pid, gid), patchers, meta, releases)
-        payloads, modules = picked or _runtime(pid, gid, patchers, meta, lost)
+        payloads, modules = picked or runtime_patch(pid, gid, patchers, meta, lost)
         if modules:
             meta["requires_modules"] = modules
             support = (PACKAGE,)
         first = min(p.line for p in patchers)
-        meta["provenance"] = {**meta["provenance"], "file": rel, "line": first}  # type: ignore[dict-item]
+        meta["provenance"] = {**meta["provenance"], "file": rel, "line": first}
     else:
-        payloads = _python(gid, module, scope, meta, lost)
+        payloads = python_patch(gid, module, scope, meta, lost)
         meta["requires_modules"] = [module]
         support = (PACKAGE,)
-        meta["provenance"] = {**meta["provenance"], "file": rel, "line": 1}  # type: ignore[dict-item]
-    meta["x"] = {**meta.get("x", {}), "genesis_registry_line": where["line"]}  # type: ignore[dict-item]
+        meta["provenance"] = {**meta["provenance"], "file": rel, "line": 1}
+    meta["x"] = {**meta.get("x", {}), "genesis_registry_line": where["line"]}
     done_modules[module] = pid
     return Draft(pid, gid, _ordered(meta), payloads, lost, support)
 
@@ -245,7 +255,7 @@ _ORDER = (
 )
 
 
-def _ordered(meta: dict[str, object]) -> dict[str, object]:
+def _ordered(meta: TomlData) -> TomlData:
     return {k: meta[k] for k in _ORDER if k in meta} | {
         k: v for k, v in meta.items() if k not in _ORDER
     }

@@ -18,7 +18,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from patchset.importers.definitions import STOCK_CUDA, commit_of, final_release
-from patchset.importers.genesis_registry import PINS_MODULE
+from patchset.importers.genesis.registry import PINS_MODULE
 from patchset.importers.model import Draft, Plan
 from patchset.importers.pystatic import Package, Unresolved
 

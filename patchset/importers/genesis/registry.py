@@ -10,8 +10,9 @@ import ast
 import re
 from pathlib import Path
 
-from patchset.importers.genesis_state import pr_state
+from patchset.importers.genesis.state import pr_state
 from patchset.importers.model import Collection
+from patchset.registry.write import TomlData
 
 REGISTRY_FILE = "sndr/dispatcher/registry.py"
 PATCHES_DIR = "sndr/engines/vllm/patches"
@@ -29,10 +30,6 @@ _LIFECYCLE = {
 }
 _SPEC_KEYS = ("spec_method", "spec_decode_method", "spec_method_any")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class _Skip(Exception):  # noqa: N818 - a reason, not an error
-    pass
 
 
 def read_registry(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, int], str | None]:
@@ -67,12 +64,12 @@ def read_registry(path: Path) -> tuple[dict[str, dict[str, object]], dict[str, i
     return {}, {}, "no PATCH_REGISTRY assignment (an unknown layout)"
 
 
-def _metadata(
+def metadata(
     gid: str, entry: dict[str, object], ids: dict[str, str], lost: list[str], floor: str
-) -> dict[str, object]:
+) -> TomlData:
     title = str(entry.get("title") or gid)
     credit = entry.get("credit")
-    meta: dict[str, object] = {
+    meta: TomlData = {
         "id": ids[gid],
         "title": f"Genesis {gid}: {title}"[:200],
         "description": f"Imported from Genesis ({GENESIS.repository}) patch {gid}: {title}\n",

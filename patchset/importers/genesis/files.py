@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
-from patchset.importers.common import Releases, version_key
-from patchset.importers.genesis_text import Patcher, _runtime
+from patchset.importers.common import Releases
+from patchset.importers.genesis.text import Patcher, runtime_patch
+from patchset.registry.ranges import as_version, is_version
+from patchset.registry.write import TomlData
 
 
 def picks_files(patchers: list[Patcher]) -> bool:
@@ -44,7 +46,7 @@ def chosen(patchers: list[Patcher], has: Callable[[str], bool]) -> list[Patcher]
     return out
 
 
-Meta = dict[str, object]  # patch.toml data
+Meta = TomlData  # patch.toml data
 Made = tuple[dict[str, str], list[str]]  # payloads (name -> text), modules the text imports
 
 
@@ -56,7 +58,7 @@ def by_release(ids: tuple[str, str], found: list[Patcher], meta: Meta, at: Relea
         wanted = SpecifierSet(str(meta.get("vllm", "")))
     except InvalidSpecifier:
         return None
-    versions = [v for v in at.versions() if version_key(v) in wanted]
+    versions = [v for v in at.versions() if is_version(v) and as_version(v) in wanted]
     files = sorted({f for p in found for f in (p.file, *p.other_files)})
     runs: list[tuple[str, list[Patcher]]] = []  # (first release, patchers) per run
     for version in versions:
@@ -77,7 +79,7 @@ def by_release(ids: tuple[str, str], found: list[Patcher], meta: Meta, at: Relea
         # The patch's probe reads the first run's file; a later run on another file reads
         # its first patcher's drift markers in its sites.
         other = index > 0 and picked[0].file != runs[0][1][0].file
-        made, used = _runtime(*ids, picked, own, [], drift_in_sites=other)
+        made, used = runtime_patch(*ids, picked, own, [], drift_in_sites=other)
         name = "sites.toml" if index == 0 else f"v{first}.sites.toml"
         payloads[name] = made["sites.toml"]
         modules += used

@@ -28,25 +28,25 @@ from patchset.authoring.runtime_sites import sites_from_edit
 from patchset.errors import PatchsetError
 from patchset.importers import sandbox
 from patchset.importers import scripts as anchor_scripts
-from patchset.importers.club_diffs import _diff_payload, _diff_targets, _edits_files
-from patchset.importers.club_meta import (
+from patchset.importers.club.diffs import diff_payload, diff_targets, edits_files
+from patchset.importers.club.meta import (
     CLUB,
     PATCHES_YML,
     Making,
-    _composes,
-    _metadata,
-    _models,
-    _plans,
-    _Skip,
+    metadata,
+    models_of,
+    plan_builds,
+    read_composes,
 )
-from patchset.importers.club_overlays import _overlay
-from patchset.importers.club_range import evidence_range, widen_anchor
-from patchset.importers.common import Releases, origin_of, refuse_escapes, version_key
-from patchset.importers.genesis_wiring import rebinds
-from patchset.importers.model import Collected, CollectionError, Draft, Entry
-from patchset.importers.pystatic import Package, Scope
+from patchset.importers.club.overlays import overlay_patch
+from patchset.importers.club.range import evidence_range, widen_anchor
+from patchset.importers.common import Releases, origin_of, refuse_escapes
+from patchset.importers.model import Collected, CollectionError, Draft, Entry, Skipped
+from patchset.importers.probes import drop_unfixed_probes
+from patchset.importers.pystatic import Package, Scope, rebinds
 from patchset.importers.scripts import ScriptRefused
-from patchset.importers.tomlout import dumps
+from patchset.registry.ranges import version_key
+from patchset.registry.write import TomlData, toml_text
 from patchset.sources.base import ReleaseSource
 
 
@@ -87,7 +87,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
         )
     _check_entries(path, data["patches"])
     repository, commit = origin_of(folder, CLUB.repository)
-    mounts, pins, composes = _composes(folder, broken)
+    mounts, pins, composes = read_composes(folder, broken)
     releases = Releases(sources)
     pinned = sorted({v for by_model in pins.values() for v in by_model}, key=version_key)
     floor = pinned[0] if pinned else None  # ranges from evidence: from the oldest pin on
@@ -126,7 +126,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 )
                 continue
             digests[code] = CLUB.id_of(raw)
-            wanted = sorted({v for m in _models(meta) for v in pins.get(m, ())}, key=version_key)
+            wanted = sorted({v for m in models_of(meta) for v in pins.get(m, ())}, key=version_key)
             try:
                 draft = _draft(
                     raw,
@@ -144,7 +144,7 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
             except ScriptRefused as why:
                 entries.append(Entry(raw, "not-imported", reasons=[f"refused: {why}"]))
                 continue
-            except _Skip as why:
+            except Skipped as why:
                 entries.append(
                     Entry(raw, "out-of-scope" if why.scope else "not-imported", reasons=[str(why)])
                 )
@@ -162,9 +162,11 @@ def collect(  # noqa: PLR0915 - one pass over patches.yml, each form a branch
                 digests[_digest(one)] = one.id
                 evidence_range(one, releases, wanted, floor)
                 drafts.append(one)
+        dropped = drop_unfixed_probes(drafts, releases)
     finally:
         releases.close()
-    plans, notes = _plans(composes, drafts)
+    plans, notes = plan_builds(composes, drafts)
+    notes = [*dropped, *notes]
     docs = [] if only else sorted(folder.glob("models/*/vllm/patches/**/*.md"))
     entries.extend(
         Entry(str(doc.relative_to(folder)), "out-of-scope", reasons=["documentation"])
@@ -291,12 +293,13 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
     pinned: list[str],
 ) -> Draft | list[Draft]:
     rel = str(target.relative_to(root))
-    out = _metadata(raw, meta, repository, commit, rel)
-    out["provenance"] = {**out["provenance"], "file": rel}  # type: ignore[dict-item]
+    out = metadata(raw, meta, repository, commit, rel)
+    out["provenance"] = {**out["provenance"], "file": rel}
     lost: list[str] = []
     files = [target] if target.is_file() else sorted(p for p in target.rglob("*") if p.is_file())
-    given = meta.get("files") or []
-    named = [root / str(f) for f in ([given] if isinstance(given, str) else given)]  # type: ignore[attr-defined]
+    given = meta.get("files") or []  # a string or a list (checked when read)
+    listed = [given] if isinstance(given, str) else given if isinstance(given, list) else []
+    named = [root / str(f) for f in listed]
     if named and all(f.is_file() and f.suffix == ".py" for f in named):
         files = named  # the patch is these files of a shared folder
     code = [f for f in files if f.suffix in (".py", ".patch", ".diff", ".sh")]
@@ -306,7 +309,7 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
         for f in code
         if (f.name.startswith("patch") and f.suffix == ".py")
         or f.name.startswith("_check")
-        or (f.suffix == ".py" and f.name != "sitecustomize.py" and _edits_files(f))
+        or (f.suffix == ".py" and f.name != "sitecustomize.py" and edits_files(f))
     ]
     install = next((f for f in code if f.name == "install.sh"), None)
     heredoc = install is not None and "<<'PY'" in install.read_text(errors="replace")
@@ -314,9 +317,9 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
     if hooks and not diffs:
         return _python(raw, out, hooks[0], root, lost)
     if diffs:
-        payload = _diff_payload(target, diffs, install, lost)
+        payload = diff_payload(target, diffs, install, lost)
         script_meta = copy.deepcopy(out)
-        out.update(kind="diff", payload="patch.diff", targets=_diff_targets(payload))
+        out.update(kind="diff", payload="patch.diff", targets=diff_targets(payload))
         version = re.search(r"v(\d+\.\d+\.\d+)", target.name)
         if version:
             out["vllm"] = f">={version.group(1)}"
@@ -335,22 +338,22 @@ def _draft(  # noqa: PLR0917 - one patch and what it is read against
         script_meta["title"] = f"club-3090 {raw}: the edit of its install script"
         try:
             extra = _scripted(Making(raw, script_meta), target, releases, pinned, timeout)
-        except _Skip as why:
+        except Skipped as why:
             lost.append(f"its anchor script is not carried: {why}")
             return main
         extra.id = str(script_meta["id"])
         return [main, extra]
     if scripts or heredoc:
         if not run_scripts:
-            raise _Skip(
+            raise Skipped(
                 "an anchor script (the collection's code): run with --run-scripts to import it"
             )
         own = None if install is not None else [f for f in scripts if not f.name.startswith("_")]
         return _scripted(Making(raw, out, lost), target, releases, pinned, timeout, own)
     overlay = [f for f in files if f.suffix == ".py"]
     if not overlay:
-        raise _Skip("no vLLM code in the folder", scope=True)
-    return _overlay(Making(raw, out, lost), root, target, overlay, mounts, releases)
+        raise Skipped("no vLLM code in the folder", scope=True)
+    return overlay_patch(Making(raw, out, lost), root, target, overlay, mounts, releases)
 
 
 def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
@@ -366,11 +369,11 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
     raw, out, lost = patch.raw, patch.meta, patch.lost
     found = anchor_scripts.pieces(folder if folder.is_dir() else folder.parent, files)
     if not found:
-        raise _Skip("an install.sh that runs no script this importer can find")
+        raise Skipped("an install.sh that runs no script this importer can find")
     available = releases.versions()
     versions = [v for v in pinned if v in available] or available[-1:]
     if not versions:
-        raise _Skip("an anchor script: no release to run it on (give --source)")
+        raise Skipped("an anchor script: no release to run it on (give --source)")
     runs = [
         anchor_scripts.run(found, v, functools.partial(releases.read, v), timeout=timeout)
         for v in versions
@@ -394,7 +397,7 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
             runs = sorted([*runs, *extra], key=lambda r: version_key(r.version))
     if not good:
         why = "; ".join(f"{r.version}: {r.reason}" for r in runs)
-        raise _Skip(f"the script fits no release it targets ({why})")
+        raise Skipped(f"the script fits no release it targets ({why})")
     lost.extend(
         f"the script does not fit {r.version}: {r.reason}"
         for r in runs
@@ -408,7 +411,7 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
         try:
             edits = sites_from_edit(old, new, path)
         except PatchsetError as exc:
-            raise _Skip(f"the script's edit of {path} is no set of sites: {exc}") from None
+            raise Skipped(f"the script's edit of {path} is no set of sites: {exc}") from None
         for n, site in enumerate(edits, start=1):
             sites.append(
                 {
@@ -453,7 +456,7 @@ def _scripted(  # noqa: PLR0917 - one script folder and what it runs against
         f"club-3090 {raw}: the edit its script(s) {', '.join(p.name for p in found)} made on"
         f" vLLM {newest.version} (the collection's code, run by patchset import --run-scripts)."
     )
-    payload = dumps({"site": sites}, header=header)
+    payload = toml_text({"site": sites}, header=header)
     return Draft(str(out["id"]), raw, out, {"sites.toml": payload}, lost)
 
 
@@ -491,14 +494,14 @@ def _widened(  # noqa: PLR0917 - the sites and the releases of the range
             )
 
 
-def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list[str]) -> Draft:
+def _python(raw: str, out: TomlData, hook: Path, root: Path, lost: list[str]) -> Draft:
     text = hook.read_text()
     try:
         import ast  # noqa: PLC0415 - only for this form
 
         tree = ast.parse(text)
     except SyntaxError as exc:
-        raise _Skip(f"{hook.relative_to(root)} does not parse: {exc}") from None
+        raise Skipped(f"{hook.relative_to(root)} does not parse: {exc}") from None
     scope = Scope(raw, tree, Package(hook.parent), hook)
     touches, approximate = rebinds(scope)
     named = sorted(set(re.findall(r"[\"'](vllm(?:\.\w+)+)[\"']", text)))
@@ -518,7 +521,7 @@ def _python(raw: str, out: dict[str, object], hook: Path, root: Path, lost: list
             touches = [f"{named[0]}:{a}" for a in dict.fromkeys(attrs)][:1]
             lost.append("touches read from the module name the hook waits for")
     if not touches:
-        raise _Skip(f"{hook.relative_to(root)}: rebinds no vLLM name that can be read statically")
+        raise Skipped(f"{hook.relative_to(root)}: rebinds no vLLM name that can be read statically")
     if approximate:
         lost.append("touches are the vLLM names it imports")
     body = (
