@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from patchset.adapters import dockerengine  # noqa: E402
 from patchset.image.build import build  # noqa: E402
-from patchset.image.definition import load_definition  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
+from patchset.registry.builds import load_definition  # noqa: E402
 from tests.infra.standin import build_standin_base  # noqa: E402
 
 TIMER = """

@@ -26,11 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from patchset.image.definition import load_definitions  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
+from patchset.registry.builds import load_definitions  # noqa: E402
+from patchset.release_check.pins import check_builds  # noqa: E402
 from patchset.sources.git import GitSource  # noqa: E402
 from patchset.sources.package_index import IndexSource  # noqa: E402
-from patchset.upstream.pins import check_builds  # noqa: E402
 from tests.helpers import gitrepos  # noqa: E402
 from tests.helpers.fake_index import FakeIndex, FakeServer  # noqa: E402
 from tests.helpers.synthetic import BODY, add_patch  # noqa: E402
@@ -102,7 +102,7 @@ def main() -> None:
         for _ in range(args.repeat):
             start = time.perf_counter()
             source = IndexSource(index.index_url) if args.source == "index" else GitSource(clone)
-            report = check_builds(registry, definitions, source=source, later=releases)
+            report = check_builds(registry, definitions, source=source, versions=releases)
             inside.append(time.perf_counter() - start)
     server.close()
     print(f"runs: {', '.join(f'{t:.3f}' for t, _ in warm)} s")

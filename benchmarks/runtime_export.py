@@ -46,9 +46,9 @@ import docker
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from patchset.image.definition import load_definition  # noqa: E402
 from patchset.image.export import export_runtime  # noqa: E402
 from patchset.registry import load_registry  # noqa: E402
+from patchset.registry.builds import load_definition  # noqa: E402
 from tests.infra.standin import build_standin_base, for_tests  # noqa: E402
 
 N = 300

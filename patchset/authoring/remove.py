@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 
 from patchset.errors import RegistryError, UsageError
-from patchset.image.definition import load_definitions
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definitions
 from patchset.registry.lock import registry_lock
 
 

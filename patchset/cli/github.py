@@ -18,14 +18,13 @@ annotations on the patch files, and a job summary when `$GITHUB_STEP_SUMMARY` is
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
 from patchset.cli.check_report import md
 from patchset.cli.output import err_console
-from patchset.registry import Registry
+from patchset.registry import Registry, Variant
 from patchset.release_check import CheckReport, CheckResult
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -91,53 +90,26 @@ def shown(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-_SITE_START = re.compile(r"^\s*\[\[\s*site\s*\]\]")
-_KEY = re.compile(r"""^\s*(name|file|anchor)\s*=\s*(?:(["'])(.*?)\2)?""")
-
-
-def payload_line(payload: Path, result: CheckResult) -> int | None:
-    """The 1-based line in `payload` of the first thing that did not fit in `result`."""
-    try:
-        lines = payload.read_text(encoding="utf-8", errors="replace").split("\n")
-    except OSError:
+def payload_line(variant: Variant, result: CheckResult) -> int | None:
+    """The line in `variant`'s payload of the first thing that did not fit in `result`: a
+    failing hunk's `@@`, a failing site's `anchor`, else a missing file's header or `file`
+    (the lines the registry recorded when it loaded)."""
+    if variant.sites:
+        lines = list(zip(variant.sites, variant.site_lines, strict=True))
+        for site, (anchor, _) in lines:
+            if site.name in result.failing_sites and anchor is not None:
+                return anchor
+        for site, (_, file) in lines:
+            if site.file in result.missing and file is not None:
+                return file
         return None
-    if payload.name.endswith(".toml"):
-        return _site_line(lines, result)
-    return _diff_line(lines, result)
-
-
-def _diff_line(lines: list[str], result: CheckResult) -> int | None:
-    hunks = {(f, n) for f, n in result.failing_hunks}
-    headers: dict[str, int] = {}
-    current, count = "", 0
-    for number, line in enumerate(lines, start=1):
-        if line.startswith("--- ") and number < len(lines) and lines[number].startswith("+++ "):
-            path = lines[number][4:].split("\t")[0].strip()
-            current, count = (path[2:] if path.startswith("b/") else path), 0
-            headers.setdefault(current, number)
-        elif line.startswith("@@") and current:
-            count += 1
-            if (current, count) in hunks:
-                return number
+    failing = set(result.failing_hunks)
+    for hunk, line in variant.hunk_lines.items():  # in the diff's order
+        if hunk in failing:
+            return line
     for missing in result.missing:
-        if missing in headers:
-            return headers[missing]
-    return None
-
-
-def _site_line(lines: list[str], result: CheckResult) -> int | None:
-    sites: list[dict[str, tuple[str, int]]] = []
-    for number, line in enumerate(lines, start=1):
-        if _SITE_START.match(line):
-            sites.append({})
-        elif sites and (match := _KEY.match(line)):
-            sites[-1].setdefault(match[1], (match[3] or "", number))
-    for site in sites:
-        if "name" in site and site["name"][0] in result.failing_sites and "anchor" in site:
-            return site["anchor"][1]
-    for site in sites:
-        if "file" in site and site["file"][0] in result.missing:
-            return site["file"][1]
+        if missing in variant.file_lines:
+            return variant.file_lines[missing]
     return None
 
 
@@ -149,8 +121,9 @@ def annotation(finding: Finding, registry: Registry, root: Path) -> str:
     patch = registry.get(finding.patch)
     newest = finding.newest
     payload = patch.folder / newest.variant
+    variant = next((v for v in patch.variants if v.name == newest.variant), None)
     file = payload if payload.is_file() else patch.folder / "patch.toml"
-    line = payload_line(payload, newest) if payload.is_file() else None
+    line = payload_line(variant, newest) if variant is not None and payload.is_file() else None
     title = f"{finding.patch} r{patch.revision}: {finding.what} on vLLM {_span(finding.releases)}"
     message = f"vLLM {', '.join(finding.releases)}: {finding.detail()}"
     return workflow_command(finding.level, message, file=shown(file, root), line=line, title=title)

@@ -13,14 +13,13 @@ import itertools
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from patchset.errors import COMMON, ExitCode, describe_codes, one_line
 
 E = ExitCode
-T = TypeVar("T")
 APPLY_CODES = (E.OK, E.ATTENTION, E.BAD_INPUT, E.MISSING_TARGET, E.OUT_OF_RANGE)
 PLAIN = (E.OK, E.BAD_INPUT)  # reads and writes local files only
 FETCHES = (E.OK, E.BAD_INPUT, E.UNAVAILABLE)  # reads a release, an image or a forge too
@@ -304,20 +303,6 @@ def served_arg(text: str) -> dict[str, str]:
         return parse_served(text, SERVED_LEAVES)  # sites' `when` keys and [applies]' served
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def option_values(args: object, *names: str) -> dict[str, Any]:
-    """The options `names` (their dests; or a library result's fields), as keywords for the
-    library call that takes them by the same names."""
-    return {name: getattr(args, name) for name in names}
-
-
-def request(cls: Callable[..., T], args: argparse.Namespace, **given: Any) -> T:
-    """A library request (a dataclass): each field the option of the same name where the
-    command line has one, `given` for the rest (and over those)."""
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    taken = {n: getattr(args, n) for n in names if n not in given and hasattr(args, n)}
-    return cls(**taken, **given)
 
 
 def repeatable(

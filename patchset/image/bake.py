@@ -25,8 +25,8 @@ from patchset.adapters import dockerengine
 from patchset.errors import UsageError
 from patchset.image.build import prepare_context
 from patchset.image.content import LogSink
-from patchset.image.definition import BuildDefinition
 from patchset.registry import Registry
+from patchset.registry.builds import BuildDefinition
 
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9_-]+")
 

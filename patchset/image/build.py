@@ -21,13 +21,13 @@ from typing import Any
 from patchset.adapters import dockerengine, gitrepo
 from patchset.errors import BuildError, DockerError
 from patchset.image.content import LogSink, carried, choose
-from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR, labels, public_source
 from patchset.image.plan import refuse
 from patchset.image.verify import verify_image
 from patchset.kernel import tree, vllm
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
 from patchset.registry import Registry
+from patchset.registry.builds import BuildDefinition
 
 REPORT_KEYS = ("id", "revision", "apply", "variant", "payload_sha256", "verdict")
 

@@ -16,7 +16,6 @@ from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
 from patchset.engine.order import in_order
 from patchset.errors import BuildError
-from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import patch_entry
 from patchset.image.plugins import plugin_files
 from patchset.image.support import needed, support_files, wanted_modules
@@ -28,6 +27,7 @@ from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant
+from patchset.registry.builds import BuildDefinition
 
 LogSink = Callable[[str], None]
 Reader = Callable[[list[str]], dict[str, bytes | None]]  # release paths -> bytes (None: none)

@@ -29,7 +29,6 @@ from patchset.errors import TargetError, UsageError
 from patchset.image.build import runtime_sources
 from patchset.image.compose_in import ComposeIn, command_text, environment, image_for, judged
 from patchset.image.content import LogSink, carried, choose
-from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import RUNTIME_DIR
 from patchset.image.plan import refuse
 from patchset.image.support import needed
@@ -37,6 +36,7 @@ from patchset.image.support import said_left_out as support_left_out
 from patchset.image.switchnames import FILE, bundle_names
 from patchset.kernel.manifest import Base, PatchEntry
 from patchset.registry import Registry
+from patchset.registry.builds import BuildDefinition
 from patchset.sources import ReleaseSource, parse_source
 
 SERVICE = "vllm"

@@ -24,7 +24,6 @@ from patchset.engine import order
 from patchset.engine.evaluate import evaluate
 from patchset.errors import BuildError, PatchsetError
 from patchset.image.content import series, wanted_files
-from patchset.image.definition import BuildDefinition
 from patchset.image.manifest import patch_entry
 from patchset.kernel import stack
 from patchset.kernel.predicates import Facts
@@ -32,6 +31,7 @@ from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.kernel.tree import digest
 from patchset.registry import Patch, Registry, Variant
+from patchset.registry.builds import BuildDefinition
 
 Reader = Callable[[list[str]], dict[str, bytes | None]]
 SwitchSet = tuple[str, dict[str, bool]]  # its name, and env -> on

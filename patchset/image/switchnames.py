@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from patchset.image.definition import BuildDefinition
 from patchset.kernel.manifest import PatchEntry
 from patchset.kernel.switchnames import FILE, Names, prefixes
 from patchset.registry import Patch, Registry
+from patchset.registry.builds import BuildDefinition
 
 
 def why_not_in(patch: Patch, definition: BuildDefinition) -> str:

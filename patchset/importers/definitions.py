@@ -25,13 +25,13 @@ from patchset._fs import write_atomic
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError
 from patchset.image.content import choose, series
-from patchset.image.definition import BuildDefinition
 from patchset.importers.common import Releases
 from patchset.importers.model import Plan
 from patchset.kernel.predicates import Facts
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.registry import Patch, Registry, load_registry
+from patchset.registry.builds import BuildDefinition
 from patchset.registry.write import toml_text
 from patchset.sources.base import ReleaseSource
 

@@ -18,7 +18,8 @@ and the registry is written through `registry.write` (style kept, atomic, re-val
 
 The seams: `job` (the job and its results), `merge` (diff patches), `anchors` (runtime
 patches), `workdir` (a conflicted merge's work folder and its state), `record` (the registry
-edit); this module chooses the variant and the base and holds refresh, finish and abort.
+edit), `carry` (`refresh --all`: every patch a release shifted, on top of this module); this
+module chooses the variant and the base and holds refresh, finish and abort.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from patchset.kernel.touches import (
     parsed,  # the parse `defines` shares
 )
 from patchset.registry import semantics
-from patchset.registry.diffs import parse_diff
+from patchset.registry.diffs import FileDiff, parse_diff
 from patchset.registry.model import (
     KINDS,
     PATCH_FILE,
@@ -55,7 +55,7 @@ from patchset.registry.problems import relpath as _relpath
 from patchset.registry.semantics import read_modules
 from patchset.registry.sites import probe_strings, read_sites
 from patchset.registry.support import load_support, module_problems
-from patchset.registry.toml import Table, key_line, load_toml
+from patchset.registry.toml import Table, key_line, key_lines, load_toml
 
 DEFAULT_PAYLOAD: dict[str, str] = {
     "diff": "patch.diff",
@@ -216,7 +216,8 @@ def _load_patch(folder: Path, problems: Problems) -> Patch | None:
     title = step(lambda: top.req_str("title"), "")
     description = step(lambda: top.req_str("description"), "")
     revision = step(lambda: top.integer("revision", minimum=1), 1)
-    upstream = step(lambda: _upstream(top, problems), None)
+    state_line = key_lines(raw.decode("utf-8", errors="replace")).get("upstream.state")
+    upstream = step(lambda: _upstream(top, problems, state_line=state_line), None)
     hardware = step(lambda: _hardware(top, problems), None)
     origin = step(lambda: top.req_str("origin"), "")
     credit: tuple[str, ...] = step(lambda: top.str_list("credit"), ())
@@ -390,12 +391,54 @@ def _variant(
         ) from None
     sha = sha256_hex(data)
     if kind == "diff":
-        return Variant(name, spec, sha, diffs=parse_diff(text, file=path), base=base)
+        diffs = parse_diff(text, file=path)
+        files, hunks = _diff_lines(text, diffs)
+        return Variant(name, spec, sha, diffs=diffs, base=base, file_lines=files, hunk_lines=hunks)
     if kind == "python":
         _check_plugin(text, path)
         return Variant(name, spec, sha, base=base)
     sites = read_sites(path, problems)
-    return None if sites is None else Variant(name, spec, sha, sites=sites, base=base)
+    if sites is None:
+        return None
+    keys = key_lines(text)
+    lines = tuple(
+        (keys.get(f"site[{i}].anchor"), keys.get(f"site[{i}].file")) for i in range(len(sites))
+    )
+    return Variant(name, spec, sha, sites=sites, base=base, site_lines=lines)
+
+
+_HUNK_AT = re.compile(r"@@ -(\d+)(?:,\d+)? \+(\d+)")
+
+
+def _diff_lines(
+    text: str, diffs: tuple[FileDiff, ...]
+) -> tuple[dict[str, int], dict[tuple[str, int], int]]:
+    """Where each file's header (its `--- ` line) and each hunk's `@@` line are in the
+    payload `text` (lines counted on LF, as an editor does). The `@@` lines, in order, are
+    the parsed hunks in order (one that does not start where the next hunk does, below a
+    mail's signature say, is passed over). A deletion of an empty file has neither."""
+    expected = [
+        (d.path, h.index, h.old_start, h.new_start) for d in diffs for h in d.hunks if h.lines
+    ]
+    files: dict[str, int] = {}
+    hunks: dict[tuple[str, int], int] = {}
+    at, line, pos = 0, 1, 0
+    start = text.find("\n@@ ") + 1  # str.find, not a regex's ^: a payload may be 60 MB
+    while start > 0 and at < len(expected):
+        path, index, old, new = expected[at]
+        match = _HUNK_AT.match(text, start)
+        if match and (int(match[1]), int(match[2])) == (old, new):
+            line += text.count("\n", pos, start)
+            pos = start
+            hunks[path, index] = line
+            if path not in files:  # the `--- ` and `+++ ` lines just above the first `@@`
+                plus = text.rfind("\n", 0, start - 1) + 1
+                minus = text.rfind("\n", 0, plus - 1) + 1 if plus > 1 else 0
+                if plus and text.startswith("+++ ", plus) and text.startswith("--- ", minus):
+                    files[path] = line - 2
+            at += 1
+        start = text.find("\n@@ ", start) + 1
+    return files, hunks
 
 
 def _check_plugin(text: str, path: Path) -> None:
@@ -410,8 +453,9 @@ def _check_plugin(text: str, path: Path) -> None:
         raise PayloadError("defines no apply() for vLLM's plugin hook to call", path=path)
 
 
-def _upstream(top: Table, problems: Problems) -> Upstream | None:
-    """`[upstream]` (None when it has a problem: each is kept in `problems`)."""
+def _upstream(top: Table, problems: Problems, *, state_line: int | None) -> Upstream | None:
+    """`[upstream]` (None when it has a problem: each is kept in `problems`), and the line
+    of its `state` key."""
     table = top.table("upstream")
     assert table is not None
     mark = len(problems.errors)
@@ -434,6 +478,7 @@ def _upstream(top: Table, problems: Problems) -> Upstream | None:
         commit=commit,
         probe=probe,
         note=note,
+        state_line=state_line,
     )
 
 

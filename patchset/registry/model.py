@@ -64,6 +64,8 @@ class Upstream:
     probe: Probe | None = None
     note: str | None = None
     commit: str | None = None  # the upstream fix's commit, for the git ancestry signal
+    # the line of `state` in patch.toml, recorded at load (what an annotation points at)
+    state_line: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,12 @@ class Variant:
     diffs: tuple[FileDiff, ...] = ()  # for kind "diff"
     sites: tuple[Site, ...] = ()  # for kind "runtime"
     base: str | None = None  # the release the payload was written against (refresh's base)
+    # Lines of the payload, recorded at load (what an annotation points at): a diff's file
+    # headers (`--- `) by path and its hunks (`@@`) by (path, hunk number); each site's
+    # `anchor` and `file` keys, in the order of `sites`.
+    file_lines: Mapping[str, int] = field(default_factory=dict, compare=False)
+    hunk_lines: Mapping[tuple[str, int], int] = field(default_factory=dict, compare=False)
+    site_lines: tuple[tuple[int | None, int | None], ...] = field(default=(), compare=False)
 
     @property
     def files(self) -> tuple[str, ...]:

@@ -246,20 +246,23 @@ def _dotted(text: str) -> str:
     return ".".join(part.strip().strip("\"'") for part in text.split("."))
 
 
-def key_line(text: str, key: str) -> int | None:
-    """The line (from 1) of TOML `text` that sets the dotted `key` (``upstream.state``,
-    ``variants[1].payload``), else that opens the nearest table holding it; None when neither
-    is found (a top-level key that is missing). A reader's hint for messages, not a parser:
-    lines inside multi-line strings are skipped."""
+def key_lines(text: str) -> dict[str, int]:
+    """The line (from 1) of TOML `text` where each dotted key is set (``upstream.state``,
+    ``site[1].anchor``: an array of tables counts from 0) or each table opens, the first
+    where one is given twice. A light scan, not a parser (the text is valid TOML when it
+    loaded): lines inside multi-line strings are skipped."""
     found: dict[str, int] = {}
     counts: dict[str, int] = {}
     table, quote = "", ""
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):  # lines as an editor counts
         if quote:
             if line.count(quote) % 2:
                 quote = ""
             continue
-        header = _HEADER.match(line)
+        first = line.lstrip()[:1]
+        if not first or first == "#":
+            continue
+        header = _HEADER.match(line) if first == "[" else None
         if header:
             name = _dotted(header.group(2))
             if header.group(1) == "[[":
@@ -276,6 +279,14 @@ def key_line(text: str, key: str) -> int | None:
             for mark in ('"""', "'''"):
                 if rest.count(mark) % 2:
                     quote = mark
+    return found
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The line (from 1) of TOML `text` that sets the dotted `key` (``upstream.state``,
+    ``variants[1].payload``), else that opens the nearest table holding it; None when neither
+    is found (a top-level key that is missing). A reader's hint for messages (`key_lines`)."""
+    found = key_lines(text)
     path = key
     while path:
         if path in found:

@@ -24,8 +24,8 @@ from packaging.version import InvalidVersion, Version
 
 from patchset._fs import staged_file, sync_folder
 from patchset.errors import ExitCode, PatchsetError, RegistryError, UsageError
-from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
+from patchset.registry.builds import BuildDefinition, load_definition
 from patchset.registry.write import why_not_written
 from patchset.release_check import ATTENTION, CheckResult, check
 from patchset.release_check.verdicts import PROBE_ALONE

@@ -24,9 +24,9 @@ from patchset.cli.main import main
 from patchset.engine.apply import apply, revert
 from patchset.errors import PayloadError
 from patchset.image.build import _write_context
-from patchset.image.definition import load_definition
 from patchset.refresh import refresh
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.registry.diffs import parse_diff
 from patchset.release_check import CheckResult, check
 from patchset.sources.folder import FolderSource

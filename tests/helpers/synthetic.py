@@ -139,9 +139,9 @@ def exported_bundle(
     """The stock-image route on a synthetic release: `registry` exported for the 0.20.0 build
     `definition` (its text) from a release holding `files`, and a site folder holding the same
     files as an installed vLLM 0.20.0 (its dist-info too). Returns (bundle, site)."""
-    from patchset.image.definition import load_definition
     from patchset.image.export import export_runtime
     from patchset.registry import load_registry
+    from patchset.registry.builds import load_definition
     from patchset.sources.folder import FolderSource
 
     release = make_tree(tmp_path / "release", files, version="0.20.0")

@@ -17,9 +17,9 @@ from patchset.cli.main import main
 from patchset.errors import BuildError
 from patchset.image.bake import bake, bake_data, contexts_folder, pinned_base, target_name
 from patchset.image.build import build
-from patchset.image.definition import load_definition
 from patchset.image.verify import verify_image
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from tests.helpers.releases import tree_digest
 from tests.infra.docker_fixtures import StandinImage
 from tests.infra.run import image_repo

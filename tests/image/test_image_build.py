@@ -18,8 +18,8 @@ import pytest
 from patchset.adapters import dockerengine
 from patchset.errors import BuildError, DockerError
 from patchset.image.build import build
-from patchset.image.definition import BuildDefinition, load_definition
 from patchset.registry import Registry, load_registry
+from patchset.registry.builds import BuildDefinition, load_definition
 from tests.helpers.cli import run_cli
 from tests.infra.docker_fixtures import AuthRegistry, StandinImage
 from tests.infra.registry import Registry as RunningRegistry

@@ -17,8 +17,8 @@ import pytest
 from patchset.adapters import dockerengine
 from patchset.errors import DockerError
 from patchset.image.build import build
-from patchset.image.definition import load_definition
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from tests.infra.docker_fixtures import StandinImage
 from tests.infra.run import image_repo
 from tests.infra.standin import built_repository, for_tests

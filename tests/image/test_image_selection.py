@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from patchset.errors import BuildError
-from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.sources.folder import FolderSource
 from tests.helpers.synthetic import BODY, MOD_DIFF, OTHER, OTHER_DIFF, add_patch, make_tree
 

@@ -16,10 +16,10 @@ import pytest
 
 from patchset.errors import BuildError
 from patchset.image.content import series
-from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.kernel.order import in_order
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.sources.folder import FolderSource
 from tests.helpers.synthetic import (
     BODY,

@@ -233,9 +233,9 @@ def test_stand_in_reads_the_cache_compose_mounts(tmp_path: Path, docker_client: 
     (builds / "0.20.0.toml").write_text(
         definition_text("0.20.0", ["qwen-site"], args=["--model", "Org/Qwen3-Mini"])
     )
-    from patchset.image.definition import load_definition
     from patchset.image.export import export_runtime
     from patchset.registry import load_registry
+    from patchset.registry.builds import load_definition
 
     bundle = tmp_path / "bundle"
     export_runtime(load_definition(builds / "0.20.0.toml"), load_registry(registry), bundle)

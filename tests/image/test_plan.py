@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from patchset.errors import BuildError, ExitCode
-from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.image.plan import plan, switch_sets
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.sources.folder import FolderSource
 from tests.helpers.cli import cli
 from tests.helpers.synthetic import BODY, MOD_DIFF, PATCH_TOML, add_keys, add_patch, make_tree

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from patchset.image.definition import BuildDefinition, load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
+from patchset.registry.builds import BuildDefinition, load_definition
 from tests.helpers.cli import run_cli
 from tests.infra.docker_fixtures import StandinImage
 from tests.infra.standin import (

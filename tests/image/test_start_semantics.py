@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.sources.folder import FolderSource
 from tests.helpers.synthetic import PATCH_TOML, exported_bundle, make_tree, run_entrypoint
 from tests.image.test_image_selection import DEFINITION as BASE_DEFINITION

@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from tests.helpers.cli import cli
 from tests.helpers.synthetic import PATCH_TOML
 from tests.image.test_runtime_export import FAKE_SMI, RTX_5090, recorded, run_stock

@@ -251,8 +251,8 @@ def test_bad_compose_is_one_line(tmp_path: Path, text: str, said: str) -> None:
 def test_stand_in_reports_alias_and_unknown(tmp_path: Path, docker_client: Any) -> None:
     """On the stand-in of the stock image (vLLM 0.20.0's own files): an alias turns its patch
     on and is said mapped; a mistyped name is said unknown with the nearest name."""
-    from patchset.image.definition import load_definition
     from patchset.image.export import export_runtime
+    from patchset.registry.builds import load_definition
     from tests.image.test_model_gates import QWEN_SITE
     from tests.image.test_runtime_export import run_stock
     from tests.infra.standin import build_standin_base

@@ -156,9 +156,9 @@ ANCHORS = {  # vLLM 0.20.0's vllm/collect_env.py: three anchors, one file
 
 @pytest.fixture(scope="module")
 def standin_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from patchset.image.definition import load_definition
     from patchset.image.export import export_runtime
     from patchset.registry import load_registry
+    from patchset.registry.builds import load_definition
     from tests.helpers.synthetic import PATCH_TOML
 
     tmp = tmp_path_factory.mktemp("switch-stack")

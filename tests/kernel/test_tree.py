@@ -23,9 +23,9 @@ from patchset.engine import transaction
 from patchset.engine.apply import apply
 from patchset.errors import ExitCode, RegistryError, TargetError
 from patchset.image import build
-from patchset.image.definition import load_definition
 from patchset.kernel import tree
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from tests.helpers.synthetic import add_patch, build_manifest, make_tree
 
 ENTRYPOINT = Path(build.__file__).parent / "runtime" / "entrypoint.py"

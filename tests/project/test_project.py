@@ -16,8 +16,8 @@ import pytest
 
 from patchset.cli.main import main
 from patchset.errors import RegistryError
-from patchset.image.definition import load_definitions
 from patchset.project import find_pyproject, init_project, read_tool_table, resolve
+from patchset.registry.builds import load_definitions
 from tests.helpers.hardening import full_disk_under, snapshot
 from tests.helpers.releases import materialize, tree_digest
 

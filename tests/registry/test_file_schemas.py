@@ -231,7 +231,7 @@ def schema_keys(*names: str) -> set[str]:
             ("patch", "sites"),
         ),
         (("patchset/registry/support.py",), ("support",)),
-        (("patchset/image/definition.py",), ("build-definition",)),
+        (("patchset/registry/builds.py",), ("build-definition",)),
         (("patchset/project.py",), ("tool-patchset",)),
     ],
 )

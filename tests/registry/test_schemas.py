@@ -16,12 +16,12 @@ import patchset
 from patchset import schemas
 from patchset.adapters.dockerengine import Engine
 from patchset.adapters.forge import ForgeState
-from patchset.image.definition import load_definition
+from patchset.registry.builds import load_definition
 from patchset.registry.model import STATES
+from patchset.release_check.pins import Role
 from patchset.sources.package_index import IndexSource
 from patchset.upstream import Status
 from patchset.upstream.bump import Action
-from patchset.upstream.pins import Role
 from tests.helpers.cli import run_cli
 from tests.helpers.schemas import assert_matches, undocumented
 from tests.infra.docker_fixtures import StandinImage

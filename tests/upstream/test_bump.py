@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from patchset.errors import ExitCode, UnknownPatchError, UsageError
-from patchset.image.definition import load_definition
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.sources.git import GitSource
 from patchset.upstream.bump import bump
 from tests.helpers import gitrepos

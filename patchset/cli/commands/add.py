@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from patchset._gc import collector_paused
 from patchset.adapters.forge import DEFAULT_FORGE, FORGE_ENV, pr_ref
-from patchset.cli.options import add_command, option_values, repeatable, request, switch
+from patchset.cli.options import add_command, repeatable, switch
 from patchset.cli.output import FORMATS, console, err_console, print_json, progress_console
 from patchset.cli.sourceopts import add_source_options
 from patchset.errors import ExitCode, UsageError
@@ -168,20 +168,28 @@ def _progress(fmt: str) -> Callable[[int], Callable[[str], None]]:
 
 def _prepared(args: argparse.Namespace, *, pr: str | None, forge_url: str | None) -> Prepared:
     """The releases to check, the new payload, where it came from and the notes on it, the
-    notes shown on stderr (`add` and `update`); the request's other fields are the options
-    of the same names."""
+    notes shown on stderr (`add` and `update`)."""
     from patchset.authoring.layout import Layout
     from patchset.authoring.payload import PayloadRequest, prepare
 
-    wanted = request(
-        PayloadRequest,
-        args,
+    wanted = PayloadRequest(
+        from_tree=args.from_tree,
         files=tuple(args.file),
-        overlay=tuple(getattr(args, "overlay", None) or ()),
+        overlay=tuple(getattr(args, "overlay", None) or ()),  # add's only
+        diff=args.diff,
         pr=pr,
         forge_url=forge_url,
         layout=Layout(strip=args.strip, root=args.root),
         vllm=tuple(args.vllm),
+        since=args.since,
+        pre=args.pre,
+        source=args.source,
+        source_version=args.source_version,
+        index_url=args.index_url,
+        offline=args.offline,
+        no_check=args.no_check,
+        allow_deletions=args.allow_deletions,
+        runtime=getattr(args, "runtime", False),  # add's only
     )
     prepared = prepare(wanted)
     for note in prepared.notes:
@@ -231,8 +239,16 @@ def run(args: argparse.Namespace) -> int:
         pr=pr,
         vllm=args.range,
         on_release=_progress(args.format)(len(versions)),
-        **option_values(args, "state", "title", "credit", "apply", "requires"),
-        **option_values(prepared, "origin", "source", "versions", "base", "sites"),
+        state=args.state,
+        title=args.title,
+        credit=args.credit,
+        apply=args.apply,
+        requires=args.requires,
+        origin=prepared.origin,
+        source=prepared.source,
+        versions=prepared.versions,
+        base=prepared.base,
+        sites=prepared.sites,
     )
     patch = result.patch
     if args.format == "json":

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise UsageError("build definitions folder does not exist", path=folder)
     from patchset.image.bake import bake, target_name  # docker is slow to import
-    from patchset.image.definition import load_definitions
+    from patchset.registry.builds import load_definitions
 
     definitions = load_definitions(folder)
     if not definitions:

@@ -11,7 +11,7 @@ from patchset.cli.loading import load
 from patchset.cli.options import add_command, switch
 from patchset.cli.output import console, print_json, table, text
 from patchset.cli.sourceopts import add_source_options, source_from
-from patchset.image.definition import load_definition
+from patchset.registry.builds import load_definition
 from patchset.upstream.bump import BumpReport, bump, newest_release
 
 FORMATS = ("table", "json", "markdown")

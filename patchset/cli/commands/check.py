@@ -148,12 +148,12 @@ def run(args: argparse.Namespace) -> int:
         verify_full=args.verify_full,
         timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
     )
-    if args.build or args.all_builds:  # per-build pins: patchset/cli/pins.py
-        from patchset.cli import pins
+    if args.build or args.all_builds:  # per-build pins: cli/commands/check_pins.py
+        from patchset.cli.commands import check_pins
 
         markdown = functools.partial(render_markdown, headline=False)
         with collector_paused():  # as below
-            return pins.run(args, registry, source, markdown, progress=_bar)
+            return check_pins.run(args, registry, source, markdown, progress=_bar)
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
     # The collector paused for the whole run (a library call leaves the caller's alone): each
     # time it came back on it walked all that the releases had left (directories, results).

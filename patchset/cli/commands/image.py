@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchset.cli.loading import load
-from patchset.cli.options import add_command, option_values, repeatable, switch
+from patchset.cli.options import add_command, repeatable, switch
 from patchset.cli.output import FORMATS, console, emit, err_lines, print_json, table
 from patchset.errors import ExitCode, UsageError
 
@@ -84,7 +84,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run_build(args: argparse.Namespace) -> int:
     from patchset.image.build import build  # see the module docstring
-    from patchset.image.definition import load_definition
+    from patchset.registry.builds import load_definition
 
     definition = load_definition(args.definition)
     registry = load(args.registry)
@@ -96,7 +96,8 @@ def run_build(args: argparse.Namespace) -> int:
         nocache=args.no_cache,
         output=output,
         on_log=err_lines(),
-        **option_values(args, "push", "strict"),
+        push=args.push,
+        strict=args.strict,
     )
     emit(report, args.format, functools.partial(_built, output=output))
     return ExitCode.OK

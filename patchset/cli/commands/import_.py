@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from patchset.cli.options import add_command, option_values, repeatable, switch
+from patchset.cli.options import add_command, repeatable, switch
 from patchset.cli.output import FORMATS, console, emit
 from patchset.importers import COLLECTIONS, ImportReport, import_collection
 
@@ -66,7 +66,11 @@ def run(args: argparse.Namespace) -> int:
         args.dir,
         args.registry,
         sources=args.source,
-        **option_values(args, "only", "dry_run", "run_scripts", "builds", "script_timeout"),
+        only=args.only,
+        dry_run=args.dry_run,
+        run_scripts=args.run_scripts,
+        builds=args.builds,
+        script_timeout=args.script_timeout,
     )
     emit(report, args.format, _render)
     return report.exit_code

@@ -42,7 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--all",
         "with --vllm: every diff patch that fits it only at an offset or with fuzz, as an exact"
         " new variant, and every runtime patch whose anchors it moved, with the new anchors"
-        " where they are clear (written with --write; patchset/cli/carry.py)",
+        " where they are clear (written with --write)",
     )
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -80,9 +80,9 @@ def _picks(values: list[str]) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     if args.all or args.id is None:
-        from patchset.cli import carry
+        from patchset.cli.commands import refresh_all
 
-        return carry.run(args)
+        return refresh_all.run(args)
     registry = load(args.registry, [args.id])
     if args.finish or args.abort:
         extra = [flag for flag in ("write", "dry_run", "pick") if getattr(args, flag)]

@@ -198,7 +198,7 @@ def run_validate(args: argparse.Namespace) -> int:
     """Every problem of every patch in one run (each names its file and key, and the TOML
     line when there is one); exit 2 when there is any. The JSON Schemas are checked once all
     load."""
-    from patchset.image.definition import load_definitions  # validate only
+    from patchset.registry.builds import load_definitions  # validate only
     from patchset.schemas import check_project
 
     root = Path(args.registry)

@@ -62,8 +62,8 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def run_export(args: argparse.Namespace) -> int:
     from patchset.image.compose_in import read_compose
-    from patchset.image.definition import load_definition
     from patchset.image.export import default_definition, export_runtime
+    from patchset.registry.builds import load_definition
 
     definition = load_definition(args.build or default_definition(args.builds))
     compose = None if args.compose is None else read_compose(args.compose, definition.vllm)

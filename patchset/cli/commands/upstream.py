@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
@@ -14,12 +13,13 @@ from patchset.cli.options import add_command, switch
 from patchset.cli.output import console, print_json, styled, table, text
 from patchset.errors import UsageError
 from patchset.registry import PATCH_FILE, Registry
+from patchset.sources import parse_source
+from patchset.sources.git import GitSource
 from patchset.sources.package_index.cache import cache_location
 from patchset.upstream import Finding, UpstreamReport, audit, record
 
 FORMATS = ("table", "json", "markdown", "github")
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-_STATE_LINE = re.compile(r"^\s*state\s*=")
 
 DESCRIPTION = f"""\
 For each patch with [upstream] pr, the forge's answer (GitHub's REST API: the base from
@@ -43,12 +43,14 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    git = None
-    if args.source is not None:
-        if not args.source.startswith("git:"):
-            raise UsageError(f"--source {args.source!r}: expected git:PATH (a local vLLM clone)")
-        git = Path(args.source[4:]).expanduser()
+    if args.source is not None and not args.source.startswith("git:"):  # nothing else read
+        raise UsageError(f"--source {args.source!r}: expected git:PATH (a local vLLM clone)")
     registry = load(args.registry, args.patch)
+    git: GitSource | None = None
+    if args.source is not None:
+        clone = parse_source(args.source)
+        assert isinstance(clone, GitSource)  # a git: spec is a clone, or it raised
+        git = clone
     forge = ForgeAPI(cache_dir=cache_location()[0] / "forge", timeout=args.timeout)
     report = audit(registry, forge, patches=args.patch, git=git)
     if args.write:
@@ -146,31 +148,15 @@ def workflow_lines(report: UpstreamReport, registry: Registry) -> list[str]:
     for f in report.findings:
         if not f.attention:
             continue
-        path = registry.get(f.patch).folder / PATCH_FILE
+        patch = registry.get(f.patch)
         lines.append(
             workflow_command(
                 "error",
                 f"{f.pr}: {f.status}: {_note(f)}",
-                file=shown(path, root),
-                line=_state_line(path),
+                file=shown(patch.folder / PATCH_FILE, root),
+                line=patch.upstream.state_line,
                 title=f"patchset upstream: {f.patch}",
             )
         )
     lines.append(workflow_command("notice", _summary_line(report), title="patchset upstream"))
     return lines
-
-
-def _state_line(path: Path) -> int | None:
-    """The line of `state =` in the patch.toml's [upstream] table."""
-    try:
-        rows = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
-    inside = False
-    for number, row in enumerate(rows, 1):
-        stripped = row.strip()
-        if stripped.startswith("["):
-            inside = stripped.replace(" ", "") == "[upstream]"
-        elif inside and _STATE_LINE.match(row):
-            return number
-    return None

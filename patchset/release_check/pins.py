@@ -5,17 +5,19 @@ releases after it as "would carry forward" (shown, never failing): `check --buil
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from packaging.version import Version
 
 from patchset.errors import ExitCode
-from patchset.image.definition import BuildDefinition
 from patchset.image.plan import Plan, plan, switch_sets
 from patchset.registry import Registry
-from patchset.release_check import CheckReport, CheckResult, check
+from patchset.registry.builds import BuildDefinition
+from patchset.release_check.report import CheckReport, CheckResult
+from patchset.release_check.run import ProgressBar, check
+from patchset.sources import select
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.check-builds/1"
@@ -86,24 +88,42 @@ def check_builds(
     definitions: Sequence[BuildDefinition],
     *,
     source: ReleaseSource,
-    later: Sequence[str] = (),
+    versions: Sequence[str] = (),
+    since: str | None = None,
+    pre: bool = False,
     switches: Sequence[str] = (),
-    **options: Any,
+    max_fuzz: int = 0,
+    served: Mapping[str, str] | None = None,
+    progress: ProgressBar | None = None,
+    jobs: int = 1,
 ) -> BuildsReport:
-    """Each definition's patches on its own release (pinned) and on each of `later` newer
-        than it (carry-forward); `options` go to `patchset.check`. Then the planner, per definition
-    (its defaults and the switch sets `switches`): every refusal export would make."""
+    """Each definition's patches on its own release (pinned) and, as carry-forward, on each
+    later release `versions` and `since` select (`sources.select.for_check`; neither: none);
+    `max_fuzz`, `served`, `progress` and `jobs` go to `patchset.check`. Then the planner, per
+    definition (its defaults and the switch sets `switches`): every refusal export would make."""
+    later: list[str] = []
+    if versions or since:
+        later = select.for_check(source, versions=versions, since=since, pre=pre)
     for definition in definitions:
         for patch_id in definition.patches:
             registry.get(patch_id)  # a definition naming a patch the registry lacks: exit 2
-    versions = sorted({d.vllm for d in definitions} | set(later), key=Version)
+    releases = sorted({d.vllm for d in definitions} | set(later), key=Version)
     patches = list(dict.fromkeys(p for d in definitions for p in d.patches))
-    report = check(registry, versions, source=source, patches=patches, **options)
+    report = check(
+        registry,
+        releases,
+        source=source,
+        patches=patches,
+        max_fuzz=max_fuzz,
+        served=served,
+        progress=progress,
+        jobs=jobs,
+    )
     found = {(r.vllm, r.patch): r for r in report.results}  # report.result() is a scan
     rows: list[PinnedResult] = []
     for definition in definitions:
         pin = Version(definition.vllm)
-        for version in versions:
+        for version in releases:
             if Version(version) < pin:
                 continue
             role: Role = "pinned" if Version(version) == pin else "carry-forward"

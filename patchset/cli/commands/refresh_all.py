@@ -1,6 +1,6 @@
 """`patchset refresh --all --vllm V [--write]`: every diff patch that fits V only at an
 offset or with fuzz, carried onto V as an exact variant, and every runtime patch whose
-anchors V moved, with its new anchors (patchset/upstream/carry.py)."""
+anchors V moved, with its new anchors (patchset/refresh/carry.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from patchset.cli.loading import load
 from patchset.cli.output import console, print_json, table, text
 from patchset.cli.sourceopts import source_from
 from patchset.errors import UsageError
-from patchset.upstream.carry import refresh_shifted
+from patchset.refresh.carry import refresh_shifted
 
 
 def run(args: argparse.Namespace) -> int:

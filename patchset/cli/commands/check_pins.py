@@ -10,13 +10,12 @@ from collections.abc import Callable
 from patchset.cli import github
 from patchset.cli.output import console, print_json, shown, styled, table, text
 from patchset.errors import UsageError
-from patchset.image.definition import BuildDefinition, load_definition, load_definitions
 from patchset.registry import Registry
+from patchset.registry.builds import BuildDefinition, load_definition, load_definitions
 from patchset.release_check import CheckReport, parallel
+from patchset.release_check.pins import BuildsReport, check_builds
 from patchset.release_check.run import ProgressBar
-from patchset.sources import select
 from patchset.sources.base import ReleaseSource
-from patchset.upstream.pins import BuildsReport, check_builds
 
 
 def definitions(args: argparse.Namespace) -> list[BuildDefinition]:
@@ -39,15 +38,13 @@ def run(
 ) -> int:
     """The check of the definitions as `patchset.check` runs one (the files they read
     prefetched, with `progress`), shown as the command line asks."""
-    chosen = definitions(args)
-    later: list[str] = []
-    if args.vllm or args.since:
-        later = select.for_check(source, versions=args.vllm, since=args.since, pre=args.pre)
     report = check_builds(
         registry,
-        chosen,
+        definitions(args),
         source=source,
-        later=later,
+        versions=args.vllm or (),
+        since=args.since,
+        pre=args.pre,
         max_fuzz=args.fuzz,
         served=args.served,
         progress=progress,

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from patchset._plain import fields_dict
 from patchset.engine.evaluate import evaluate
 from patchset.errors import ExitCode, PatchsetError
+from patchset.refresh import refresh
 from patchset.refresh.job import Job, stacked_reader
 from patchset.refresh.merge import diff_of, write_diff_variant
 from patchset.refresh.record import payload_name
@@ -95,8 +96,6 @@ def _new_anchors(
     registry: Registry, patch_id: str, target: str, *, source: ReleaseSource, write: bool
 ) -> Carried:
     """A runtime patch carried onto `target` by `patchset.refresh` (its sites' new anchors)."""
-    from patchset.refresh import refresh  # noqa: PLC0415 -- gitpython: on use
-
     try:
         done = refresh(registry, patch_id, target, source=source, write=write)
     except PatchsetError as exc:
