@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from patchset._fs import cache_secret, seal
+from patchset.cachedir import cache_root
 from patchset.release_check.report import CheckResult
 
 # 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
@@ -73,8 +74,6 @@ _DECIDERS = (
 
 
 def memo_dir() -> Path:
-    from patchset.sources.package_index.cache import cache_root  # noqa: PLC0415 - light import
-
     return cache_root() / "memo"
 
 

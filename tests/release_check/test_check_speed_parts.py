@@ -21,13 +21,8 @@ from patchset.registry.diffs import parse_diff
 from patchset.release_check import moves
 from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
-from patchset.sources.package_index.cache import (
-    FORMAT,
-    Cache,
-    Manifest,
-    member_sha256,
-    read_entry,
-)
+from patchset.sources.package_index.cache import Cache, read_entry
+from patchset.sources.package_index.packing import FORMAT, Manifest, member_sha256
 
 PATHS = [
     "vllm/__init__.py",
