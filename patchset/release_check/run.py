@@ -314,11 +314,18 @@ def _check_release(
     pinned = tree.info.digest
     read, digest = release.read, release.digest
 
+    stacked: dict[tuple[str, ...], Callable[[str], bytes | None]] = {}  # by required chain
+
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
         if not patch.requires or not by_id:
             return read
-        version_known = version if ranges.is_version(version) else None
-        return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
+        chain = tuple(r.id for r in required_chain(patch, by_id))  # all it reads of `patch`
+        if chain not in stacked:
+            version_known = version if ranges.is_version(version) else None
+            stacked[chain] = on_top_of_required(
+                patch, by_id, read, version_known, max_fuzz=max_fuzz
+            )
+        return stacked[chain]
 
     plans, _ = _plans(patches, tree, version, release=release, state=state, options=options)
     results: list[CheckResult] = []
