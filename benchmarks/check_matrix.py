@@ -43,12 +43,12 @@ from pathlib import Path
 from packaging.version import Version
 
 from patchset._gc import collector_paused
+from patchset.cachedir import cache_root
 from patchset.engine import evaluate
 from patchset.registry import load_registry, ranges
 from patchset.release_check import CheckReport, CheckResult, check, memo, moves, parallel
 from patchset.release_check.moves import content_lines
 from patchset.sources.package_index import IndexSource, client
-from patchset.sources.package_index.cache import cache_root
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_cold import download_sdists  # the sibling script, found by path

@@ -46,17 +46,20 @@ LOG = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def _hidden_file(dest: Path, *, mode: int | None, suffix: str) -> Iterator[tuple[IO[bytes], Path]]:
+def _hidden_file(
+    dest: Path, *, mode: int | None, suffix: str, durable: bool = True
+) -> Iterator[tuple[IO[bytes], Path]]:
     """A hidden file beside `dest` (the shape `registry.leftovers` sweeps) to write, fsynced
-    when the block ends, with the mode and owner `dest` will have (see `attributes_for`);
-    removed when the block raises."""
+    when the block ends (unless not `durable`), with the mode and owner `dest` will have (see
+    `attributes_for`); removed when the block raises."""
     attrs = attributes_for(dest, mode=mode)
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=suffix)
     try:
         with os.fdopen(fd, "w+b") as out:
             yield out, Path(name)
             out.flush()
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
             set_attributes(out.fileno(), attrs)
     except BaseException:
         Path(name).unlink(missing_ok=True)
@@ -65,12 +68,14 @@ def _hidden_file(dest: Path, *, mode: int | None, suffix: str) -> Iterator[tuple
 
 @contextlib.contextmanager
 def atomic_file(
-    dest: Path, *, mode: int | None = None, suffix: str = ".tmp"
+    dest: Path, *, mode: int | None = None, suffix: str = ".tmp", durable: bool = True
 ) -> Iterator[IO[bytes]]:
     """A file to write (read/write, seekable) that replaces `dest` in one rename when the
     block ends without error, with `dest`'s mode and owner (see `attributes_for`), and
-    vanishes when it raises."""
-    with _hidden_file(dest, mode=mode, suffix=suffix) as (out, name):
+    vanishes when it raises. fsynced before the rename unless not `durable` (files checked
+    by content when read, such as the cache's: a torn one is fetched again, and a cold check
+    writes hundreds, where an fsync each costs seconds)."""
+    with _hidden_file(dest, mode=mode, suffix=suffix, durable=durable) as (out, name):
         yield out
     try:
         os.replace(name, dest)

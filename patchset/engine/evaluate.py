@@ -121,6 +121,7 @@ def clear_caches() -> None:
     _site_file.cache_clear()
     spans_clear()
     _made.clear()
+    _resolved.clear()
 
 
 def _known_first(known: Mapping[str, bytes | None], read: Reader) -> Reader:
@@ -437,10 +438,40 @@ def evaluate_runtime(
 def evaluate_python(patch: Patch, read: Reader) -> Evaluation:
     """A python patch edits no file: it applies when every name it touches is still there.
     A module gone, or a name no longer bound in it, is a missing target."""
-    missing = [m for touch in patch.touches if (m := resolve(touch, read)[1]) is not None]
+    missing = [m for touch in patch.touches if (m := _resolve(touch, read)[1]) is not None]
     if missing:
         return Evaluation("missing-target", missing=tuple(missing))
     return Evaluation("applies")
+
+
+# Each touch resolved so far: the files `resolve` read (in its order) with the bytes it got,
+# and its answer. A touch met again where those files hold the same bytes (the next release,
+# another patch) is answered without parsing them again: `resolve` reads the same files in
+# the same order when they hold the same bytes, so its answer is the same.
+_resolved: dict[
+    str, list[tuple[tuple[tuple[str, bytes | None], ...], tuple[str | None, str | None]]]
+] = {}
+_RESOLVED_KEPT = 32  # answers kept a touch (the oldest out)
+
+
+def _resolve(touch: str, read: Reader) -> tuple[str | None, str | None]:
+    """`touches.resolve(touch, read)`, answered from `_resolved` when it can be."""
+    known = _resolved.setdefault(touch, [])
+    for reads, answer in known:
+        if all(read(rel) == data for rel, data in reads):
+            return answer
+    reads_now: list[tuple[str, bytes | None]] = []
+
+    def recorded(rel: str) -> bytes | None:
+        data = read(rel)
+        reads_now.append((rel, data))
+        return data
+
+    answer = resolve(touch, recorded)
+    if len(known) >= _RESOLVED_KEPT:
+        del known[0]
+    known.append((tuple(reads_now), answer))
+    return answer
 
 
 def evaluate(

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from patchset._fs import cache_secret, seal
+from patchset.cachedir import cache_root
 from patchset.release_check.report import CheckResult
 
 # 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
@@ -73,8 +74,6 @@ _DECIDERS = (
 
 
 def memo_dir() -> Path:
-    from patchset.sources.package_index.cache import cache_root  # noqa: PLC0415 - light import
-
     return cache_root() / "memo"
 
 
@@ -118,8 +117,9 @@ class Memo:
         self._base = hashlib.sha256(f"{FORMAT}\0{self.code}\0".encode())
         self._read: dict[str, CheckResult] = {}  # the rows read this run, by key
         self._values: dict[str, CheckResult] = {}  # and by their text
-        self.hits = 0
-        self.misses = 0
+        self._absent: set[str] = set()  # the keys asked for this run and not found
+        self.hits = 0  # results `get` answered
+        self.misses = 0  # and those it did not
 
     def _conn(self) -> sqlite3.Connection | None:
         if self._db is None and not self._broken:
@@ -145,9 +145,23 @@ class Memo:
         h.update(repr(parts).encode("utf-8", "surrogateescape"))
         return h.hexdigest()
 
+    def get(self, key: str | None) -> CheckResult | None:
+        """The result memoised under `key` (for no release yet, as `get_many` gives it),
+        counted as a hit; None when there is none, or `key` is None (a result not to be
+        memoised), counted as a miss. A key `get_many` asked for is not read again."""
+        found = self._read.get(key) if key is not None else None
+        if found is None and key is not None and key not in self._absent:
+            found = self.get_many([key]).get(key)
+        if found is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return found
+
     def get_many(self, keys: Iterable[str]) -> dict[str, CheckResult]:
         """The memoised result of each key found, for no release yet (`CheckResult.at`
-        gives it its release and range); a key read earlier by this memo is not read again."""
+        gives it its release and range); a key read earlier by this memo is not read again.
+        Not counted: `get` counts (a check reads a release's keys here first, in one query)."""
         wanted = list(dict.fromkeys(keys))
         known = {k: self._read[k] for k in wanted if k in self._read}
         wanted = [k for k in wanted if k not in known]
@@ -173,6 +187,7 @@ class Memo:
                         found[key] = self._read[key] = self._values[value] = result
         except sqlite3.Error:
             return known
+        self._absent.update(k for k in wanted if k not in found)
         if bad:
             self._write(db, "DELETE FROM results WHERE key = ?", [(k,) for k in bad])
         return found
@@ -181,6 +196,7 @@ class Memo:
         db = self._conn()
         if db is None or not items:
             return
+        self._absent.difference_update(items)  # read again if met again
         values = {k: json.dumps(r.to_memo(), separators=(",", ":")) for k, r in items.items()}
         rows = [(k, v, _seal(self.path.parent, k, v)) for k, v in values.items()]
         self._write(db, "INSERT OR REPLACE INTO results (key, value, seal) VALUES (?, ?, ?)", rows)
@@ -242,6 +258,7 @@ class Memo:
     def close(self) -> None:
         self._read.clear()
         self._values.clear()
+        self._absent.clear()
         if self._db is not None:
             self._db.close()
             self._db = None

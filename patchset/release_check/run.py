@@ -120,17 +120,17 @@ def _groups(
     than `parallel.SMALLEST`: a warm check, one patch edited). Each release is opened here
     first, so that the children are forked with its file list read; the lists give the
     files' sizes (the largest a file has in any release: a file may be gone from the newest)."""
-    ordered = options.ordered
+    ordered, source = options.ordered, options.source
     pairs = len(selected) * len(ordered)
-    if jobs < 2 or pairs < parallel.SMALLEST or not options.source.fork_safe:
+    if jobs < 2 or pairs < parallel.SMALLEST or source is None or not source.fork_safe:
         return [selected]
-    options.source.settle()  # its own threads done (pip's settings asked for meanwhile)
+    source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
         return [selected]
     sizes: dict[str, int] = {}
     read = {f for p in selected for f in (*p.reads, *_named(p))}
     for version in ordered:
-        with options.source.open(version) as tree:
+        with source.open(version) as tree:
             if version == ordered[0] and memo is not None:
                 misses = _misses(selected, tree, version, memo, options)
                 if misses * len(ordered) < parallel.SMALLEST:
@@ -145,35 +145,50 @@ def _misses(
     selected: list[Patch], tree: ReleaseTree, version: str, memo: Memo, options: _Options
 ) -> int:
     """How many of `selected` the memo has no result for in this (the first) release."""
-    release = _release_name(tree, version)
-    files = _Files.of(tree, memo)
-    by_id = {p.id: p for p in options.registry.patches}
-    plans, found = _plans(
-        selected,
-        tree,
-        release,
-        files,
-        memo=memo,
-        seen={},
-        facts={},
-        by_id=by_id,
-        served=options.served,
-        max_fuzz=options.max_fuzz,
-        explain=options.explain,
-    )
+    files, state = _Files.of(tree, memo), _State(None, memo)
+    name = _release_name(tree, version)
+    plans, found = _plans(selected, tree, name, release=files, state=state, options=options)
     return sum(key is None or key not in found for *_, key in plans)
 
 
 @dataclass(frozen=True)
 class _Options:
-    """What every group of a check shares: the releases (in order) and how to check them."""
+    """What every group of a check shares: the releases (in order) and how to check them
+    (`check_tree`: one release, no source)."""
 
     ordered: list[str]
-    source: ReleaseSource
-    registry: Registry
+    source: ReleaseSource | None
+    registry: Registry | None
     max_fuzz: int
     explain: Explain
     served: Mapping[str, str] | None
+
+
+class _State:
+    """What one run carries from release to release: the last earlier release holding each
+    target file (`seen`: a vanished file is only said to have moved when it existed before),
+    what each patch's record says (`_Facts`, worked out once), and the vanished files read
+    back where they were last seen (from `source`; None: they are not); and its `memo`."""
+
+    def __init__(self, source: ReleaseSource | None, memo: Memo | None) -> None:
+        self.seen: dict[str, str] = {}  # target file -> the last earlier release holding it
+        self.source = source
+        self.memo = memo
+        self._facts: dict[int, _Facts] = {}
+        self._earlier: dict[tuple[str, str], bytes | None] = {}  # a file, once a release
+
+    def facts(self, patch: Patch) -> _Facts:
+        fact = self._facts.get(id(patch))
+        if fact is None or fact.patch is not patch:
+            fact = self._facts[id(patch)] = _Facts(patch)
+        return fact
+
+    def earlier(self, rel: str, version: str) -> bytes | None:
+        """`rel` as the earlier release `version` holds it (`source` is not None)."""
+        if (rel, version) not in self._earlier and self.source is not None:
+            with self.source.open(version) as tree:
+                self._earlier[rel, version] = tree.read(rel)
+        return self._earlier.get((rel, version))
 
 
 @dataclass(frozen=True)
@@ -240,40 +255,18 @@ def _run(
 ) -> _Run:
     """`selected` checked against each release in order (in this process)."""
     source = options.source
+    assert source is not None
     infos: list[ReleaseInfo] = []
     results: list[list[CheckResult]] = []
-    seen: dict[str, str] = {}  # target file -> the last earlier release of this run holding it
-    facts: dict[int, _Facts] = {}  # what each patch's record says, worked out once a run
-    earlier_read: dict[tuple[str, str], bytes | None] = {}  # a vanished file, once a release
-
-    def earlier(rel: str, version: str) -> bytes | None:
-        if (rel, version) not in earlier_read:
-            with source.open(version) as tree:
-                earlier_read[rel, version] = tree.read(rel)
-        return earlier_read[rel, version]
-
-    by_id = {p.id: p for p in options.registry.patches}
-    rests = _rests_on(selected, by_id)
+    state = _State(source, memo)
+    rests = _rests_on(selected, _by_id(options.registry))
     hits, misses = (memo.hits, memo.misses) if memo is not None else (0, 0)
     for version in options.ordered:
         with source.open(version) as tree:
-            release = _release_name(tree, version)
             files = _Files.of(tree, memo)
+            name = _release_name(tree, version)
             results.append(
-                check_tree(
-                    selected,
-                    tree,
-                    release,
-                    max_fuzz=options.max_fuzz,
-                    explain=options.explain,
-                    memo=memo,
-                    seen=seen,
-                    registry=options.registry,
-                    earlier=earlier,
-                    served=options.served,
-                    facts=facts,
-                    release_files=files,
-                )
+                _check_release(selected, tree, name, release=files, state=state, options=options)
             )
             infos.append(_checked_info(tree, rests, files))
         if on_release is not None:
@@ -291,56 +284,58 @@ def check_tree(
     max_fuzz: int = 0,
     explain: Explain = "in-range",
     memo: Memo | None = None,
-    seen: dict[str, str] | None = None,
     registry: Registry | None = None,
-    earlier: Callable[[str, str], bytes | None] | None = None,
     served: Mapping[str, str] | None = None,
-    facts: dict[int, _Facts] | None = None,
-    release_files: _Files | None = None,
 ) -> list[CheckResult]:
-    """Every patch against one release; one that `requires` others (in `registry`) on top of
-    them. `seen` maps the target files found in earlier releases to the last release holding
-    them (a vanished file is only said to have moved when it existed before, and `earlier`
-    reads it there); it is updated with this release's. `facts` keeps what each patch's
-    record says from one release to the next (a check's own); `release_files`, its files
-    as the check reads them (made here unless given)."""
-    seen = {} if seen is None else seen
-    facts = {} if facts is None else facts
+    """Every patch against one release (a release of its own: no earlier one of a run to
+    say where a vanished file was); one that `requires` others (in `registry`) on top of
+    them."""
+    options = _Options([version], None, registry, max_fuzz, explain, served)
+    files = _Files.of(tree, memo)
+    state = _State(None, memo)
+    return _check_release(list(patches), tree, version, release=files, state=state, options=options)
+
+
+def _check_release(
+    patches: list[Patch],
+    tree: ReleaseTree,
+    version: str,
+    *,
+    release: _Files,
+    state: _State,
+    options: _Options,
+) -> list[CheckResult]:
+    """`check_tree` within a run: `state` carries what earlier releases told (it is updated
+    with this release's files), `release` reads this release's files."""
+    max_fuzz, explain, served, seen = options.max_fuzz, options.explain, options.served, state.seen
+    memo = state.memo
     known_version = Version(version) if ranges.is_version(version) else None
-    by_id = {p.id: p for p in registry.patches} if registry else {}
+    by_id = _by_id(options.registry)
     pinned = tree.info.digest
-    release = release_files if release_files is not None else _Files.of(tree, memo)
     read, digest = release.read, release.digest
+
+    stacked: dict[tuple[str, ...], Callable[[str], bytes | None]] = {}  # by required chain
 
     def read_for(patch: Patch) -> Callable[[str], bytes | None]:
         if not patch.requires or not by_id:
             return read
-        version_known = version if ranges.is_version(version) else None
-        return on_top_of_required(patch, by_id, read, version_known, max_fuzz=max_fuzz)
+        chain = tuple(r.id for r in required_chain(patch, by_id))  # all it reads of `patch`
+        if chain not in stacked:
+            version_known = version if ranges.is_version(version) else None
+            stacked[chain] = on_top_of_required(
+                patch, by_id, read, version_known, max_fuzz=max_fuzz
+            )
+        return stacked[chain]
 
-    plans, found = _plans(
-        patches,
-        tree,
-        version,
-        release,
-        memo=memo,
-        seen=seen,
-        facts=facts,
-        by_id=by_id,
-        served=served,
-        max_fuzz=max_fuzz,
-        explain=explain,
-    )
+    plans, _ = _plans(patches, tree, version, release=release, state=state, options=options)
     results: list[CheckResult] = []
     store: dict[str, CheckResult] = {}
     for patch, in_range, meant, fact, files, key in plans:
-        if key is not None and key in found and memo is not None:
-            results.append(found[key].at(version, in_range=in_range))
-            memo.hits += 1
+        memoised = memo.get(key) if memo is not None else None
+        if memoised is not None:
+            results.append(memoised.at(version, in_range=in_range))
             continue
         existed = _existed(fact.written_before(known_version), files, seen)
-        if memo is not None:
-            memo.misses += 1
         r = one(
             patch,
             tree,
@@ -349,7 +344,7 @@ def check_tree(
             max_fuzz=max_fuzz,
             explain=explain,
             existed=existed,
-            before=_last_content(patch, version, seen, earlier),
+            before=_last_content(patch, version, state),
             python_files=release.python_files,
             served=served,
             in_range=in_range,
@@ -472,17 +467,14 @@ def _named(patch: Patch) -> list[str]:
 
 
 def _last_content(
-    patch: Patch,
-    version: str,
-    seen: dict[str, str],
-    earlier: Callable[[str, str], bytes | None] | None,
+    patch: Patch, version: str, state: _State
 ) -> Callable[[str], bytes | None] | None:
     """A vanished target's content where it was last seen: the last earlier release of the
     run holding it, else the release the variant was written against (its `base`), else the
     lowest release the patch's range allows (what `_written_before` rests on)."""
-    if earlier is None or not ranges.is_version(version):
+    if state.source is None or not ranges.is_version(version):
         return None
-    reader = earlier
+    seen, reader = state.seen, state.earlier
 
     def older() -> list[str]:  # asked only for a vanished file no earlier release held
         meant = patch.variant_for(version)
@@ -529,11 +521,8 @@ class _Facts:
         return release is not None and self.floor is not None and release > self.floor
 
 
-def _facts_of(patch: Patch, facts: dict[int, _Facts]) -> _Facts:
-    fact = facts.get(id(patch))
-    if fact is None or fact.patch is not patch:
-        fact = facts[id(patch)] = _Facts(patch)
-    return fact
+def _by_id(registry: Registry | None) -> dict[str, Patch]:
+    return {p.id: p for p in registry.patches} if registry is not None else {}
 
 
 _Plan = tuple[Patch, bool, Variant | None, _Facts, list[str], str | None]
@@ -543,39 +532,36 @@ def _plans(
     patches: Iterable[Patch],
     tree: ReleaseTree,
     version: str,
-    release: _Files,
     *,
-    memo: Memo | None,
-    seen: dict[str, str],
-    facts: dict[int, _Facts],
-    by_id: Mapping[str, Patch],
-    served: Mapping[str, str] | None,
-    max_fuzz: int,
-    explain: Explain,
+    release: _Files,
+    state: _State,
+    options: _Options,
 ) -> tuple[list[_Plan], dict[str, CheckResult]]:
     """Each patch's plan on one release (whether in range, the variant meant, its facts and
     files, its memo key: None when not to be memoised) and the results the memo holds."""
+    served, max_fuzz, explain, seen = options.served, options.max_fuzz, options.explain, state.seen
+    memo, by_id = state.memo, _by_id(options.registry)
     known_version = Version(version) if ranges.is_version(version) else None
     pinned = tree.info.digest
     digest = release.digest
     configuration = sorted(served.items()) if served is not None else None  # in every key
     plans: list[_Plan] = []
     for patch in patches:
-        fact = _facts_of(patch, facts)
+        fact = state.facts(patch)
         in_range, meant = patch.placed(version) if known_version is not None else (False, None)
-        files = fact.declared
+        declared = fact.declared
         key = None
         # A stacked patch reads its files as the patches it requires leave them: its key holds
         # each of those (in order, transitively: id, digest, the variant tried) and the files
         # they read.
         chain = required_chain(patch, by_id) if patch.requires and by_id else ()
         if memo is not None:  # a python patch reads its targets too
-            digests = [(f, digest(f)) for f in files]  # sorted, as fact.named is
+            digests = [(f, digest(f)) for f in declared]  # sorted, as fact.named is
             named = [(f, digest(f)) for f in fact.named]
             beneath = {
                 f: digest(f)
                 for r in chain
-                for f in (*_facts_of(r, facts).declared, *_facts_of(r, facts).named)
+                for f in (*state.facts(r).declared, *state.facts(r).named)
             }
             gone = [f for f, d in digests if d == "-"]
             existed = _existed(fact.written_before(known_version), gone, seen) if gone else set()
@@ -596,6 +582,6 @@ def _plans(
                     named,
                     meant is not None and is_base_release(patch, meant, version),  # probe
                 )
-        plans.append((patch, in_range, meant, fact, files, key))
+        plans.append((patch, in_range, meant, fact, declared, key))
     found = memo.get_many(k for *_, k in plans if k) if memo is not None else {}
     return plans, found

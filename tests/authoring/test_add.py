@@ -254,8 +254,9 @@ def test_range_suggested_by_a_check_of_real_releases(
 @pytest.mark.network
 def test_cached_releases_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No --vllm/--since: every release in the cache, nothing downloaded (offline source)."""
+    from patchset.cachedir import cache_root
     from patchset.sources.package_index import IndexSource
-    from patchset.sources.package_index.cache import Cache, cache_root
+    from patchset.sources.package_index.cache import Cache
 
     IndexSource().fetch("0.19.1")  # at least one release in the cache
     cached = Cache(cache_root()).cached_tree_versions()

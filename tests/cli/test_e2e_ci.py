@@ -26,8 +26,9 @@ import jsonschema
 import pytest
 import yaml
 
+from patchset.cachedir import cache_root
 from patchset.sources.package_index import IndexSource
-from patchset.sources.package_index.cache import Cache, cache_root
+from patchset.sources.package_index.cache import Cache
 from tests.helpers.fake_index import FakeIndex
 from tests.helpers.workflow_commands import read_annotations
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from patchset.cachedir import cache_root
 from patchset.image.export import export_runtime
 from patchset.registry import load_registry
 from patchset.registry.builds import load_definition
 from patchset.sources.folder import FolderSource
-from patchset.sources.package_index.cache import cache_root
 from tests.helpers.synthetic import PATCH_TOML, definition_text
 
 pytestmark = [

@@ -14,20 +14,17 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
+from patchset.engine import evaluate
 from patchset.engine.evaluate import evaluate_diff
 from patchset.errors import SourceError
+from patchset.kernel.touches import resolve
 from patchset.registry import Variant
 from patchset.registry.diffs import parse_diff
 from patchset.release_check import moves
 from patchset.release_check.moves import PythonFiles, _best_file, _smallest_holding
 from patchset.sources.base import KnowsDigests, ReleaseInfo, ReleaseTree
-from patchset.sources.package_index.cache import (
-    FORMAT,
-    Cache,
-    Manifest,
-    member_sha256,
-    read_entry,
-)
+from patchset.sources.package_index.cache import Cache, read_entry
+from patchset.sources.package_index.packing import FORMAT, Manifest, member_sha256
 
 PATHS = [
     "vllm/__init__.py",
@@ -307,3 +304,24 @@ def test_a_cache_entry_is_read_whole_by_plain_reads(tmp_path: Path) -> None:
     assert read_entry(tmp_path / "folder") is None
     assert not (tmp_path / "folder").exists()
     assert read_entry(tmp_path / "absent") is None
+
+
+def test_a_touch_is_answered_by_content_as_resolve_answers_it() -> None:
+    """`evaluate._resolve` answers a touch from the bytes `resolve` read before: the same
+    answer as `resolve` in each of a run of trees where the module changes, moves into a
+    package, loses the name, and comes back with the bytes it had (new objects each time)."""
+    touches = ["vllm.a:f", "vllm.a:C.m", "vllm.a:sub.g", "vllm.b:x"]
+    shapes = [
+        {"vllm/a.py": "def f(): ...\nclass C:\n    def m(self): ...\n"},
+        {"vllm/a.py": "def f(): ...\nclass C:\n    pass\n"},
+        {"vllm/a/__init__.py": "f = 1\n", "vllm/a/sub.py": "def g(): ...\n"},
+        {"vllm/a/__init__.py": "f = 1\n", "vllm/a/sub.py": "g = None\n", "vllm/b.py": "x = 2\n"},
+        {"vllm/a.py": "class C:\n    def m(self): ...\n"},
+        {"vllm/a.py": "def f(): ...\nclass C:\n    def m(self): ...\n"},
+    ]
+    evaluate.clear_caches()
+    for _ in range(2):
+        for shape in shapes:
+            files = {rel: bytes(text, "utf-8") for rel, text in shape.items()}
+            for touch in touches:
+                assert evaluate._resolve(touch, files.get) == resolve(touch, files.get), touch

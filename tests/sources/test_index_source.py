@@ -24,16 +24,17 @@ from typing import Any
 import pytest
 
 from patchset.adapters import net
+from patchset.cachedir import cache_location, cache_root
 from patchset.errors import IntegrityError, SourceError
 from patchset.registry import load_registry
 from patchset.release_check import check
 from patchset.release_check.memo import Memo
 from patchset.sources import package_index, parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
-from patchset.sources.package_index import IndexSource
+from patchset.sources.package_index import IndexSource, packing
 from patchset.sources.package_index import cache as cache_module
 from patchset.sources.package_index import settings as pip_settings
-from patchset.sources.package_index.cache import Cache, cache_location, cache_root
+from patchset.sources.package_index.cache import Cache
 from patchset.sources.package_index.client import PackageIndex
 from patchset.sources.package_index.settings import IndexSettings, resolve
 from tests.helpers.fake_index import (
@@ -928,9 +929,9 @@ def test_check_memo_reads_by_the_wheels_list(
     assert [r.verdict for r in first.results] == ["needed", "conflict"]
     decoded: list[int] = []
     reads: list[str] = []
-    real_decode, real_read = cache_module._Members._decoded, package_index.IndexTree.read
+    real_decode, real_read = packing.Members._decoded, package_index.IndexTree.read
 
-    def counted_decode(self: cache_module._Members) -> dict[str, str | list[Any]]:
+    def counted_decode(self: packing.Members) -> dict[str, str | list[Any]]:
         decoded.append(1)
         return real_decode(self)
 
@@ -938,7 +939,7 @@ def test_check_memo_reads_by_the_wheels_list(
         reads.append(relpath)
         return real_read(self, relpath)
 
-    monkeypatch.setattr(cache_module._Members, "_decoded", counted_decode)
+    monkeypatch.setattr(packing.Members, "_decoded", counted_decode)
     monkeypatch.setattr(package_index.IndexTree, "read", counted_read)
     warm = check(load_registry(registry), versions, source=offline_source(cache), memo=Memo(memo))
     assert warm.results == first.results

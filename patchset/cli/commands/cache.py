@@ -41,7 +41,8 @@ def _duration(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from patchset.sources.package_index.cache import Cache, cache_location, summary
+    from patchset.cachedir import cache_location
+    from patchset.sources.package_index.cache import Cache, summary
 
     con = console()
     if args.cache_action == "info":

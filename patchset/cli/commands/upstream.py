@@ -8,6 +8,7 @@ from pathlib import Path
 
 from patchset.adapters.actions import workflow_command
 from patchset.adapters.forge import API_ENV, TOKEN_ENV, ForgeAPI
+from patchset.cachedir import cache_location
 from patchset.cli.loading import load
 from patchset.cli.options import add_command, switch
 from patchset.cli.output import console, print_json, styled, table, text
@@ -15,7 +16,6 @@ from patchset.errors import UsageError
 from patchset.registry import PATCH_FILE, Registry
 from patchset.sources import parse_source
 from patchset.sources.git import GitSource
-from patchset.sources.package_index.cache import cache_location
 from patchset.upstream import Finding, UpstreamReport, audit, record
 
 FORMATS = ("table", "json", "markdown", "github")

@@ -26,66 +26,31 @@ import contextlib
 import dataclasses
 import errno
 import hashlib
-import itertools
 import json
 import logging
 import os
 import shutil
 import stat
-import threading
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import filelock
 
+from patchset._fs import atomic_file
+from patchset.cachedir import cache_location, cache_root
 from patchset.errors import LockedError, SourceError
 from patchset.registry import ranges
+from patchset.sources.package_index import packing
+from patchset.sources.package_index.packing import Manifest
 
 LOG = logging.getLogger(__name__)
 
 LOCK_TIMEOUT = 900.0  # seconds; another process may be downloading a 45 MB sdist
-FORMAT = "patchset-manifest/3"  # members as "sha256 size ..." strings (/2: lists, still read)
-_READABLE = frozenset({FORMAT, "patchset-manifest/2"})
 ANSWER_FORMAT = "patchset-answer/2"
 _STALE_TEMP = 3600.0  # seconds after which a temporary file is an orphan
-
-
-def cache_root() -> Path:
-    """Where the cache lives: ``$PATCHSET_CACHE_DIR``, else the platform's user cache."""
-    return cache_location()[0]
-
-
-def cache_location() -> tuple[Path, str]:
-    """The cache root and the setting that chose it."""
-    if explicit := os.environ.get("PATCHSET_CACHE_DIR"):
-        return Path(explicit).expanduser(), "$PATCHSET_CACHE_DIR"
-    import platformdirs  # noqa: PLC0415 -- only when no override is set
-
-    return platformdirs.user_cache_path("patchset", appauthor=False), "platformdirs (user cache)"
-
-
-@dataclasses.dataclass(frozen=True)
-class Manifest:
-    """One artifact's files: path -> [sha256, size, *where in the wheel]."""
-
-    version: str
-    artifact: str  # the wheel's or sdist's file name
-    kind: Literal["wheel", "sdist"]
-    sha256: str  # the index's sha256 of the artifact
-    verified: Literal["members", "full"]  # members: RECORD + CRC per member; full: whole file
-    url: str  # where the artifact was read (credential-free)
-    members: Mapping[str, list[Any]]
-    size: int = 0  # of the artifact
-    end: int = 0  # wheels: where the central directory starts
-
-    def header(self) -> dict[str, Any]:
-        """The fields but `members` (not `asdict`: it would deep-copy thousands of entries)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        del fields["members"]
-        return {"format": FORMAT, **fields}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +145,7 @@ class Cache:
             "sha256": _digest(data),
             "data": data,
         }
-        with atomic_write(self.index_path(key)) as out:
+        with _entry_file(self.index_path(key)) as out:
             out.write(json.dumps(record).encode())
 
     def drop_json(self, key: str) -> None:
@@ -195,13 +160,13 @@ class Cache:
         raw = read_entry(path)
         if raw is None:
             return None
-        manifest = _decode_manifest(raw)
+        manifest = packing.decode(raw)
         if manifest is None or manifest.artifact != artifact:
             LOG.info("%s: damaged (its content does not match its digest); rebuilding", path)
             with contextlib.suppress(OSError):
                 path.unlink()
             return None
-        if isinstance(manifest.members, _Members) and not manifest.members.packed:
+        if packing.written_before(manifest):
             with contextlib.suppress(OSError):  # written by format 2: kept in today's form
                 self.store_manifest(manifest)
         with contextlib.suppress(OSError):
@@ -209,14 +174,8 @@ class Cache:
         return manifest
 
     def store_manifest(self, manifest: Manifest) -> None:
-        packed = {  # a wheel's members inline: a call a member would cost 50 ms a cold check
-            path: _FIELDS % tuple(entry) if len(entry) == _WHEEL_FIELDS else _pack(entry)
-            for path, entry in manifest.members.items()
-        }
-        body = json.dumps(packed, separators=(",", ":")).encode()  # in the wheel's order
-        header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
-        with atomic_write(self.manifest_path(manifest.artifact)) as out:
-            out.write(json.dumps(header, sort_keys=True).encode() + b"\n" + body)
+        with _entry_file(self.manifest_path(manifest.artifact)) as out:
+            out.write(packing.encode(manifest))
 
     def drop_manifest(self, artifact: str) -> None:
         with contextlib.suppress(OSError):
@@ -228,7 +187,7 @@ class Cache:
         found = []
         for path in folder.glob("*.json") if folder.is_dir() else []:
             raw = read_entry(path)
-            manifest = _decode_manifest(raw) if raw is not None else None
+            manifest = packing.decode(raw) if raw is not None else None
             if manifest is not None:
                 found.append(manifest)
         return found
@@ -265,7 +224,7 @@ class Cache:
         path = self.blob_path(sha256)
         if _regular(path):
             return
-        with atomic_write(path) as out:
+        with _entry_file(path) as out:
             out.write(deflated)
 
     # -- maintenance ---------------------------------------------------------------------
@@ -330,103 +289,6 @@ class Cache:
         return removed, freed
 
 
-def _decode_manifest(raw: bytes) -> Manifest | None:
-    head, sep, body = raw.partition(b"\n")
-    if not sep:
-        return None
-    try:
-        header = json.loads(head)
-        written = header.pop("format")
-        if written not in _READABLE:
-            return None
-        if header.pop("digest") != hashlib.sha256(body).hexdigest():
-            return None
-        manifest = Manifest(members=_Members(body, packed=written == FORMAT), **header)
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None
-    return manifest
-
-
-def _pack(entry: list[Any]) -> str:
-    """A member's entry as the cache keeps it: "sha256 size ..." (one string, not a list:
-    decoding a wheel's list then makes two objects a member, not seven, and none that the
-    garbage collector must walk). `store_manifest` formats a wheel's members with `_FIELDS`
-    itself, at json.dumps's own speed."""
-    return " ".join(map(str, entry))
-
-
-_FIELDS = "%s %d %d %d %d %d"  # a wheel's member: sha256, size, offset, compressed, CRC, method
-_WHEEL_FIELDS = 6
-
-
-def _unpack(packed: str | list[Any]) -> list[Any]:
-    """An entry as `_pack` wrote it (a list, as format 2 wrote it, is taken as it is)."""
-    if isinstance(packed, list):
-        return packed
-    sha, *numbers = packed.split(" ")
-    try:
-        return [sha, *(int(n) for n in numbers)]
-    except ValueError:
-        raise SourceError(_DAMAGED) from None
-
-
-_DAMAGED = "a cached release's file list is damaged; run `patchset cache clear`"
-
-
-class _Members(Mapping[str, list[Any]]):
-    """A cached manifest's file list, decoded on first use (a warm check, answered by the
-    memo, opens every release but reads no file, and decoding a wheel's list is most of its
-    cost), each entry unpacked when asked for. The bytes were checked against the manifest's
-    digest when it was loaded."""
-
-    def __init__(self, body: bytes, *, packed: bool = True) -> None:
-        self._body = body
-        self.packed = packed  # False: written by format 2, entries as lists
-        self._members: dict[str, str | list[Any]] | None = None
-
-    def _decoded(self) -> dict[str, str | list[Any]]:
-        if self._members is None:
-            try:
-                members = json.loads(self._body)
-            except ValueError:
-                members = None
-            if not isinstance(members, dict):
-                raise SourceError(_DAMAGED)
-            self._members = members
-        return self._members
-
-    def __getitem__(self, key: str) -> list[Any]:
-        return _unpack(self._decoded()[key])
-
-    def sha256_of(self, key: str) -> str | None:
-        """The entry's sha256 alone (its first field), None when there is no such member:
-        what a check asks of most entries, without unpacking the others."""
-        packed = self._decoded().get(key)
-        if packed is None:
-            return None
-        if isinstance(packed, list):
-            return str(packed[0])
-        return packed.partition(" ")[0]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._decoded()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-
-def member_sha256(members: Mapping[str, list[Any]], path: str) -> str | None:
-    """The sha256 a manifest lists for `path` (None: not a member), without unpacking the
-    rest of a cached list's entry."""
-    if isinstance(members, _Members):
-        return members.sha256_of(path)
-    entry = members.get(path)
-    return None if entry is None else str(entry[0])
-
-
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -440,7 +302,6 @@ def _files(folder: Path) -> Iterator[Path]:
 
 
 _MADE: set[Path] = set()  # cache folders made (or found) by this process
-_TEMP_NAMES = itertools.count()
 
 
 def _mkdir(folder: Path, *, check: bool = False) -> None:
@@ -464,46 +325,31 @@ def _mkdir(folder: Path, *, check: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(dest: Path) -> Iterator[IO[bytes]]:
-    """A file to write that replaces `dest` in one rename on success and vanishes on failure
-    (0o644 as any cache file); an unusable cache folder is one clear error.
-
-    Unlike `patchset._fs.atomic_file` it does not fsync: everything here is checked by content
-    when read, so a file torn by a power loss is fetched again, and a cold check writes
-    hundreds of small files (an fsync each cost seconds). The temporary name is unique to
-    this process and thread (no random names tried: this is on the cold path too).
-    """
+def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
+    """`_fs.atomic_file` for a cache entry: 0o644 whatever the umask (readable by the users of
+    a shared cache), not fsynced (everything here is checked by content when read); a folder
+    in the entry's place is removed; an unusable cache folder is one clear error."""
     _mkdir(dest.parent)
-    unique = f"{os.getpid()}-{threading.get_ident()}-{next(_TEMP_NAMES)}"
-    name = dest.parent / f".{dest.name}.{unique}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-    try:
+    if dest.is_dir() and not dest.is_symlink():
+        shutil.rmtree(dest, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
         try:
-            fd = os.open(name, flags, 0o644)
-        except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
-            _MADE.discard(dest.parent)
-            _mkdir(dest.parent)
-            fd = os.open(name, flags, 0o644)
-    except OSError as exc:
-        raise SourceError(
-            f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
-            " set $PATCHSET_CACHE_DIR to a writable folder"
-        ) from None
-    done = False
-    try:
+            try:
+                out = stack.enter_context(atomic_file(dest, mode=0o644, durable=False))
+            except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
+                _MADE.discard(dest.parent)
+                _mkdir(dest.parent)
+                out = stack.enter_context(atomic_file(dest, mode=0o644, durable=False))
+        except OSError as exc:
+            raise SourceError(
+                f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
+                " set $PATCHSET_CACHE_DIR to a writable folder"
+            ) from None
         try:
-            os.fchmod(fd, 0o644)  # whatever the umask: readable by the users of a shared cache
-            with os.fdopen(fd, "wb") as out:
+            with stack:
                 yield out
-            if dest.is_dir() and not dest.is_symlink():  # a folder in an entry's place
-                shutil.rmtree(dest, ignore_errors=True)
-            os.replace(name, dest)
         except OSError as exc:
             raise _write_error(dest, exc) from None
-        done = True
-    finally:
-        if not done:
-            name.unlink(missing_ok=True)
 
 
 def _write_error(dest: Path, exc: OSError) -> SourceError:

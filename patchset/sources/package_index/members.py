@@ -19,7 +19,8 @@ from patchset.adapters import net
 from patchset.errors import SourceError
 from patchset.sources.base import DownloadProgress
 from patchset.sources.package_index import wheel
-from patchset.sources.package_index.cache import Cache, Manifest
+from patchset.sources.package_index.cache import Cache
+from patchset.sources.package_index.packing import Manifest
 
 LOG = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ from patchset.errors import SourceError
 from patchset.registry import ranges
 from patchset.sources.base import DownloadProgress, ReleaseSource
 from patchset.sources.package_index import wheel
-from patchset.sources.package_index.cache import Cache, Manifest, member_sha256
+from patchset.sources.package_index.cache import Cache
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
 from patchset.sources.package_index.members import Members, Meter, each_done
+from patchset.sources.package_index.packing import Manifest, member_sha256
 from patchset.sources.package_index.sdist import sdist_manifest
 from patchset.sources.package_index.settings import IndexSettings
 from patchset.sources.package_index.tree import IndexTree

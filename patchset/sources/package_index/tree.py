@@ -12,8 +12,8 @@ from pathlib import PurePosixPath
 
 from patchset.sources.base import ReleaseInfo, ReleaseTree
 from patchset.sources.package_index import wheel
-from patchset.sources.package_index.cache import Manifest, member_sha256
 from patchset.sources.package_index.members import Members
+from patchset.sources.package_index.packing import Manifest, member_sha256
 
 READAHEAD = 1 << 20  # bytes of a folder's other members fetched with one asked for
 _PYTHON_MEMBERS: dict[str, tuple[dict[str, list[str]], dict[str, list[str]]]] = {}

@@ -1,0 +1,25 @@
+"""Where patchset keeps its cache: one folder for the package index's files, the check's memo
+and the forge's answers.
+
+``$PATCHSET_CACHE_DIR`` when set, else the user cache folder `platformdirs` names for
+patchset (``$XDG_CACHE_HOME/patchset`` or ``~/.cache/patchset`` on Linux).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """Where the cache lives: ``$PATCHSET_CACHE_DIR``, else the platform's user cache."""
+    return cache_location()[0]
+
+
+def cache_location() -> tuple[Path, str]:
+    """The cache root and the setting that chose it."""
+    if explicit := os.environ.get("PATCHSET_CACHE_DIR"):
+        return Path(explicit).expanduser(), "$PATCHSET_CACHE_DIR"
+    import platformdirs  # noqa: PLC0415 -- only when no override is set
+
+    return platformdirs.user_cache_path("patchset", appauthor=False), "platformdirs (user cache)"

@@ -1,0 +1,156 @@
+"""A cached manifest's on-disk form: one artifact's file list as `Cache` keeps it.
+
+A header line (JSON: the format, the artifact, the index's sha256 of it, what was verified,
+the digest of the body) and the body: one JSON object, path -> the member's entry packed as
+one string, "sha256 size ..." (format 2 wrote lists: still read, rewritten in today's form).
+The body is decoded on first use, each entry unpacked when asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from patchset.errors import SourceError
+
+FORMAT = "patchset-manifest/3"  # members as "sha256 size ..." strings (/2: lists, still read)
+_READABLE = frozenset({FORMAT, "patchset-manifest/2"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """One artifact's files: path -> [sha256, size, *where in the wheel]."""
+
+    version: str
+    artifact: str  # the wheel's or sdist's file name
+    kind: Literal["wheel", "sdist"]
+    sha256: str  # the index's sha256 of the artifact
+    verified: Literal["members", "full"]  # members: RECORD + CRC per member; full: whole file
+    url: str  # where the artifact was read (credential-free)
+    members: Mapping[str, list[Any]]
+    size: int = 0  # of the artifact
+    end: int = 0  # wheels: where the central directory starts
+
+    def header(self) -> dict[str, Any]:
+        """The fields but `members` (not `asdict`: it would deep-copy thousands of entries)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        del fields["members"]
+        return {"format": FORMAT, **fields}
+
+
+def decode(raw: bytes) -> Manifest | None:
+    """The manifest `raw` holds; None when it is not one (a format not read, a body that does
+    not match its digest, a header that does not fit)."""
+    head, sep, body = raw.partition(b"\n")
+    if not sep:
+        return None
+    try:
+        header = json.loads(head)
+        written = header.pop("format")
+        if written not in _READABLE:
+            return None
+        if header.pop("digest") != hashlib.sha256(body).hexdigest():
+            return None
+        manifest = Manifest(members=Members(body, packed=written == FORMAT), **header)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return manifest
+
+
+def encode(manifest: Manifest) -> bytes:
+    """`manifest` as `decode` reads it: the header line, then the packed members."""
+    packed = {  # a wheel's members inline: a call a member would cost 50 ms a cold check
+        path: _FIELDS % tuple(entry) if len(entry) == _WHEEL_FIELDS else _pack(entry)
+        for path, entry in manifest.members.items()
+    }
+    body = json.dumps(packed, separators=(",", ":")).encode()  # in the wheel's order
+    header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
+    return json.dumps(header, sort_keys=True).encode() + b"\n" + body
+
+
+def written_before(manifest: Manifest) -> bool:
+    """Whether a decoded manifest was written by an older format (the cache rewrites it)."""
+    return isinstance(manifest.members, Members) and not manifest.members.packed
+
+
+def _pack(entry: list[Any]) -> str:
+    """A member's entry as the cache keeps it: "sha256 size ..." (one string, not a list:
+    decoding a wheel's list then makes two objects a member, not seven, and none that the
+    garbage collector must walk). `encode` formats a wheel's members with `_FIELDS`
+    itself, at json.dumps's own speed."""
+    return " ".join(map(str, entry))
+
+
+_FIELDS = "%s %d %d %d %d %d"  # a wheel's member: sha256, size, offset, compressed, CRC, method
+_WHEEL_FIELDS = 6
+
+
+def _unpack(packed: str | list[Any]) -> list[Any]:
+    """An entry as `_pack` wrote it (a list, as format 2 wrote it, is taken as it is)."""
+    if isinstance(packed, list):
+        return packed
+    sha, *numbers = packed.split(" ")
+    try:
+        return [sha, *(int(n) for n in numbers)]
+    except ValueError:
+        raise SourceError(_DAMAGED) from None
+
+
+_DAMAGED = "a cached release's file list is damaged; run `patchset cache clear`"
+
+
+class Members(Mapping[str, list[Any]]):
+    """A cached manifest's file list, decoded on first use (a warm check, answered by the
+    memo, opens every release but reads no file, and decoding a wheel's list is most of its
+    cost), each entry unpacked when asked for. The bytes were checked against the manifest's
+    digest when it was loaded."""
+
+    def __init__(self, body: bytes, *, packed: bool = True) -> None:
+        self._body = body
+        self.packed = packed  # False: written by format 2, entries as lists
+        self._members: dict[str, str | list[Any]] | None = None
+
+    def _decoded(self) -> dict[str, str | list[Any]]:
+        if self._members is None:
+            try:
+                members = json.loads(self._body)
+            except ValueError:
+                members = None
+            if not isinstance(members, dict):
+                raise SourceError(_DAMAGED)
+            self._members = members
+        return self._members
+
+    def __getitem__(self, key: str) -> list[Any]:
+        return _unpack(self._decoded()[key])
+
+    def sha256_of(self, key: str) -> str | None:
+        """The entry's sha256 alone (its first field), None when there is no such member:
+        what a check asks of most entries, without unpacking the others."""
+        packed = self._decoded().get(key)
+        if packed is None:
+            return None
+        if isinstance(packed, list):
+            return str(packed[0])
+        return packed.partition(" ")[0]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._decoded()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+
+def member_sha256(members: Mapping[str, list[Any]], path: str) -> str | None:
+    """The sha256 a manifest lists for `path` (None: not a member), without unpacking the
+    rest of a cached list's entry."""
+    if isinstance(members, Members):
+        return members.sha256_of(path)
+    entry = members.get(path)
+    return None if entry is None else str(entry[0])
