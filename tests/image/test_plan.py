@@ -175,3 +175,36 @@ def test_runtime_export_switches_plans_that_set(tmp_path: Path) -> None:
     assert len(done.err.strip().splitlines()) == 1 and not (tmp_path / "b1").exists()
     fine = cli(*where, "runtime", "export", tmp_path / "b2", *source)
     assert fine.code == ExitCode.OK, fine.out + fine.err
+
+
+def test_validate_build_lists_every_refusal_as_check_build(
+    problems: tuple[Path, Path, Path],
+) -> None:
+    """`validate --build FILE`: the same planner as `check --build`, the same four refusals
+    each with its fix, exit 1; JSON carries the plan; a definition without refusals exits 0."""
+    root, definition_path, release = problems
+    where = ("--registry", root, "--builds", definition_path.parent)
+    source = ("--source", f"folder:{release}")
+    done = cli(*where, "validate", "--build", definition_path, *source, "--switches", "all")
+    assert done.code == ExitCode.ATTENTION, done.out + done.err
+    refused = [x for x in done.out.splitlines() if x.startswith("0.20.0.toml: refused: ")]
+    assert len(refused) == 4 and all("; fix: " in x for x in refused), done.out
+    assert "4 refusals `runtime export` would make (switches: defaults, all)" in done.out
+    as_json = cli(*where, "validate", "--build", definition_path, *source, "--format", "json")
+    assert as_json.code == ExitCode.ATTENTION, as_json.out + as_json.err
+    data = json.loads(as_json.out)
+    assert data["valid"] is True and data["refusals"] == 4
+    assert [r["patch"] for r in data["plans"][0]["refusals"]][:2] == ["c-needs", "d-python"]
+    assert all(r["fix"] for r in data["plans"][0]["refusals"])
+    fine_path = definition_path.parent / "fine.toml"
+    fine_path.write_text(
+        definition_path.read_text().replace(
+            json.dumps(["a-fix", "b-same", "c-needs", "d-python", "e-low", "f-on-low"]),
+            json.dumps(["a-fix", "e-low", "f-on-low"]),
+        )
+    )
+    fine = cli(*where, "validate", "--build", fine_path, *source)
+    assert fine.code == ExitCode.OK, fine.out + fine.err
+    assert "0 refusals `runtime export` would make (switches: defaults)" in fine.out
+    plain = cli(*where, "validate", "--format", "json")
+    assert plain.code == ExitCode.OK and "plans" not in json.loads(plain.out)
