@@ -192,7 +192,7 @@ def prepare_context(
         modes.update((rel, f.mode) for rel, f in found.items() if f is not None)
         return {rel: None if f is None else f.data for rel, f in found.items()}
 
-    read = refuse(definition, registry, copy_out)  # the planner: every refusal at once
+    read = refuse(definition, registry, copy_out, delivery="image")  # every refusal at once
     chosen = choose(definition, registry, read, strict=strict, log=sink)
     variants, patched, entries = chosen.variants, chosen.patched, chosen.entries
     build_ids = [e.id for e in entries if e.apply == "build"]

@@ -208,3 +208,61 @@ def test_validate_build_lists_every_refusal_as_check_build(
     assert "0 refusals `runtime export` would make (switches: defaults)" in fine.out
     plain = cli(*where, "validate", "--format", "json")
     assert plain.code == ExitCode.OK and "plans" not in json.loads(plain.out)
+
+
+def test_a_leaf_nobody_decides_for_a_built_in_patch_is_refused(tmp_path: Path) -> None:
+    """A build patch built into an image is in whatever the start finds: its `[applies]`
+    leaves must be known at build. The GPU's and an open model leaf are refused (each with
+    its fix) for `build` and by `check`/`validate`'s plan, never for `runtime export` (whose
+    start decides every leaf); leaves the serve arguments decide, and startup patches, pass."""
+    root = tmp_path / "patches"
+    other = {f"vllm/f{n}.py": BODY for n in range(5)}
+    gated = {
+        "b-gpu": ("build", '[applies]\ncompute_capability = ">=12.0"\n'),
+        "b-arch": ("build", '[applies]\narchitecture = "qwen3*"\n'),
+        "b-quant": ("build", '[applies]\nquantization = "gptq"\n'),
+        "b-tools": ("build", '[applies]\ntool_call_parser = "hermes"\n'),
+        "s-gpu": ("startup", '[applies]\ncompute_capability = ">=12.0"\n'),
+    }
+    for n, (patch_id, (when, applies)) in enumerate(gated.items()):
+        diff = MOD_DIFF.replace("mod", f"f{n}")
+        add_patch(root, patch_id, diff=diff, targets=[f"vllm/f{n}.py"], when=when, tail=applies)
+    release = make_tree(tmp_path / "release", other, version="0.20.0")
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    args = ["--model", "m", "--quantization", "gptq", "--tool-call-parser", "hermes"]
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        f"patches = {json.dumps(list(gated))}\n\n[serve]\nargs = {json.dumps(args)}\n"
+    )
+    definition, registry = load_definition(path), load_registry(root)
+    with FolderSource(release).open("0.20.0") as tree:
+        read = lambda wanted: {rel: tree.read(rel) for rel in wanted}  # noqa: E731
+        planned = plan(definition, registry, read)
+        exported = plan(definition, registry, read, delivery="stock")
+    assert exported.refusals == ()
+    by = {r.patch: r for r in planned.refusals}
+    assert sorted(by) == ["b-arch", "b-gpu"], [r.line() for r in planned.refusals]
+    assert "compute_capability = '>=12.0' cannot be known at build" in by["b-gpu"].problem
+    assert by["b-gpu"].fix.startswith('make it a startup patch (apply = "startup")')
+    assert "architecture = 'qwen3*'" in by["b-arch"].problem
+    assert "decide architecture in the definition's [serve] args" in by["b-arch"].fix
+    where = ("--registry", root, "--builds", tmp_path / "builds")
+    done = cli(*where, "validate", "--build", path, "--source", f"folder:{release}")
+    assert done.code == ExitCode.ATTENTION, done.out + done.err
+    assert "2 refusals `runtime export` would make" in done.out
+    fine = cli(*where, "runtime", "export", tmp_path / "b", "--source", f"folder:{release}")
+    assert fine.code == ExitCode.OK, fine.out + fine.err
+
+
+def test_the_start_reads_the_parsers_from_the_serve_arguments() -> None:
+    """`tool_call_parser` / `reasoning_parser` leaves are decided by the serve arguments
+    (they read as vLLM's default, none, only when not given)."""
+    from patchset.kernel.predicates import Facts, evaluate, parse
+    from patchset.kernel.served import served_from_args
+
+    served = served_from_args(["m", "--tool-call-parser", "hermes", "--reasoning-parser=qwen3"])
+    assert served["tool_call_parser"] == "hermes" and served["reasoning_parser"] == "qwen3"
+    leaf = parse({"tool_call_parser": "hermes", "reasoning_parser": "qwen*"})
+    assert evaluate(leaf, Facts(served=served)).value is True
+    assert evaluate(leaf, Facts(served=served_from_args(["m"]))).value is False
