@@ -11,9 +11,11 @@ Refusals: a patch the registry lacks or whose range excludes the release; a `req
 definition does not list (or a build patch on a startup one); a switch no listed patch has;
 no payload for the release; a python patch whose touched name is absent; two listed patches
 changing the same lines that do not require one another; a patch that does not apply on what
-the patches on before it leave; an `[applies]` leaf nobody can decide where the patch is
-decided (`undecidable`: a build patch built into an image is in whatever the start finds, so
-its leaves must be known at build, from the definition's serve arguments).
+the patches on before it leave (in each switch set planned, and with every switch on: the
+export's own run, which puts every listed patch in); an `[applies]` leaf nobody can decide
+where the patch is decided (`undecidable`: a build patch built into an image is in whatever
+the start finds, so its leaves must be known at build, from the definition's serve
+arguments).
 """
 
 from __future__ import annotations
@@ -204,6 +206,10 @@ def plan(
     refusals += _overlaps(definition, registry, variants, originals)
     for switches in sets:
         refusals += _stacked(definition, registry, variants, originals, switches)
+    if not any(name == "all" for name, _ in sets) and not all(all(on.values()) for _, on in sets):
+        # the export's own run: every listed patch in, each on what those before it leave
+        every = dict.fromkeys((env for _, on in sets for env in on), True)
+        refusals += _stacked(definition, registry, variants, originals, ("all", every))
     return Plan(definition.file.name, definition.vllm, tuple(n for n, _ in sets), _merged(refusals))
 
 

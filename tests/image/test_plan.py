@@ -266,3 +266,33 @@ def test_the_start_reads_the_parsers_from_the_serve_arguments() -> None:
     leaf = parse({"tool_call_parser": "hermes", "reasoning_parser": "qwen*"})
     assert evaluate(leaf, Facts(served=served)).value is True
     assert evaluate(leaf, Facts(served=served_from_args(["m"]))).value is False
+
+
+def test_a_default_off_patch_that_does_not_apply_is_refused_as_export_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """The export puts every listed patch in (its run with every switch on): a patch off by
+    default that does not apply on the release is refused by the planner too, unasked, and
+    so by `check --build`/`validate --build`, naming the set `all`; export refuses it alike."""
+    root = tmp_path / "patches"
+    off = '\n[switch]\nenv = "PS_OFF"\ndefault = false\n'
+    stale = MOD_DIFF.replace("mod", "other").replace("-line 11\n", "-line eleven\n")
+    add_patch(root, "a-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], when="startup")
+    add_patch(root, "z-stale", diff=stale, targets=["vllm/other.py"], when="startup", tail=off)
+    release = make_tree(
+        tmp_path / "release", {"vllm/mod.py": BODY, "vllm/other.py": BODY}, version="0.20.0"
+    )
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        'patches = ["a-fix", "z-stale"]\n\n[serve]\nargs = []\n'
+    )
+    definition, registry = load_definition(path), load_registry(root)
+    with FolderSource(release).open("0.20.0") as tree:
+        planned = plan(definition, registry, lambda wanted: {r: tree.read(r) for r in wanted})
+    assert [(r.patch, r.sets) for r in planned.refusals] == [("z-stale", ("all",))]
+    assert "does not apply on the release's files" in planned.refusals[0].problem
+    assert planned.sets == ("defaults",)
+    with pytest.raises(BuildError, match="z-stale"):
+        export_runtime(definition, registry, tmp_path / "b", source=FolderSource(release))
