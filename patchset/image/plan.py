@@ -422,6 +422,20 @@ def _stacked(
                 )
             )
             continue
+        if patch.kind == "runtime" and all(new[rel] == current.get(rel) for rel in new):
+            left.add(patch.id)  # every site skipped (optional, `when`): export's "no site applies"
+            before = sorted({p for rel in variant.files for p in touched.get(rel, [])})
+            what = f"what {', '.join(before)} leave" if before else "the release's files"
+            out.append(
+                Refusal(
+                    patch.id,
+                    f"changes nothing on {what}: no site applies (each is optional or its"
+                    " `when` is false for the served configuration)",
+                    "point its anchors at this release, or take it out of patches",
+                    (name,),
+                )
+            )
+            continue
         current.update(new)
         for rel in variant.files:
             touched.setdefault(rel, []).append(patch.id)

@@ -296,3 +296,31 @@ def test_a_default_off_patch_that_does_not_apply_is_refused_as_export_refuses_it
     assert planned.sets == ("defaults",)
     with pytest.raises(BuildError, match="z-stale"):
         export_runtime(definition, registry, tmp_path / "b", source=FolderSource(release))
+
+
+def test_a_runtime_patch_that_changes_nothing_is_refused_as_export_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """Every site of a runtime patch skipped (optional, anchor absent): export refuses it
+    ("no site applies"), and so does the planner."""
+    root = tmp_path / "patches"
+    sites = (
+        '[[site]]\nname = "s"\nfile = "vllm/mod.py"\naction = "insert-after"\n'
+        'marker = "ps: gone"\nanchor = """\nno such line\n"""\ntext = """\nX = 1\n"""\n'
+        "optional = true\n"
+    )
+    add_patch(root, "r-gone", sites=sites, targets=["vllm/mod.py"], when="startup")
+    release = make_tree(tmp_path / "release", {"vllm/mod.py": BODY}, version="0.20.0")
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        'patches = ["r-gone"]\n\n[serve]\nargs = []\n'
+    )
+    definition, registry = load_definition(path), load_registry(root)
+    with FolderSource(release).open("0.20.0") as tree:
+        planned = plan(definition, registry, lambda wanted: {r: tree.read(r) for r in wanted})
+    assert [r.patch for r in planned.refusals] == ["r-gone"]
+    assert "changes nothing on the release's files: no site applies" in planned.refusals[0].problem
+    with pytest.raises(BuildError, match="r-gone"):
+        export_runtime(definition, registry, tmp_path / "b", source=FolderSource(release))
