@@ -17,6 +17,7 @@ from patchset.engine.results import SCHEMA, STOPPERS, ApplyReport, Outcome, Patc
 from patchset.errors import TargetError, UsageError
 from patchset.kernel import vllm
 from patchset.kernel.predicates import Facts
+from patchset.kernel.switchnames import Names, check_start, prefixes
 from patchset.registry import Patch, Registry
 
 
@@ -70,7 +71,8 @@ def apply(
     empty mapping: nothing is known, so every site with `when` is skipped).
 
     Without `patches`, a patch is also left out (`skipped`, saying why) when it is retired,
-    its `[switch]` is off in `environ` (default: this process's environment), or its
+    its `[switch]` is off in `environ` (default: this process's environment; an alias its
+    `[switch] aliases` name switches it as at container start: `switch_environ`), or its
     `[applies]` predicate is false or cannot be known here (the unknown leaves are named);
     a patch asked for by id runs anyway, with a note (a retired one never runs).
     """
@@ -87,7 +89,7 @@ def apply(
         strict=strict,
         served={} if served is None else served,
         force=force,
-        environ=environ,
+        environ=switch_environ(registry, environ),
     )
 
 
@@ -316,6 +318,32 @@ def _run(
         strict=strict,
         compute_capability=None if capability is None else f"{capability[0]}.{capability[1]}",
     )
+
+
+def switch_environ(
+    registry: Registry, environ: Mapping[str, str] | None
+) -> Mapping[str, str] | None:
+    """`environ` (None: this process's) with each alias a switch of `registry` declares, when
+    set, standing for its switch where the switch itself is not set: the start's mapping
+    (`kernel.switchnames.check_start`). UsageError (one line) for an alias whose value is no
+    switch word, or one set the other way than its switch."""
+    switches = {p.switch.env: p.id for p in registry.patches if p.switch is not None}
+    aliases = {
+        alias: p.switch.env
+        for p in registry.patches
+        if p.switch is not None
+        for alias in p.switch.aliases
+    }
+    source = os.environ if environ is None else environ
+    if not any(alias in source for alias in aliases):
+        return environ
+    names = Names(tuple(prefixes([*switches, *aliases])), aliases)
+    set_here = {k: v for k, v in source.items() if k in aliases or k in switches}
+    try:
+        _lines, mapped = check_start(names, switches, set_here)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return {**source, **mapped}
 
 
 def _recover(root: Path, *, dry_run: bool) -> tuple[list[str], dict[str, bytes | None]]:

@@ -23,6 +23,8 @@ from patchset.errors import BuildError, DockerError
 from patchset.image.content import LogSink, carried, choose
 from patchset.image.manifest import RUNTIME_DIR, labels, public_source
 from patchset.image.plan import refuse
+from patchset.image.switchnames import FILE as SWITCH_NAMES
+from patchset.image.switchnames import bundle_names
 from patchset.image.verify import verify_image
 from patchset.kernel import tree, vllm
 from patchset.kernel.manifest import Base, Manifest, PatchEntry
@@ -192,7 +194,7 @@ def prepare_context(
         modes.update((rel, f.mode) for rel, f in found.items() if f is not None)
         return {rel: None if f is None else f.data for rel, f in found.items()}
 
-    read = refuse(definition, registry, copy_out)  # the planner: every refusal at once
+    read = refuse(definition, registry, copy_out, delivery="image")  # every refusal at once
     chosen = choose(definition, registry, read, strict=strict, log=sink)
     variants, patched, entries = chosen.variants, chosen.patched, chosen.entries
     build_ids = [e.id for e in entries if e.apply == "build"]
@@ -229,6 +231,7 @@ def prepare_context(
         plugins=plugins,
         modes=modes,
         support=support,
+        switch_names=bundle_names(registry, definition, entries, at="build").dumps(),
     )
     return PreparedContext(
         folder=folder,
@@ -308,16 +311,20 @@ def _write_context(
     plugins: dict[str, bytes],
     modes: dict[str, int] | None = None,
     support: dict[str, bytes] | None = None,
+    switch_names: str | None = None,
 ) -> None:
     """The build context, laid out by the kernel's rules for vLLM's files (`kernel/tree.py`,
     those of `apply` and the entrypoint): `modes` holds the base's permission bits of the
     files it had, kept (a `COPY` gives each file the context's mode); a new file gets 644, or
-    755 when the payload makes it executable; a deletion's emptied folders go after it."""
+    755 when the payload makes it executable; a deletion's emptied folders go after it.
+    `switch_names`: the ``switches.json`` the start checks switch names with, as a bundle's."""
     runtime = context / "runtime"
     for rel, data in {**runtime_sources(), **(support or {})}.items():
         (runtime / rel).parent.mkdir(parents=True, exist_ok=True)
         (runtime / rel).write_bytes(data)
     (runtime / "manifest.json").write_text(manifest.dumps())
+    if switch_names is not None:
+        (runtime / SWITCH_NAMES).write_text(switch_names)
     built = {f for e in manifest.patches if e.apply == "build" for f in e.files}
     lines = [f"FROM {from_ref}"]
     if build_ids:

@@ -34,6 +34,7 @@ from patchset.image.plan import refuse
 from patchset.image.support import needed
 from patchset.image.support import said_left_out as support_left_out
 from patchset.image.switchnames import FILE, bundle_names
+from patchset.kernel import stack
 from patchset.kernel.manifest import Base, PatchEntry
 from patchset.registry import Registry
 from patchset.registry.builds import BuildDefinition
@@ -199,6 +200,8 @@ def export_runtime(
         definition.check_patches(registry)  # what the planner found already: never raises
         sink(f"release files: {origin}")
         chosen = choose(definition, registry, read, strict=strict, log=sink)
+        python_files = [rel for rel in chosen.targets if rel.endswith(".py")]
+        units = stack.units_document(read(python_files) if python_files else {})
     variants, entries = chosen.variants, chosen.entries
     manifest, plugins, support = carried(
         definition,
@@ -219,6 +222,7 @@ def export_runtime(
             files[f"payloads/{patch_id}/{name}"] = (patch.folder / name).read_bytes()
     for rel, data in plugins.items():
         files[f"plugins/{rel}"] = data
+    files[stack.UNITS_FILE] = units.encode()  # the start compiles only the units changed
     names = bundle_names(registry, definition, entries)  # the switch names the start checks
     files[FILE] = names.dumps().encode()
     compose_in = judged(compose, names, entries) if compose is not None else []

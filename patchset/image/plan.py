@@ -11,7 +11,11 @@ Refusals: a patch the registry lacks or whose range excludes the release; a `req
 definition does not list (or a build patch on a startup one); a switch no listed patch has;
 no payload for the release; a python patch whose touched name is absent; two listed patches
 changing the same lines that do not require one another; a patch that does not apply on what
-the patches on before it leave.
+the patches on before it leave (in each switch set planned, and with every switch on: the
+export's own run, which puts every listed patch in); an `[applies]` leaf nobody can decide
+where the patch is decided (`undecidable`: a build patch built into an image is in whatever
+the start finds, so its leaves must be known at build, from the definition's serve
+arguments).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from patchset.engine import order
 from patchset.engine.evaluate import evaluate
@@ -26,7 +31,8 @@ from patchset.errors import BuildError, PatchsetError
 from patchset.image.content import series, wanted_files
 from patchset.image.manifest import patch_entry
 from patchset.kernel import stack
-from patchset.kernel.predicates import Facts
+from patchset.kernel.modelconfig import undecided
+from patchset.kernel.predicates import SERVED_LEAVES, Facts, served_value
 from patchset.kernel.predicates import evaluate as evaluate_predicate
 from patchset.kernel.sites import served_from_args
 from patchset.kernel.tree import digest
@@ -35,6 +41,7 @@ from patchset.registry.builds import BuildDefinition
 
 Reader = Callable[[list[str]], dict[str, bytes | None]]
 SwitchSet = tuple[str, dict[str, bool]]  # its name, and env -> on
+Delivery = Literal["stock", "image", "any"]  # runtime export, build, or both (check, validate)
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,16 @@ class Plan:
 
 
 def refuse(
-    definition: BuildDefinition, registry: Registry, read: Reader, asked: Sequence[str] = ()
+    definition: BuildDefinition,
+    registry: Registry,
+    read: Reader,
+    asked: Sequence[str] = (),
+    *,
+    delivery: Delivery = "stock",
 ) -> Reader:
-    """Plan `definition` (its defaults and the switch sets `asked`) and raise every refusal
-    at once; else return `read` remembering what it read (the export reads the same files)."""
+    """Plan `definition` (its defaults and the switch sets `asked`) for `delivery` and raise
+    every refusal at once; else return `read` remembering what it read (the export reads the
+    same files)."""
     seen: dict[str, bytes | None] = {}
 
     def cached(wanted: list[str]) -> dict[str, bytes | None]:
@@ -89,7 +102,8 @@ def refuse(
             seen.update(read(missing))
         return {rel: seen[rel] for rel in wanted}
 
-    planned = plan(definition, registry, cached, sets=switch_sets(definition, registry, asked))
+    sets = switch_sets(definition, registry, asked)
+    planned = plan(definition, registry, cached, sets=sets, delivery=delivery)
     if planned.refusals:
         raise planned.error(definition.file)
     return cached
@@ -145,11 +159,17 @@ def plan(
     read: Reader,
     *,
     sets: Sequence[SwitchSet] | None = None,
+    delivery: Delivery = "any",
 ) -> Plan:
-    """Every refusal for `definition` with each switch set of `sets` (default: its defaults)."""
+    """Every refusal for `definition` with each switch set of `sets` (default: its defaults),
+    delivered as `delivery` (`any`: what `runtime export` or `build` would refuse)."""
     sets = list(sets) if sets is not None else switch_sets(definition, registry, ())
     refusals: list[Refusal] = []
     patches = _static(definition, registry, refusals)
+    if delivery != "stock":
+        refusals += [
+            r for p in patches if _kept(definition, p) for r in _undecidable(definition, p)
+        ]
     variants: dict[str, Variant] = {}
     for patch in patches:
         variant = patch.variant_for(definition.vllm)
@@ -186,6 +206,10 @@ def plan(
     refusals += _overlaps(definition, registry, variants, originals)
     for switches in sets:
         refusals += _stacked(definition, registry, variants, originals, switches)
+    if not any(name == "all" for name, _ in sets) and not all(all(on.values()) for _, on in sets):
+        # the export's own run: every listed patch in, each on what those before it leave
+        every = dict.fromkeys((env for _, on in sets for env in on), True)
+        refusals += _stacked(definition, registry, variants, originals, ("all", every))
     return Plan(definition.file.name, definition.vllm, tuple(n for n, _ in sets), _merged(refusals))
 
 
@@ -243,13 +267,59 @@ def _static(
 
 def _kept(definition: BuildDefinition, patch: Patch) -> bool:
     """Not retired, and its predicate not false for the served configuration (export leaves
-    those out with a line)."""
+    those out with a line; the model leaves the arguments leave open are the start's, as
+    export reads them)."""
     if patch.lifecycle.retired(definition.vllm):
         return False
+    served = served_from_args(definition.serve_args)
     verdict = evaluate_predicate(
-        patch.applies, Facts(served=served_from_args(definition.serve_args))
+        patch.applies, Facts(served=served, unknown_served=undecided(served))
     )
     return verdict.value is not False
+
+
+def undecidable(definition: BuildDefinition, patch: Patch) -> list[str]:
+    """The `[applies]` leaves of `patch` that nobody decides where it is decided, described
+    (``compute_capability = '12.0'``). A startup patch (and every patch of a runtime export)
+    is decided at start, which knows every leaf (`kernel.startup.facts`, the model's config);
+    a build patch built into an image is in whatever the start finds, so only the served
+    leaves the definition's serve arguments decide (or vLLM's defaults) are known for it:
+    the GPU's, the installed versions' and the model leaves the arguments leave open are not."""
+    if patch.apply != "build" or patch.kind == "python" or patch.applies is None:
+        return []
+    served = served_from_args(definition.serve_args)
+    open_model = undecided(served)
+    return list(
+        dict.fromkeys(
+            leaf.describe()
+            for leaf in patch.applies.leaves()
+            if leaf.key not in SERVED_LEAVES
+            or leaf.key in open_model
+            or served_value(leaf.key, served) is None
+        )
+    )
+
+
+def _undecidable(definition: BuildDefinition, patch: Patch) -> list[Refusal]:
+    leaves = undecidable(definition, patch)
+    if not leaves:
+        return []
+    served = [x.split(" = ")[0] for x in leaves if x.split(" = ")[0] in SERVED_LEAVES]
+    how = (
+        f", or decide {', '.join(served)} in the definition's [serve] args (--model,"
+        " --hf-overrides architectures/model_type, --quantization)"
+        if served and len(served) == len(leaves)
+        else ""
+    )
+    return [
+        Refusal(
+            patch.id,
+            f"is built into the image (`patchset build`) but its [applies] leaf"
+            f"{'s' if len(leaves) > 1 else ''} {'; '.join(leaves)} cannot be known at build,"
+            " and the start keeps a built-in patch whatever it finds",
+            f'make it a startup patch (apply = "startup"), which the start decides{how}',
+        )
+    ]
 
 
 def _overlaps(
@@ -352,6 +422,20 @@ def _stacked(
                 )
             )
             continue
+        if patch.kind == "runtime" and all(new[rel] == current.get(rel) for rel in new):
+            left.add(patch.id)  # every site skipped (optional, `when`): export's "no site applies"
+            before = sorted({p for rel in variant.files for p in touched.get(rel, [])})
+            what = f"what {', '.join(before)} leave" if before else "the release's files"
+            out.append(
+                Refusal(
+                    patch.id,
+                    f"changes nothing on {what}: no site applies (each is optional or its"
+                    " `when` is false for the served configuration)",
+                    "point its anchors at this release, or take it out of patches",
+                    (name,),
+                )
+            )
+            continue
         current.update(new)
         for rel in variant.files:
             touched.setdefault(rel, []).append(patch.id)
@@ -377,4 +461,4 @@ def _merged(refusals: list[Refusal]) -> tuple[Refusal, ...]:
     return tuple(merged.values())
 
 
-__all__ = ["Plan", "Refusal", "plan", "refuse", "switch_sets"]
+__all__ = ["Plan", "Refusal", "plan", "refuse", "switch_sets", "undecidable"]

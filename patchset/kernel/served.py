@@ -24,12 +24,15 @@ _SERVE_FLAGS = {
     "--kv-cache-dtype": "kv_cache_dtype",
     "--dtype": "dtype",
     "--model": "model",
+    "--tool-call-parser": "tool_call_parser",
+    "--reasoning-parser": "reasoning_parser",
 }
 
 
 def served_from_args(args: Sequence[str]) -> dict[str, str]:
     """The served configuration `when` reads, from `vllm serve` arguments: quantization,
-    kv_cache_dtype, dtype, model (the first positional argument or --model), speculative
+    kv_cache_dtype, dtype, model (the first positional argument or --model), tool_call_parser,
+    reasoning_parser, speculative
     (the method of --speculative-config), architecture and model_type (--hf-overrides
     architectures, model_type; else the model's config decides them at start:
     `patchset.kernel.modelconfig`)."""

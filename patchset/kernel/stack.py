@@ -16,17 +16,29 @@ Standard library only: it ships into images with the rest of the kernel.
 """
 
 from __future__ import annotations
+import __future__
 
 import contextlib
 import hashlib
+import json
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .hunks import apply_hunks, join_text, split_text
 from .manifest import PatchEntry
 from .pycompile import broken_by, compile_error
+from .pyunits import Known, code_starts, facts, module_ends, units
 from .sites import GOOD, apply_site, revert_site
 from .tree import digest
+
+# A bundle's `units.json`: for each release .py file a patch changes, where its defs,
+# classes and module-level statements start and end (found by compiling it once at export),
+# so that a start compiles only the units its patches change (`Files.compile_blame`).
+UNITS_FILE = "units.json"
+UNITS_SCHEMA = "patchset.units/1"
+UNITS_MAX_BYTES = 16 * 1024 * 1024
 
 
 class StackError(Exception):
@@ -98,6 +110,79 @@ def compile_problem(rel: str, data: bytes, before: bytes | None = None) -> str |
     return f"{problem.describe(rel)} (does not compile after patching)"
 
 
+def _python() -> str:
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def unit_facts(source: bytes) -> dict[str, object] | None:
+    """What a start needs to judge an edit of `source` by the units it changes: its sha256,
+    its def and class starts, module-level ends, classes and `__future__` features (this
+    Python's compile of it, once); None when it does not compile."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            code = compile(source, "<release>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+    starts, classes = code_starts(code)
+    known = facts(source, 0, (starts, module_ends(code), classes))  # the source's own facts
+    return {
+        "sha256": digest(source),
+        "starts": list(known.starts),
+        "ends": list(known.ends),
+        "classes": list(known.classes),
+        "declared": list(known.declared),
+        "top_declares": known.top_declares,
+        "futures": list(known.futures),
+        "future": [
+            name
+            for name in __future__.all_feature_names
+            if code.co_flags & getattr(__future__, name).compiler_flag
+        ],
+    }
+
+
+def units_document(sources: Mapping[str, bytes | None]) -> str:
+    """`units.json` for the release's .py files in `sources` (each compiled once here); the
+    Python that compiled them is named: a start on another one compiles whole files."""
+    found = {
+        rel: known
+        for rel, data in sorted(sources.items())
+        if rel.endswith(".py") and data is not None and (known := unit_facts(data)) is not None
+    }
+    return json.dumps({"schema": UNITS_SCHEMA, "python": _python(), "files": found}) + "\n"
+
+
+def read_units(path: Path) -> dict[str, tuple[str, Known]]:
+    """`units.json` at `path` as rel -> (the sha256 of the file it describes, its `Known`);
+    empty when there is none, it is damaged, or another Python wrote it (its line numbers
+    are that Python's compile): then every patched file is compiled whole, as without it."""
+    try:
+        with path.open("rb") as handle:
+            data = json.loads(handle.read(UNITS_MAX_BYTES + 1))
+        if data.get("schema") != UNITS_SCHEMA or data.get("python") != _python():
+            return {}
+        out = {}
+        for rel, item in data["files"].items():
+            flags = 0
+            for name in item["future"]:
+                feature = getattr(__future__, name, None)
+                flags |= feature.compiler_flag if feature is not None else 0
+            keys = ("starts", "declared", "futures", "ends", "classes")
+            lines = [item[k] for k in keys]
+            if not isinstance(item["sha256"], str) or not all(
+                isinstance(x, list) and all(type(n) is int for n in x) for x in lines
+            ):
+                return {}
+            starts, declared, futures, ends, classes = (tuple(x) for x in lines)
+            top = item["top_declares"] is True
+            known = Known(None, starts, flags, declared, top, futures, ends, classes)
+            out[str(rel)] = (item["sha256"], known)
+    except (OSError, ValueError, RecursionError, TypeError, KeyError, AttributeError):
+        return {}
+    return out
+
+
 def on_set(ids: Sequence[str]) -> tuple[tuple[str, ...], str]:
     """The patches on at a start, sorted, and their set's short digest (what a report names)."""
     on = tuple(sorted(set(ids)))
@@ -118,10 +203,12 @@ class Files:
         targets: Mapping[str, str] | None = None,
         undo: Sequence[PatchEntry] = (),
         built: frozenset[str] = frozenset(),
+        unit_facts: Mapping[str, tuple[str, Known]] | None = None,
     ) -> None:
         self.root = root
         self.targets = targets or {}
         self.built = built
+        self.unit_facts = unit_facts or {}  # `read_units`: judge an edit by its units
         self._undo: dict[str, list[PatchEntry]] = {}
         for patch in undo:
             for rel in patch.files:
@@ -203,7 +290,9 @@ class Files:
         blamed: dict[str, str] = {}
         for rel, steps in self.steps.items():
             final = self.current.get(rel)
-            if final is None or compile_problem(rel, final, steps[0][1]) is None:
+            if final is None or self._units_compile(rel, steps[0][1], final):
+                continue
+            if compile_problem(rel, final, steps[0][1]) is None:
                 continue
             for patch_id, before, after in steps:
                 if after is not None and (problem := compile_problem(rel, after, before)):
@@ -213,17 +302,30 @@ class Files:
                 blamed.setdefault(steps[-1][0], compile_problem(rel, final, steps[0][1]) or "")
         return blamed
 
+    def _units_compile(self, rel: str, before: bytes | None, after: bytes) -> bool:
+        """Whether `after` is known to compile from the units it changes in `before` (the
+        file as found, when `units.json` knows it by its sha256), each compiled alone with
+        this Python (`pyunits.units`); False: compile it whole."""
+        found = self.unit_facts.get(rel)
+        if found is None or before is None or digest(before) != found[0]:
+            return False
+        return units(found[1], before, after) is not None
+
     def changed(self) -> dict[str, bytes | None]:
         """The files this start writes (or removes): those whose bytes differ from disk."""
         return {rel: data for rel, data in self.current.items() if data != self.original.get(rel)}
 
 
 __all__ = [
+    "UNITS_FILE",
     "Files",
     "StackError",
     "compile_problem",
     "deletes",
     "on_set",
     "patched_text",
+    "read_units",
+    "unit_facts",
+    "units_document",
     "unpatched_text",
 ]

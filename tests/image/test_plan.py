@@ -175,3 +175,152 @@ def test_runtime_export_switches_plans_that_set(tmp_path: Path) -> None:
     assert len(done.err.strip().splitlines()) == 1 and not (tmp_path / "b1").exists()
     fine = cli(*where, "runtime", "export", tmp_path / "b2", *source)
     assert fine.code == ExitCode.OK, fine.out + fine.err
+
+
+def test_validate_build_lists_every_refusal_as_check_build(
+    problems: tuple[Path, Path, Path],
+) -> None:
+    """`validate --build FILE`: the same planner as `check --build`, the same four refusals
+    each with its fix, exit 1; JSON carries the plan; a definition without refusals exits 0."""
+    root, definition_path, release = problems
+    where = ("--registry", root, "--builds", definition_path.parent)
+    source = ("--source", f"folder:{release}")
+    done = cli(*where, "validate", "--build", definition_path, *source, "--switches", "all")
+    assert done.code == ExitCode.ATTENTION, done.out + done.err
+    refused = [x for x in done.out.splitlines() if x.startswith("0.20.0.toml: refused: ")]
+    assert len(refused) == 4 and all("; fix: " in x for x in refused), done.out
+    assert "4 refusals `runtime export` would make (switches: defaults, all)" in done.out
+    as_json = cli(*where, "validate", "--build", definition_path, *source, "--format", "json")
+    assert as_json.code == ExitCode.ATTENTION, as_json.out + as_json.err
+    data = json.loads(as_json.out)
+    assert data["valid"] is True and data["refusals"] == 4
+    assert [r["patch"] for r in data["plans"][0]["refusals"]][:2] == ["c-needs", "d-python"]
+    assert all(r["fix"] for r in data["plans"][0]["refusals"])
+    fine_path = definition_path.parent / "fine.toml"
+    fine_path.write_text(
+        definition_path.read_text().replace(
+            json.dumps(["a-fix", "b-same", "c-needs", "d-python", "e-low", "f-on-low"]),
+            json.dumps(["a-fix", "e-low", "f-on-low"]),
+        )
+    )
+    fine = cli(*where, "validate", "--build", fine_path, *source)
+    assert fine.code == ExitCode.OK, fine.out + fine.err
+    assert "0 refusals `runtime export` would make (switches: defaults)" in fine.out
+    plain = cli(*where, "validate", "--format", "json")
+    assert plain.code == ExitCode.OK and "plans" not in json.loads(plain.out)
+
+
+def test_a_leaf_nobody_decides_for_a_built_in_patch_is_refused(tmp_path: Path) -> None:
+    """A build patch built into an image is in whatever the start finds: its `[applies]`
+    leaves must be known at build. The GPU's and an open model leaf are refused (each with
+    its fix) for `build` and by `check`/`validate`'s plan, never for `runtime export` (whose
+    start decides every leaf); leaves the serve arguments decide, and startup patches, pass."""
+    root = tmp_path / "patches"
+    other = {f"vllm/f{n}.py": BODY for n in range(5)}
+    gated = {
+        "b-gpu": ("build", '[applies]\ncompute_capability = ">=12.0"\n'),
+        "b-arch": ("build", '[applies]\narchitecture = "qwen3*"\n'),
+        "b-quant": ("build", '[applies]\nquantization = "gptq"\n'),
+        "b-tools": ("build", '[applies]\ntool_call_parser = "hermes"\n'),
+        "s-gpu": ("startup", '[applies]\ncompute_capability = ">=12.0"\n'),
+    }
+    for n, (patch_id, (when, applies)) in enumerate(gated.items()):
+        diff = MOD_DIFF.replace("mod", f"f{n}")
+        add_patch(root, patch_id, diff=diff, targets=[f"vllm/f{n}.py"], when=when, tail=applies)
+    release = make_tree(tmp_path / "release", other, version="0.20.0")
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    args = ["--model", "m", "--quantization", "gptq", "--tool-call-parser", "hermes"]
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        f"patches = {json.dumps(list(gated))}\n\n[serve]\nargs = {json.dumps(args)}\n"
+    )
+    definition, registry = load_definition(path), load_registry(root)
+    with FolderSource(release).open("0.20.0") as tree:
+        read = lambda wanted: {rel: tree.read(rel) for rel in wanted}  # noqa: E731
+        planned = plan(definition, registry, read)
+        exported = plan(definition, registry, read, delivery="stock")
+    assert exported.refusals == ()
+    by = {r.patch: r for r in planned.refusals}
+    assert sorted(by) == ["b-arch", "b-gpu"], [r.line() for r in planned.refusals]
+    assert "compute_capability = '>=12.0' cannot be known at build" in by["b-gpu"].problem
+    assert by["b-gpu"].fix.startswith('make it a startup patch (apply = "startup")')
+    assert "architecture = 'qwen3*'" in by["b-arch"].problem
+    assert "decide architecture in the definition's [serve] args" in by["b-arch"].fix
+    where = ("--registry", root, "--builds", tmp_path / "builds")
+    done = cli(*where, "validate", "--build", path, "--source", f"folder:{release}")
+    assert done.code == ExitCode.ATTENTION, done.out + done.err
+    assert "2 refusals `runtime export` would make" in done.out
+    fine = cli(*where, "runtime", "export", tmp_path / "b", "--source", f"folder:{release}")
+    assert fine.code == ExitCode.OK, fine.out + fine.err
+
+
+def test_the_start_reads_the_parsers_from_the_serve_arguments() -> None:
+    """`tool_call_parser` / `reasoning_parser` leaves are decided by the serve arguments
+    (they read as vLLM's default, none, only when not given)."""
+    from patchset.kernel.predicates import Facts, evaluate, parse
+    from patchset.kernel.served import served_from_args
+
+    served = served_from_args(["m", "--tool-call-parser", "hermes", "--reasoning-parser=qwen3"])
+    assert served["tool_call_parser"] == "hermes" and served["reasoning_parser"] == "qwen3"
+    leaf = parse({"tool_call_parser": "hermes", "reasoning_parser": "qwen*"})
+    assert evaluate(leaf, Facts(served=served)).value is True
+    assert evaluate(leaf, Facts(served=served_from_args(["m"]))).value is False
+
+
+def test_a_default_off_patch_that_does_not_apply_is_refused_as_export_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """The export puts every listed patch in (its run with every switch on): a patch off by
+    default that does not apply on the release is refused by the planner too, unasked, and
+    so by `check --build`/`validate --build`, naming the set `all`; export refuses it alike."""
+    root = tmp_path / "patches"
+    off = '\n[switch]\nenv = "PS_OFF"\ndefault = false\n'
+    stale = MOD_DIFF.replace("mod", "other").replace("-line 11\n", "-line eleven\n")
+    add_patch(root, "a-fix", diff=MOD_DIFF, targets=["vllm/mod.py"], when="startup")
+    add_patch(root, "z-stale", diff=stale, targets=["vllm/other.py"], when="startup", tail=off)
+    release = make_tree(
+        tmp_path / "release", {"vllm/mod.py": BODY, "vllm/other.py": BODY}, version="0.20.0"
+    )
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        'patches = ["a-fix", "z-stale"]\n\n[serve]\nargs = []\n'
+    )
+    definition, registry = load_definition(path), load_registry(root)
+    with FolderSource(release).open("0.20.0") as tree:
+        planned = plan(definition, registry, lambda wanted: {r: tree.read(r) for r in wanted})
+    assert [(r.patch, r.sets) for r in planned.refusals] == [("z-stale", ("all",))]
+    assert "does not apply on the release's files" in planned.refusals[0].problem
+    assert planned.sets == ("defaults",)
+    with pytest.raises(BuildError, match="z-stale"):
+        export_runtime(definition, registry, tmp_path / "b", source=FolderSource(release))
+
+
+def test_a_runtime_patch_that_changes_nothing_is_refused_as_export_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """Every site of a runtime patch skipped (optional, anchor absent): export refuses it
+    ("no site applies"), and so does the planner."""
+    root = tmp_path / "patches"
+    sites = (
+        '[[site]]\nname = "s"\nfile = "vllm/mod.py"\naction = "insert-after"\n'
+        'marker = "ps: gone"\nanchor = """\nno such line\n"""\ntext = """\nX = 1\n"""\n'
+        "optional = true\n"
+    )
+    add_patch(root, "r-gone", sites=sites, targets=["vllm/mod.py"], when="startup")
+    release = make_tree(tmp_path / "release", {"vllm/mod.py": BODY}, version="0.20.0")
+    (tmp_path / "builds").mkdir()
+    path = tmp_path / "builds" / "0.20.0.toml"
+    path.write_text(
+        'vllm = "0.20.0"\ncuda = "cu130"\nbase = "b"\nrepository = "r"\ntags = ["t"]\n'
+        'patches = ["r-gone"]\n\n[serve]\nargs = []\n'
+    )
+    definition, registry = load_definition(path), load_registry(root)
+    with FolderSource(release).open("0.20.0") as tree:
+        planned = plan(definition, registry, lambda wanted: {r: tree.read(r) for r in wanted})
+    assert [r.patch for r in planned.refusals] == ["r-gone"]
+    assert "changes nothing on the release's files: no site applies" in planned.refusals[0].problem
+    with pytest.raises(BuildError, match="r-gone"):
+        export_runtime(definition, registry, tmp_path / "b", source=FolderSource(release))

@@ -45,7 +45,7 @@ REPO = Path(__file__).parents[2]
 # (id, file, anchor in vLLM 0.20.0, inserted text, patch.toml tables, sites.toml extra)
 PATCHES = [
     ("off-default", "vllm/logger.py", "import datetime", "PS_E2E_OFF = 1",
-     '[switch]\nenv = "PS_E2E_OFF"\ndefault = false\n', ""),
+     '[switch]\nenv = "PS_E2E_OFF"\ndefault = false\naliases = ["PS_E2E_OLD_OFF"]\n', ""),
     ("fp8-only", "vllm/scalar_type.py", "import functools", "PS_E2E_FP8 = 1",
      '[applies]\nkv_cache_dtype = "fp8*"\n', ""),
     ("sm12-only", "vllm/collect_env.py", "import datetime", "PS_E2E_SM12 = 1",
@@ -456,6 +456,19 @@ def test_a_built_image_honours_the_same_semantics(
             docker_client, report.image_id, None, env={**env, "PS_E2E_OFF": "0"}
         )
         assert status == 0 and line(out, "off-default").startswith("off (PS_E2E_OFF=0;"), out
+        # the image carries switches.json as a bundle does: an alias maps, a typo is named
+        status, out, _ = run_stock(
+            docker_client,
+            report.image_id,
+            None,
+            env={**env, "PS_E2E_OLD_OFF": "0", "PS_E2E_OFFF": "1"},
+        )
+        assert status == 0 and line(out, "off-default").startswith("off (PS_E2E_OFF=0;"), out
+        assert (
+            "patchset: switch PS_E2E_OLD_OFF: an alias of PS_E2E_OFF, the switch of"
+            " off-default (mapped)" in out
+        ), out
+        assert "PS_E2E_OFFF=1: names no switch of this bundle's registry; nearest" in out, out
         # its startup patches' proofs: only a start runs them (`verify --start`)
         present = verify_image(engine, report.image_id)
         assert not any(r.state == "verified" for r in present.results), present

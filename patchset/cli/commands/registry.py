@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.text import Text
 
+from patchset.cli.commands import validate as validate_build
 from patchset.cli.commands import validate_probes
 from patchset.cli.loading import load
 from patchset.cli.options import add_command
@@ -45,6 +46,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         " would import; none: only the standard library and vllm, torch, triton, transformers)",
     )
     validate_probes.add_probe_options(validate)
+    validate_build.add_build_options(validate)
     for p in (listing, show, validate):
         p.add_argument("--format", choices=FORMATS, default="table")
 
@@ -224,10 +226,11 @@ def run_validate(args: argparse.Namespace) -> int:
     }
     definitions = load_definitions(args.builds) if args.builds.is_dir() else []
     checked = 0
-    probes = None
+    probes = plans = None
     if not problems:
         checked = check_project(registry.root, builds=args.builds, pyproject=args.pyproject)
         probes = validate_probes.probe_findings(registry, args)
+        plans = validate_build.build_plans(registry, args)
     if args.format == "json":
         print_json(
             {
@@ -251,6 +254,7 @@ def run_validate(args: argparse.Namespace) -> int:
                 "schema_checked": checked,
                 "removed": [str(item.path) for item in removed],
                 **validate_probes.probes_json(probes),
+                **validate_build.plans_json(plans),
             }
         )
     else:
@@ -279,4 +283,7 @@ def run_validate(args: argparse.Namespace) -> int:
             markup=False,
         )
         validate_probes.show_probes(probes)
-    return ExitCode.BAD_INPUT if problems else validate_probes.probes_exit(probes)
+        validate_build.show_plans(plans)
+    if problems:
+        return ExitCode.BAD_INPUT
+    return validate_probes.probes_exit(probes) or validate_build.plans_exit(plans)

@@ -378,7 +378,8 @@ def files_of(manifest: Manifest, root: Path, patches: list[PatchEntry]) -> Plan:
     stock = manifest.delivery == "stock"
     undo = [p for p in patches if p.kind != "python" and (stock or p.apply != "build")]
     built = frozenset(rel for p in patches if p.apply == "build" and not stock for rel in p.files)
-    return Plan(root, manifest.targets, undo, built)
+    known = stack.read_units(HERE / stack.UNITS_FILE) if stock else {}  # a bundle's
+    return Plan(root, manifest.targets, undo, built, known)
 
 
 def _gate(patch: PatchEntry, known: Facts, out: dict[str, str], stock: bool) -> str | None:
