@@ -13,9 +13,9 @@ from typing import Any, cast
 
 from patchset.adapters import dockerengine
 from patchset.image.build import prepare_context
-from patchset.image.definition import load_definition
 from patchset.kernel.switchnames import Names, check_start
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
 ROOT = "/site"

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from patchset.errors import PatchsetError
-from patchset.image.definition import load_definition
 from patchset.image.export import export_runtime
 from patchset.image.plan import plan
 from patchset.importers import import_collection
 from patchset.registry import load_registry
+from patchset.registry.builds import load_definition
 from patchset.sources import parse_source
 from tests.infra.standin import build_standin_base, for_tests
 

@@ -42,8 +42,8 @@ def build_plans(registry: Registry, args: argparse.Namespace) -> list[Plan] | No
     else None."""
     if not args.build:
         return None
-    from patchset.image.definition import load_definition  # on use: it reads releases
     from patchset.image.plan import plan, switch_sets
+    from patchset.registry.builds import load_definition  # on use: it reads releases
 
     definitions = [load_definition(path) for path in args.build]
     source = source_from(args)
