@@ -189,3 +189,28 @@ def test_a_bad_drift_marker_leaves_that_entry_out_in_one_line(
     assert not (registry / "genesis-gc").exists()
     assert {"genesis-gh", "genesis-gf"} <= {p.id for p in load_registry(registry).patches}
     shutil.rmtree(registry)
+
+
+def test_a_marker_only_a_later_unfixed_release_holds_is_kept_with_a_line(tmp_path: Path) -> None:
+    """G1's drift marker is upstream code that came in 0.20.0 while G1's anchor still applies
+    there (a fix made another way, as Genesis reads it): not in 0.19.1, the release G1 was
+    written against, so the import keeps it and says so; the check reports the disagreement."""
+    string = "def forward(x, fixed=True):"
+    later = fx.RELEASE_X + f"\n\n{string}\n    return x\n"
+    checkout = fx.genesis(tmp_path / "g")
+    specs = [
+        str(fx.release(tmp_path / "r0.19.1", "0.19.1")),
+        str(fx.release(tmp_path / "r0.20.0", "0.20.0", {"vllm/x.py": later})),
+    ]
+    registry = tmp_path / "patches"
+    report = import_collection("genesis", checkout, registry, sources=specs)
+    upstream = _toml(registry, "genesis-g1")["upstream"]
+    assert isinstance(upstream, dict)
+    assert upstream["probe"] == {"file": "vllm/x.py", "any": [string]}
+    lines = [n for n in report.notes if "probe string" in n]
+    assert lines == [
+        f"genesis-g1: kept its upstream probe string {string!r}, though it is in vllm/x.py of"
+        " vllm 0.20.0 where the patch still applies and its change is absent: not so in 0.19.1,"
+        " the release it was written against, so it may be the fix made another way (the"
+        " check says so there, a disagreement)"
+    ]
