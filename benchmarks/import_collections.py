@@ -29,7 +29,14 @@ and runs the check and the agreement on it: the sites and ranges are the same.
 Last line: genesis_imported=<n>/<entries> club_imported=<n>/<distinct> genesis_s=<s>
 club_s=<s> validate=<genesis rc>,<club rc> check_warm_s=<s> agree=<n>/<pairs>
 documented_better=<n> documented_loss=<n> bytes=<n>/<pairs> bytes_documented=<n>
-unexplained=<n> definitions_exported=<n>/<written>
+unexplained=<n> definitions_exported=<n>/<written> probes_matching_unfixed_releases=<n>
+probes_kept_later=<n>
+
+probes_matching_unfixed_releases: the upstream probe strings the two imports dropped because the
+release the patch was written against holds the string where the patch still applies and its
+change is absent; probes_kept_later: those only a later such release holds, kept (maybe the
+fix made another way; the check reports a disagreement there). Both from the imports' report
+notes, one line each, printed above the last line.
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ from tests.helpers.cli import cli  # noqa: E402
 
 NEW_KEYS = {"switch", "applies", "lifecycle", "provenance", "requires_modules", "failure", "verify"}
 SINCE = Version("0.17.0")
+DROPPED_PROBE = "dropped its upstream probe string"
+KEPT_PROBE = "kept its upstream probe string"
 
 
 def _validate(registry: Path) -> int:
@@ -466,6 +475,11 @@ def main() -> None:
         agree, pairs, same, compared, warm, differ = _agreement(
             genesis_dir, registry, root, reasons
         )
+        notes = [*report.notes, *c_report.notes]
+        dropped = [n for n in notes if DROPPED_PROBE in n]
+        kept = [n for n in notes if KEPT_PROBE in n]
+        for line in [*dropped, *kept]:
+            print(f"probe: {line[:300]}")
         cases = Counter(differ)
         for why, n in sorted(cases.items()):
             print(f"  {n:4d} {why}")
@@ -479,6 +493,7 @@ def main() -> None:
             f" documented_better={better} documented_loss={loss} bytes={same}/{compared}"
             f" bytes_documented={compared - same - cases['bytes: unexplained']}"
             f" unexplained={unexplained} definitions_exported={exported}/{written}"
+            f" probes_matching_unfixed_releases={len(dropped)} probes_kept_later={len(kept)}"
         )
     finally:
         if os.environ.get("PATCHSET_BENCH_KEEP"):

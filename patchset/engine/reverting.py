@@ -4,7 +4,9 @@ A patch is present when its reverse fits the tree (a diff's lines, a runtime pat
 markers). A patch stacked on one asked for (pulled in so that it goes first) that was never
 applied here, or whose files the tree lacks, is not in the way: its row says so and the
 revert goes on. A patch asked for whose required patches stay applied says which, and how to
-take them out too.
+take them out too. A patch that does not fit either way whose required patch is itself not in
+the tree (its own row `not-applied`) was never applied either (what it is stacked on is not
+there): not in the way of a whole-tree revert, or of one of another patch.
 """
 
 from __future__ import annotations
@@ -30,10 +32,35 @@ def settle(
     """The revert's rows with the patches that are not in the tree out of the way, and each
     patch asked for told which of its required patches stay applied."""
     wanted = set(asked or ())
-    return [
+    settled = [
         _settle_one(r, wanted, asked=bool(asked), by_id=by_id, read=read, release=release)
         for r in results
     ]
+    return _unstacked(settled, wanted, by_id)
+
+
+def _unstacked(
+    results: list[PatchResult], wanted: set[str], by_id: Mapping[str, Patch]
+) -> list[PatchResult]:
+    """Each conflicting row not asked for whose required patch is not in the tree (its row
+    `not-applied`) made `not-applied`, said; again until none changes (a series of three)."""
+    changed = True
+    while changed:
+        changed = False
+        absent = {r.patch for r in results if r.outcome == "not-applied"}
+        for i, r in enumerate(results):
+            patch = by_id.get(r.patch)
+            if r.outcome != "conflict" or r.patch in wanted or patch is None:
+                continue
+            missing = [p for p in patch.requires if p in absent]
+            if missing:
+                why = (
+                    f"never applied here: it is stacked on {', '.join(missing)}, which is not"
+                    " in the tree either; not in the way"
+                )
+                results[i] = replace(r, outcome="not-applied", details=(why, *r.details), files=())
+                changed = True
+    return results
 
 
 def _settle_one(
