@@ -23,7 +23,7 @@ from patchset._plain import fields_dict
 from patchset.adapters import dockerengine
 from patchset.errors import BuildError, DockerError, UsageError
 from patchset.image.manifest import RUNTIME_DIR
-from patchset.kernel.manifest import Manifest, ManifestError, Outcome, StartReport
+from patchset.kernel.manifest import Manifest, ManifestError, StartOutcome, StartReport
 
 _RUN = """import runpy, sys
 sys.argv = {argv!r}
@@ -130,7 +130,7 @@ def per_patch(report: StartReport) -> list[PatchProof]:
     with its outcome: a failure with its policy (``FAILED (...)``/``verify FAILED (...)`` is
     a failure that `warn` let the start go on from), else `verified` when its proof ran and
     held, else the first word of its state."""
-    lines: dict[str, list[Outcome]] = {}
+    lines: dict[str, list[StartOutcome]] = {}
     for result in report.results:
         if result.patch not in ("gpu", "write"):
             lines.setdefault(result.patch, []).append(result)

@@ -313,7 +313,7 @@ class Manifest:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class StartOutcome:
     """One line of a start: a patch (or "gpu", "write") and what became of it."""
 
     patch: str
@@ -332,7 +332,7 @@ class StartReport:
     ok: bool
     registry: str | None
     error: str | None
-    results: tuple[Outcome, ...]
+    results: tuple[StartOutcome, ...]
     on: tuple[str, ...] = ()  # the patches on at this start, sorted (they decide the bytes)
     on_digest: str = ""  # the short sha256 of that set
 
@@ -347,7 +347,7 @@ class StartReport:
         }
 
     @property
-    def failed(self) -> tuple[Outcome, ...]:
+    def failed(self) -> tuple[StartOutcome, ...]:
         return tuple(r for r in self.results if not r.ok)
 
     @classmethod
@@ -357,10 +357,9 @@ class StartReport:
         except (ValueError, RecursionError):
             raise ManifestError("the verify report is not JSON") from None
         r = _Reader(data, "report")
-        results = []
-        for n, item in enumerate(r.seq("results")):
-            o = _Reader(item, f"results[{n}]")
-            results.append(Outcome(o.text("patch"), o.text("apply"), o.text("state"), o.flag("ok")))
+        rows = [_Reader(item, f"results[{n}]") for n, item in enumerate(r.seq("results"))]
+        results = [StartOutcome(o.text("patch"), o.text("apply"), o.text("state"), o.flag("ok"))
+                   for o in rows]  # fmt: skip
         return cls(
             r.flag("ok"),
             r.opt_text("registry"),
@@ -593,7 +592,7 @@ __all__ = [
     "FileDigests",
     "Manifest",
     "ManifestError",
-    "Outcome",
     "PatchEntry",
+    "StartOutcome",
     "StartReport",
 ]

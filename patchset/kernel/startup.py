@@ -19,11 +19,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .manifest import Check, Manifest, Outcome, PatchEntry
+from .manifest import Check, Manifest, PatchEntry, StartOutcome
 from .predicates import CUDA_RUNTIMES, Facts, cuda_of, evaluate, installed_versions, switch_word
 from .tree import sha256
 
 POLICIES = ("fail", "warn")
+START_REFUSED = 9  # the exit status of a refused start (docs/exit-codes.md; ExitCode.START_REFUSED)
 
 
 class StartInputError(ValueError):
@@ -257,16 +258,18 @@ def prove_imports(
         name = f"{patch.id} r{patch.revision}"
         bad = [m for m in mine if m in failed]
         if not bad:
-            run.results.append(Outcome(name, patch.apply, f"imported {', '.join(mine)}"))
+            run.results.append(StartOutcome(name, patch.apply, f"imported {', '.join(mine)}"))
             continue
         problem = f"{bad[0]} does not import: {failed[bad[0]]}"
         policy, why = policy_for(patch, environ)
         if policy == "warn":
             run.warned.append(patch.id)
-            run.results.append(Outcome(name, patch.apply, f"import FAILED ({why}): {problem}"))
+            run.results.append(StartOutcome(name, patch.apply, f"import FAILED ({why}): {problem}"))
         else:
             run.ok = False
-            run.results.append(Outcome(name, patch.apply, f"import FAILED: {problem}", ok=False))
+            run.results.append(
+                StartOutcome(name, patch.apply, f"import FAILED: {problem}", ok=False)
+            )
 
 
 def _ids(name: str, environ: Mapping[str, str]) -> list[str] | None:
@@ -319,7 +322,7 @@ class Run:
     """A start's outcome so far: one line per patch, whether it may go on, what was chosen."""
 
     def __init__(self) -> None:
-        self.results: list[Outcome] = []
+        self.results: list[StartOutcome] = []
         self.ok = True
         self.plugins: list[str] = []  # python patches selected for vLLM's processes
         self.applied: list[PatchEntry] = []  # patches in at this start (their proof to run)
@@ -343,15 +346,17 @@ def prove(run: Run, root: Path, path: Sequence[str], environ: Mapping[str, str])
             (p for c in patch.verify if (p := check_problem(c, root, path)) is not None), None
         )
         if problem is None:
-            run.results.append(Outcome(name, patch.apply, "verified"))
+            run.results.append(StartOutcome(name, patch.apply, "verified"))
             continue
         policy, why = policy_for(patch, environ)
         if policy == "warn":
             run.warned.append(patch.id)
-            run.results.append(Outcome(name, patch.apply, f"verify FAILED ({why}): {problem}"))
+            run.results.append(StartOutcome(name, patch.apply, f"verify FAILED ({why}): {problem}"))
         else:
             run.ok = False
-            run.results.append(Outcome(name, patch.apply, f"verify FAILED: {problem}", ok=False))
+            run.results.append(
+                StartOutcome(name, patch.apply, f"verify FAILED: {problem}", ok=False)
+            )
 
 
 def check_files(base: Path, files: Mapping[str, str], folders: Sequence[Path], kind: str) -> None:
@@ -373,6 +378,7 @@ def check_files(base: Path, files: Mapping[str, str], folders: Sequence[Path], k
 
 __all__ = [
     "POLICIES",
+    "START_REFUSED",
     "Run",
     "StartInputError",
     "changed_modules",

@@ -7,23 +7,23 @@ import pytest
 
 from patchset.errors import UsageError
 from patchset.image.verify import environment_of, per_patch, report_json
-from patchset.kernel.manifest import Outcome, StartReport
+from patchset.kernel.manifest import StartOutcome, StartReport
 
 REPORT = StartReport(
     True,
     "0" * 64,
     None,
     (
-        Outcome("gpu", "-", "12.0 (PATCHSET_COMPUTE_CAPABILITY)"),
-        Outcome("off-default r1", "startup", "off (by default; PS_E2E_OFF=1 turns it on)"),
-        Outcome("plain r2", "startup", "applied"),
-        Outcome("proved r1", "startup", "applied"),
-        Outcome(
+        StartOutcome("gpu", "-", "12.0 (PATCHSET_COMPUTE_CAPABILITY)"),
+        StartOutcome("off-default r1", "startup", "off (by default; PS_E2E_OFF=1 turns it on)"),
+        StartOutcome("plain r2", "startup", "applied"),
+        StartOutcome("proved r1", "startup", "applied"),
+        StartOutcome(
             "broken r1", "startup", "FAILED (its [failure] policy = warn: left out, ...): x", True
         ),
-        Outcome("may-fail r1", "startup", "applied"),
-        Outcome("proved r1", "startup", "verified"),
-        Outcome("may-fail r1", "startup", "verify FAILED (PATCHSET_ON_FAILURE=warn): y"),
+        StartOutcome("may-fail r1", "startup", "applied"),
+        StartOutcome("proved r1", "startup", "verified"),
+        StartOutcome("may-fail r1", "startup", "verify FAILED (PATCHSET_ON_FAILURE=warn): y"),
     ),
 )
 
@@ -37,7 +37,7 @@ def test_per_patch_outcomes() -> None:
     assert got["broken r1"][0] == "failed (warn)"
     assert got["may-fail r1"][0] == "failed (warn)"
     refused = StartReport(
-        False, None, None, (Outcome("p r1", "startup", "verify FAILED: z", ok=False),)
+        False, None, None, (StartOutcome("p r1", "startup", "verify FAILED: z", ok=False),)
     )
     assert [p.outcome for p in per_patch(refused)] == ["failed (fail)"]
 

@@ -55,3 +55,12 @@ def test_the_apply_schema_names_every_outcome() -> None:
 
     results = schemas.load("apply")["properties"]["results"]["items"]["properties"]
     assert results["outcome"]["enum"] == list(get_args(Outcome))
+
+
+def test_the_refused_start_is_one_status_everywhere() -> None:
+    """The entrypoint (through kernel/startup.py) and the plugin runner, which runs in vLLM's
+    processes without the kernel beside it and so writes the status itself, exit alike."""
+    from patchset.image.runtime import plugins
+    from patchset.kernel import startup
+
+    assert startup.START_REFUSED == plugins.START_REFUSED == int(ExitCode.START_REFUSED) == 9

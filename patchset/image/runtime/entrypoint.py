@@ -64,7 +64,13 @@ if TYPE_CHECKING:  # the same files, checked where they live in the source tree
     from patchset.kernel import modelconfig, stack, startup, switchnames, tree, vllm
     from patchset.kernel.capability import Capability, in_scope
     from patchset.kernel.hunks import split_text
-    from patchset.kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
+    from patchset.kernel.manifest import (
+        Manifest,
+        ManifestError,
+        PatchEntry,
+        StartOutcome,
+        StartReport,
+    )
     from patchset.kernel.order import in_order
     from patchset.kernel.predicates import Facts, installed_versions
     from patchset.kernel.sites import check_site, served_from_args
@@ -74,14 +80,20 @@ else:
     from patchset_kernel import modelconfig, stack, startup, switchnames, tree, vllm
     from patchset_kernel.capability import Capability, in_scope
     from patchset_kernel.hunks import split_text
-    from patchset_kernel.manifest import Manifest, ManifestError, Outcome, PatchEntry, StartReport
+    from patchset_kernel.manifest import (
+        Manifest,
+        ManifestError,
+        PatchEntry,
+        StartOutcome,
+        StartReport,
+    )
     from patchset_kernel.order import in_order
     from patchset_kernel.predicates import Facts, installed_versions
     from patchset_kernel.sites import check_site, served_from_args
     from patchset_kernel.touches import resolve
 
 MANIFEST = HERE / "manifest.json"
-REFUSED = 9  # the container start was refused (docs/exit-codes.md)
+REFUSED = startup.START_REFUSED  # the container start was refused
 PLUGIN_GROUP = "vllm.general_plugins"
 SKIPS = ("skipped", "upstream")  # sites rightly left out (optional, `when`, their probe)
 
@@ -326,7 +338,7 @@ def run_patches(
             break
         broken.update(more)
     plan.settle()  # patches an earlier start left in, off at this one, come out
-    run.results.insert(0, Outcome("gpu", "-", gpu))
+    run.results.insert(0, StartOutcome("gpu", "-", gpu))
     return run, plan
 
 
@@ -351,7 +363,7 @@ def _attempt(  # noqa: PLR0917 - the start's parts, named at the one call
                 patch, known, out, stock
             )
             if state is not None:
-                run.results.append(Outcome(name, patch.apply, state))
+                run.results.append(StartOutcome(name, patch.apply, state))
                 continue
             if patch.id in broken:
                 raise PatchFailedError(broken[patch.id])
@@ -366,7 +378,7 @@ def _attempt(  # noqa: PLR0917 - the start's parts, named at the one call
                 state = f"FAILED ({why}: left out, the start goes on): {exc}"
             else:
                 run.ok, state = False, f"FAILED: {exc}"
-        run.results.append(Outcome(name, patch.apply, state, not failed or policy == "warn"))
+        run.results.append(StartOutcome(name, patch.apply, state, not failed or policy == "warn"))
     return run, plan
 
 
@@ -528,7 +540,7 @@ def start_tree(
             commit(plan)
         except (PatchFailedError, OSError) as exc:
             run.ok = False
-            run.results.append(Outcome("write", "-", f"FAILED: {exc}", ok=False))
+            run.results.append(StartOutcome("write", "-", f"FAILED: {exc}", ok=False))
     if run.ok:
         if verify:  # only what is in the files already: the rest is proven at start
             run.applied = [p for p in run.applied if run.in_place(p)]

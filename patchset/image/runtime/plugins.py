@@ -21,6 +21,9 @@ import os
 import sys
 
 _done: set[str] = set()
+# kernel/startup.START_REFUSED: this package runs in vLLM's processes without the kernel
+# beside it, so the status is written here too (tests/image hold the two equal)
+START_REFUSED = 9
 
 
 def _listed(name: str) -> set[str] | None:
@@ -60,6 +63,6 @@ def run(patch_id: str, module: str) -> None:
             flush=True,
         )
         if os.environ.get("PATCHSET_ON_FAILURE", "fail") != "warn":
-            raise SystemExit(9) from None
+            raise SystemExit(START_REFUSED) from None
         return
     print(f"patchset: plugin {patch_id} applied in pid {os.getpid()}", file=sys.stderr, flush=True)
