@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import pytest
 
 from patchset.errors import PayloadError
 from patchset.registry.paths import check_relpath
+from tests.helpers.cli import run_cli
 from tests.helpers.fake_index import FakeIndex, Reply
 from tests.helpers.hardening import LOCK, Snapshot, changed, cli, error_line, snapshot
 from tests.helpers.other_user import patchset_as_other_user
@@ -609,11 +609,7 @@ def test_toml_nested_thousands_deep(tmp_path: Path, where: str) -> None:
                      payload=GOOD_SITES.encode() + deep.encode())  # fmt: skip
     else:
         (cwd / "pyproject.toml").write_text('[project]\nname = "x"\n' + deep)
-    proc = subprocess.run(
-        [sys.executable, "-m", "patchset", "--registry", str(registry), "validate"],
-        cwd=cwd, capture_output=True, text=True, check=False, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
-    )  # fmt: skip
+    proc = run_cli("--registry", registry, "validate", cwd=cwd, timeout=120)
     line = error_line(proc)
     ok = proc.returncode == 2 and "nested too deeply" in line and where in line
     record(HOSTILE, "generated: red-team findings", f"TOML nested deep: {where}", intact=ok)

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +21,7 @@ from patchset.registry import load_registry
 from patchset.release_check import check_tree
 from patchset.release_check.memo import Memo
 from patchset.sources.base import MemoryTree, ReleaseInfo
+from tests.helpers.cli import run_cli, run_cli_bytes
 from tests.helpers.fake_forge import FakeForge
 from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
@@ -129,11 +127,9 @@ def test_control_bytes_from_the_forge_are_escaped_in_every_format(
     )
     summary = tmp_path / "summary.md"
     for fmt in ("table", "json", "markdown", "github"):
-        done = subprocess.run(
-            [sys.executable, "-m", "patchset", "--registry", str(registry), "upstream",
-             "--format", fmt],
-            capture_output=True, timeout=120, check=False,
-            env={**os.environ, "PATCHSET_FORGE_API_URL": forge.api, "GITHUB_TOKEN": "",
+        done = run_cli_bytes(
+            "--registry", registry, "upstream", "--format", fmt, timeout=120,
+            env={"PATCHSET_FORGE_API_URL": forge.api, "GITHUB_TOKEN": "",
                  "GITHUB_STEP_SUMMARY": str(summary), "PATCHSET_CACHE_DIR": str(tmp_path / "c")},
         )  # fmt: skip
         assert done.returncode == ExitCode.ATTENTION, done.stderr
@@ -199,11 +195,9 @@ def test_a_forge_dripping_its_headers_is_cut_off_at_the_timeout(tmp_path: Path) 
     forge.script.mode = "drip-head"
     try:
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "patchset", "--registry", str(registry), "upstream",
-             "--timeout", "3"],
-            capture_output=True, text=True, timeout=120, check=False,
-            env={**os.environ, "PATCHSET_FORGE_API_URL": forge.api, "GITHUB_TOKEN": "",
+        done = run_cli(
+            "--registry", registry, "upstream", "--timeout", "3", timeout=120,
+            env={"PATCHSET_FORGE_API_URL": forge.api, "GITHUB_TOKEN": "",
                  "PATCHSET_CACHE_DIR": str(tmp_path / "c")},
         )  # fmt: skip
         took = time.monotonic() - started

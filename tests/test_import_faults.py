@@ -16,7 +16,7 @@ from patchset.errors import ExitCode, RegistryError
 from patchset.registry import load_registry
 from patchset.registry.write import RegistryChange
 from tests.helpers import import_fixtures as fx
-from tests.helpers.cli import cli
+from tests.helpers.cli import cli, run_cli
 from tests.helpers.hardening import changed, full_disk_under, snapshot
 from tests.helpers.synthetic import MOD_DIFF, OTHER_DIFF, add_patch
 
@@ -114,11 +114,8 @@ def test_an_add_during_an_import_is_not_lost(tmp_path: Path) -> None:
                           env={"FAULT_SLEEP_AT": "3", "FAULT_SLEEP": "3"})  # fmt: skip
     assert importing.stderr is not None
     assert importing.stderr.readline().strip() == "faultrun: sleeping"
-    adding = subprocess.run(
-        [sys.executable, "-m", "patchset", "--registry", str(registry), "add", "new-fix",
-         "--diff", str(diff), "--no-check", "--title", "a fix"],
-        cwd=REPO, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    adding = run_cli("--registry", registry, "add", "new-fix", "--diff", diff, "--no-check",
+                     "--title", "a fix", timeout=120)  # fmt: skip
     _, err = importing.communicate(timeout=120)
     assert importing.returncode == NORMAL, err
     ids = _ids(registry)

@@ -19,15 +19,13 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Literal
 
 import tomlkit
 
 from patchset.errors import UsageError
 from patchset.kernel.hunks import split_text
-from patchset.kernel.sites import Site, apply_site
+from patchset.kernel.sites import Site, SiteAction, apply_site
 
-SiteAction = Literal["replace", "insert-after", "insert-before"]
 MAX_ANCHOR = 80  # lines: an edit no shorter run of lines pins down is no site (a diff then)
 _PROBE_MARKER = "patchset-authoring: site"  # the marker of the trial application only
 

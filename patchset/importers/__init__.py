@@ -15,7 +15,7 @@ from pathlib import Path
 
 from patchset.importers.definitions import write_plans
 from patchset.importers.land import land, read_state
-from patchset.importers.model import Action, Collected, CollectionError, Entry, ImportReport
+from patchset.importers.model import Collected, CollectionError, Entry, ImportAction, ImportReport
 from patchset.sources.base import ReleaseSource
 
 COLLECTIONS = ("genesis", "club-3090")
@@ -80,7 +80,7 @@ def import_collection(
     return report
 
 
-_WOULD: dict[str, Action] = {"added": "would-add", "updated": "would-update"}
+_WOULD: dict[str, ImportAction] = {"added": "would-add", "updated": "would-update"}
 
 
 def _definitions(

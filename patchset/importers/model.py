@@ -10,8 +10,8 @@ from typing import Literal
 from patchset.errors import ExitCode, PatchsetError
 from patchset.registry.write import TomlData
 
-Status = Literal["imported", "imported-with-loss", "not-imported", "out-of-scope"]
-Action = Literal[
+ImportStatus = Literal["imported", "imported-with-loss", "not-imported", "out-of-scope"]
+ImportAction = Literal[
     "added", "updated", "unchanged", "removed", "kept", "none", "would-add", "would-update"
 ]
 STATE_FOLDER = ".imported"  # under the registry folder: never a patch id (starts with '.')
@@ -86,7 +86,7 @@ class Draft:
     support: tuple[str, ...] = ()
 
     @property
-    def status(self) -> Status:
+    def status(self) -> ImportStatus:
         return "imported-with-loss" if self.lost else "imported"
 
 
@@ -106,10 +106,10 @@ class Entry:
     """One line of the summary: a collection's patch (or file) and what became of it."""
 
     source_id: str
-    status: Status
+    status: ImportStatus
     patch: str | None = None
     reasons: list[str] = field(default_factory=list)
-    action: Action = "none"
+    action: ImportAction = "none"
     kept: list[str] = field(default_factory=list)  # the user's own edits kept
 
     def to_dict(self) -> dict[str, object]:
@@ -168,7 +168,7 @@ class ImportReport:
     def exit_code(self) -> int:
         return ExitCode.ATTENTION if self.broken else ExitCode.OK
 
-    def count(self, *statuses: Status) -> int:
+    def count(self, *statuses: ImportStatus) -> int:
         return sum(1 for e in self.entries if e.status in statuses and e.action != "removed")
 
     def to_dict(self) -> dict[str, object]:

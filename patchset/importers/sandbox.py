@@ -55,7 +55,7 @@ class SandboxError(PatchsetError):
 
 
 @dataclass
-class Outcome:
+class SandboxRun:
     code: int | None  # None: stopped at the time bound
     output: bytes  # at most OUTPUT_CAP bytes of stdout+stderr, then its last lines
     report: bytes  # what the launcher wrote on its report descriptor (capped too)
@@ -153,7 +153,7 @@ def run(
     env: Mapping[str, str],
     timeout: float,
     bwrap: str | None = None,
-) -> Outcome:
+) -> SandboxRun:
     """Run `argv` confined (`tree` the one writable folder, `box` its empty root): its exit
     code (None when stopped at `timeout`), its capped output and the writes outside `tree`.
     `argv` may name `{report}`: the descriptor the parent reads the launcher's report on."""
@@ -209,7 +209,7 @@ def run(
             os.killpg(proc.pid, signal.SIGKILL)  # bwrap dies: its namespace with it
         proc.wait()
         proc.stdout.close()
-    outcome = Outcome(proc.returncode if done else None, out, report, dropped=dropped)
+    outcome = SandboxRun(proc.returncode if done else None, out, report, dropped=dropped)
     outcome.outside = _written(box, made)
     return outcome
 

@@ -31,8 +31,8 @@ from .filelines import FileLines, Lines, as_view, find_block, fold
 from .hunks import Ratio, rank_windows
 from .served import WHEN_KEYS, parse_served, served_from_args
 
-Action = Literal["replace", "insert-after", "insert-before"]
-ACTIONS: tuple[Action, ...] = get_args(Action)
+SiteAction = Literal["replace", "insert-after", "insert-before"]
+ACTIONS: tuple[SiteAction, ...] = get_args(SiteAction)
 INEXACT = (
     "the anchor matched only with whitespace folded: its original lines are kept in the marker,"
     " so a revert restores them byte for byte"
@@ -88,7 +88,7 @@ class Site:
     name: str
     file: str
     anchor: str
-    action: Action
+    action: SiteAction
     text: str
     marker: str
     optional: bool = False
@@ -552,11 +552,11 @@ __all__ = [
     "ACTIONS",
     "GOOD",
     "WHEN_KEYS",
-    "Action",
     "Alternative",
     "Candidate",
     "FileLines",
     "Site",
+    "SiteAction",
     "SiteProbe",
     "SiteResult",
     "SiteStatus",

@@ -28,13 +28,13 @@ from patchset.release_check import check
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource
 
-Outcome = Literal["written", "proposed", "skipped"]
+CarryOutcome = Literal["written", "proposed", "skipped"]
 
 
 @dataclass(frozen=True)
 class Carried:
     patch: str
-    outcome: Outcome
+    outcome: CarryOutcome
     variant: str | None
     detail: str
 
@@ -102,7 +102,7 @@ def _new_anchors(
         return Carried(patch_id, "skipped", None, f"refresh: {exc}")
     moved = [s.site for s in done.sites if s.anchor is not None]
     if done.outcome in ("written", "proposed"):
-        outcome: Outcome = "written" if done.outcome == "written" else "proposed"
+        outcome: CarryOutcome = "written" if done.outcome == "written" else "proposed"
         return Carried(patch_id, outcome, done.variant, f"new anchors: {', '.join(moved)}")
     why = f"a site has no clear new anchor: `patchset refresh {patch_id} --vllm {target} --pick`"
     return Carried(patch_id, "skipped", None, why)

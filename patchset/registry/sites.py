@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import cast
 
 from patchset.errors import RegistryError
-from patchset.kernel.sites import ACTIONS, WHEN_KEYS, Action, Alternative, Site, SiteProbe
+from patchset.kernel.sites import ACTIONS, WHEN_KEYS, Alternative, Site, SiteAction, SiteProbe
 from patchset.registry.problems import Problems
 from patchset.registry.problems import relpath as _relpath
 from patchset.registry.semantics import read_modules
@@ -58,7 +58,7 @@ def _site(table: Table, names: set[str], problems: Problems) -> Site | None:
     if file:
         step(lambda: _relpath(table, "file", file), None)
     anchor = step(lambda: table.req_str("anchor"), "")
-    action = step(lambda: cast(Action, table.choice("action", ACTIONS)), None)
+    action = step(lambda: cast(SiteAction, table.choice("action", ACTIONS)), None)
     text = step(lambda: table.req_str("text"), "")
     marker = step(lambda: table.req_str("marker"), "")
     optional = step(lambda: table.flag("optional", default=False), False)

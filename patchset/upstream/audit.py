@@ -28,7 +28,7 @@ from patchset.release_check import check
 from patchset.sources.git import GitSource, release_tags
 
 SCHEMA = "patchset.upstream/1"
-Status = Literal[
+AuditStatus = Literal[
     "newly-merged", "closed-unmerged", "out-of-date", "gone", "still-open", "up-to-date"
 ]
 ATTENTION: frozenset[str] = frozenset({"newly-merged", "closed-unmerged", "out-of-date", "gone"})
@@ -43,7 +43,7 @@ class Finding:
     pr: str
     recorded: str
     forge: str  # open | merged | closed | gone
-    status: Status
+    status: AuditStatus
     advice: str
     merged_at: str | None = None
     merge_commit: str | None = None
@@ -147,7 +147,7 @@ def _beside_the_check(
 def judge(patch_id: str, recorded: str, pull: PullState, first_release: str | None) -> Finding:
     """The decision table (docs/ci.md, "Weekly"): the forge's state beside the recorded one."""
     forge = pull.state
-    status: Status
+    status: AuditStatus
     new: UpstreamState | None = None
     if forge == "gone":
         status, advice = "gone", "the forge has no such pull request (404): fix [upstream] pr"

@@ -32,7 +32,7 @@ from patchset.release_check.verdicts import PROBE_ALONE
 from patchset.sources.base import ReleaseSource
 
 SCHEMA = "patchset.bump/1"
-Action = Literal["kept", "dropped", "refreshed", "hand-work"]
+BumpAction = Literal["kept", "dropped", "refreshed", "hand-work"]
 Refresher = Callable[..., Any]  # patchset.refresh.refresh, passed in so tests can count calls
 
 
@@ -43,7 +43,7 @@ EVIDENCE_CHARS = 200  # a step's one line of evidence; the whole of it is in `de
 class PatchStep:
     patch: str
     verdict: str  # the check's verdict on the new release
-    action: Action
+    action: BumpAction
     evidence: str  # why, in one line of at most EVIDENCE_CHARS: files and lines
     variant: str | None = None  # refreshed: the new payload
     shifted: bool = False  # kept, but fits only at an offset or with fuzz
@@ -54,7 +54,7 @@ class PatchStep:
         cls,
         patch: str,
         verdict: str,
-        action: Action,
+        action: BumpAction,
         evidence: str,
         details: tuple[str, ...] = (),
         **more: Any,
@@ -279,7 +279,7 @@ def _step(
         done = refresher(registry, patch.id, new, source=source, write=write)
     except RefusedRefreshError as exc:
         found = tuple(x.describe() for x in exc.landed) + exc.lines
-        action: Action = "dropped" if exc.upstream else "hand-work"
+        action: BumpAction = "dropped" if exc.upstream else "hand-work"
         return PatchStep.of(patch.id, result.verdict, action, str(exc), (*found, *where))
     except PatchsetError as exc:
         return PatchStep.of(

@@ -20,7 +20,7 @@ from patchset.cli import main as cli_main
 from patchset.cli.commands import registry as registry_cmd
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
-from tests.helpers.cli import cli, run_cli
+from tests.helpers.cli import cli, command, run_cli
 from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch, make_tree
 
 REPO = Path(__file__).parents[2]
@@ -85,7 +85,7 @@ def test_an_internal_error_has_its_own_exit_code_and_one_line(
 
 def test_a_closed_pipe_is_quiet() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "patchset", "completion", "bash"],
+        command("completion", "bash"),
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
@@ -163,8 +163,8 @@ def test_every_command_help_names_exit_codes_and_an_example(
 def test_completion_scripts_name_every_command(shell: str) -> None:
     proc = run_cli("completion", shell)
     assert proc.returncode == 0, proc.stderr
-    for command in ("check", "validate", "apply", "refresh"):
-        assert command in proc.stdout
+    for word in ("check", "validate", "apply", "refresh"):
+        assert word in proc.stdout
     if shell == "bash":
         check = subprocess.run(["bash", "-n"], input=proc.stdout, text=True, check=False)
         assert check.returncode == 0
@@ -174,7 +174,7 @@ def _stderr_on_a_terminal(*args: str) -> tuple[int, bytes]:
     """Run patchset with stderr on a pseudo-terminal (stdout piped); what the terminal got."""
     master, slave = pty.openpty()
     with subprocess.Popen(
-        [sys.executable, "-m", "patchset", *args],
+        command(*args),
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm", "COLUMNS": "80"},
         stdout=subprocess.PIPE,

@@ -30,6 +30,12 @@ def environment(env: Mapping[str, str | None] | None) -> dict[str, str]:
     return merged
 
 
+def command(*args: str | Path) -> list[str]:
+    """The argument list of `python -m patchset ARGS` with this interpreter (for a Popen of
+    a test's own: a pipe closed early, a terminal, a signal)."""
+    return [sys.executable, "-m", "patchset", *map(str, args)]
+
+
 def run_cli(
     *args: str | Path,
     cwd: Path | str | None = None,
@@ -38,14 +44,30 @@ def run_cli(
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m patchset ARGS` in a subprocess, in the repository unless `cwd`; `env` goes
-    on top of this process's environment (a None value takes a variable out)."""
+    on top of this process's environment (a None value takes a variable out). Output that is
+    not UTF-8 (a hostile input echoed) is read with replacement characters."""
     return subprocess.run(
-        [sys.executable, "-m", "patchset", *map(str, args)],
+        command(*args),
         cwd=REPO if cwd is None else cwd,
         env=environment(env),
         input=stdin,
         capture_output=True,
         text=True,
+        errors="replace",
+        check=False,
+        timeout=timeout,
+    )
+
+
+def run_cli_bytes(
+    *args: str | Path, env: Mapping[str, str | None] | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[bytes]:
+    """`run_cli` with the output kept as bytes (what a terminal would be sent)."""
+    return subprocess.run(
+        command(*args),
+        cwd=REPO,
+        env=environment(env),
+        capture_output=True,
         check=False,
         timeout=timeout,
     )

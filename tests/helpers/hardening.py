@@ -9,11 +9,12 @@ import io
 import os
 import stat
 import subprocess
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 LOCK = ".patchset.lock"  # the one file patchset leaves in a target it wrote to, by design
@@ -57,16 +58,7 @@ def cli(
     *args: str, env: Mapping[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`python -m patchset ARGS` in a fresh process, as a user would run it."""
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        errors="replace",
-        check=False,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    return run_cli(*args, env=env, timeout=timeout)
 
 
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:

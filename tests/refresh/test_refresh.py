@@ -18,7 +18,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -34,6 +33,7 @@ from patchset.registry.write import RegistryChange, write_ranges
 from patchset.release_check import check
 from patchset.sources.base import MemoryTree, ReleaseSource, ReleaseTree
 from patchset.sources.package_index import IndexSource
+from tests.helpers import cli as helpers_cli
 from tests.helpers.releases import materialize, tree_digest
 
 pytestmark = pytest.mark.network
@@ -84,14 +84,7 @@ def make_immutable(folders: list[Path], folder: Path) -> None:
 
 
 def run_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", "--registry", str(root), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    return helpers_cli.run_cli("--registry", root, *args, timeout=600)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str], code: int, text: str) -> None:

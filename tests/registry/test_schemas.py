@@ -20,8 +20,8 @@ from patchset.registry.builds import load_definition
 from patchset.registry.model import STATES
 from patchset.release_check.pins import Role
 from patchset.sources.package_index import IndexSource
-from patchset.upstream import Status
-from patchset.upstream.bump import Action
+from patchset.upstream import AuditStatus
+from patchset.upstream.bump import BumpAction
 from tests.helpers.cli import run_cli
 from tests.helpers.schemas import assert_matches, undocumented
 from tests.infra.docker_fixtures import StandinImage
@@ -108,11 +108,11 @@ def test_the_audit_bump_and_pin_enums_are_their_literals() -> None:
     """The enums of upstream.json, bump.json and check-builds.json are the code's Literals,
     and a pinned result is a check result with its role (no field the check's lacks)."""
     up = schemas.load("upstream")["$defs"]
-    assert up["status"]["enum"] == list(get_args(Status))
+    assert up["status"]["enum"] == list(get_args(AuditStatus))
     assert up["upstream_state"]["enum"] == list(STATES)
     assert up["finding"]["properties"]["forge"]["enum"] == list(get_args(ForgeState))
     step = schemas.load("bump")["$defs"]["step"]["properties"]
-    assert step["action"]["enum"] == list(get_args(Action))
+    assert step["action"]["enum"] == list(get_args(BumpAction))
     check = schemas.load("check")["$defs"]["result"]
     assert step["verdict"]["enum"] == check["properties"]["verdict"]["enum"]
     pinned = schemas.load("check-builds")["$defs"]["result"]

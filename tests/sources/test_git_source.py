@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from patchset.errors import SourceError
 from patchset.sources import parse_source
 from patchset.sources.base import ReleaseSource
 from patchset.sources.git import GitSource, release_tags
+from tests.helpers.cli import run_cli
 
 UTILS = "vllm/model_executor/layers/fla/ops/utils.py"
 
@@ -186,13 +186,9 @@ def test_add_since_picks_pre_releases_only_with_pre(clone: Path, tmp_path: Path)
     registry.mkdir()
     said: dict[bool, str] = {}
     for n, extra in enumerate(([], ["--pre"])):
-        done = subprocess.run(
-            [
-                sys.executable, "-m", "patchset", "--registry", str(registry), "add",
-                f"fix-{n}", "--diff", str(diff), "--since", "0.2.0", "--source", f"git:{clone}",
-                *extra,
-            ],
-            capture_output=True, text=True, check=False, timeout=120,
+        done = run_cli(
+            "--registry", registry, "add", f"fix-{n}", "--diff", diff, "--since", "0.2.0",
+            "--source", f"git:{clone}", *extra, cwd=Path.cwd(), timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         said[bool(extra)] = done.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from patchset.sources import parse_source
 from patchset.sources.folder import FolderSource
 from patchset.sources.git import GitSource, checkout_version, tip_version
 from tests.helpers import gitrepos
+from tests.helpers.cli import run_cli
 from tests.helpers.gitrepos import git
 from tests.helpers.synthetic import BODY, MOD_DIFF, add_patch
 
@@ -42,14 +42,7 @@ def clone(tmp_path: Path) -> Path:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, timeout=120)
 
 
 def registry(tmp_path: Path, vllm: str) -> Path:

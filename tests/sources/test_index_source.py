@@ -37,6 +37,7 @@ from patchset.sources.package_index import settings as pip_settings
 from patchset.sources.package_index.cache import Cache
 from patchset.sources.package_index.client import PackageIndex
 from patchset.sources.package_index.settings import IndexSettings, resolve
+from tests.helpers.cli import command, run_cli
 from tests.helpers.fake_index import (
     FakeIndex,
     FakeServer,
@@ -102,14 +103,7 @@ def cache_files(cache: Cache) -> list[str]:
 def cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", "--registry", str(REPO / "patches"), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=timeout,
-        check=False,
-    )
+    return run_cli("--registry", REPO / "patches", *args, env=env, timeout=timeout)
 
 
 # -- pip's settings, by public means ---------------------------------------------------------
@@ -882,8 +876,8 @@ def test_a_hung_index_ends_after_the_timeout(http_server: FakeServer, tmp_cache:
 def test_ctrl_c_stops_at_once(http_server: FakeServer, index: FakeIndex, tmp_cache: Cache) -> None:
     index.server.route(index.wheel_path("0.1.0"), Reply(200, index.wheels["0.1.0"], delay=20))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "patchset", "--registry", str(REPO / "patches"), "check",
-         "--vllm", "0.1.0", "--index-url", index.index_url],
+        command("--registry", REPO / "patches", "check", "--vllm", "0.1.0", "--index-url",
+                index.index_url),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 60

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from patchset.errors import ExitCode, RegistryError
 from patchset.sources.package_index.settings import read_uv_settings, resolve, uv_config_files
+from tests.helpers.cli import run_cli
 from tests.helpers.fake_index import FakeIndex
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,25 +224,13 @@ def test_check_reads_the_index_from_uv_toml_and_stops_on_a_bad_one(
     monkeypatch.setenv("PATCHSET_CACHE_DIR", str(tmp_path / "cache"))
     fake_index.add_release("0.1.0", {"vllm/x.py": b"x = 1\n"})
     write(Path.cwd() / "uv.toml", index(fake_index.index_url, default=True))
-    args = [sys.executable, "-m", "patchset", "--registry", str(REPO / "patches")]
-    done = subprocess.run(
-        [*args, "check", "--vllm", "0.1.0", "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    args = ("--registry", REPO / "patches")
+    done = run_cli(*args, "check", "--vllm", "0.1.0", "--format", "json", cwd=Path.cwd())
     assert done.returncode in (0, 1), done.stderr
     assert json.loads(done.stdout)["releases"][0]["vllm"] == "0.1.0"
     assert any("/simple/vllm/" in path for path in fake_index.server.hits), "index not asked"
     write(Path.cwd() / "uv.toml", "[[index]\n")
-    done = subprocess.run(
-        [*args, "check", "--vllm", "0.1.0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli(*args, "check", "--vllm", "0.1.0", cwd=Path.cwd())
     assert done.returncode == ExitCode.BAD_INPUT, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "uv.toml" in line and "not valid TOML" in line and "Traceback" not in done.stderr

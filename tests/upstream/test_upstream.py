@@ -6,9 +6,7 @@ of a merged pull request read from a real git clone."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from patchset.adapters.forge import ForgeAPI, ForgeError
 from patchset.errors import ExitCode
 from patchset.registry import load_registry
 from patchset.upstream import audit, record
+from tests.helpers.cli import run_cli
 from tests.helpers.fake_forge import FakeForge
 from tests.helpers.gitrepos import git
 from tests.helpers.hardening import full_disk_under
@@ -68,14 +67,8 @@ def registry(tmp_path: Path, forge: FakeForge) -> Path:
 def cli(
     registry: Path, forge: FakeForge, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "patchset", "--registry", str(registry), "upstream", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PATCHSET_FORGE_API_URL": forge.api, **env},
-        check=False,
-    )
+    more: dict[str, str | None] = {"PATCHSET_FORGE_API_URL": forge.api, **env}
+    return run_cli("--registry", registry, "upstream", *args, env=more, timeout=120)
 
 
 def test_the_decision_table(registry: Path, forge: FakeForge, tmp_path: Path) -> None:
@@ -195,14 +188,12 @@ def test_an_unreachable_forge_is_exit_3(registry: Path, tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    done = subprocess.run(
-        [sys.executable, "-m", "patchset", "--registry", str(registry), "upstream"],
-        capture_output=True,
-        text=True,
+    done = run_cli(
+        "--registry",
+        registry,
+        "upstream",
         timeout=120,
-        check=False,
         env={
-            **os.environ,
             "PATCHSET_FORGE_API_URL": f"http://127.0.0.1:{port}",
             "PATCHSET_CACHE_DIR": str(tmp_path / "c"),
         },
