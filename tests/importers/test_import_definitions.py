@@ -299,3 +299,51 @@ def test_two_patches_on_the_same_lines_one_left_out_with_its_line(
         f" kept ({why})"
     ), line
     _exports(project, report.builds, release)
+
+
+def test_nothing_the_planner_takes_is_left_no_definition_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime patch whose only site is optional and absent from the release changes
+    nothing: the planner refuses it (the import's own fit pass, which would already leave it
+    out as a conflict, is told to take everything here); with nothing else wanted, no
+    definition is written and the summary says which patch went, and why, and that none
+    was written."""
+    from patchset.importers import definitions
+    from patchset.importers.model import Plan
+    from patchset.registry.write import toml_text, write_patch_folder
+    from patchset.sources import parse_source
+
+    monkeypatch.setattr(definitions._Fit, "alone", lambda *_a: None)
+    monkeypatch.setattr(definitions._Fit, "stacked", lambda *_a: None)
+    project = tmp_path / "p"
+    registry = project / "patches"
+    _runtime(registry, "t-none", "y = x + 2", on=True)
+    site = {
+        "name": "s",
+        "file": "vllm/x.py",
+        "action": "replace",
+        "marker": "t-none s",
+        "anchor": "    absent = 1",
+        "text": "    absent = 2",
+        "optional": True,
+    }
+    write_patch_folder(
+        registry / "t-none",
+        tomllib.loads((registry / "t-none" / "patch.toml").read_text()),
+        {"sites.toml": toml_text({"site": [site]})},
+    )
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    data: dict[str, object] = {"vllm": "0.20.0", "serve": {"args": []}}
+    plan = Plan("t-0.20.0.toml", "0.20.0", ("t-none",), data, "t")
+    planned = definitions.write_plans(
+        [plan], registry, project / "builds", [parse_source(str(release))], dry_run=False
+    )
+    assert planned.written == [] and not (project / "builds").exists()
+    went, none = planned.notes
+    assert went.startswith("builds/t-0.20.0.toml: left out t-none: the planner refuses it:")
+    assert "changes nothing" in went, went
+    assert none == (
+        "builds/t-0.20.0.toml: no wanted patch is left that the planner takes for vLLM 0.20.0:"
+        " not written"
+    ), none
