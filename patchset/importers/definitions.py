@@ -284,6 +284,7 @@ def _definition(plan: Plan, ids: list[str]) -> BuildDefinition:
     data = plan.data
     serve = data.get("serve")
     args = serve.get("args", []) if isinstance(serve, dict) else []
+    switches = data.get("switches")
     return BuildDefinition(
         name=Path(plan.name).stem,
         file=Path("builds") / plan.name,
@@ -295,6 +296,9 @@ def _definition(plan: Plan, ids: list[str]) -> BuildDefinition:
         patches=tuple(ids),
         env={},
         serve_args=tuple(str(a) for a in args) if isinstance(args, list) else (),
+        switches=(
+            {str(k): bool(v) for k, v in switches.items()} if isinstance(switches, dict) else {}
+        ),
     )
 
 
@@ -318,7 +322,7 @@ def _confirmed(
         definition = _definition(plan, ids)
         planned = plan_definition(definition, registry, release, delivery="stock")
         if planned.refusals:
-            out = _refused(planned.refusals, ids, registry, preferred)
+            out = _refused(planned.refusals, definition, registry, preferred)
             if not out:
                 raise PatchsetError(
                     "the planner refuses it and leaving a patch out does not answer: "
@@ -354,13 +358,17 @@ _OVERLAP = re.compile(r"changes the same lines as (?P<other>\S+) \((?P<where>[^(
 
 
 def _refused(
-    refusals: Sequence[Refusal], ids: list[str], registry: Registry, preferred: dict[str, int]
+    refusals: Sequence[Refusal],
+    definition: BuildDefinition,
+    registry: Registry,
+    preferred: dict[str, int],
 ) -> dict[str, str]:
     """What to leave out for `refusals`, and why. Two patches on the same lines: the one off
     by default goes, else the one wanted later. A refusal that holds whatever else is listed
     (no switch set named) leaves its patch out; one seen when patches are stacked, only once
     no two listed patches change the same lines (the loser of such a pair may be what it
     does not apply on)."""
+    ids = definition.patches
     out: dict[str, str] = {}
     overlapping = False
     for refusal in refusals:
@@ -371,7 +379,7 @@ def _refused(
         a, b = found["other"], refusal.patch
         if a in out or b in out:
             continue  # one of them already goes: planned again
-        on_a, on_b = _on(registry.get(a)), _on(registry.get(b))
+        on_a, on_b = (_on(registry.get(pid), definition.switches) for pid in (a, b))
         if on_a != on_b:
             keep, lose = (a, b) if on_a else (b, a)
             why = "on by default"
@@ -391,9 +399,10 @@ def _refused(
     return out
 
 
-def _on(patch: Patch) -> bool:
-    """On by default: no switch, or a switch whose default is on."""
-    return patch.switch is None or patch.switch.default
+def _on(patch: Patch, switches: dict[str, bool]) -> bool:
+    """On by default: no switch, or its switch on (the definition's, else the patch's
+    default)."""
+    return patch.switch is None or switches.get(patch.switch.env, patch.switch.default)
 
 
 def final_release(pin: str) -> str | None:
