@@ -53,7 +53,7 @@ COMMAND_HELP: dict[str, Command] = {
     "validate": Command(
         "registry",
         "load and validate every patch (and build definition); print the registry digest",
-        PLAIN,
+        REPORTS,  # --probes and --build read releases (3) and exit 1 on what they find
         "patchset validate",
     ),
     "apply": Command(

@@ -7,8 +7,16 @@ its range admits the release and it has a payload for it, it is not retired, its
 is not false for the served arguments, its upstream fix is not in the release, what it
 `requires` is listed, it conflicts with nothing listed, and it applies (as export evaluates
 it) on the files the patches before it leave. A patch that breaks one listed before it is
-left out instead. What is left out is said, one line per definition. A definition is then
-checked with the code `runtime export` runs (`choose`), and written only when that passes.
+left out instead. What is left out is said, one line per definition.
+
+What is left is then planned with the planner `runtime export` asks first
+(`patchset.image.plan.plan`, default switches and every switch on), and what it refuses is
+left out, patch by patch, planned again until it refuses nothing: of two patches changing the
+same lines, neither requiring the other, the one on by default is kept, else the one wanted
+first (the importer's preferred order: the older id); a patch that required one left out goes
+too. Each patch the planner's refusals leave out gets a line of its own (which, and why). The
+export's own selection (`choose`) runs last. A definition the planner refuses is never
+written; when nothing is left, none is, and that is said.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from patchset._fs import write_atomic
 from patchset.engine.evaluate import evaluate
 from patchset.errors import PatchsetError
 from patchset.image.content import choose, series
+from patchset.image.plan import Refusal
+from patchset.image.plan import plan as plan_definition
 from patchset.importers.common import Releases
 from patchset.importers.model import Plan
 from patchset.kernel.predicates import Facts
@@ -79,14 +89,21 @@ def write_plans(
                     " not written"
                 )
                 continue
+            refused: dict[str, str] = {}
             try:
-                text, left = _planned(plan, loaded, functools.partial(releases.read, plan.vllm))
+                text, left = _planned(
+                    plan, loaded, functools.partial(releases.read, plan.vllm), refused
+                )
             except (PatchsetError, OSError) as exc:
                 out.notes.append(f"builds/{plan.name}: not written: {exc}")
                 continue
+            lines = [f"builds/{plan.name}: left out {pid}: {why}" for pid, why in refused.items()]
             if text is None:
+                out.notes += lines
                 out.notes.append(
-                    f"builds/{plan.name}: no wanted patch fits vLLM {plan.vllm}: not written"
+                    f"builds/{plan.name}: no wanted patch "
+                    + ("is left that the planner takes for" if refused else "fits")
+                    + f" vLLM {plan.vllm}: not written"
                     + (f" ({_said(left)})" if left else "")
                 )
                 continue
@@ -97,6 +114,7 @@ def write_plans(
             out.written.append(plan.name)
             if left:
                 out.notes.append(f"builds/{plan.name}: left out {_said(left)}")
+            out.notes += lines  # the planner's: a line each
             if not dry_run:
                 builds.mkdir(parents=True, exist_ok=True)
                 write_atomic(path, text.encode())
@@ -111,8 +129,11 @@ def _said(left: dict[str, str], cap: int = 12) -> str:
     return f"{len(items)}: " + "; ".join(items[:cap]) + more
 
 
-def _planned(plan: Plan, registry: Registry, read: Reader) -> tuple[str | None, dict[str, str]]:
-    """The definition's text (None when nothing fits) and what was left out, and why."""
+def _planned(
+    plan: Plan, registry: Registry, read: Reader, refused: dict[str, str]
+) -> tuple[str | None, dict[str, str]]:
+    """The definition's text (None when nothing fits) and what was left out, and why; what
+    the planner's refusals left out goes into `refused` (a line each)."""
     known = {p.id: p for p in registry.patches}
     left: dict[str, str] = {}
     wanted = list(dict.fromkeys(plan.wanted))
@@ -144,13 +165,17 @@ def _planned(plan: Plan, registry: Registry, read: Reader) -> tuple[str | None, 
                 kept += [g for g in group if g not in kept]
                 continue
         left[patch.id] = why
-    kept = _confirmed(plan, registry, kept, read, left)
+    kept = _confirmed(plan, registry, kept, fits.original, refused)
     if not kept:
         return None, left
     data = dict(plan.data)
-    order = {pid: n for n, pid in enumerate(p.id for p in registry.patches)}
-    data["patches"] = sorted(kept, key=order.__getitem__)
+    data["patches"] = _in_registry_order(registry, kept)
     return toml_text(data, header=plan.header), left
+
+
+def _in_registry_order(registry: Registry, ids: list[str]) -> list[str]:
+    order = {pid: n for n, pid in enumerate(p.id for p in registry.patches)}
+    return sorted(ids, key=order.__getitem__)
 
 
 def _required(patch: Patch, known: dict[str, Patch]) -> list[str]:
@@ -254,51 +279,130 @@ def _files(patch: Patch, version: str) -> tuple[str, ...]:
     return () if variant is None else variant.files
 
 
+def _definition(plan: Plan, ids: list[str]) -> BuildDefinition:
+    """The definition `plan` writes, listing `ids` (as `load_definition` would read it)."""
+    data = plan.data
+    serve = data.get("serve")
+    args = serve.get("args", []) if isinstance(serve, dict) else []
+    switches = data.get("switches")
+    return BuildDefinition(
+        name=Path(plan.name).stem,
+        file=Path("builds") / plan.name,
+        vllm=plan.vllm,
+        cuda=str(data.get("cuda", STOCK_CUDA)),
+        base=str(data.get("base", f"vllm/vllm-openai:v{plan.vllm}")),
+        repository=str(data.get("repository", "patchset/vllm")),
+        tags=("{vllm}",),
+        patches=tuple(ids),
+        env={},
+        serve_args=tuple(str(a) for a in args) if isinstance(args, list) else (),
+        switches=(
+            {str(k): bool(v) for k, v in switches.items()} if isinstance(switches, dict) else {}
+        ),
+    )
+
+
 def _confirmed(
-    plan: Plan, registry: Registry, kept: list[str], read: Reader, left: dict[str, str]
+    plan: Plan, registry: Registry, kept: list[str], read: Reader, refused: dict[str, str]
 ) -> list[str]:
-    """`kept` as `runtime export` takes it: its own checks run (`check_patches`, `choose`);
-    a patch they refuse is left out (and said), up to a bound."""
-    ids = list(kept)
+    """`kept` as `runtime export` takes it: planned (`image.plan.plan`, as export's
+    `refuse` plans it), what the planner refuses left out (`_refused`) and planned again
+    until it refuses nothing; then the export's own selection (`choose`), a patch it refuses
+    left out too. Each left out goes into `refused` with why. A refusal no leaving out can
+    answer raises: the definition is not written."""
+    ids = _in_registry_order(registry, kept)
+    preferred = {pid: n for n, pid in enumerate(dict.fromkeys((*plan.wanted, *ids)))}
+
+    def release(wanted: list[str]) -> dict[str, bytes | None]:
+        return {rel: read(rel) for rel in wanted}
+
     for _ in range(len(ids) + 1):
         if not ids:
             return ids
-        data = plan.data
-        serve = data.get("serve")
-        args = serve.get("args", []) if isinstance(serve, dict) else []
-        definition = BuildDefinition(
-            name=Path(plan.name).stem,
-            file=Path("builds") / plan.name,
-            vllm=plan.vllm,
-            cuda=str(data.get("cuda", STOCK_CUDA)),
-            base=str(data.get("base", f"vllm/vllm-openai:v{plan.vllm}")),
-            repository=str(data.get("repository", "patchset/vllm")),
-            tags=("{vllm}",),
-            patches=tuple(ids),
-            env={},
-            serve_args=tuple(str(a) for a in args) if isinstance(args, list) else (),
-        )
-        try:
-            definition.check_patches(registry)
-            choose(
-                definition,
-                registry,
-                lambda wanted: {r: read(r) for r in wanted},
-                strict=False,
-                log=lambda _l: None,
-            )
-        except PatchsetError as exc:
-            text = str(exc)
-            named = [pid for pid in ids if re.search(rf"(?<![\w-]){re.escape(pid)}(?![\w-])", text)]
-            if not named:
-                raise
-            culprit = named[-1] if "requires" in text else named[0]
-            left[culprit] = f"runtime export refuses it: {text.split(': ', 1)[-1][:160]}"
-            ids.remove(culprit)
-            ids = [i for i in ids if culprit not in registry.get(i).requires]
+        definition = _definition(plan, ids)
+        planned = plan_definition(definition, registry, release, delivery="stock")
+        if planned.refusals:
+            out = _refused(planned.refusals, definition, registry, preferred)
+            if not out:
+                raise PatchsetError(
+                    "the planner refuses it and leaving a patch out does not answer: "
+                    + "; ".join(r.line() for r in planned.refusals)[:400]
+                )
+        else:
+            try:
+                choose(definition, registry, release, strict=False, log=lambda _l: None)
+            except PatchsetError as exc:
+                text = str(exc)
+                named = [
+                    pid for pid in ids if re.search(rf"(?<![\w-]){re.escape(pid)}(?![\w-])", text)
+                ]
+                if not named:
+                    raise
+                culprit = named[-1] if "requires" in text else named[0]
+                out = {culprit: f"runtime export refuses it: {text.split(': ', 1)[-1][:160]}"}
+            else:
+                return ids
+        refused.update(out)
+        ids = [i for i in ids if i not in out]
+        gone = [*out]
+        while dropped := [i for i in ids if any(g in registry.get(i).requires for g in gone)]:
+            for pid in dropped:
+                needed = next(g for g in gone if g in registry.get(pid).requires)
+                refused[pid] = f"requires {needed}, left out"
+            ids = [i for i in ids if i not in dropped]
+            gone = dropped
+    raise PatchsetError(f"the planner still refuses it after {len(kept)} rounds")
+
+
+_OVERLAP = re.compile(r"changes the same lines as (?P<other>\S+) \((?P<where>[^()]*)\)")
+
+
+def _refused(
+    refusals: Sequence[Refusal],
+    definition: BuildDefinition,
+    registry: Registry,
+    preferred: dict[str, int],
+) -> dict[str, str]:
+    """What to leave out for `refusals`, and why. Two patches on the same lines: the one off
+    by default goes, else the one wanted later. A refusal that holds whatever else is listed
+    (no switch set named) leaves its patch out; one seen when patches are stacked, only once
+    no two listed patches change the same lines (the loser of such a pair may be what it
+    does not apply on)."""
+    ids = definition.patches
+    out: dict[str, str] = {}
+    overlapping = False
+    for refusal in refusals:
+        found = _OVERLAP.match(refusal.problem)
+        if found is None or refusal.patch not in ids or found["other"] not in ids:
             continue
-        return ids
-    return ids
+        overlapping = True
+        a, b = found["other"], refusal.patch
+        if a in out or b in out:
+            continue  # one of them already goes: planned again
+        on_a, on_b = (_on(registry.get(pid), definition.switches) for pid in (a, b))
+        if on_a != on_b:
+            keep, lose = (a, b) if on_a else (b, a)
+            why = "on by default"
+        else:
+            keep, lose = sorted((a, b), key=lambda pid: preferred.get(pid, len(preferred)))
+            why = "wanted first"
+        out[lose] = (
+            f"changes the same lines as {keep} ({found['where']}) and neither requires the"
+            f" other: {keep} kept ({why})"
+        )
+    for refusal in refusals:
+        if refusal.patch not in ids or refusal.patch in out or _OVERLAP.match(refusal.problem):
+            continue
+        if refusal.sets and overlapping:
+            continue
+        out[refusal.patch] = f"the planner refuses it: {refusal.problem}"[:300]
+    return out
+
+
+def _on(patch: Patch, switches: dict[str, bool]) -> bool:
+    """On by default: no switch, or its switch on (the definition's, else the patch's
+    default)."""
+    return patch.switch is None or switches.get(patch.switch.env, patch.switch.default)
 
 
 def final_release(pin: str) -> str | None:

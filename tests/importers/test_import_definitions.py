@@ -239,3 +239,111 @@ def test_a_plan_lists_what_stacks_and_says_what_it_leaves_out(tmp_path: Path) ->
     assert "t-off (conflict on this release on top of t-on)" in note, note
     assert "t-clash (conflicts with t-on)" in note and "t-gone (not imported)" in note
     _exports(project, planned.written, release)
+
+
+def _same_lines(checkout: Path, g8_on: bool) -> None:
+    """Two more Genesis entries, each inserting a line before `return y` of vllm/x.py (the
+    same lines; neither requires the other): G7 listed first and off by default, G8 on
+    (`g8_on`) or off."""
+    registry = checkout / "sndr/dispatcher/registry.py"
+    entries = "".join(
+        f'    "G{n}": {{"title": "adds {n}", "env_flag": "GENESIS_ENABLE_G{n}",'
+        f' "default_on": {on}, "lifecycle": "stable", "credit": "",'
+        f' "apply_module": "sndr.engines.vllm.patches.core.g{n}"}},\n'
+        for n, on in ((7, False), (8, g8_on))
+    )
+    registry.write_text(
+        registry.read_text().replace("PATCH_REGISTRY = {\n", "PATCH_REGISTRY = {\n" + entries, 1)
+    )
+    for n in (7, 8):
+        (checkout / f"sndr/engines/vllm/patches/core/g{n}.py").write_text(
+            "from sndr.kernel import TextPatch, TextPatcher\n\n\n"
+            "def _make():\n"
+            "    return TextPatcher(\n"
+            f'        patch_name="G{n}", target_file=str(resolve_vllm_file("x.py")),'
+            f' marker="G{n}",\n'
+            f'        sub_patches=[TextPatch(name="g{n}", anchor="    return y\\n",\n'
+            f'                               replacement="    y = y + {n}\\n    return y\\n")],\n'
+            "    )\n"
+        )
+    fx.commit_all(checkout, "same lines")
+
+
+@pytest.mark.parametrize(
+    ("g8_on", "kept", "left", "why"),
+    [(True, "g8", "g7", "on by default"), (False, "g7", "g8", "wanted first")],
+)
+def test_two_patches_on_the_same_lines_one_left_out_with_its_line(
+    tmp_path: Path, g8_on: bool, kept: str, left: str, why: str
+) -> None:
+    """The planner refuses two listed patches changing the same lines, neither requiring the
+    other: the import leaves one out (the one off by default, though listed first; both off:
+    the one wanted later), says which and why on a line of its own, and the definition it
+    writes exports."""
+    checkout = fx.genesis(tmp_path / "g")
+    fx.genesis_pins(checkout, ("0.20.0",))
+    _same_lines(checkout, g8_on)
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    project = tmp_path / "p"
+    report = import_collection(
+        "genesis", checkout, project / "patches", builds=project / "builds", sources=[str(release)]
+    )
+    assert report.builds == ["genesis-0.20.0.toml"], report.notes
+    data = tomllib.loads((project / "builds" / "genesis-0.20.0.toml").read_text())
+    assert f"genesis-{kept}" in data["patches"], data
+    assert f"genesis-{left}" not in data["patches"], data
+    (line,) = [n for n in report.notes if f"left out genesis-{left}:" in n]
+    assert line == (
+        f"builds/genesis-0.20.0.toml: left out genesis-{left}: changes the same lines as"
+        f" genesis-{kept} (vllm/x.py line 6) and neither requires the other: genesis-{kept}"
+        f" kept ({why})"
+    ), line
+    _exports(project, report.builds, release)
+
+
+def test_nothing_the_planner_takes_is_left_no_definition_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime patch whose only site is optional and absent from the release changes
+    nothing: the planner refuses it (the import's own fit pass, which would already leave it
+    out as a conflict, is told to take everything here); with nothing else wanted, no
+    definition is written and the summary says which patch went, and why, and that none
+    was written."""
+    from patchset.importers import definitions
+    from patchset.importers.model import Plan
+    from patchset.registry.write import toml_text, write_patch_folder
+    from patchset.sources import parse_source
+
+    monkeypatch.setattr(definitions._Fit, "alone", lambda *_a: None)
+    monkeypatch.setattr(definitions._Fit, "stacked", lambda *_a: None)
+    project = tmp_path / "p"
+    registry = project / "patches"
+    _runtime(registry, "t-none", "y = x + 2", on=True)
+    site = {
+        "name": "s",
+        "file": "vllm/x.py",
+        "action": "replace",
+        "marker": "t-none s",
+        "anchor": "    absent = 1",
+        "text": "    absent = 2",
+        "optional": True,
+    }
+    write_patch_folder(
+        registry / "t-none",
+        tomllib.loads((registry / "t-none" / "patch.toml").read_text()),
+        {"sites.toml": toml_text({"site": [site]})},
+    )
+    release = fx.release(tmp_path / "r0.20.0", "0.20.0")
+    data: dict[str, object] = {"vllm": "0.20.0", "serve": {"args": []}}
+    plan = Plan("t-0.20.0.toml", "0.20.0", ("t-none",), data, "t")
+    planned = definitions.write_plans(
+        [plan], registry, project / "builds", [parse_source(str(release))], dry_run=False
+    )
+    assert planned.written == [] and not (project / "builds").exists()
+    went, none = planned.notes
+    assert went.startswith("builds/t-0.20.0.toml: left out t-none: the planner refuses it:")
+    assert "changes nothing" in went, went
+    assert none == (
+        "builds/t-0.20.0.toml: no wanted patch is left that the planner takes for vLLM 0.20.0:"
+        " not written"
+    ), none
