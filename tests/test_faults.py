@@ -797,9 +797,10 @@ ADDS = {  # the command, what is written when the disk fills, and the files writ
         ("--runtime", "--from-tree", "{edited}", "--vllm", "0.19.1", "--source", "{release}"),
         0,
     ),
-    "a skeleton's patch.toml": (("--runtime",), 0),
-    "a skeleton's sites.toml": (("--runtime",), 1),
-    "a skeleton's plugin.py": (("--python",), 1),
+    # the one writer of patch folders writes the payload first and patch.toml last
+    "a skeleton's patch.toml": (("--runtime",), 1),
+    "a skeleton's sites.toml": (("--runtime",), 0),
+    "a skeleton's plugin.py": (("--python",), 0),
 }
 
 
