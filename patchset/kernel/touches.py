@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 # a release file's text by its relative path (None: absent)
 Reader = Callable[[str], bytes | str | None]
@@ -83,28 +85,42 @@ def resolve(touch: str, read: Reader) -> tuple[str | None, str | None]:
     return rel, None  # the whole path is submodules: the last one is there
 
 
-def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
-    """Names a block binds at its own level, looking into if/try/with blocks (where vLLM puts
-    optional imports), with the node that binds each (a class, to look inside)."""
-    names: dict[str, ast.AST] = {}
+# A step of `_bound_names` over a block, in order: a name, whether it replaces an earlier
+# binding (a def or class does; an assignment or import keeps the first), what binds it.
+_Step = tuple[str, bool, ast.AST]
+
+
+def _steps(body: list[ast.stmt]) -> list[_Step]:
+    """The bindings of a block at its own level, in order, looking into if/try/with blocks
+    (where vLLM puts optional imports): each of those blocks' own names (`_bound_names`) is
+    bound where not bound yet."""
+    steps: list[_Step] = []
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names[node.name] = node
+            steps.append((node.name, True, node))
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                for sub in ast.walk(target):
-                    if isinstance(sub, ast.Name):
-                        names.setdefault(sub.id, node)
+                steps += ((s.id, False, node) for s in ast.walk(target) if isinstance(s, ast.Name))
         elif isinstance(node, ast.Import | ast.ImportFrom):
-            for alias in node.names:
-                names.setdefault((alias.asname or alias.name).split(".")[0], node)
+            steps += (((a.asname or a.name).split(".")[0], False, node) for a in node.names)
         elif isinstance(node, ast.If | ast.Try | ast.With):
             blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
             blocks += [h.body for h in getattr(node, "handlers", [])]
             for block in blocks:
-                for name, bound in _bound_names(block).items():
-                    names.setdefault(name, bound)
+                steps += ((name, False, bound) for name, bound in _bound_names(block).items())
+    return steps
+
+
+def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names a block binds at its own level, looking into if/try/with blocks (where vLLM puts
+    optional imports), with the node that binds each (a class, to look inside)."""
+    names: dict[str, ast.AST] = {}
+    for name, replaces, node in _steps(body):
+        if replaces:
+            names[name] = node
+        else:
+            names.setdefault(name, node)
     return names
 
 
@@ -119,6 +135,23 @@ def parsed(source: bytes | str) -> ast.Module | None:
 
 def defines(source: bytes | str, attr: str) -> bool:
     """Whether the module source binds `attr` (``"Class.method"`` looks inside the class)."""
+    scope = _module_scope(source)
+    if scope is None:
+        return False
+    parts = attr.split(".")
+    for depth, part in enumerate(parts):
+        if part not in scope:
+            return False
+        inner = scope[part]
+        if depth < len(parts) - 1:
+            if inner is None:  # not a class
+                return False
+            scope = inner
+    return True
+
+
+def defines_parsed(source: bytes | str, attr: str) -> bool:
+    """`defines` read from the whole module's tree (what `defines` must always answer)."""
     tree = parsed(source)
     if tree is None:
         return False
@@ -133,3 +166,105 @@ def defines(source: bytes | str, attr: str) -> bool:
                 return False
             body = node.body
     return True
+
+
+# What `defines` needs of a block: each name it binds, with the class's own scope when a
+# class binds it (None: something else does).
+Scope = dict[str, "Scope | None"]
+# `_steps` with the binding node replaced by its scope (a class's) or None.
+_ScopeStep = tuple[str, bool, "Scope | None"]
+
+
+def _scope_steps(body: list[ast.stmt]) -> list[_ScopeStep]:
+    return [
+        (name, replaces, _scope(node.body) if isinstance(node, ast.ClassDef) else None)
+        for name, replaces, node in _steps(body)
+    ]
+
+
+def _replayed(steps: Iterable[_ScopeStep]) -> Scope:
+    names: Scope = {}
+    for name, replaces, inner in steps:
+        if replaces:
+            names[name] = inner
+        else:
+            names.setdefault(name, inner)
+    return names
+
+
+def _scope(body: list[ast.stmt]) -> Scope:
+    return _replayed(_scope_steps(body))
+
+
+# A module is read in pieces: runs of whole top-level statements, each cut where a line at
+# column 0 begins a statement (not a clause of the one before it, not after a decorator).
+# Each piece is parsed alone and its steps kept by its bytes, so the next release's copy of a
+# module parses only the pieces that changed. The pieces' statements are the module's: a cut
+# inside a string, brackets or a continued line leaves a piece that does not parse (it ends
+# inside them), and then the whole module is parsed as before; so is a module with a coding
+# cookie or the grammar-changing `__future__` import.
+_CUT = re.compile(rb"^(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)", re.MULTILINE)
+_DECORATOR = ord("@")
+_WHOLE_ONLY = re.compile(rb"barry_as_FLUFL|\A(?:[^\n]*\n)?[ \t\f]*#[^\n]*?coding[:=]")
+_PIECES: dict[bytes, list[_ScopeStep] | None] = {}  # by a digest of the piece
+_PIECES_KEPT = 65536
+_SCOPES: dict[bytes | str, Scope | None] = {}
+_SCOPES_KEPT = 64
+
+
+def _pieces(data: bytes) -> list[bytes]:
+    cuts = [0]
+    after_decorator = False
+    quotes = [0, 0]  # triple quotes met so far: an odd count, likely inside a string
+    seen = 0
+    for match in _CUT.finditer(data):
+        at = match.start()
+        quotes[0] += data.count(b'"""', seen, at)
+        quotes[1] += data.count(b"'''", seen, at)
+        seen = at
+        if quotes[0] % 2 or quotes[1] % 2:
+            continue
+        decorator = data[at] == _DECORATOR
+        if at and not after_decorator:
+            cuts.append(at)
+        after_decorator = decorator
+    cuts.append(len(data))
+    return [data[a:b] for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _piece_steps(piece: bytes) -> list[_ScopeStep] | None:
+    key = hashlib.blake2b(piece, digest_size=16).digest()
+    if key in _PIECES:
+        return _PIECES[key]
+    try:
+        steps: list[_ScopeStep] | None = _scope_steps(ast.parse(piece).body)
+    except (SyntaxError, ValueError):
+        steps = None
+    if len(_PIECES) >= _PIECES_KEPT:
+        del _PIECES[next(iter(_PIECES))]
+    _PIECES[key] = steps
+    return steps
+
+
+def _module_scope(source: bytes | str) -> Scope | None:
+    """The names the module binds (`_bound_names` of its tree, with each class's scope), or
+    None when it does not parse. Kept by content: a check asks many names of one module."""
+    if source in _SCOPES:
+        return _SCOPES[source]
+    scope: Scope | None = None
+    if isinstance(source, bytes) and not _WHOLE_ONLY.search(source):
+        steps: list[_ScopeStep] = []
+        for piece in _pieces(source):
+            found = _piece_steps(piece)
+            if found is None:
+                break
+            steps += found
+        else:
+            scope = _replayed(steps)
+    if scope is None:
+        tree = parsed(source)
+        scope = None if tree is None else _scope(tree.body)
+    if len(_SCOPES) >= _SCOPES_KEPT:
+        del _SCOPES[next(iter(_SCOPES))]
+    _SCOPES[source] = scope
+    return scope
