@@ -12,8 +12,10 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import io
 import itertools
 import re
+import tokenize
 from collections.abc import Callable, Iterable
 
 # a release file's text by its relative path (None: absent)
@@ -236,13 +238,110 @@ def _piece_steps(piece: bytes) -> list[_ScopeStep] | None:
     key = hashlib.blake2b(piece, digest_size=16).digest()
     if key in _PIECES:
         return _PIECES[key]
-    try:
-        steps: list[_ScopeStep] | None = _scope_steps(ast.parse(piece).body)
-    except (SyntaxError, ValueError):
-        steps = None
+    steps: list[_ScopeStep] | None = None
+    steps = _class_piece(piece) if len(piece) > _CLASS_SPLIT else None
+    if steps is None:
+        try:
+            steps = _scope_steps(ast.parse(piece).body)
+        except (SyntaxError, ValueError):
+            steps = None
+    _keep_piece(key, steps)
+    return steps
+
+
+def _keep_piece(key: bytes, steps: list[_ScopeStep] | None) -> None:
     if len(_PIECES) >= _PIECES_KEPT:
         del _PIECES[next(iter(_PIECES))]
     _PIECES[key] = steps
+
+
+# A class longer than this is read as its header and its body in pieces too (a class of
+# thousands of lines changes in every release; most of its methods do not).
+_CLASS_SPLIT = 16384
+_CLASS_START = re.compile(r"(?:@|class\b)")
+_HEAD_END = frozenset({tokenize.NEWLINE})
+_SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT})
+
+
+def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
+    """The steps of a piece that is one decorated or plain class, from its header parsed with
+    ``pass`` for a body and its body cut where a line at the body's indentation begins a
+    statement, each run parsed alone inside ``if 1:`` (kept by its text). None when the piece
+    is not that or is not sure to be read so: the caller parses it whole."""
+    try:
+        text = piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not _CLASS_START.match(text) or "\r" in text or "\t" in text or "\f" in text:
+        return None
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    head_row = indent = None
+    seen_class = False
+    try:
+        for token in tokens:
+            if token.type == tokenize.NAME and token.string == "class" and token.start[1] == 0:
+                seen_class = True
+            elif seen_class and head_row is None and token.type in _HEAD_END:
+                head_row = token.start[0]
+            elif head_row is not None and token.type not in _SKIPPED:
+                if token.type == tokenize.INDENT:
+                    indent = token.string
+                break
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    if head_row is None or not indent or indent.strip(" "):
+        return None
+    lines = text.split("\n")
+    head = "\n".join(lines[:head_row]) + "\n"
+    body = lines[head_row:]
+    if any(line[:1] not in ("", " ", "#") for line in body):
+        return None  # a line at column 0 (in a string?): not sure where the class ends
+    try:
+        tree = ast.parse(head + indent + "pass\n")
+    except (SyntaxError, ValueError):
+        return None
+    cls = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    cut = re.compile(rf"{indent}(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)")
+    cuts = [0]
+    after_decorator = False
+    quotes = [0, 0]
+    code = False  # a statement met above (a piece of comments alone does not parse)
+    for number, line in enumerate(body):
+        opened = quotes[0] % 2 or quotes[1] % 2  # after an odd count: likely in a string
+        quotes[0] += line.count('"""')
+        quotes[1] += line.count("'''")
+        if not opened and cut.match(line):
+            if code and not after_decorator:
+                cuts.append(number)
+            after_decorator = line[len(indent)] == "@"
+        code = code or line.strip()[:1] not in ("", "#")
+    cuts.append(len(body))
+    steps: list[_ScopeStep] = []
+    for a, b in itertools.pairwise(cuts):
+        if b <= a:
+            continue
+        chunk = "\n".join(body[a:b]) + "\n"
+        found = _body_steps(chunk)
+        if found is None:
+            return None
+        steps += found
+    return [(cls.name, True, _replayed(steps))]
+
+
+def _body_steps(chunk: str) -> list[_ScopeStep] | None:
+    key = hashlib.blake2b(b"class body\0" + chunk.encode("utf-8"), digest_size=16).digest()
+    if key in _PIECES:
+        return _PIECES[key]
+    try:
+        tree = ast.parse("if 1:\n" + chunk)
+    except (SyntaxError, ValueError):
+        steps = None
+    else:
+        block = tree.body[0] if len(tree.body) == 1 else None
+        steps = _scope_steps(block.body) if isinstance(block, ast.If) else None
+    _keep_piece(key, steps)
     return steps
 
 

@@ -70,8 +70,39 @@ TRICKY = [
 
 
 @pytest.mark.parametrize("source", TRICKY)
-def test_pieces_answer_as_the_whole_tree(source: bytes) -> None:
+def test_pieces_answer_as_the_whole_tree(source: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     same_answers(source)
+    monkeypatch.setattr(touches, "_CLASS_SPLIT", 0)  # and every class in pieces
+    touches._PIECES.clear()
+    same_answers(source)
+
+
+CLASSES = [
+    b"class C(\n    Base,\n    Other,\n):\n    x = 1\n\n    def m(self): ...\n\n    @property\n"
+    b"    def p(self): ...\n    if T:\n        y = 2\n    else:\n        z = 3\n",
+    b"@dataclass\n@other(\n    a=1,\n)\nclass D:\n    # a comment\n    a: int = 1\n"
+    b"    class Inner:\n        def n(self): ...\n    def m(self):\n        s = '''\n"
+    b"    def fake(self): ...\n    '''\n        return s\n",
+    b'class E:\n    """doc\n    def fake(self): ...\n    """\n    def m(self): ...\n'
+    b"    m = 2\n    def m(self): ...\n",  # rebinding inside the class
+    b"class F:\n    def m(self):\n        return (\n    1)\n    def n(self): ...\n",
+    b"class G:\n    def m(self):\n        s = '''\nx = 1\n'''\n    def n(self): ...\n",
+    b"class H: pass\n",  # one line
+    b"class I:\n    def m(self): ...\n  def bad(self): ...\n",  # does not parse
+    b"class J:\n    def m(self: ...\n    def n(self): ...\n",  # does not parse
+    b"class K:\n\tdef m(self): ...\n",  # tabs: read whole
+    b"class L:\n    try:\n        import a\n    except E:\n        pass\n    n = 1\n",
+    b"class M:\n    x = 1 + \\\n    2\n    y = 2\n",  # a continued line
+    b"class N:\n    x = 1\nclass O:\n    def m(self): ...\n",
+]
+
+
+@pytest.mark.parametrize("source", CLASSES)
+def test_a_long_class_read_in_pieces(source: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(touches, "_CLASS_SPLIT", 0)  # every class read in pieces
+    touches._PIECES.clear()
+    same_answers(source)
+    same_answers(source.replace(b"def m(self)", b"def mm(self)"))
 
 
 def test_a_str_source_is_read_whole() -> None:
@@ -109,3 +140,9 @@ def test_every_module_of_a_real_release() -> None:
             data = tree.read(rel)
             assert data is not None
             same_answers(data)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 9, 10])
+def test_a_class_body_is_cut_where_sure(index: int) -> None:
+    (piece,) = touches._pieces(CLASSES[index])
+    assert touches._class_piece(piece) is not None  # read in pieces, not whole
