@@ -205,9 +205,9 @@ def _scope(body: list[ast.stmt]) -> Scope:
 # inside a string, brackets or a continued line leaves a piece that does not parse (it ends
 # inside them), and then the whole module is parsed as before; so is a module with a coding
 # cookie or the grammar-changing `__future__` import.
-_CUT = re.compile(rb"^(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)", re.MULTILINE)
+_CUT = re.compile(rb"\n(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)")  # on "\n" + text
 _DECORATOR = ord("@")
-_WHOLE_ONLY = re.compile(rb"barry_as_FLUFL|\A(?:[^\n]*\n)?[ \t\f]*#[^\n]*?coding[:=]")
+_CODING = re.compile(rb"(?:[^\n]*\n)?[ \t\f]*#[^\n]*?coding[:=]")  # in the first two lines
 _PIECES: dict[bytes, list[_ScopeStep] | None] = {}  # by a digest of the piece
 _PIECES_KEPT = 65536
 _SCOPES: dict[bytes | str, Scope | None] = {}
@@ -219,7 +219,7 @@ def _pieces(data: bytes) -> list[bytes]:
     after_decorator = False
     quotes = [0, 0]  # triple quotes met so far: an odd count, likely inside a string
     seen = 0
-    for match in _CUT.finditer(data):
+    for match in _CUT.finditer(b"\n" + data):  # each line start (a literal to search for)
         at = match.start()
         quotes[0] += data.count(b'"""', seen, at)
         quotes[1] += data.count(b"'''", seen, at)
@@ -255,12 +255,14 @@ def _keep_piece(key: bytes, steps: list[_ScopeStep] | None) -> None:
     _PIECES[key] = steps
 
 
-# A class longer than this is read as its header and its body in pieces too (a class of
+# A class longer than this (bytes) is read as its header and its body in pieces too (a class of
 # thousands of lines changes in every release; most of its methods do not).
-_CLASS_SPLIT = 16384
+_CLASS_SPLIT = 4096
 _CLASS_START = re.compile(r"(?:@|class\b)")
 _HEAD_END = frozenset({tokenize.NEWLINE})
 _SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT})
+_COLUMN_0 = re.compile(r"\n[^ #\n]")  # these on "\n" + text: each line start
+_CODE = re.compile(r"\n *[^ #\n]")
 
 
 def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
@@ -291,10 +293,11 @@ def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
         return None
     if head_row is None or not indent or indent.strip(" "):
         return None
-    lines = text.split("\n")
-    head = "\n".join(lines[:head_row]) + "\n"
-    body = lines[head_row:]
-    if any(line[:1] not in ("", " ", "#") for line in body):
+    start = 0
+    for _ in range(head_row):  # the header's lines, through the one ending it
+        start = text.index("\n", start) + 1
+    head, body = text[:start], text[start:]
+    if _COLUMN_0.search("\n" + body):
         return None  # a line at column 0 (in a string?): not sure where the class ends
     try:
         tree = ast.parse(head + indent + "pass\n")
@@ -303,27 +306,28 @@ def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
     cls = tree.body[0] if len(tree.body) == 1 else None
     if not isinstance(cls, ast.ClassDef):
         return None
-    cut = re.compile(rf"{indent}(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)")
+    first = _CODE.search("\n" + body)  # a piece of comments alone does not parse: none before it
     cuts = [0]
     after_decorator = False
-    quotes = [0, 0]
-    code = False  # a statement met above (a piece of comments alone does not parse)
-    for number, line in enumerate(body):
-        opened = quotes[0] % 2 or quotes[1] % 2  # after an odd count: likely in a string
-        quotes[0] += line.count('"""')
-        quotes[1] += line.count("'''")
-        if not opened and cut.match(line):
-            if code and not after_decorator:
-                cuts.append(number)
-            after_decorator = line[len(indent)] == "@"
-        code = code or line.strip()[:1] not in ("", "#")
+    quotes = [0, 0]  # as in `_pieces`
+    seen = 0
+    cut = re.compile(rf"\n{indent}(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)")
+    for match in cut.finditer("\n" + body):
+        at = match.start()
+        quotes[0] += body.count('"""', seen, at)
+        quotes[1] += body.count("'''", seen, at)
+        seen = at
+        if quotes[0] % 2 or quotes[1] % 2:
+            continue
+        if first is not None and at > first.start() and not after_decorator:
+            cuts.append(at)
+        after_decorator = body[at + len(indent)] == "@"
     cuts.append(len(body))
     steps: list[_ScopeStep] = []
     for a, b in itertools.pairwise(cuts):
         if b <= a:
             continue
-        chunk = "\n".join(body[a:b]) + "\n"
-        found = _body_steps(chunk)
+        found = _body_steps(body[a:b])
         if found is None:
             return None
         steps += found
@@ -351,7 +355,7 @@ def _module_scope(source: bytes | str) -> Scope | None:
     if source in _SCOPES:
         return _SCOPES[source]
     scope: Scope | None = None
-    if isinstance(source, bytes) and not _WHOLE_ONLY.search(source):
+    if isinstance(source, bytes) and not (b"barry_as_FLUFL" in source or _CODING.match(source)):
         steps: list[_ScopeStep] = []
         for piece in _pieces(source):
             found = _piece_steps(piece)
