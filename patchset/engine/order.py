@@ -128,7 +128,7 @@ def on_top_of_required(
             tried = tried[:1]
         states = []
         for variant in tried:
-            ev = evaluate(required, variant, stacked, max_fuzz=max_fuzz)
+            ev = evaluate(required, variant, stacked, max_fuzz=max_fuzz, nearest=False)
             states.append(ev.state)
             if ev.state == "applies":
                 overlay.update(ev.changes)

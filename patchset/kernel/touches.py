@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import io
+import itertools
 import re
-from collections.abc import Callable
+import tokenize
+from collections.abc import Callable, Iterable
 
 # a release file's text by its relative path (None: absent)
 Reader = Callable[[str], bytes | str | None]
@@ -83,28 +87,42 @@ def resolve(touch: str, read: Reader) -> tuple[str | None, str | None]:
     return rel, None  # the whole path is submodules: the last one is there
 
 
-def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
-    """Names a block binds at its own level, looking into if/try/with blocks (where vLLM puts
-    optional imports), with the node that binds each (a class, to look inside)."""
-    names: dict[str, ast.AST] = {}
+# A step of `_bound_names` over a block, in order: a name, whether it replaces an earlier
+# binding (a def or class does; an assignment or import keeps the first), what binds it.
+_Step = tuple[str, bool, ast.AST]
+
+
+def _steps(body: list[ast.stmt]) -> list[_Step]:
+    """The bindings of a block at its own level, in order, looking into if/try/with blocks
+    (where vLLM puts optional imports): each of those blocks' own names (`_bound_names`) is
+    bound where not bound yet."""
+    steps: list[_Step] = []
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names[node.name] = node
+            steps.append((node.name, True, node))
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
-                for sub in ast.walk(target):
-                    if isinstance(sub, ast.Name):
-                        names.setdefault(sub.id, node)
+                steps += ((s.id, False, node) for s in ast.walk(target) if isinstance(s, ast.Name))
         elif isinstance(node, ast.Import | ast.ImportFrom):
-            for alias in node.names:
-                names.setdefault((alias.asname or alias.name).split(".")[0], node)
+            steps += (((a.asname or a.name).split(".")[0], False, node) for a in node.names)
         elif isinstance(node, ast.If | ast.Try | ast.With):
             blocks = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
             blocks += [h.body for h in getattr(node, "handlers", [])]
             for block in blocks:
-                for name, bound in _bound_names(block).items():
-                    names.setdefault(name, bound)
+                steps += ((name, False, bound) for name, bound in _bound_names(block).items())
+    return steps
+
+
+def _bound_names(body: list[ast.stmt]) -> dict[str, ast.AST]:
+    """Names a block binds at its own level, looking into if/try/with blocks (where vLLM puts
+    optional imports), with the node that binds each (a class, to look inside)."""
+    names: dict[str, ast.AST] = {}
+    for name, replaces, node in _steps(body):
+        if replaces:
+            names[name] = node
+        else:
+            names.setdefault(name, node)
     return names
 
 
@@ -119,6 +137,23 @@ def parsed(source: bytes | str) -> ast.Module | None:
 
 def defines(source: bytes | str, attr: str) -> bool:
     """Whether the module source binds `attr` (``"Class.method"`` looks inside the class)."""
+    scope = _module_scope(source)
+    if scope is None:
+        return False
+    parts = attr.split(".")
+    for depth, part in enumerate(parts):
+        if part not in scope:
+            return False
+        inner = scope[part]
+        if depth < len(parts) - 1:
+            if inner is None:  # not a class
+                return False
+            scope = inner
+    return True
+
+
+def defines_parsed(source: bytes | str, attr: str) -> bool:
+    """`defines` read from the whole module's tree (what `defines` must always answer)."""
     tree = parsed(source)
     if tree is None:
         return False
@@ -133,3 +168,206 @@ def defines(source: bytes | str, attr: str) -> bool:
                 return False
             body = node.body
     return True
+
+
+# What `defines` needs of a block: each name it binds, with the class's own scope when a
+# class binds it (None: something else does).
+Scope = dict[str, "Scope | None"]
+# `_steps` with the binding node replaced by its scope (a class's) or None.
+_ScopeStep = tuple[str, bool, "Scope | None"]
+
+
+def _scope_steps(body: list[ast.stmt]) -> list[_ScopeStep]:
+    return [
+        (name, replaces, _scope(node.body) if isinstance(node, ast.ClassDef) else None)
+        for name, replaces, node in _steps(body)
+    ]
+
+
+def _replayed(steps: Iterable[_ScopeStep]) -> Scope:
+    names: Scope = {}
+    for name, replaces, inner in steps:
+        if replaces:
+            names[name] = inner
+        else:
+            names.setdefault(name, inner)
+    return names
+
+
+def _scope(body: list[ast.stmt]) -> Scope:
+    return _replayed(_scope_steps(body))
+
+
+# A module is read in pieces: runs of whole top-level statements, each cut where a line at
+# column 0 begins a statement (not a clause of the one before it, not after a decorator).
+# Each piece is parsed alone and its steps kept by its bytes, so the next release's copy of a
+# module parses only the pieces that changed. The pieces' statements are the module's: a cut
+# inside a string, brackets or a continued line leaves a piece that does not parse (it ends
+# inside them), and then the whole module is parsed as before; so is a module with a coding
+# cookie or the grammar-changing `__future__` import.
+_CUT = re.compile(rb"\n(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)")  # on "\n" + text
+_DECORATOR = ord("@")
+_CODING = re.compile(rb"(?:[^\n]*\n)?[ \t\f]*#[^\n]*?coding[:=]")  # in the first two lines
+_PIECES: dict[bytes, list[_ScopeStep] | None] = {}  # by a digest of the piece
+_PIECES_KEPT = 65536
+_SCOPES: dict[bytes | str, Scope | None] = {}
+_SCOPES_KEPT = 64
+
+
+def _pieces(data: bytes) -> list[bytes]:
+    cuts = [0]
+    after_decorator = False
+    quotes = [0, 0]  # triple quotes met so far: an odd count, likely inside a string
+    seen = 0
+    for match in _CUT.finditer(b"\n" + data):  # each line start (a literal to search for)
+        at = match.start()
+        quotes[0] += data.count(b'"""', seen, at)
+        quotes[1] += data.count(b"'''", seen, at)
+        seen = at
+        if quotes[0] % 2 or quotes[1] % 2:
+            continue
+        decorator = data[at] == _DECORATOR
+        if at and not after_decorator:
+            cuts.append(at)
+        after_decorator = decorator
+    cuts.append(len(data))
+    return [data[a:b] for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def _piece_steps(piece: bytes) -> list[_ScopeStep] | None:
+    key = hashlib.blake2b(piece, digest_size=16).digest()
+    if key in _PIECES:
+        return _PIECES[key]
+    steps: list[_ScopeStep] | None = None
+    steps = _class_piece(piece) if len(piece) > _CLASS_SPLIT else None
+    if steps is None:
+        try:
+            steps = _scope_steps(ast.parse(piece).body)
+        except (SyntaxError, ValueError):
+            steps = None
+    _keep_piece(key, steps)
+    return steps
+
+
+def _keep_piece(key: bytes, steps: list[_ScopeStep] | None) -> None:
+    if len(_PIECES) >= _PIECES_KEPT:
+        del _PIECES[next(iter(_PIECES))]
+    _PIECES[key] = steps
+
+
+# A class longer than this (bytes) is read as its header and its body in pieces too (a class of
+# thousands of lines changes in every release; most of its methods do not).
+_CLASS_SPLIT = 4096
+_CLASS_START = re.compile(r"(?:@|class\b)")
+_HEAD_END = frozenset({tokenize.NEWLINE})
+_SKIPPED = frozenset({tokenize.NL, tokenize.COMMENT})
+_COLUMN_0 = re.compile(r"\n[^ #\n]")  # these on "\n" + text: each line start
+_CODE = re.compile(r"\n *[^ #\n]")
+
+
+def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
+    """The steps of a piece that is one decorated or plain class, from its header parsed with
+    ``pass`` for a body and its body cut where a line at the body's indentation begins a
+    statement, each run parsed alone inside ``if 1:`` (kept by its text). None when the piece
+    is not that or is not sure to be read so: the caller parses it whole."""
+    try:
+        text = piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not _CLASS_START.match(text) or "\r" in text or "\t" in text or "\f" in text:
+        return None
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    head_row = indent = None
+    seen_class = False
+    try:
+        for token in tokens:
+            if token.type == tokenize.NAME and token.string == "class" and token.start[1] == 0:
+                seen_class = True
+            elif seen_class and head_row is None and token.type in _HEAD_END:
+                head_row = token.start[0]
+            elif head_row is not None and token.type not in _SKIPPED:
+                if token.type == tokenize.INDENT:
+                    indent = token.string
+                break
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    if head_row is None or not indent or indent.strip(" "):
+        return None
+    start = 0
+    for _ in range(head_row):  # the header's lines, through the one ending it
+        start = text.index("\n", start) + 1
+    head, body = text[:start], text[start:]
+    if _COLUMN_0.search("\n" + body):
+        return None  # a line at column 0 (in a string?): not sure where the class ends
+    try:
+        tree = ast.parse(head + indent + "pass\n")
+    except (SyntaxError, ValueError):
+        return None
+    cls = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(cls, ast.ClassDef):
+        return None
+    first = _CODE.search("\n" + body)  # a piece of comments alone does not parse: none before it
+    cuts = [0]
+    after_decorator = False
+    quotes = [0, 0]  # as in `_pieces`
+    seen = 0
+    cut = re.compile(rf"\n{indent}(?!(?:else|elif|except|finally)\b)(?:[A-Za-z_]|@)")
+    for match in cut.finditer("\n" + body):
+        at = match.start()
+        quotes[0] += body.count('"""', seen, at)
+        quotes[1] += body.count("'''", seen, at)
+        seen = at
+        if quotes[0] % 2 or quotes[1] % 2:
+            continue
+        if first is not None and at > first.start() and not after_decorator:
+            cuts.append(at)
+        after_decorator = body[at + len(indent)] == "@"
+    cuts.append(len(body))
+    steps: list[_ScopeStep] = []
+    for a, b in itertools.pairwise(cuts):
+        if b <= a:
+            continue
+        found = _body_steps(body[a:b])
+        if found is None:
+            return None
+        steps += found
+    return [(cls.name, True, _replayed(steps))]
+
+
+def _body_steps(chunk: str) -> list[_ScopeStep] | None:
+    key = hashlib.blake2b(b"class body\0" + chunk.encode("utf-8"), digest_size=16).digest()
+    if key in _PIECES:
+        return _PIECES[key]
+    try:
+        tree = ast.parse("if 1:\n" + chunk)
+    except (SyntaxError, ValueError):
+        steps = None
+    else:
+        block = tree.body[0] if len(tree.body) == 1 else None
+        steps = _scope_steps(block.body) if isinstance(block, ast.If) else None
+    _keep_piece(key, steps)
+    return steps
+
+
+def _module_scope(source: bytes | str) -> Scope | None:
+    """The names the module binds (`_bound_names` of its tree, with each class's scope), or
+    None when it does not parse. Kept by content: a check asks many names of one module."""
+    if source in _SCOPES:
+        return _SCOPES[source]
+    scope: Scope | None = None
+    if isinstance(source, bytes) and not (b"barry_as_FLUFL" in source or _CODING.match(source)):
+        steps: list[_ScopeStep] = []
+        for piece in _pieces(source):
+            found = _piece_steps(piece)
+            if found is None:
+                break
+            steps += found
+        else:
+            scope = _replayed(steps)
+    if scope is None:
+        tree = parsed(source)
+        scope = None if tree is None else _scope(tree.body)
+    if len(_SCOPES) >= _SCOPES_KEPT:
+        del _SCOPES[next(iter(_SCOPES))]
+    _SCOPES[source] = scope
+    return scope

@@ -1,0 +1,148 @@
+"""`touches.defines` reads a module in pieces (runs of top-level statements, each parsed alone
+and kept by its bytes, issue 38): its answers are those of the whole module's tree
+(`defines_parsed`), for every name a module binds or does not, on tricky sources and on every
+module of a real vLLM release."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from patchset.kernel import touches
+from patchset.kernel.touches import defines, defines_parsed
+
+
+def asked(source: bytes) -> set[str]:
+    """Every name `source` mentions, each class's members, and names it does not bind."""
+    names = {"absent", "Absent.x", "x.y", "x.y.z"}
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return names | {"x", "f", "C", "C.m", "os"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+            if isinstance(node, ast.ClassDef):
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.FunctionDef | ast.ClassDef | ast.Name):
+                        name = sub.id if isinstance(sub, ast.Name) else sub.name
+                        names |= {f"{node.name}.{name}", f"{node.name}.{name}.m"}
+        elif isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def same_answers(source: bytes) -> None:
+    touches._SCOPES.clear()
+    for attr in sorted(asked(source)):
+        assert defines(source, attr) == defines_parsed(source, attr), (source, attr)
+
+
+TRICKY = [
+    b"x = 1\nclass x:\n    def m(self): ...\n",  # a class rebinding a name: the class wins
+    b"class C:\n    def m(self): ...\nC = 1\n",  # an assignment keeps the class
+    b"@dec\ndef f(): ...\n@a\n@b(\n1,\n)\nclass C:\n    m = 1\n",  # decorators, a split one
+    b'"""doc\nx = 1\nclass Y: pass\n"""\nz = 2\n',  # column-0 lines inside a string
+    b"s = '''\ndef f():\n'''\nt = \"\"\"\nclass C: pass\n\"\"\"\nu = 1\n",
+    b"f(\nx=1)\ny = [\nz\n]\n",  # column-0 lines inside brackets
+    b"a = 1 + \\\nb\nc = 2\n",  # a continued line
+    b"if A:\n    import os\nelse:\n    x = 1\ntry:\n    import y.z as w\nexcept E:\n"
+    b"    pass\nfinally:\n    f = 1\nwith m:\n    class C:\n        m = 1\n",
+    b"try:\n    pass\nexcept* E:\n    g = 1\n",  # TryStar is not looked into
+    b"async def f(): ...\nx: int\ny += 1\na[i] = b.c = 1\n(p, [q, *r]) = s\n",
+    b"class C:\n    class D:\n        def m(self): ...\n    if X:\n        e = 1\nC.x = 1\n",
+    b"for i in x:\n    j = 1\nwhile 0:\n    k = 1\nmatch v:\n    case 1:\n        n = 1\n",
+    b"\xef\xbb\xbfx = 1\r\ndef f():\r\n    pass\r\n",  # a BOM, CRLF
+    b"x = 1\rdef f():\r    pass\r",  # lone CR line ends
+    b"# -*- coding: latin-1 -*-\nx = '\xe9'\ndef f(): ...\n",  # a coding cookie
+    b"from __future__ import barry_as_FLUFL\nx = 1 <> 2\n",
+    b"x = 1\ndef f(:\n    pass\n",  # does not parse: nothing is bound
+    b"  x = 1\ny = 2\n",  # an unexpected indent
+    b"x = 1\n\x00\ny = 2\n",  # a NUL byte
+    b"x = 1\ny = '\xff'\n",  # not UTF-8
+    b"def f():\n    return '''\n'''\ndef g(): ...\n",
+    b"x = 1\nfrom __future__ import annotations\n",  # parses (the compiler refuses it)
+    b"",
+]
+
+
+@pytest.mark.parametrize("source", TRICKY)
+def test_pieces_answer_as_the_whole_tree(source: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    same_answers(source)
+    monkeypatch.setattr(touches, "_CLASS_SPLIT", 0)  # and every class in pieces
+    touches._PIECES.clear()
+    same_answers(source)
+
+
+CLASSES = [
+    b"class C(\n    Base,\n    Other,\n):\n    x = 1\n\n    def m(self): ...\n\n    @property\n"
+    b"    def p(self): ...\n    if T:\n        y = 2\n    else:\n        z = 3\n",
+    b"@dataclass\n@other(\n    a=1,\n)\nclass D:\n    # a comment\n    a: int = 1\n"
+    b"    class Inner:\n        def n(self): ...\n    def m(self):\n        s = '''\n"
+    b"    def fake(self): ...\n    '''\n        return s\n",
+    b'class E:\n    """doc\n    def fake(self): ...\n    """\n    def m(self): ...\n'
+    b"    m = 2\n    def m(self): ...\n",  # rebinding inside the class
+    b"class F:\n    def m(self):\n        return (\n    1)\n    def n(self): ...\n",
+    b"class G:\n    def m(self):\n        s = '''\nx = 1\n'''\n    def n(self): ...\n",
+    b"class H: pass\n",  # one line
+    b"class I:\n    def m(self): ...\n  def bad(self): ...\n",  # does not parse
+    b"class J:\n    def m(self: ...\n    def n(self): ...\n",  # does not parse
+    b"class K:\n\tdef m(self): ...\n",  # tabs: read whole
+    b"class L:\n    try:\n        import a\n    except E:\n        pass\n    n = 1\n",
+    b"class M:\n    x = 1 + \\\n    2\n    y = 2\n",  # a continued line
+    b"class N:\n    x = 1\nclass O:\n    def m(self): ...\n",
+]
+
+
+@pytest.mark.parametrize("source", CLASSES)
+def test_a_long_class_read_in_pieces(source: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(touches, "_CLASS_SPLIT", 0)  # every class read in pieces
+    touches._PIECES.clear()
+    same_answers(source)
+    same_answers(source.replace(b"def m(self)", b"def mm(self)"))
+
+
+def test_a_str_source_is_read_whole() -> None:
+    assert defines("x = 1\nclass C:\n    m = 1\n", "C.m")
+    assert not defines("x = 1\nclass C:\n    m = 1\n", "C.n")
+
+
+def test_a_piece_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    touches._SCOPES.clear()
+    touches._PIECES.clear()
+    old = b"import os\n\ndef f(): ...\n\nclass C:\n    def m(self): ...\n"
+    assert defines(old, "C.m")
+    parsed: list[bytes] = []
+    real = ast.parse
+
+    def counting(source: bytes) -> ast.Module:
+        parsed.append(source)
+        return real(source)
+
+    monkeypatch.setattr(ast, "parse", counting)
+    new = old.replace(b"def f(): ...", b"def f(x): ...")
+    assert defines(new, "f") and defines(new, "C.m")
+    assert parsed == [b"def f(x): ...\n\n"]  # only the piece that changed
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_every_module_of_a_real_release() -> None:
+    from patchset.sources.package_index import IndexSource
+
+    with IndexSource().open("0.20.0") as tree:
+        modules = [p for p in tree.paths() if p.startswith("vllm/") and p.endswith(".py")]
+        assert len(modules) > 500
+        for rel in modules:
+            data = tree.read(rel)
+            assert data is not None
+            same_answers(data)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 9, 10])
+def test_a_class_body_is_cut_where_sure(index: int) -> None:
+    (piece,) = touches._pieces(CLASSES[index])
+    assert touches._class_piece(piece) is not None  # read in pieces, not whole
