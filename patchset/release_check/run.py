@@ -79,11 +79,15 @@ def check(
     selected = list(registry.select(patches))
     wanted = select.for_check(source, versions=list(versions), since=since, pre=pre)
     ordered = sorted(wanted, key=ranges.version_key)
-    if prefetch and ordered and not source.offline:
-        with progress(ordered) if progress is not None else nullcontext() as heard:
-            source.prefetch(ordered, paths=files_needed(selected), progress=heard)
+    fetch = (
+        _Prefetch(source, ordered, files_needed(selected), progress)
+        if prefetch and ordered and not source.offline
+        else None
+    )
     memo = memo if memo is not None or not use_memo else Memo()
-    options = _Options(ordered, source, registry, max_fuzz, explain, served)
+    if memo is None and fetch is not None:
+        fetch()  # every result worked out: every file read
+    options = _Options(ordered, source, registry, max_fuzz, explain, served, fetch)
     processes = parallel.counted(jobs)
     try:
         groups = _groups(selected, options, memo, processes)
@@ -124,17 +128,20 @@ def _groups(
     pairs = len(selected) * len(ordered)
     if jobs < 2 or pairs < parallel.SMALLEST or source is None or not source.fork_safe:
         return [selected]
-    source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
         return [selected]
+    if memo is not None:
+        with source.open(ordered[0]) as tree:
+            misses = _misses(selected, tree, ordered[0], memo, options)
+        if misses * len(ordered) < parallel.SMALLEST:
+            return [selected]
+    if options.fetch is not None:
+        options.fetch()  # here, before the children are forked: they share what it fetched
+    source.settle()  # its own threads done (pip's settings asked for meanwhile)
     sizes: dict[str, int] = {}
     read = {f for p in selected for f in (*p.reads, *_named(p))}
     for version in ordered:
         with source.open(version) as tree:
-            if version == ordered[0] and memo is not None:
-                misses = _misses(selected, tree, version, memo, options)
-                if misses * len(ordered) < parallel.SMALLEST:
-                    return [selected]
             if isinstance(tree, KnowsDigests):
                 for f in read:
                     sizes[f] = max(sizes.get(f, 0), tree.listed_size(f) or 0)
@@ -162,6 +169,32 @@ class _Options:
     max_fuzz: int
     explain: Explain
     served: Mapping[str, str] | None
+    fetch: _Prefetch | None = None  # the prefetch, done when first needed
+
+
+class _Prefetch:
+    """The check's prefetch (`ReleaseSource.prefetch`: what the check reads, fetched ahead
+    in parallel), done once, when first needed: before the first result the memo does not
+    hold is worked out, or the check is split among processes. A check the memo answers
+    reads no file: it fetches nothing and decodes no release's file list."""
+
+    def __init__(
+        self,
+        source: ReleaseSource,
+        ordered: list[str],
+        paths: list[str],
+        progress: ProgressBar | None,
+    ) -> None:
+        self.source, self.ordered, self.paths, self.progress = source, ordered, paths, progress
+        self.done = False
+
+    def __call__(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        progress, ordered = self.progress, self.ordered
+        with progress(ordered) if progress is not None else nullcontext() as heard:
+            self.source.prefetch(ordered, paths=self.paths, progress=heard)
 
 
 class _State:
@@ -327,7 +360,9 @@ def _check_release(
             )
         return stacked[chain]
 
-    plans, _ = _plans(patches, tree, version, release=release, state=state, options=options)
+    plans, found = _plans(patches, tree, version, release=release, state=state, options=options)
+    if options.fetch is not None and any(k is None or k not in found for *_, k in plans):
+        options.fetch()  # a result to work out: what the check reads fetched ahead first
     results: list[CheckResult] = []
     store: dict[str, CheckResult] = {}
     for patch, in_range, meant, fact, files, key in plans:
