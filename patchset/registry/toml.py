@@ -354,7 +354,20 @@ def key_lines(text: str) -> dict[str, int]:
     """The line (from 1) of TOML `text` where each dotted key is set (``upstream.state``,
     ``site[1].anchor``: an array of tables counts from 0) or each table opens, the first
     where one is given twice. A light scan, not a parser (the text is valid TOML when it
-    loaded): lines inside multi-line strings are skipped."""
+    loaded): lines inside multi-line strings are skipped. Within `parsed_cache`, a text
+    scanned before is not scanned again."""
+    cache = _CACHE.get()
+    if cache is None:
+        return _key_lines(text)
+    key = cache.key("lines", text.encode("utf-8", "surrogatepass"))
+    known = cache.get(key)
+    if known is None:
+        known = _key_lines(text)
+        cache.put(key, known)
+    return known  # type: ignore[no-any-return]
+
+
+def _key_lines(text: str) -> dict[str, int]:
     found: dict[str, int] = {}
     counts: dict[str, int] = {}
     table, quote = "", ""
