@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -20,11 +19,11 @@ from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check import parallel
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import PythonFiles
+from patchset.release_check.prefetch import Prefetch, ProgressBar
 from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
 from patchset.release_check.verdicts import ancestry, is_base_release, one
 from patchset.sources import parse_source, select
 from patchset.sources.base import (
-    DownloadProgress,
     KnowsDigests,
     ReleaseInfo,
     ReleaseSource,
@@ -32,11 +31,6 @@ from patchset.sources.base import (
 )
 
 VERSION_FILE = "vllm/_version.py"  # fetched with every check: where a release says its version
-
-
-ProgressBar = Callable[[list[str]], AbstractContextManager[DownloadProgress | None]]
-"""Given the releases selected, a context around the prefetch yielding the callback that hears
-of its bytes (`patchset check` draws a bar with it; None hears nothing)."""
 
 
 def check(
@@ -80,7 +74,7 @@ def check(
     wanted = select.for_check(source, versions=list(versions), since=since, pre=pre)
     ordered = sorted(wanted, key=ranges.version_key)
     fetch = (
-        _Prefetch(source, ordered, files_needed(selected), progress)
+        Prefetch(source, ordered, files_needed(selected), progress)
         if prefetch and ordered and not source.offline
         else None
     )
@@ -128,6 +122,7 @@ def _groups(
     pairs = len(selected) * len(ordered)
     if jobs < 2 or pairs < parallel.SMALLEST or source is None or not source.fork_safe:
         return [selected]
+    source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
         return [selected]
     if memo is not None:
@@ -135,9 +130,11 @@ def _groups(
             misses = _misses(selected, tree, ordered[0], memo, options)
         if misses * len(ordered) < parallel.SMALLEST:
             return [selected]
-    if options.fetch is not None:
+    if options.fetch is not None and not options.fetch.done:
         options.fetch()  # here, before the children are forked: they share what it fetched
-    source.settle()  # its own threads done (pip's settings asked for meanwhile)
+        source.settle()
+        if not parallel.can_fork():
+            return [selected]
     sizes: dict[str, int] = {}
     read = {f for p in selected for f in (*p.reads, *_named(p))}
     for version in ordered:
@@ -169,32 +166,7 @@ class _Options:
     max_fuzz: int
     explain: Explain
     served: Mapping[str, str] | None
-    fetch: _Prefetch | None = None  # the prefetch, done when first needed
-
-
-class _Prefetch:
-    """The check's prefetch (`ReleaseSource.prefetch`: what the check reads, fetched ahead
-    in parallel), done once, when first needed: before the first result the memo does not
-    hold is worked out, or the check is split among processes. A check the memo answers
-    reads no file: it fetches nothing and decodes no release's file list."""
-
-    def __init__(
-        self,
-        source: ReleaseSource,
-        ordered: list[str],
-        paths: list[str],
-        progress: ProgressBar | None,
-    ) -> None:
-        self.source, self.ordered, self.paths, self.progress = source, ordered, paths, progress
-        self.done = False
-
-    def __call__(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        progress, ordered = self.progress, self.ordered
-        with progress(ordered) if progress is not None else nullcontext() as heard:
-            self.source.prefetch(ordered, paths=self.paths, progress=heard)
+    fetch: Prefetch | None = None  # the prefetch, done when first needed
 
 
 class _State:
