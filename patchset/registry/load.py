@@ -55,7 +55,7 @@ from patchset.registry.problems import relpath as _relpath
 from patchset.registry.semantics import read_modules
 from patchset.registry.sites import probe_strings, read_sites
 from patchset.registry.support import load_support, module_problems
-from patchset.registry.toml import Table, key_line, key_lines, load_toml
+from patchset.registry.toml import Table, key_line, key_lines, load_toml, parsed_cache
 
 DEFAULT_PAYLOAD: dict[str, str] = {
     "diff": "patch.diff",
@@ -66,11 +66,19 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
 _PR = re.compile(r"^[\w.-]+/[\w.-]+#\d+$")
 
 
-def load_registry(root: Path | str, *, tolerant: bool = False) -> Registry:
+def load_registry(
+    root: Path | str, *, tolerant: bool = False, parsed: Path | None = None
+) -> Registry:
     """Load and validate every patch under `root`. The first problem raises RegistryError;
     with `tolerant`, each patch that does not load is left out and its problem kept in
-    `Registry.problems` (asking for it by id raises it)."""
-    root = Path(root)
+    `Registry.problems` (asking for it by id raises it). `parsed`: a file in which what TOML
+    parsing made of the registry's files is kept for the next load (`toml.parsed_cache`:
+    only the parsing is skipped, every check is made again)."""
+    with parsed_cache(parsed):
+        return _load_registry(Path(root), tolerant=tolerant)
+
+
+def _load_registry(root: Path, *, tolerant: bool) -> Registry:
     if not root.is_dir():
         raise RegistryError("registry folder does not exist", path=root)
     support, problems = load_support(root)

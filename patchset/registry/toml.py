@@ -7,26 +7,41 @@ unknown key or a bad value always reads the same way:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
+import hashlib
+import hmac
+import json
 import re
+import sys
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from patchset._fs import atomic_file, cache_secret, seal
 from patchset.errors import RegistryError
 
 TOO_DEEP = "not usable TOML: arrays or tables nested too deeply"
 
 
 def load_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; a syntax error or unreadable file becomes a RegistryError."""
+    """Parse a TOML file; a syntax error or unreadable file becomes a RegistryError. Within
+    `parsed_cache`, a file whose bytes were parsed before is not parsed again."""
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
+    cache = _CACHE.get()
+    key = cache.key("table", raw) if cache is not None else ""
+    if cache is not None and (known := cache.get(key)) is not None:
+        return known  # type: ignore[no-any-return]
+    try:
+        data = tomllib.loads(raw.decode())
     except tomllib.TOMLDecodeError as exc:
         raise RegistryError(f"not valid TOML: {exc}", path=path) from None
     except RecursionError:
@@ -36,8 +51,97 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise RegistryError(
             f"line {line}: not UTF-8 (byte {exc.object[exc.start]:#04x})", path=path
         ) from None
-    except OSError as exc:
-        raise RegistryError(f"cannot read: {exc.strerror}", path=path) from None
+    if cache is not None:
+        cache.put(key, data)
+    return data
+
+
+CACHE_FILE_VERSION = 1
+
+
+class _Parsed:
+    """What TOML parsing made of files (their tables, their key lines), as JSON texts keyed by
+    a sha256 of the bytes parsed and of the parser (Python's version, this module's text; the
+    caller names the file by patchset's version): parsing is skipped, never the checks made
+    of the tables. Kept in one file, sealed by the cache's secret (`_fs.seal`): a file
+    changed by anyone else, torn or of another version is not believed (the files are
+    parsed). JSON, not pickle: reading the cache never runs code from it. A value JSON
+    cannot hold (a TOML date) is not kept."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.salt = hashlib.sha256(
+            f"{CACHE_FILE_VERSION}\0{sys.version}\0".encode() + Path(__file__).read_bytes()
+        ).digest()
+        self.secret: bytes | None = None
+        self.known: dict[str, str] = {}
+        self.used: dict[str, str] = {}
+        with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+            self.secret = cache_secret(file.parent)
+            self.known = self._read()
+        self.stored = set(self.known)  # what the file holds
+
+    def _read(self) -> dict[str, str]:
+        text = self.file.read_bytes().decode()
+        said, _, body = text.partition("\n")
+        assert self.secret is not None
+        if not hmac.compare_digest(said, seal(self.secret, body)):
+            return {}
+        data = json.loads(body)
+        if not isinstance(data, dict) or data.get("salt") != self.salt.hex():
+            return {}
+        entries = data.get("entries")
+        if not isinstance(entries, dict):
+            return {}
+        return {k: v for k, v in entries.items() if isinstance(v, str)}
+
+    def key(self, what: str, data: bytes) -> str:
+        return hashlib.sha256(self.salt + what.encode() + b"\0" + data).hexdigest()
+
+    def get(self, key: str) -> Any:
+        text = self.known.get(key)
+        if text is None:
+            return None
+        self.used[key] = text
+        return json.loads(text)  # a new object each time: a caller may change what it gets
+
+    def put(self, key: str, value: object) -> None:
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=True)
+        except (TypeError, ValueError):  # a date or time: parsed each time
+            return
+        self.used[key] = self.known[key] = text
+
+    def save(self) -> None:
+        """The file rewritten with what this load used (when it differs from what was read):
+        entries of files no longer there are dropped."""
+        if self.secret is None or self.used.keys() == self.stored:
+            return
+        body = json.dumps({"salt": self.salt.hex(), "entries": self.used}, ensure_ascii=False)
+        with (
+            contextlib.suppress(OSError),
+            atomic_file(self.file, mode=0o600, durable=False) as out,
+        ):
+            out.write(f"{seal(self.secret, body)}\n{body}".encode())
+
+
+_CACHE: contextvars.ContextVar[_Parsed | None] = contextvars.ContextVar("parsed", default=None)
+
+
+@contextlib.contextmanager
+def parsed_cache(file: Path | None) -> Iterator[None]:
+    """Within the block, `load_toml` and `key_lines` reuse what was parsed of the same bytes
+    before (kept in `file`, see `_Parsed`); None: nothing kept."""
+    if file is None or _CACHE.get() is not None:
+        yield
+        return
+    cache = _Parsed(file)
+    token = _CACHE.set(cache)
+    try:
+        yield
+    finally:
+        _CACHE.reset(token)
+    cache.save()
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -250,7 +354,20 @@ def key_lines(text: str) -> dict[str, int]:
     """The line (from 1) of TOML `text` where each dotted key is set (``upstream.state``,
     ``site[1].anchor``: an array of tables counts from 0) or each table opens, the first
     where one is given twice. A light scan, not a parser (the text is valid TOML when it
-    loaded): lines inside multi-line strings are skipped."""
+    loaded): lines inside multi-line strings are skipped. Within `parsed_cache`, a text
+    scanned before is not scanned again."""
+    cache = _CACHE.get()
+    if cache is None:
+        return _key_lines(text)
+    key = cache.key("lines", text.encode("utf-8", "surrogatepass"))
+    known = cache.get(key)
+    if known is None:
+        known = _key_lines(text)
+        cache.put(key, known)
+    return known  # type: ignore[no-any-return]
+
+
+def _key_lines(text: str) -> dict[str, int]:
     found: dict[str, int] = {}
     counts: dict[str, int] = {}
     table, quote = "", ""

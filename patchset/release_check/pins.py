@@ -15,8 +15,9 @@ from patchset.errors import ExitCode
 from patchset.image.plan import Plan, plan, switch_sets
 from patchset.registry import Registry
 from patchset.registry.builds import BuildDefinition
+from patchset.release_check.prefetch import ProgressBar
 from patchset.release_check.report import CheckReport, CheckResult
-from patchset.release_check.run import ProgressBar, check
+from patchset.release_check.run import check
 from patchset.sources import select
 from patchset.sources.base import ReleaseSource
 

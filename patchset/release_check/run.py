@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -20,11 +19,11 @@ from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check import parallel
 from patchset.release_check.memo import Memo, file_digest
 from patchset.release_check.moves import PythonFiles
+from patchset.release_check.prefetch import Prefetch, ProgressBar
 from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
 from patchset.release_check.verdicts import ancestry, is_base_release, one
 from patchset.sources import parse_source, select
 from patchset.sources.base import (
-    DownloadProgress,
     KnowsDigests,
     ReleaseInfo,
     ReleaseSource,
@@ -32,11 +31,6 @@ from patchset.sources.base import (
 )
 
 VERSION_FILE = "vllm/_version.py"  # fetched with every check: where a release says its version
-
-
-ProgressBar = Callable[[list[str]], AbstractContextManager[DownloadProgress | None]]
-"""Given the releases selected, a context around the prefetch yielding the callback that hears
-of its bytes (`patchset check` draws a bar with it; None hears nothing)."""
 
 
 def check(
@@ -79,11 +73,15 @@ def check(
     selected = list(registry.select(patches))
     wanted = select.for_check(source, versions=list(versions), since=since, pre=pre)
     ordered = sorted(wanted, key=ranges.version_key)
-    if prefetch and ordered and not source.offline:
-        with progress(ordered) if progress is not None else nullcontext() as heard:
-            source.prefetch(ordered, paths=files_needed(selected), progress=heard)
+    fetch = (
+        Prefetch(source, ordered, files_needed(selected), progress)
+        if prefetch and ordered and not source.offline
+        else None
+    )
     memo = memo if memo is not None or not use_memo else Memo()
-    options = _Options(ordered, source, registry, max_fuzz, explain, served)
+    if memo is None and fetch is not None:
+        fetch()  # every result worked out: every file read
+    options = _Options(ordered, source, registry, max_fuzz, explain, served, fetch)
     processes = parallel.counted(jobs)
     try:
         groups = _groups(selected, options, memo, processes)
@@ -127,14 +125,20 @@ def _groups(
     source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
         return [selected]
+    if memo is not None:
+        with source.open(ordered[0]) as tree:
+            misses = _misses(selected, tree, ordered[0], memo, options)
+        if misses * len(ordered) < parallel.SMALLEST:
+            return [selected]
+    if options.fetch is not None and not options.fetch.done:
+        options.fetch()  # here, before the children are forked: they share what it fetched
+        source.settle()
+        if not parallel.can_fork():
+            return [selected]
     sizes: dict[str, int] = {}
     read = {f for p in selected for f in (*p.reads, *_named(p))}
     for version in ordered:
         with source.open(version) as tree:
-            if version == ordered[0] and memo is not None:
-                misses = _misses(selected, tree, version, memo, options)
-                if misses * len(ordered) < parallel.SMALLEST:
-                    return [selected]
             if isinstance(tree, KnowsDigests):
                 for f in read:
                     sizes[f] = max(sizes.get(f, 0), tree.listed_size(f) or 0)
@@ -162,6 +166,7 @@ class _Options:
     max_fuzz: int
     explain: Explain
     served: Mapping[str, str] | None
+    fetch: Prefetch | None = None  # the prefetch, done when first needed
 
 
 class _State:
@@ -327,7 +332,9 @@ def _check_release(
             )
         return stacked[chain]
 
-    plans, _ = _plans(patches, tree, version, release=release, state=state, options=options)
+    plans, found = _plans(patches, tree, version, release=release, state=state, options=options)
+    if options.fetch is not None and any(k is None or k not in found for *_, k in plans):
+        options.fetch()  # a result to work out: what the check reads fetched ahead first
     results: list[CheckResult] = []
     store: dict[str, CheckResult] = {}
     for patch, in_range, meant, fact, files, key in plans:

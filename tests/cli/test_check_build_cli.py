@@ -5,11 +5,13 @@ URL in the environment is bad configuration (exit 2, one line naming the variabl
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from patchset.cachedir import cache_root
 from patchset.errors import ExitCode
 from patchset.sources.base import DownloadProgress
 from tests.helpers import gitrepos
@@ -44,6 +46,7 @@ def test_check_build_prefetches_the_pinned_releases(
     assert done.code == ExitCode.OK, done.err
     assert asked == [["0.19.1", "0.21.0"]]  # what the definitions pin, in one prefetch
     asked.clear()
+    shutil.rmtree(cache_root() / "memo")  # a check the memo answers fetches nothing
     done = cli(*where, "check", "--build", builds / "a.toml", "--source", f"git:{clone}")
     assert (done.code, asked) == (ExitCode.OK, [["0.19.1"]]), done.err
 

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from patchset._gc import collector_paused
 from patchset.adapters import net
 from patchset.adapters.actions import workflow_command
-from patchset.cli import github
-from patchset.cli.check_report import render_markdown, show_table
 from patchset.cli.loading import load
 from patchset.cli.options import add_command, served_arg, switch
 from patchset.cli.output import (
@@ -24,6 +22,7 @@ from patchset.cli.output import (
 )
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
+from patchset.registry import Registry
 from patchset.release_check import CheckReport, Explain, check, parallel
 from patchset.sources.base import DownloadProgress, ReleaseSource
 
@@ -149,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
     )
     if args.build or args.all_builds:  # per-build pins: cli/commands/check_pins.py
+        from patchset.cli.check_report import render_markdown
         from patchset.cli.commands import check_pins
 
         markdown = functools.partial(render_markdown, headline=False)
@@ -175,7 +175,13 @@ def run(args: argparse.Namespace) -> int:
         return _nothing_to_check(args, report, source)
     if args.format == "json":
         print_json(report.to_dict())
-    elif args.format == "markdown":
+        return _written(args, registry, report)
+    # the reports for people (rich's tables among them) imported only for them: a CI's JSON
+    # check starts faster
+    from patchset.cli import github
+    from patchset.cli.check_report import render_markdown, show_table
+
+    if args.format == "markdown":
         sys.stdout.write(shown(render_markdown(report, registry)) + "\n")
     elif args.format == "github":
         table_md = render_markdown(report, registry, headline=False)
@@ -188,6 +194,11 @@ def run(args: argparse.Namespace) -> int:
             all_notes=args.explain,
             wide=args.wide,
         )
+    return _written(args, registry, report)
+
+
+def _written(args: argparse.Namespace, registry: Registry, report: CheckReport) -> int:
+    """`--write`: the suggested ranges recorded (each line said); the check's exit code."""
     if args.write:
         from patchset.registry.write import write_ranges  # --write only
 

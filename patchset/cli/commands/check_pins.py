@@ -14,7 +14,7 @@ from patchset.registry import Registry
 from patchset.registry.builds import BuildDefinition, load_definition, load_definitions
 from patchset.release_check import CheckReport, parallel
 from patchset.release_check.pins import BuildsReport, check_builds
-from patchset.release_check.run import ProgressBar
+from patchset.release_check.prefetch import ProgressBar
 from patchset.sources.base import ReleaseSource
 
 

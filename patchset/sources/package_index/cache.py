@@ -37,8 +37,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import filelock
-
 from patchset._fs import atomic_file
 from patchset.cachedir import cache_location, cache_root
 from patchset.errors import LockedError, SourceError
@@ -87,6 +85,8 @@ class Cache:
 
         With ``wait=False`` a busy lock is not waited for: the context then yields False.
         """
+        import filelock  # noqa: PLC0415 - only a writer locks: a warm check takes no lock
+
         path = self.root / "locks" / f"{_plain_name(name)}.lock"
         _mkdir(path.parent, check=True)  # filelock does not make it if it went away
         try:
