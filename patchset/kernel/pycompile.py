@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 
 from . import pyunits
-from .pyunits import Known, code_starts, facts, module_ends, units
+from .pyunits import Known, code_starts, common_ends, facts, module_ends, units
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,10 @@ def _compile_known(source: bytes) -> Known:
 
 
 @functools.lru_cache(maxsize=512)
-def _edits_of(source: bytes) -> dict[bytes, CompileError | None]:
-    """The edits of this source judged so far, by a digest of the edited content, and their
+def _edits_of(source: bytes) -> dict[tuple[int, int, bytes], CompileError | None]:
+    """The edits of this source judged so far, by what they change (the lengths of the start
+    and end the edited content shares with the source and a digest of the rest between:
+    that decides the content, and is cheaper than a digest of it all), and their
     answers (one dict per content): the same edit met again (one patch on the same file in
     several releases, whose other files differ) is answered from here."""
     return {}
@@ -134,7 +136,8 @@ def edit_error(before: bytes | None, after: bytes, name: str = "") -> CompileErr
     if before is None:
         return _known(after).error
     edits = _edits_of(before)
-    done = _digest(after)
+    start, end = common_ends(before, after)
+    done = (start, end, _digest(after[start : len(after) - end]))
     if done in edits:
         return edits[done]
     known = _known_named(before, name)
@@ -143,7 +146,7 @@ def edit_error(before: bytes | None, after: bytes, name: str = "") -> CompileErr
     elif units(known, before, after) is not None:
         answer = None
     else:
-        answer = _known(after, done).error
+        answer = _known(after).error
     edits[done] = answer
     return answer
 
