@@ -116,10 +116,29 @@ def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+# The digests of the sources last asked for by `_known_named`, by the object itself (kept
+# alive here, so its id is not another's): a release's file is one object for every patch
+# that edits it, and is hashed once.
+_DIGESTS: dict[int, tuple[bytes, bytes]] = {}
+_DIGESTS_KEPT = 64
+
+
+def _digest_of(source: bytes) -> bytes:
+    seen = _DIGESTS.get(id(source))
+    if seen is not None and seen[0] is source:
+        return seen[1]
+    key = _digest(source)
+    if len(_DIGESTS) >= _DIGESTS_KEPT:
+        del _DIGESTS[next(iter(_DIGESTS))]
+    _DIGESTS[id(source)] = (source, key)
+    return key
+
+
 def clear_cache() -> None:
     """Forget the sources compiled (a benchmark's "nothing known yet")."""
     _KNOWN.clear()
     _LAST.clear()
+    _DIGESTS.clear()
     pyunits.clear()
     _edits_of.cache_clear()
 
@@ -157,7 +176,7 @@ _LAST: dict[str, tuple[bytes, Known]] = {}
 
 
 def _known_named(source: bytes, name: str) -> Known:
-    key = _digest(source)
+    key = _digest_of(source)
     known = _KNOWN.get(key)
     if known is None:
         last = _LAST.get(name) if name else None
