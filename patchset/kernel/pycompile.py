@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass
 
 from . import pyunits
-from .pyunits import Known, code_starts, facts, module_ends, units
+from .pyunits import Known, code_starts, common_ends, facts, module_ends, units
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,10 @@ def _compile_known(source: bytes) -> Known:
 
 
 @functools.lru_cache(maxsize=512)
-def _edits_of(source: bytes) -> dict[bytes, CompileError | None]:
-    """The edits of this source judged so far, by a digest of the edited content, and their
+def _edits_of(source: bytes) -> dict[tuple[int, int, bytes], CompileError | None]:
+    """The edits of this source judged so far, by what they change (the lengths of the start
+    and end the edited content shares with the source and a digest of the rest between:
+    that decides the content, and is cheaper than a digest of it all), and their
     answers (one dict per content): the same edit met again (one patch on the same file in
     several releases, whose other files differ) is answered from here."""
     return {}
@@ -114,10 +116,29 @@ def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+# The digests of the sources last asked for by `_known_named`, by the object itself (kept
+# alive here, so its id is not another's): a release's file is one object for every patch
+# that edits it, and is hashed once.
+_DIGESTS: dict[int, tuple[bytes, bytes]] = {}
+_DIGESTS_KEPT = 64
+
+
+def _digest_of(source: bytes) -> bytes:
+    seen = _DIGESTS.get(id(source))
+    if seen is not None and seen[0] is source:
+        return seen[1]
+    key = _digest(source)
+    if len(_DIGESTS) >= _DIGESTS_KEPT:
+        del _DIGESTS[next(iter(_DIGESTS))]
+    _DIGESTS[id(source)] = (source, key)
+    return key
+
+
 def clear_cache() -> None:
     """Forget the sources compiled (a benchmark's "nothing known yet")."""
     _KNOWN.clear()
     _LAST.clear()
+    _DIGESTS.clear()
     pyunits.clear()
     _edits_of.cache_clear()
 
@@ -134,7 +155,8 @@ def edit_error(before: bytes | None, after: bytes, name: str = "") -> CompileErr
     if before is None:
         return _known(after).error
     edits = _edits_of(before)
-    done = _digest(after)
+    start, end = common_ends(before, after)
+    done = (start, end, _digest(after[start : len(after) - end]))
     if done in edits:
         return edits[done]
     known = _known_named(before, name)
@@ -143,7 +165,7 @@ def edit_error(before: bytes | None, after: bytes, name: str = "") -> CompileErr
     elif units(known, before, after) is not None:
         answer = None
     else:
-        answer = _known(after, done).error
+        answer = _known(after).error
     edits[done] = answer
     return answer
 
@@ -154,7 +176,7 @@ _LAST: dict[str, tuple[bytes, Known]] = {}
 
 
 def _known_named(source: bytes, name: str) -> Known:
-    key = _digest(source)
+    key = _digest_of(source)
     known = _KNOWN.get(key)
     if known is None:
         last = _LAST.get(name) if name else None

@@ -12,6 +12,7 @@ import opcode
 import re
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -146,8 +147,11 @@ def units(known: Known, before: bytes, after: bytes) -> Found | None:
     around it); anywhere a module-level `global` or `nonlocal`, `__future__` (on either
     side), a coding declaration, tabs or form feeds in indentation, a byte-order mark, a
     NUL, CR line ends, nesting near the compiler's limits (20 blocks)."""
-    a, b = _lines(before), _lines(after)
-    if known.top_declares or a is None or b is None:
+    a = _lines(before)
+    if known.top_declares or a is None:
+        return None
+    b = _edited_lines(a, before, after)
+    if b is None:
         return None
     starts, ends = known.starts, known.ends
     n, m = len(a), len(b)
@@ -214,6 +218,57 @@ def _lines(source: bytes) -> list[str] | None:
         return None
     lines = text.split("\n")
     return None if any(_COOKIE.match(line) for line in lines[:2]) else lines
+
+
+def common_ends(before: bytes, after: bytes) -> tuple[int, int]:
+    """How many bytes `before` and `after` share at their start and at their end (the two
+    not overlapping in either): `after` is `before[:p] + after[p:len(after) - q] +
+    before[len(before) - q:]`."""
+    n = min(len(before), len(after))
+    p = _shared(before, after, n, lambda x, k, m: x[k:m])
+    return p, _shared(before, after, n - p, lambda x, k, m: x[len(x) - m : len(x) - k])
+
+
+def _shared(x: bytes, y: bytes, n: int, cut: Callable[[bytes, int, int], bytes]) -> int:
+    """The largest k <= n with cut(x, 0, k) == cut(y, 0, k): chunks of doubling size, then
+    halving within the first that differs (slices are copied and compared in C)."""
+    lo, step = 0, 4096
+    while lo < n:
+        hi = min(n, lo + step)
+        if cut(x, lo, hi) != cut(y, lo, hi):
+            break
+        lo, step = hi, step * 2
+    else:
+        return n
+    while hi - lo > 1:  # cut(.., 0, lo) equal, cut(.., 0, hi) not
+        mid = (lo + hi) // 2
+        if cut(x, lo, mid) == cut(y, lo, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _edited_lines(a: list[str], before: bytes, after: bytes) -> list[str] | None:
+    """`_lines(after)` for an `after` read as an edit of `before` (whose lines `a` are):
+    the lines wholly in their shared start and end are `before`'s own (the same strings),
+    only the rest of `after` is decoded and checked."""
+    p, q = common_ends(before, after)
+    head = before.count(b"\n", 0, p)  # lines a[:head] end inside the shared start
+    start = before.rfind(b"\n", 0, p) + 1  # where line `head` starts, in both
+    tail = before.count(b"\n", len(before) - q) if q else 0  # a[-tail:] in the shared end
+    # after's lines from `head` on, up to the newline before the shared end's lines
+    stop = len(after) - len(before) + before.find(b"\n", len(before) - q) if tail else len(after)
+    try:
+        text = after[start:stop].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if any(c in text for c in ("\0", "\r", "\ufeff", "\f")):
+        return None
+    lines = [*a[:head], *text.split("\n"), *(a[len(a) - tail :] if tail else ())]
+    if head < 2 and any(_COOKIE.match(line) for line in lines[:2]):
+        return None
+    return lines
 
 
 def _around(a: list[str], before: tuple[int, ...], top: int) -> list[int]:
@@ -475,4 +530,4 @@ def clear() -> None:
     _lines.cache_clear()
 
 
-__all__ = ["Found", "Known", "clear", "code_starts", "facts", "module_ends", "units"]
+__all__ = ["Found", "Known", "clear", "code_starts", "common_ends", "facts", "module_ends", "units"]

@@ -1,0 +1,78 @@
+"""What an edit shares with its source: `common_ends` and the edited lines read from it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from patchset.kernel import pycompile, pyunits
+
+PIECES = (b"a", b"b", b"\n", b"\n", b"#", b" ", b"\xc3\xa9", b"\r", b"\xff", b"\x00", b"\f")
+
+
+def _check(before: bytes, after: bytes) -> None:
+    start, end = pyunits.common_ends(before, after)
+    n = min(len(before), len(after))
+    assert start + end <= n
+    assert before[:start] == after[:start]
+    assert start == n or before[start] != after[start]
+    assert before[len(before) - end :] == after[len(after) - end :]
+    assert end == n - start or before[len(before) - end - 1] != after[len(after) - end - 1]
+    a = pyunits._lines(before)
+    if a is None:
+        return
+    pyunits._lines.cache_clear()
+    assert pyunits._edited_lines(a, before, after) == pyunits._lines(after), (before, after)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_edited_lines_are_the_edited_source_s_lines(seed: int) -> None:
+    """Random small sources edited at random places (line ends, non-ASCII, bytes that are not
+    UTF-8, CR, NUL, form feed put in): the lines read from the shared start and end are
+    those of reading the edited source whole, None where that is None."""
+    rng = random.Random(seed)  # noqa: S311 - a fixed test sequence
+    for _ in range(20000):
+        before = b"".join(rng.choice(PIECES[:7]) for _ in range(rng.randint(0, 14)))
+        after = bytearray(before)
+        for _ in range(rng.randint(0, 3)):
+            at = rng.randint(0, len(after))
+            after[at : at + rng.randint(0, 3)] = b"".join(
+                rng.choice(PIECES) for _ in range(rng.randint(0, 3))
+            )
+        _check(before, bytes(after))
+
+
+def test_edited_lines_of_big_sources() -> None:
+    """Past the first chunk compared (4 KB), and the ends shared whole or not at all."""
+    rng = random.Random(7)  # noqa: S311 - a fixed test sequence
+    big = bytes(rng.choice(b"abc\n ") for _ in range(60000))
+    for _ in range(200):
+        after = bytearray(big)
+        at = rng.randint(0, len(big))
+        after[at : at + rng.randint(0, 50)] = b"zz\n" * rng.randint(0, 3)
+        _check(big, bytes(after))
+    _check(big, big)
+    _check(big, b"")
+    _check(b"", big)
+    _check(big, big + b"x\n")
+    _check(big, b"x\n" + big)
+
+
+def test_a_coding_declaration_edited_in_is_seen() -> None:
+    _check(b"x = 1\ny = 2\n", b"# coding: latin-1\nx = 1\ny = 2\n")
+    _check(b"x = 1\ny = 2\n", b"x = 1\n# -*- coding: latin-1 -*-\ny = 2\n")
+    _check(b"# coding: latin-1\nx = 1\n", b"# coding: latin-1\nx = 2\n")
+
+
+def test_edits_with_the_same_middle_are_told_apart() -> None:
+    """An edit is known by the lengths of what it shares with its source and a digest of the
+    rest: two edits putting the same text at different places get their own answers."""
+    pycompile.clear_cache()
+    before = b"def f():\n    return 1\n\n\ndef g():\n    return 2\n"
+    good = before.replace(b"    return 2\n", b"    return 2\n    x = (1)\n")
+    bad = before.replace(b"def g():\n", b"def g():\n    x = (1)\n  y\n")
+    assert pycompile.edit_error(before, good, "m.py") is None
+    error = pycompile.edit_error(before, bad, "m.py")
+    assert error is not None and error == pycompile.compile_error(bad)
+    assert pycompile.edit_error(before, good, "m.py") is None
