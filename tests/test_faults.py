@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -121,15 +122,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 def faultrun(
     *args: str, env: dict[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(FAULTRUN), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=timeout,
-        env={**os.environ, **env},
-    )
+    """A `patchset` run killed (or counted) at a file-system step, with a cache folder of its
+    own: the steps a run takes must not depend on what an earlier run left in the cache (the
+    registry's parsed-TOML file is written by the first run on a registry only)."""
+    with tempfile.TemporaryDirectory(prefix="faultrun-cache-") as cache:
+        return subprocess.run(
+            [sys.executable, str(FAULTRUN), *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+            env={**os.environ, "PATCHSET_CACHE_DIR": cache, **env},
+        )
 
 
 def count_steps(world: World, tmp: Path, operation: str) -> int:
