@@ -148,6 +148,28 @@ sys.exit(0 if eval(sys.argv[2], {"m": m}) else 3)
 """
 
 
+def _python(
+    argv: Sequence[str], root: Path, path: Sequence[str], timeout: float
+) -> subprocess.CompletedProcess[str] | None:
+    """`python ARGV` in a fresh interpreter with the support packages and vLLM's folder first
+    on its path (the patched files as vLLM will import them), writing no bytecode; None when
+    it gives no answer in `timeout` s."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*path, str(root), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    try:
+        return subprocess.run(
+            [sys.executable, *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def check_problem(check: Check, root: Path, path: Sequence[str]) -> str | None:
     """Run one `[[verify]]` check; what failed, or None. A file check reads the file; the
     others run in a fresh interpreter (the patched files as vLLM will import them) with the
@@ -162,19 +184,8 @@ def check_problem(check: Check, root: Path, path: Sequence[str]) -> str | None:
         argv = ["-c", _ATTRIBUTE, check.attribute]
     else:
         argv = ["-c", _EXPR, check.module or "", check.expr or ""]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*path, str(root), *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    try:
-        done = subprocess.run(
-            [sys.executable, *argv],
-            capture_output=True,
-            text=True,
-            timeout=check.timeout,
-            check=False,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
+    done = _python(argv, root, path, check.timeout)
+    if done is None:
         return f"verify {check.describe()}: no answer in {check.timeout:g} s"
     if done.returncode == 0:
         return None
@@ -216,19 +227,8 @@ def import_failure(module: str, root: Path, path: Sequence[str], timeout: float)
     """Import `module` in a fresh interpreter (the patched files as vLLM will import them,
     the support packages on its path), killed after `timeout` s: the exception's last line,
     or None when it imports."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*path, str(root), *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _IMPORT, module],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
+    done = _python(["-c", _IMPORT, module], root, path, timeout)
+    if done is None:
         return f"no answer in {timeout:g} s"
     if done.returncode == 0:
         return None
@@ -261,15 +261,20 @@ def prove_imports(
             run.results.append(StartOutcome(name, patch.apply, f"imported {', '.join(mine)}"))
             continue
         problem = f"{bad[0]} does not import: {failed[bad[0]]}"
-        policy, why = policy_for(patch, environ)
-        if policy == "warn":
-            run.warned.append(patch.id)
-            run.results.append(StartOutcome(name, patch.apply, f"import FAILED ({why}): {problem}"))
-        else:
-            run.ok = False
-            run.results.append(
-                StartOutcome(name, patch.apply, f"import FAILED: {problem}", ok=False)
-            )
+        _fail(run, patch, "import", problem, environ)
+
+
+def _fail(run: Run, patch: PatchEntry, what: str, problem: str, environ: Mapping[str, str]) -> None:
+    """A proof of `patch` (`what`: import, verify) failed: a warning or a refused start, by
+    its policy."""
+    name = f"{patch.id} r{patch.revision}"
+    policy, why = policy_for(patch, environ)
+    if policy == "warn":
+        run.warned.append(patch.id)
+        run.results.append(StartOutcome(name, patch.apply, f"{what} FAILED ({why}): {problem}"))
+    else:
+        run.ok = False
+        run.results.append(StartOutcome(name, patch.apply, f"{what} FAILED: {problem}", ok=False))
 
 
 def _ids(name: str, environ: Mapping[str, str]) -> list[str] | None:
@@ -348,15 +353,7 @@ def prove(run: Run, root: Path, path: Sequence[str], environ: Mapping[str, str])
         if problem is None:
             run.results.append(StartOutcome(name, patch.apply, "verified"))
             continue
-        policy, why = policy_for(patch, environ)
-        if policy == "warn":
-            run.warned.append(patch.id)
-            run.results.append(StartOutcome(name, patch.apply, f"verify FAILED ({why}): {problem}"))
-        else:
-            run.ok = False
-            run.results.append(
-                StartOutcome(name, patch.apply, f"verify FAILED: {problem}", ok=False)
-            )
+        _fail(run, patch, "verify", problem, environ)
 
 
 def check_files(base: Path, files: Mapping[str, str], folders: Sequence[Path], kind: str) -> None:
