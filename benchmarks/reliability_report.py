@@ -113,21 +113,6 @@ def time_sizes(sizes: list[int]) -> list[str]:
     return lines
 
 
-PLUGIN_TOML = """id = "big-plugin"
-title = "A big plugin"
-description = "E22: validate of a big plugin.py."
-kind = "python"
-revision = 1
-vllm = ">=0.1"
-apply = "startup"
-targets = ["vllm/envs.py"]
-touches = ["vllm.envs:is_set"]
-origin = "benchmarks"
-credit = ["benchmarks"]
-
-[upstream]
-state = "unsubmitted"
-"""
 STATEMENT = "    x = 'a line of a big plugin, more text here'\n"
 
 
@@ -155,7 +140,12 @@ def time_big(sizes: list[int]) -> list[str]:
     import tempfile  # noqa: PLC0415
 
     sys.path.insert(0, str(ROOT))
-    from tests.helpers.synthetic import BODY, add_patch, make_tree  # noqa: PLC0415 -- ROOT on the path
+    from tests.helpers.synthetic import (  # noqa: PLC0415 -- ROOT on the path
+        BIG_PLUGIN_TOML,
+        BODY,
+        add_patch,
+        make_tree,
+    )
 
     lines = [
         "| size | apply of a new file: wall s | CPU s | peak MB"
@@ -175,7 +165,7 @@ def time_big(sizes: list[int]) -> list[str]:
             plugins = Path(tmp, f"plugin{size}")
             folder = plugins / "big-plugin"
             folder.mkdir(parents=True)
-            (folder / "patch.toml").write_text(PLUGIN_TOML)
+            (folder / "patch.toml").write_text(BIG_PLUGIN_TOML)
             body = STATEMENT * (size * 1_000_000 // len(STATEMENT))
             (folder / "plugin.py").write_text("def apply():\n    import vllm.envs\n" + body)
             wall, cpu, peak = _measured(["--registry", str(plugins), "validate"])

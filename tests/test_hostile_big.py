@@ -19,7 +19,7 @@ from patchset.cli.main import main
 from patchset.engine.apply import apply
 from patchset.kernel import pycompile
 from patchset.registry import load_registry
-from tests.helpers.synthetic import BODY, add_patch, make_tree
+from tests.helpers.synthetic import BIG_PLUGIN_TOML, BODY, add_patch, make_tree
 
 # Module-level pieces, some of which only compile next to others (a cut inside them must never
 # be taken for a file that compiles), some never compile, some change how the rest compiles.
@@ -144,23 +144,6 @@ def test_a_big_new_file_is_compiled_in_pieces(
             assert len(big) >= 3 and max(big) < 1_100_000, big
 
 
-PLUGIN_TOML = """id = "big-plugin"
-title = "A big plugin"
-description = "E22: validate of a big plugin.py."
-kind = "python"
-revision = 1
-vllm = ">=0.1"
-apply = "startup"
-targets = ["vllm/envs.py"]
-touches = ["vllm.envs:is_set"]
-origin = "tests"
-credit = ["tests"]
-
-[upstream]
-state = "unsubmitted"
-"""
-
-
 def test_validate_parses_a_plugin_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -169,7 +152,7 @@ def test_validate_parses_a_plugin_once(
     three times and compiled a fourth."""
     folder = tmp_path / "reg" / "big-plugin"
     folder.mkdir(parents=True)
-    (folder / "patch.toml").write_text(PLUGIN_TOML)
+    (folder / "patch.toml").write_text(BIG_PLUGIN_TOML)
     body = "    x = 'a line of a big plugin'\n" * 20_000
     (folder / "plugin.py").write_text("import json\n\ndef apply():\n    import vllm.envs\n" + body)
     sizes: list[tuple[str, int]] = []

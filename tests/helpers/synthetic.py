@@ -228,3 +228,22 @@ class MemoryReleases(ReleaseSource):
     def open(self, version: str) -> Iterator[MemoryTree]:
         files = {rel: text.encode() for rel, text in self.releases[version].items()}
         yield MemoryTree(ReleaseInfo(version, "memory"), files)
+
+
+# E22: a python patch whose plugin.py the test or benchmark makes big (tests/test_hostile_big.py,
+# benchmarks/reliability_report.py --big)
+BIG_PLUGIN_TOML = """id = "big-plugin"
+title = "A big plugin"
+description = "E22: validate of a big plugin.py."
+kind = "python"
+revision = 1
+vllm = ">=0.1"
+apply = "startup"
+targets = ["vllm/envs.py"]
+touches = ["vllm.envs:is_set"]
+origin = "tests"
+credit = ["tests"]
+
+[upstream]
+state = "unsubmitted"
+"""
