@@ -19,14 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import tomlkit
-from tomlkit.exceptions import TOMLKitError
-
 from patchset import schemas
 from patchset._fs import write_atomic
 from patchset.errors import RegistryError
 from patchset.registry.toml import TOO_DEEP, Table, load_toml
-from patchset.registry.write import why_not_written
 
 PYPROJECT = "pyproject.toml"
 ENV = {"registry": "PATCHSET_REGISTRY", "builds": "PATCHSET_BUILDS"}
@@ -208,6 +204,8 @@ def init_project(root: Path) -> InitResult:
     """Lay out `root/patches/`, `root/builds/` (with a commented example) and the
     `[tool.patchset]` table of `root/pyproject.toml`; anything already there is kept. A write
     that fails (a full disk) removes what this run made: one line, nothing half-laid-out."""
+    from patchset.registry.write import why_not_written  # noqa: PLC0415 -- slow: `init` only
+
     root.mkdir(parents=True, exist_ok=True)
     made: list[Path] = []  # what this run made, in order: removed again if a write fails
     try:
@@ -267,6 +265,9 @@ def _lay_out(root: Path, made: list[Path]) -> InitResult:
 def _add_tool_table(pyproject: Path) -> bool:
     """Add `[tool.patchset]` to `pyproject` (created if missing), keeping its style;
     False when the table is there already."""
+    import tomlkit  # noqa: PLC0415 -- `init` only: slow to import
+    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
+
     existing = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
     try:
         doc = tomlkit.parse(existing)

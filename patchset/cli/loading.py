@@ -17,16 +17,20 @@ def load(root: Path, asked: Sequence[str] | None = None) -> Registry:
     """The registry, warning about each patch that does not load, except those `asked` for
     by id (their problem is the error, when the command gets them)."""
     registry = load_registry(root, tolerant=True, parsed=parsed_file(root))
+    for line in warnings(registry, asked):
+        err_console().print(line, markup=False, soft_wrap=True)
+    return registry
+
+
+def warnings(registry: Registry, asked: Sequence[str] | None = None) -> list[str]:
+    """The warning `load` gives for each patch that did not load, but those `asked` for."""
+    lines = []
     for patch_id, problem in registry.problems.items():
         if asked and patch_id in asked:
             continue
         what = "support package" if patch_id.startswith("_") else "patch"
-        err_console().print(
-            f"patchset: warning: skipped {what} {patch_id!r}: {problem}",
-            markup=False,
-            soft_wrap=True,
-        )
-    return registry
+        lines.append(f"patchset: warning: skipped {what} {patch_id!r}: {problem}")
+    return lines
 
 
 def parsed_file(root: Path) -> Path:

@@ -3,31 +3,37 @@
 `patchset.registry.model` holds the types, `patchset.registry.load` the loader; this package
 re-exports both so callers write `from patchset.registry import Patch, load_registry`.
 """
+# Each name is imported on first use: a module of this package is imported without the rest
+# (`patchset check` answering from a kept report imports none of the loader).
 
 from __future__ import annotations
 
-from patchset.registry.load import (
-    LoadProblem,
-    load_patch,
-    load_registry,
-    patch_problems,
-)
-from patchset.registry.model import (
-    KINDS,
-    PATCH_FILE,
-    STATES,
-    WHENS,
-    Hardware,
-    Kind,
-    Patch,
-    Probe,
-    Registry,
-    Upstream,
-    UpstreamState,
-    Variant,
-    When,
-)
-from patchset.registry.sites import load_sites
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from patchset.registry.load import (
+        LoadProblem,
+        load_patch,
+        load_registry,
+        patch_problems,
+    )
+    from patchset.registry.model import (
+        KINDS,
+        PATCH_FILE,
+        STATES,
+        WHENS,
+        Hardware,
+        Kind,
+        Patch,
+        Probe,
+        Registry,
+        Upstream,
+        UpstreamState,
+        Variant,
+        When,
+    )
+    from patchset.registry.sites import load_sites
 
 __all__ = [
     "KINDS",
@@ -49,3 +55,41 @@ __all__ = [
     "load_sites",
     "patch_problems",
 ]
+
+_WHERE = {
+    **dict.fromkeys(
+        (
+            "KINDS",
+            "PATCH_FILE",
+            "STATES",
+            "WHENS",
+            "Hardware",
+            "Kind",
+            "Patch",
+            "Probe",
+            "Registry",
+            "Upstream",
+            "UpstreamState",
+            "Variant",
+            "When",
+        ),
+        "patchset.registry.model",
+    ),
+    **dict.fromkeys(
+        ("LoadProblem", "load_patch", "load_registry", "patch_problems"), "patchset.registry.load"
+    ),
+    **dict.fromkeys(("load_sites",), "patchset.registry.sites"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `__all__`, imported from its module on first use (then kept here)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

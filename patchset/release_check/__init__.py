@@ -5,19 +5,27 @@
 ladder for one (release, patch), `report` the results and the ranges they suggest. `moves`
 finds where a missing target file went (check and refresh); `memo` keeps results by content.
 """
+# Each name is imported on first use: a module of this package is imported without the rest
+# (`patchset check` answering from a kept report imports none of the loader).
 
-from patchset.release_check.report import (
-    ATTENTION,
-    SCHEMA,
-    VERDICTS,
-    CheckReport,
-    CheckResult,
-    Explain,
-    Signals,
-    Verdict,
-    suggest_ranges,
-)
-from patchset.release_check.run import check, check_tree, files_needed
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from patchset.release_check.report import (
+        ATTENTION,
+        SCHEMA,
+        VERDICTS,
+        CheckReport,
+        CheckResult,
+        Explain,
+        Signals,
+        Verdict,
+        suggest_ranges,
+    )
+    from patchset.release_check.run import check, check_tree, files_needed
 
 __all__ = [
     "ATTENTION",
@@ -33,3 +41,34 @@ __all__ = [
     "files_needed",
     "suggest_ranges",
 ]
+
+_WHERE = {
+    **dict.fromkeys(
+        (
+            "ATTENTION",
+            "SCHEMA",
+            "VERDICTS",
+            "CheckReport",
+            "CheckResult",
+            "Explain",
+            "Signals",
+            "Verdict",
+            "suggest_ranges",
+        ),
+        "patchset.release_check.report",
+    ),
+    **dict.fromkeys(("check", "check_tree", "files_needed"), "patchset.release_check.run"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `__all__`, imported from its module on first use (then kept here)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -6,25 +6,24 @@ import argparse
 import contextlib
 import functools
 import sys
+import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from patchset._gc import collector_paused
-from patchset.adapters import net
-from patchset.adapters.actions import workflow_command
-from patchset.cli.loading import load
+from patchset.cli import replay
 from patchset.cli.options import add_command, served_arg, switch
-from patchset.cli.output import (
-    console,
-    err_console,
-    print_json,
-    progress_console,
-    shown,
-)
+from patchset.cli.output import console, dumps, err_console, print_json, progress_console, shown
 from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, UsageError
-from patchset.registry import Registry
-from patchset.release_check import CheckReport, Explain, check, parallel
-from patchset.sources.base import DownloadProgress, ReleaseSource
+
+if TYPE_CHECKING:  # imported when the check runs: a report kept from last time needs none
+    from patchset.registry import Registry
+    from patchset.release_check import CheckReport
+    from patchset.sources.base import DownloadProgress, ReleaseSource
+
+# `patchset.adapters.net.DEFAULT_TIMEOUT` (tests/cli hold the two equal): the network module is
+# imported when the check asks the index, not to build the command line
+DEFAULT_TIMEOUT = 30.0
 
 DESCRIPTION = """\
 Check every patch against one or more vLLM releases and give one verdict per pair:
@@ -68,10 +67,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument(
         "--timeout",
         type=_seconds,
-        default=net.DEFAULT_TIMEOUT,
+        default=DEFAULT_TIMEOUT,
         metavar="SECONDS",
         help="how long to wait on the index without hearing from it, retries included"
-        f" (default {net.DEFAULT_TIMEOUT:g}): a hung index ends the check after that long;"
+        f" (default {DEFAULT_TIMEOUT:g}): a hung index ends the check after that long;"
         " a request that fails quickly is tried 3 more times",
     )
     p.add_argument("--patch", action="append", dest="patches", metavar="ID")
@@ -137,15 +136,24 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def run(args: argparse.Namespace) -> int:
     if args.fuzz < 0:  # before any download
         raise UsageError(f"--fuzz {args.fuzz}: give 0 or more context lines to drop")
+    from patchset.release_check import parallel
+
     jobs = parallel.wanted(args.jobs)  # a bad --jobs or PATCHSET_JOBS: exit 2 before any download
     if args.write and not args.suggest_ranges:
         raise UsageError("--write records the suggested ranges: give --suggest-ranges too")
+    kept = _Kept.of(args)
+    if kept is not None and (code := kept.replayed()) is not None:
+        return code
+    from patchset._gc import collector_paused
+    from patchset.cli.loading import load, warnings
+    from patchset.release_check import Explain, check
+
     registry = load(args.registry, args.patches)
     source = source_from(
         args,
         artifact=args.artifact,
         verify_full=args.verify_full,
-        timeout=args.timeout if args.timeout != net.DEFAULT_TIMEOUT else None,
+        timeout=args.timeout if args.timeout != DEFAULT_TIMEOUT else None,
     )
     if args.build or args.all_builds:  # per-build pins: cli/commands/check_pins.py
         from patchset.cli.check_report import render_markdown
@@ -174,8 +182,12 @@ def run(args: argparse.Namespace) -> int:
     if not report.releases:
         return _nothing_to_check(args, report, source)
     if args.format == "json":
-        print_json(report.to_dict())
-        return _written(args, registry, report)
+        text = dumps(report.to_dict()) + "\n"
+        sys.stdout.write(text)
+        code = _written(args, registry, report)
+        if kept is not None:
+            kept.keep(source, replay.Stored(text, code, tuple(warnings(registry, args.patches))))
+        return code
     # the reports for people (rich's tables among them) imported only for them: a CI's JSON
     # check starts faster
     from patchset.cli import github
@@ -197,6 +209,37 @@ def run(args: argparse.Namespace) -> int:
     return _written(args, registry, report)
 
 
+class _Kept:
+    """This check's report as kept from last time (`cli/replay.py`): looked up before
+    anything is loaded, and kept after the check when the registry did not change meanwhile."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.time()
+        self.files = replay.files_state(args.registry)
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> _Kept | None:
+        return cls(args) if replay.eligible(args) and args.registry.is_dir() else None
+
+    def replayed(self) -> int | None:
+        """The kept report printed (its warnings first) and its exit code; None: none kept."""
+        listing = replay.listing_now(self.args)
+        stored = replay.get(replay.key(self.args, self.files, listing)) if listing else None
+        if stored is None:
+            return None
+        if stored.warnings:
+            for line in stored.warnings:
+                err_console().print(line, markup=False, soft_wrap=True)
+        sys.stdout.write(stored.text)
+        return stored.code
+
+    def keep(self, source: ReleaseSource, stored: replay.Stored) -> None:
+        listing = replay.listing_used(source)
+        if listing is not None and replay.settled(self.files, self.args.registry, self.started):
+            replay.put(replay.key(self.args, self.files, listing), stored)
+
+
 def _written(args: argparse.Namespace, registry: Registry, report: CheckReport) -> int:
     """`--write`: the suggested ranges recorded (each line said); the check's exit code."""
     if args.write:
@@ -211,6 +254,8 @@ def _written(args: argparse.Namespace, registry: Registry, report: CheckReport) 
 
 def _nothing_to_check(args: argparse.Namespace, report: CheckReport, source: ReleaseSource) -> int:
     """`--since X` with no release at or after X yet: one line (JSON: the empty report)."""
+    from patchset.adapters.actions import workflow_command
+
     what = "release" if args.pre else "final release"
     line = (
         f"patchset check: no {what} at or after {args.since} on the {source.name} yet;"

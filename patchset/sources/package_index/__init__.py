@@ -12,8 +12,36 @@ whole artifact and checks the index's sha256 first. Whole artifacts are deleted 
 `members` what a tree reads through (cache, memory, range requests); `wheel` reads a wheel's
 directory and members, `sdist` an sdist, `client` the index, `cache` the user cache.
 """
+# Each name is imported on first use: a module of this package is imported without the rest
+# (`patchset check` answering from a kept report imports none of the loader).
 
-from patchset.sources.package_index.source import ARTIFACTS, Artifact, IndexSource
-from patchset.sources.package_index.tree import IndexTree
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from patchset.sources.package_index.source import ARTIFACTS, Artifact, IndexSource
+    from patchset.sources.package_index.tree import IndexTree
 
 __all__ = ["ARTIFACTS", "Artifact", "IndexSource", "IndexTree"]
+
+_WHERE = {
+    **dict.fromkeys(
+        ("ARTIFACTS", "Artifact", "IndexSource"), "patchset.sources.package_index.source"
+    ),
+    **dict.fromkeys(("IndexTree",), "patchset.sources.package_index.tree"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `__all__`, imported from its module on first use (then kept here)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

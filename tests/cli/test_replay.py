@@ -1,0 +1,172 @@
+"""`check --format json` answered from the report kept last time (patchset/cli/replay.py):
+the same bytes, exit code and warnings, without loading the registry; anything that decides
+the report (a file of the registry, the index's list, an option, a sealed row tampered with)
+makes it run again, and a report made while the registry was being written is not kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from patchset.authoring.tree import unified
+from patchset.cli import loading, replay
+from patchset.errors import ExitCode
+from tests.helpers.cli import Result, cli
+from tests.helpers.fake_index import FakeIndex
+from tests.helpers.synthetic import add_patch
+
+VERSIONS = ("0.50.0", "0.51.0")
+OLD = "def f(x):\n    return min(x, 8)\n"
+
+
+def _release(fake_index: FakeIndex, version: str, text: str = OLD) -> None:
+    fake_index.add_release(version, {"vllm/m.py": text.encode()}, wheel_only=True)
+
+
+def _registry(root: Path) -> Path:
+    diff = unified("vllm/m.py", OLD, OLD.replace("8", "4"))
+    add_patch(root, "limit-four", diff=diff, targets=["vllm/m.py"])
+    (root / "broken").mkdir()
+    (root / "broken" / "patch.toml").write_text("id = \n")  # skipped, with a warning
+    return root
+
+
+def _check(registry: Path, cache: Path, index: FakeIndex, *more: str) -> Result:
+    argv = ["check", "--registry", registry, "--since", VERSIONS[0], "--format", "json"]
+    return cli(
+        *argv,
+        "--index-url",
+        index.index_url,
+        *more,
+        env={"PATCHSET_CACHE_DIR": str(cache), "PATCHSET_JOBS": "1"},
+    )
+
+
+def _no_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the registry was loaded")
+
+    monkeypatch.setattr(loading, "load_registry", refuse)
+
+
+def _loaded(result: Result) -> bool:
+    """Whether the run (under `_no_load`) went to load the registry: not answered by a
+    kept report (the command line reports the refusal as an internal error)."""
+    return result.code == ExitCode.INTERNAL and "the registry was loaded" in result.err
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files just written may be kept from (the tests' registries are seconds old)."""
+    monkeypatch.setattr(replay, "RACY", 0.0)
+
+
+def test_an_unchanged_check_prints_the_kept_report_without_loading_the_registry(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    for version in VERSIONS:
+        _release(fake_index, version)
+    registry = _registry(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    first = _check(registry, cache, fake_index)
+    assert first.code == 0, first.err
+    assert "skipped patch 'broken'" in first.err
+    asked = sum(fake_index.server.hits.values())
+
+    with monkeypatch.context() as m:
+        _no_load(m)
+        again = _check(registry, cache, fake_index, "--jobs", "2")  # --jobs: the same report
+    assert (again.code, again.out, again.err) == (first.code, first.out, first.err)
+    assert sum(fake_index.server.hits.values()) == asked  # nothing asked of the index
+
+    # an edit of a patch: checked again, and what it says is the edit's
+    toml = registry / "limit-four" / "patch.toml"
+    toml.write_text(toml.read_text().replace('title = "', 'title = "edited ', 1))
+    edited = _check(registry, cache, fake_index)
+    assert edited.code == 0 and edited.out != first.out  # the registry's digest changed
+    assert json.loads(edited.out)["registry"] != json.loads(first.out)["registry"]
+    with monkeypatch.context() as m:
+        _no_load(m)
+        assert _check(registry, cache, fake_index).out == edited.out  # and kept in turn
+
+
+def test_an_option_a_new_release_or_a_tampered_row_checks_again(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    _release(fake_index, VERSIONS[0])
+    registry = _registry(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    first = _check(registry, cache, fake_index)
+    assert len(json.loads(first.out)["releases"]) == 1
+
+    fuzzed = _check(registry, cache, fake_index, "--fuzz", "1")  # another option: its own
+    assert fuzzed.code == 0
+
+    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+        db.execute("UPDATE reports SET seal = 'x' || substr(seal, 2)")
+    with monkeypatch.context() as m:
+        _no_load(m)
+        assert _loaded(
+            _check(registry, cache, fake_index)
+        )  # a row whose seal fails is not believed
+
+    # a release listed since: seen once the index's list is asked for again
+    _release(fake_index, VERSIONS[1], OLD.replace("8", "4"))  # the fix, upstream
+    for answer in (cache / "index").glob("*.json"):
+        answer.unlink()  # as when the list is due: asked for again
+    later = _check(registry, cache, fake_index)
+    report = json.loads(later.out)
+    assert [r["vllm"] for r in report["releases"]] == list(VERSIONS)
+    assert [r["verdict"] for r in report["results"]] == ["needed", "upstream"]
+
+
+def test_a_report_made_while_the_registry_is_young_or_written_is_not_kept(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _release(fake_index, VERSIONS[0])
+    registry = _registry(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    _check(registry, cache, fake_index)  # the files are seconds old: RACY
+    with monkeypatch.context() as m:
+        _no_load(m)
+        assert _loaded(_check(registry, cache, fake_index))
+
+    monkeypatch.setattr(replay, "RACY", 0.0)
+    real_load = loading.load_registry
+
+    def written_meanwhile(*args: object, **kwargs: object) -> object:
+        loaded = real_load(*args, **kwargs)  # type: ignore[arg-type]
+        (registry / "limit-four" / "notes.txt").write_text("written during the check\n")
+        return loaded
+
+    monkeypatch.setattr(loading, "load_registry", written_meanwhile)
+    _check(registry, cache, fake_index)
+    monkeypatch.setattr(loading, "load_registry", real_load)
+    with monkeypatch.context() as m:
+        _no_load(m)
+        assert _loaded(
+            _check(registry, cache, fake_index)
+        )  # the files changed during the run: not kept
+
+
+def test_files_state_sees_a_rewrite_of_the_same_size(tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("one\n")
+    before = replay.files_state(tmp_path)
+    time.sleep(0.01)
+    (tmp_path / "a").write_text("two\n")  # the same size; its times change
+    after = replay.files_state(tmp_path)
+    assert after.digest != before.digest
+    os.utime(tmp_path / "a", ns=(0, 0))  # a file's change time is not the caller's to set
+    assert replay.files_state(tmp_path).digest not in {before.digest, after.digest}
+
+
+def test_the_check_commands_timeout_default_is_the_networks() -> None:
+    from patchset.adapters import net
+    from patchset.cli.commands import check
+
+    assert check.DEFAULT_TIMEOUT == net.DEFAULT_TIMEOUT
