@@ -37,7 +37,8 @@ def _registry(root: Path) -> Path:
 
 
 def _check(registry: Path, cache: Path, index: FakeIndex, *more: str) -> Result:
-    argv = ["check", "--registry", registry, "--since", VERSIONS[0], "--format", "json"]
+    argv: list[str | Path] = ["check", "--registry", registry, "--since", VERSIONS[0]]
+    argv += ["--format", "json"]
     return cli(
         *argv,
         "--index-url",
@@ -137,10 +138,10 @@ def test_a_report_made_while_the_registry_is_young_or_written_is_not_kept(
         assert _loaded(_check(registry, cache, fake_index))
 
     monkeypatch.setattr(replay, "RACY", 0.0)
-    real_load = loading.load_registry
+    real_load = getattr(loading, "load_registry")  # noqa: B009 -- the name loading calls
 
     def written_meanwhile(*args: object, **kwargs: object) -> object:
-        loaded = real_load(*args, **kwargs)  # type: ignore[arg-type]
+        loaded = real_load(*args, **kwargs)
         (registry / "limit-four" / "notes.txt").write_text("written during the check\n")
         return loaded
 
