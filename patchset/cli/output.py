@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -98,6 +99,18 @@ def progress_console() -> Console | None:
     return None if _quiet else err_console()
 
 
+# What makes rich take a stream that is not a terminal for one (its own variables).
+_FORCED = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
+def bars_shown() -> bool:
+    """Whether a progress bar may be drawn on stderr (not -q, and a terminal there or rich
+    told to take it for one), known without importing rich (a CI log has no terminal)."""
+    if _quiet:
+        return False
+    return sys.stderr.isatty() or any(os.environ.get(name) for name in _FORCED)
+
+
 class Report(Protocol):
     """What a command's report has for `--format json`."""
 
@@ -134,6 +147,22 @@ def dumps(data: Any) -> str:
     return "".join(out)
 
 
+class Encoded(str):
+    """Text `dumps` writes as it stands: a value `encoded` already, at the depth where it goes
+    (a report put together from parts kept from an earlier run: cli/replay.py)."""
+
+
+def encoded(value: Any, depth: int) -> Encoded:
+    """`value` as `dumps` writes it `depth` levels in (its own lines indented to match)."""
+    out: list[str] = []
+    try:
+        _encode(value, out, "\n" + "  " * depth)
+    except _NotPlainError:  # as `dumps` does: json's own, each line indented to the depth
+        text = json.dumps(value, indent=2, sort_keys=False, default=str)
+        return Encoded(text.replace("\n", "\n" + "  " * depth))
+    return Encoded("".join(out))
+
+
 class _NotPlainError(Exception):
     """A value the fast encoder leaves to json (a key that is not a string)."""
 
@@ -147,7 +176,7 @@ def _encode(o: Any, out: list[str], newline: str) -> None:
     break and the indent of the level `o` is at. The checks in json's order (a str subclass
     is a string, a bool is not an int, a tuple is a list; anything else is str())."""
     if isinstance(o, str):
-        out.append(_escaped(o))
+        out.append(o if o.__class__ is Encoded else _escaped(o))
     elif o is None:
         out.append("null")
     elif o is True:

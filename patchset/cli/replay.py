@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -41,43 +43,95 @@ import sqlite3
 import sys
 import time
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchset._fs import cache_secret, seal
 from patchset.cachedir import cache_root
+from patchset.cli.output import Encoded, dumps, encoded
+from patchset.errors import ExitCode
 
 if TYPE_CHECKING:
+    from patchset.registry import Patch, Registry
+    from patchset.release_check import CheckReport
     from patchset.sources.base import ReleaseSource
 
-FORMAT = 1
+FORMAT = 2  # 2: a report is kept in parts, beside the key without the registry's files
 KEPT = 8  # reports kept (a few registries, option sets or branches checked in turn)
 RACY = 2.0  # seconds: a registry file younger than this keeps its report from being kept
+EDITED_MOST = 4  # patches edited since the kept report that are checked alone (more: all)
 _SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS reports"
-    " (key TEXT PRIMARY KEY, value BLOB NOT NULL, seal TEXT NOT NULL, stamp REAL NOT NULL)"
+    "CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, base TEXT NOT NULL,"
+    " value BLOB NOT NULL, seal TEXT NOT NULL, stamp REAL NOT NULL)"
 )
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
-class Stored:
-    """A report as it was printed: its JSON text, the exit code, the warnings said first."""
-
-    text: str
-    code: int
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Files:
-    """The registry folder's files as `files_state` found them: a digest of every file's
-    path and status, and the newest modification or change time among them (seconds)."""
+    """The registry folder as `files_state` found it: a digest of every file's and folder's
+    path and status, the newest modification or change time among them (seconds), and a
+    digest of each entry at its top (``name/`` for a folder: all it holds)."""
 
     digest: str
     newest: float
+    tops: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Parts:
+    """A check's JSON report in parts (each value already `encoded` where it stands), with
+    what an edit of one patch must leave alone for the report to be brought up to date by
+    checking that patch only: every patch's digest (the registry's digest is made of them),
+    what decides each checked patch's relations to the others (`facts`), the patches others
+    name, and the registry folder's `Files.tops` when the report was made."""
+
+    schema: str
+    registry: str
+    versions: tuple[str, ...]
+    releases: str
+    order: tuple[str, ...]  # the patches checked, in the report's order
+    results: tuple[tuple[str, ...], ...]  # per release, one per patch of `order`
+    attention: dict[str, int]  # per patch, its results that need attention
+    suggested: dict[str, str]
+    gates: dict[str, str]
+    digests: tuple[tuple[str, str], ...]  # every patch of the registry: id, digest
+    support: tuple[tuple[str, str], ...]  # every support package: name, digest
+    facts: dict[str, str]
+    referenced: tuple[str, ...]
+    tops: dict[str, str]
+
+    @property
+    def code(self) -> int:
+        return ExitCode.ATTENTION if any(self.attention.values()) else ExitCode.OK
+
+    def text(self) -> str:
+        """The report's JSON, as `dumps(report.to_dict())` writes it, and a line end."""
+        return (
+            dumps(
+                {
+                    "schema": self.schema,
+                    "registry": self.registry,
+                    "releases": Encoded(self.releases),
+                    "results": [Encoded(text) for each in self.results for text in each],
+                    "suggested_ranges": {k: Encoded(v) for k, v in self.suggested.items()},
+                    "patches": {k: Encoded(v) for k, v in self.gates.items()},
+                    "exit_code": int(self.code),
+                }
+            )
+            + "\n"
+        )
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A report as it was printed: in parts, with its exit code and the warnings said first."""
+
+    parts: Parts
+    code: int
+    warnings: tuple[str, ...] = ()
 
 
 def eligible(args: argparse.Namespace) -> bool:
@@ -96,29 +150,37 @@ def eligible(args: argparse.Namespace) -> bool:
 
 
 def files_state(root: Path) -> Files:
-    """Every file under `root` (links not followed), by path, size, times and inode."""
-    h = hashlib.sha256()
+    """Every file and folder under `root` (links not followed), by path, size, times and
+    inode, as a whole and by the entry at the top they are in."""
+    whole = hashlib.sha256()
+    tops: dict[str, hashlib._Hash] = {}
     newest = 0
     base = len(str(root)) + 1
     for folder, dirs, names in os.walk(root):
         dirs.sort()
-        for name in sorted(names):
-            path = f"{folder}/{name}"
+        rel = folder[base:]
+        top = rel.split("/", 1)[0] + "/" if rel else ""
+        links = [d for d in dirs if Path(folder, d).is_symlink()]  # not walked into
+        for name in ("", *sorted(names), *links):
+            path = f"{folder}/{name}" if name else folder
             try:
                 st = os.lstat(path)
             except OSError:
-                st = None
-            if st is None:
-                h.update(f"{path[base:]}\0-\n".encode("utf-8", "surrogateescape"))
-                continue
-            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
-            h.update(
-                f"{path[base:]}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}"
-                f"\0{st.st_ino}\0{st.st_dev}\n".encode("utf-8", "surrogateescape")
-            )
-    return Files(h.hexdigest(), newest / 1e9)
+                line = f"{path[base:]}\0-\n"
+            else:
+                newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+                line = (
+                    f"{path[base:]}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
+                    f"\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}\n"
+                )
+            data = line.encode("utf-8", "surrogateescape")
+            whole.update(data)
+            own = top or (name if name else "")
+            tops.setdefault(own, hashlib.sha256()).update(data)
+    return Files(whole.hexdigest(), newest / 1e9, {k: h.hexdigest() for k, h in tops.items()})
 
 
+@functools.cache
 def code_digest() -> str:
     """A digest of every module of patchset (what decides, checks and prints a report)."""
     h = hashlib.sha256()
@@ -128,8 +190,9 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def key(args: argparse.Namespace, files: Files, listing: str) -> str:
-    """The key of this check's report: its options, registry files, index list and code."""
+def base_key(args: argparse.Namespace, listing: str) -> str:
+    """What keys this check's report but the registry's files: its options, the index's
+    list, the registry folder's place and patchset's code."""
     served = sorted(args.served.items()) if args.served is not None else None
     parts = (
         FORMAT,
@@ -137,7 +200,6 @@ def key(args: argparse.Namespace, files: Files, listing: str) -> str:
         sys.version,
         platform.machine(),
         str(Path(args.registry).resolve()),
-        files.digest,
         listing,
         list(args.vllm),
         args.since,
@@ -148,9 +210,13 @@ def key(args: argparse.Namespace, files: Files, listing: str) -> str:
         served,
         args.artifact,
         bool(args.verify_full),
-        bool(args.offline),
     )
     return hashlib.sha256(repr(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def key(base: str, files: Files) -> str:
+    """The key of the report made from the registry `files` under `base_key`."""
+    return hashlib.sha256(f"{base}\0{files.digest}".encode()).hexdigest()
 
 
 def listing_now(args: argparse.Namespace) -> str | None:
@@ -189,6 +255,171 @@ def _listing_digest(where: str, files: Any) -> str:
     return hashlib.sha256(f"{where}\0{text}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
+# -- parts ------------------------------------------------------------------------------------
+
+
+def facts(patch: Patch) -> str:
+    """What of a patch decides the registry's checks across patches and the files a check of
+    it rests on (an edit changing none of it may be checked alone): its id, relations,
+    switch names, modules, files read and names touched."""
+    switch = (patch.switch.env, patch.switch.aliases) if patch.switch is not None else None
+    said = (
+        patch.id,
+        patch.requires,
+        patch.conflicts,
+        patch.lifecycle.superseded_by,
+        switch,
+        patch.modules_needed(),
+        patch.reads,
+        patch.touches,
+    )
+    return hashlib.sha256(repr(said).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | None:
+    """`report` (of `registry`, whose folder `files` is) in parts; None when its results are
+    not one per checked patch in every release, in the same order (then it is not kept)."""
+    versions = tuple(r.version for r in report.releases)
+    count = len(report.results) // len(versions) if versions else 0
+    order = tuple(r.patch for r in report.results[:count])
+    if not versions or count * len(versions) != len(report.results) or len(set(order)) < count:
+        return None
+    results: list[tuple[str, ...]] = []
+    attention = dict.fromkeys(order, 0)
+    for i, version in enumerate(versions):
+        mine = report.results[i * count : (i + 1) * count]
+        if tuple(r.patch for r in mine) != order or any(r.vllm != version for r in mine):
+            return None
+        results.append(tuple(encoded(r.to_dict(), 2) for r in mine))
+        for r in mine:
+            attention[r.patch] += r.needs_attention
+    data = report.to_dict()
+    referenced = {
+        other
+        for p in registry.patches
+        for other in (*p.requires, *p.conflicts, p.lifecycle.superseded_by)
+        if other
+    }
+    by_id = {p.id: p for p in registry.patches}
+    return Parts(
+        schema=str(data["schema"]),
+        registry=report.registry,
+        versions=versions,
+        releases=encoded(data["releases"], 1),
+        order=order,
+        results=tuple(results),
+        attention=attention,
+        suggested={k: encoded(list(v), 2) for k, v in report.suggested.items()},
+        gates={k: encoded(v, 2) for k, v in report.patches.items()},
+        digests=tuple((p.id, p.digest) for p in registry.patches),
+        support=tuple((s.name, s.digest) for s in registry.support),
+        facts={i: facts(by_id[i]) for i in order},
+        referenced=tuple(sorted(referenced)),
+        tops=files.tops,
+    )
+
+
+def _parts_data(parts: Parts) -> dict[str, Any]:
+    return {f.name: getattr(parts, f.name) for f in fields(Parts)}
+
+
+def _parts(data: Any) -> Parts | None:
+    """Parts from their stored form; None for anything else."""
+    try:
+        made = Parts(
+            schema=str(data["schema"]),
+            registry=str(data["registry"]),
+            versions=tuple(map(str, data["versions"])),
+            releases=str(data["releases"]),
+            order=tuple(map(str, data["order"])),
+            results=tuple(tuple(map(str, each)) for each in data["results"]),
+            attention={str(k): int(v) for k, v in data["attention"].items()},
+            suggested={str(k): str(v) for k, v in data["suggested"].items()},
+            gates={str(k): str(v) for k, v in data["gates"].items()},
+            digests=tuple((str(i), str(d)) for i, d in data["digests"]),
+            support=tuple((str(n), str(d)) for n, d in data["support"]),
+            facts={str(k): str(v) for k, v in data["facts"].items()},
+            referenced=tuple(map(str, data["referenced"])),
+            tops={str(k): str(v) for k, v in data["tops"].items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    regular = len(made.results) == len(made.versions) and all(
+        len(each) == len(made.order) for each in made.results
+    )
+    return made if regular else None
+
+
+def edited(parts: Parts, files: Files) -> list[str] | None:
+    """The patches whose folders changed since `parts` were made, when a check of them
+    alone may bring the report up to date: nothing else under the registry changed (the
+    same patch folders, the support packages and other files as they were), at most
+    `EDITED_MOST` of them, each checked in the report and named by no other patch.
+    None: the whole check runs."""
+    before, now = parts.tops, files.tops
+    if before.keys() != now.keys():
+        return None
+    changed = [name for name in now if now[name] != before[name]]
+    folders = [name[:-1] for name in changed]
+    if (
+        not changed
+        or len(changed) > EDITED_MOST
+        or not all(name.endswith("/") and name[:1] not in "._" for name in changed)
+        or not all(f in parts.facts and f not in parts.referenced for f in folders)
+    ):
+        return None
+    return folders
+
+
+def updated(
+    parts: Parts, patches: Sequence[Patch], report: CheckReport, files: Files
+) -> Parts | None:
+    """`parts` with each of `patches` (edited, loaded again, each as `facts` said before)
+    and its results in `report` (a check of those patches alone, of the same releases) in
+    place of what they were; None when the report's releases are not those of `parts`."""
+    from patchset.registry.load import registry_digest
+
+    if tuple(r.version for r in report.releases) != parts.versions:
+        return None
+    mine = {p.id: p for p in patches}
+    count = len(patches)
+    order = [r.patch for r in report.results[:count]]
+    if set(order) != set(mine) or len(report.results) != count * len(parts.versions):
+        return None
+    at = {patch_id: i for i, patch_id in enumerate(parts.order)}
+    results = [list(each) for each in parts.results]
+    attention = dict(parts.attention)
+    for patch_id in mine:
+        attention[patch_id] = 0
+    for k, version in enumerate(parts.versions):
+        for r in report.results[k * count : (k + 1) * count]:
+            if r.vllm != version or r.patch not in mine:
+                return None
+            results[k][at[r.patch]] = encoded(r.to_dict(), 2)
+            attention[r.patch] += r.needs_attention
+    suggested = dict(parts.suggested)
+    for patch_id, ranges in report.suggested.items():
+        suggested[patch_id] = encoded(list(ranges), 2)
+    gates = dict(parts.gates)
+    for patch_id, patch in mine.items():
+        if patch_id in gates:
+            gates[patch_id] = encoded(patch.gates(), 2)
+    digests = tuple((i, mine[i].digest if i in mine else d) for i, d in parts.digests)
+    return dataclasses.replace(
+        parts,
+        registry=registry_digest(digests, parts.support),
+        results=tuple(tuple(each) for each in results),
+        attention=attention,
+        suggested=suggested,
+        gates=gates,
+        digests=digests,
+        tops=files.tops,
+    )
+
+
+# -- storage ----------------------------------------------------------------------------------
+
+
 @contextlib.contextmanager
 def _db() -> Iterator[tuple[sqlite3.Connection, bytes] | None]:
     folder = cache_root() / "memo"
@@ -196,10 +427,15 @@ def _db() -> Iterator[tuple[sqlite3.Connection, bytes] | None]:
     db = None
     try:
         secret = cache_secret(folder)
-        if path.is_symlink() or (path.exists() and not path.is_file()):
+        if any(
+            p.is_symlink() or (p.exists() and not p.is_file())
+            for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+        ):
             yield None
             return
         db = sqlite3.connect(path, timeout=5, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")  # as the memo's: a cache, no fsync per report
+        db.execute("PRAGMA synchronous=NORMAL")
         db.execute(_SCHEMA)
     except (OSError, sqlite3.Error):
         if db is not None:
@@ -214,52 +450,87 @@ def _db() -> Iterator[tuple[sqlite3.Connection, bytes] | None]:
 
 def get(report_key: str) -> Stored | None:
     """The report kept under `report_key`, if there is one and its seal holds."""
+    return _one("SELECT key, base, value, seal FROM reports WHERE key = ?", report_key)
+
+
+def latest(base: str) -> Stored | None:
+    """The newest report kept under the `base_key` `base` (of another registry state)."""
+    query = "SELECT key, base, value, seal FROM reports WHERE base = ? ORDER BY stamp DESC"
+    return _one(query, base)
+
+
+def _one(query: str, wanted: str) -> Stored | None:
     with _db() as opened:
         if opened is None:
             return None
         db, secret = opened
         try:
-            row = db.execute(
-                "SELECT value, seal FROM reports WHERE key = ?", (report_key,)
-            ).fetchone()
+            row = db.execute(query, (wanted,)).fetchone()
         except sqlite3.Error:
             return None
     if row is None:
         return None
-    value, said = row
-    if not isinstance(value, bytes) or said != seal(secret, report_key, _sum(value)):
+    report_key, base, value, said = row
+    if not isinstance(value, bytes) or said != seal(secret, report_key, base, _sum(value)):
         return None
     try:
-        record = json.loads(zlib.decompress(value))
-        text, code, warned = record["text"], int(record["code"]), record["warnings"]
+        record = _unpacked(zlib.decompress(value))
+        code, warned = int(record["code"]), record["warnings"]
+        parts = _parts(record["parts"])
     except (ValueError, KeyError, TypeError, zlib.error):
         return None
-    if not isinstance(text, str) or not all(isinstance(w, str) for w in warned):
+    if parts is None or not all(isinstance(w, str) for w in warned):
         return None
-    return Stored(text, code, tuple(warned))
+    return Stored(parts, code, tuple(warned))
 
 
-def put(report_key: str, stored: Stored) -> None:
+def put(report_key: str, base: str, stored: Stored) -> None:
     """Keep `stored` under `report_key` (best effort: a cache that cannot be written only
     costs the speed); the oldest beyond `KEPT` go."""
-    record = {"text": stored.text, "code": stored.code, "warnings": list(stored.warnings)}
-    value = zlib.compress(json.dumps(record).encode("utf-8", "surrogateescape"), 1)
+    record = {
+        "parts": _parts_data(stored.parts),
+        "code": stored.code,
+        "warnings": list(stored.warnings),
+    }
+    value = zlib.compress(_packed(record), 1)
     with _db() as opened:
         if opened is None:
             return
         db, secret = opened
-        sealed = seal(secret, report_key, _sum(value))
+        sealed = seal(secret, report_key, base, _sum(value))
         with contextlib.suppress(sqlite3.Error), db:
             db.execute("BEGIN IMMEDIATE")
             db.execute(
-                "INSERT OR REPLACE INTO reports VALUES (?, ?, ?, ?)",
-                (report_key, value, sealed, time.time()),
+                "INSERT OR REPLACE INTO reports VALUES (?, ?, ?, ?, ?)",
+                (report_key, base, value, sealed, time.time()),
             )
             db.execute(
                 "DELETE FROM reports WHERE key NOT IN"
                 " (SELECT key FROM reports ORDER BY stamp DESC LIMIT ?)",
                 (KEPT,),
             )
+
+
+# A stored record: the length of its JSON head (8 hex digits), the head, then every result's
+# text (`Parts.results`, release by release) joined by NUL (encoded JSON holds none): the
+# bulk of a report read and written without JSON escaping it again.
+def _packed(record: dict[str, Any]) -> bytes:
+    parts = dict(record["parts"])
+    body = "\0".join(text for each in parts.pop("results") for text in each)
+    head = json.dumps({**record, "parts": parts}).encode("utf-8", "surrogateescape")
+    return b"%08x" % len(head) + head + body.encode("utf-8", "surrogateescape")
+
+
+def _unpacked(data: bytes) -> dict[str, Any]:
+    size = int(data[:8], 16)
+    record: dict[str, Any] = json.loads(data[8 : 8 + size])
+    parts = record["parts"]
+    texts = data[8 + size :].decode("utf-8", "surrogateescape").split("\0")
+    count = len(parts["order"])
+    if not count or len(texts) != count * len(parts["versions"]):
+        raise ValueError("the results are not one per patch and release")
+    parts["results"] = [texts[i : i + count] for i in range(0, len(texts), count)]
+    return record
 
 
 def _sum(value: bytes) -> str:
@@ -274,14 +545,21 @@ def settled(files: Files, root: Path, started: float) -> bool:
 
 __all__ = [
     "Files",
+    "Parts",
     "Stored",
+    "base_key",
     "code_digest",
+    "edited",
     "eligible",
+    "facts",
     "files_state",
     "get",
     "key",
+    "latest",
     "listing_now",
     "listing_used",
+    "parts_of",
     "put",
     "settled",
+    "updated",
 ]

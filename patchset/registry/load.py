@@ -103,18 +103,26 @@ def _load_registry(root: Path, *, tolerant: bool) -> Registry:
             raise problem
         problems[patch_id] = problem
         patches = [p for p in patches if p.id != patch_id]
-    whole = hashlib.sha256()
-    for patch in patches:
-        whole.update(f"{patch.id}\0{patch.digest}\0".encode())
-    for package in support:
-        whole.update(f"{SUPPORT_FOLDER}/{package.name}\0{package.digest}\0".encode())
     return Registry(
         root=root,
         patches=tuple(patches),
-        digest=f"sha256:{whole.hexdigest()}",
+        digest=registry_digest(
+            [(p.id, p.digest) for p in patches], [(s.name, s.digest) for s in support]
+        ),
         problems=problems,
         support=tuple(support),
     )
+
+
+def registry_digest(patches: Sequence[tuple[str, str]], support: Sequence[tuple[str, str]]) -> str:
+    """A registry's digest: of each patch's id and digest, in order, then each support
+    package's name and digest."""
+    whole = hashlib.sha256()
+    for patch_id, digest in patches:
+        whole.update(f"{patch_id}\0{digest}\0".encode())
+    for name, digest in support:
+        whole.update(f"{SUPPORT_FOLDER}/{name}\0{digest}\0".encode())
+    return f"sha256:{whole.hexdigest()}"
 
 
 def registry_problems(

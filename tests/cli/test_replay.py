@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -153,6 +154,137 @@ def test_a_report_made_while_the_registry_is_young_or_written_is_not_kept(
         assert _loaded(
             _check(registry, cache, fake_index)
         )  # the files changed during the run: not kept
+
+
+class _Loads:
+    """Counts the registry's whole loads (the edit path loads only the patches edited)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = getattr(loading, "load_registry")  # noqa: B009 -- the name loading calls
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self.count += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(loading, "load_registry", counted)
+
+
+def _fresh(registry: Path, cache: Path, index: FakeIndex, tmp_path: Path) -> Result:
+    """The check as it runs with no report kept (its memo and files as `cache` has them)."""
+    other = tmp_path / f"fresh-{len(list(tmp_path.glob('fresh-*')))}"
+    shutil.copytree(cache, other)
+    for kept in (other / "memo").glob("reports-*"):
+        kept.unlink()
+    return _check(registry, other, index)
+
+
+def _edit(registry: Path, patch_id: str, old: str, new: str, name: str = "patch.toml") -> None:
+    path = registry / patch_id / name
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+def _mixed(root: Path) -> Path:
+    """Three independent patches, one required by a fourth, and a support-free layout."""
+    for n in range(3):
+        diff = unified("vllm/m.py", OLD, OLD.replace("8", str(n + 2)))
+        add_patch(root, f"alone-{n}", diff=diff, targets=["vllm/m.py"])
+    diff = unified("vllm/m.py", OLD, OLD.replace("min", "max"))
+    add_patch(root, "base-one", diff=diff, targets=["vllm/m.py"])
+    add_patch(
+        root,
+        "on-top",
+        diff=unified("vllm/n.py", "a = 1\n", "a = 2\n"),
+        targets=["vllm/n.py"],
+    )
+    _edit(root, "on-top", "[upstream]", 'requires = ["base-one"]\n\n[upstream]')
+    return root
+
+
+def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_check_says(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    for version in VERSIONS:
+        fake_index.add_release(
+            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
+        )
+    registry = _mixed(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    first = _check(registry, cache, fake_index)
+    assert first.code == 0, first.err
+    loads = _Loads(monkeypatch)
+
+    # its diff edited: another line put in
+    _edit(registry, "alone-1", "+    return min(x, 3)", "+    return min(x, 5)", "patch.diff")
+    edited = _check(registry, cache, fake_index)
+    assert loads.count == 0  # the edited patch alone was loaded
+    assert (edited.code, edited.out) == (
+        _fresh(registry, cache, fake_index, tmp_path).code,
+        _fresh(registry, cache, fake_index, tmp_path).out,
+    )
+    assert edited.out != first.out
+    loads.count = 0
+    assert _check(registry, cache, fake_index).out == edited.out  # kept in turn: a lookup
+    assert loads.count == 0
+
+    # two patches' titles: both checked alone, one result each release
+    _edit(registry, "alone-0", 'title = "', 'title = "new ')
+    _edit(registry, "alone-2", 'title = "', 'title = "new ')
+    both = _check(registry, cache, fake_index)
+    assert loads.count == 0
+    assert both.out == _fresh(registry, cache, fake_index, tmp_path).out
+    assert json.loads(both.out)["registry"] != json.loads(edited.out)["registry"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "a patch others require",
+        "the files it reads",
+        "a new patch folder",
+        "a file beside the patches",
+        "a patch that does not load",
+        "more than EDITED_MOST patches",
+    ],
+)
+def test_an_edit_reaching_beyond_one_patch_runs_the_whole_check(
+    tmp_path: Path,
+    fake_index: FakeIndex,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: None,
+    change: str,
+) -> None:
+    for version in VERSIONS:
+        fake_index.add_release(
+            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
+        )
+    registry = _mixed(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    _check(registry, cache, fake_index)
+    loads = _Loads(monkeypatch)
+    monkeypatch.setattr(replay, "EDITED_MOST", 2)
+    if change == "a patch others require":
+        _edit(registry, "base-one", 'title = "', 'title = "new ')
+    elif change == "the files it reads":
+        (registry / "alone-0" / "patch.diff").write_text(unified("vllm/n.py", "a = 1\n", "a = 3\n"))
+        _edit(registry, "alone-0", '"vllm/m.py"]', '"vllm/n.py"]')
+    elif change == "a new patch folder":
+        add_patch(
+            registry, "alone-9", diff=unified("vllm/m.py", OLD, OLD + "#\n"), targets=["vllm/m.py"]
+        )
+    elif change == "a file beside the patches":
+        (registry / "README.md").write_text("notes\n")
+    elif change == "a patch that does not load":
+        _edit(registry, "alone-0", 'title = "', 'title = 1\nx = "')
+    else:
+        for n in range(3):
+            _edit(registry, f"alone-{n}", 'title = "', 'title = "new ')
+    again = _check(registry, cache, fake_index)
+    assert loads.count == 1  # the whole registry
+    fresh = _fresh(registry, cache, fake_index, tmp_path)
+    assert (again.code, again.out, again.err) == (fresh.code, fresh.out, fresh.err)
 
 
 def test_files_state_sees_a_rewrite_of_the_same_size(tmp_path: Path) -> None:

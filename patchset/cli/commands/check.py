@@ -8,13 +8,22 @@ import functools
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchset.cli import replay
 from patchset.cli.options import add_command, served_arg, switch
-from patchset.cli.output import console, dumps, err_console, print_json, progress_console, shown
+from patchset.cli.output import (
+    bars_shown,
+    console,
+    dumps,
+    err_console,
+    print_json,
+    progress_console,
+    shown,
+)
 from patchset.cli.sourceopts import add_source_options, source_from
-from patchset.errors import ExitCode, UsageError
+from patchset.errors import ExitCode, PatchsetError, UsageError
 
 if TYPE_CHECKING:  # imported when the check runs: a report kept from last time needs none
     from patchset.registry import Registry
@@ -144,17 +153,18 @@ def run(args: argparse.Namespace) -> int:
     kept = _Kept.of(args)
     if kept is not None and (code := kept.replayed()) is not None:
         return code
-    from patchset._gc import collector_paused
-    from patchset.cli.loading import load, warnings
-    from patchset.release_check import Explain, check
-
-    registry = load(args.registry, args.patches)
     source = source_from(
         args,
         artifact=args.artifact,
         verify_full=args.verify_full,
         timeout=args.timeout if args.timeout != DEFAULT_TIMEOUT else None,
     )
+    if kept is not None and (code := kept.edited(source, jobs)) is not None:
+        return code
+    from patchset._gc import collector_paused
+    from patchset.cli.loading import load, warnings
+
+    registry = load(args.registry, args.patches)
     if args.build or args.all_builds:  # per-build pins: cli/commands/check_pins.py
         from patchset.cli.check_report import render_markdown
         from patchset.cli.commands import check_pins
@@ -162,23 +172,7 @@ def run(args: argparse.Namespace) -> int:
         markdown = functools.partial(render_markdown, headline=False)
         with collector_paused():  # as below
             return check_pins.run(args, registry, source, markdown, progress=_bar)
-    explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
-    # The collector paused for the whole run (a library call leaves the caller's alone): each
-    # time it came back on it walked all that the releases had left (directories, results).
-    with collector_paused():
-        report = check(
-            registry,
-            args.vllm,
-            since=args.since,
-            pre=args.pre,
-            source=source,
-            patches=args.patches,
-            max_fuzz=args.fuzz,
-            explain=explain,
-            served=args.served,
-            progress=_bar,
-            jobs=jobs,
-        )
+    report = _check(args, registry, source, jobs)
     if not report.releases:
         return _nothing_to_check(args, report, source)
     if args.format == "json":
@@ -186,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         code = _written(args, registry, report)
         if kept is not None:
-            kept.keep(source, replay.Stored(text, code, tuple(warnings(registry, args.patches))))
+            kept.keep(source, report, registry, text, tuple(warnings(registry, args.patches)))
         return code
     # the reports for people (rich's tables among them) imported only for them: a CI's JSON
     # check starts faster
@@ -209,6 +203,31 @@ def run(args: argparse.Namespace) -> int:
     return _written(args, registry, report)
 
 
+def _check(
+    args: argparse.Namespace, registry: Registry, source: ReleaseSource, jobs: int
+) -> CheckReport:
+    from patchset._gc import collector_paused
+    from patchset.release_check import Explain, check
+
+    explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
+    # The collector paused for the whole run (a library call leaves the caller's alone): each
+    # time it came back on it walked all that the releases had left (directories, results).
+    with collector_paused():
+        return check(
+            registry,
+            args.vllm,
+            since=args.since,
+            pre=args.pre,
+            source=source,
+            patches=args.patches,
+            max_fuzz=args.fuzz,
+            explain=explain,
+            served=args.served,
+            progress=_bar,
+            jobs=jobs,
+        )
+
+
 class _Kept:
     """This check's report as kept from last time (`cli/replay.py`): looked up before
     anything is loaded, and kept after the check when the registry did not change meanwhile."""
@@ -217,6 +236,7 @@ class _Kept:
         self.args = args
         self.started = time.time()
         self.files = replay.files_state(args.registry)
+        self.base: str | None = None  # the key but the registry's files, once known
 
     @classmethod
     def of(cls, args: argparse.Namespace) -> _Kept | None:
@@ -225,19 +245,76 @@ class _Kept:
     def replayed(self) -> int | None:
         """The kept report printed (its warnings first) and its exit code; None: none kept."""
         listing = replay.listing_now(self.args)
-        stored = replay.get(replay.key(self.args, self.files, listing)) if listing else None
+        if listing is None:
+            return None
+        self.base = replay.base_key(self.args, listing)
+        stored = replay.get(replay.key(self.base, self.files))
         if stored is None:
             return None
         if stored.warnings:
             for line in stored.warnings:
                 err_console().print(line, markup=False, soft_wrap=True)
-        sys.stdout.write(stored.text)
+        sys.stdout.write(stored.parts.text())
         return stored.code
 
-    def keep(self, source: ReleaseSource, stored: replay.Stored) -> None:
+    def edited(self, source: ReleaseSource, jobs: int) -> int | None:
+        """The newest kept report of this check brought up to date by checking only the
+        patches edited since (`replay.edited`), printed; its exit code. None: the whole
+        check is to run (no such report, or an edit reaching further)."""
+        stored = replay.latest(self.base) if self.base is not None else None
+        if stored is None or stored.warnings or self.args.patches:
+            return None
+        names = replay.edited(stored.parts, self.files)
+        if names is None:
+            return None
+        from patchset.registry import Registry, load_patch
+        from patchset.registry.load import registry_digest
+
+        root = Path(self.args.registry)
+        try:
+            patches = [load_patch(root / name) for name in names]
+        except PatchsetError:
+            return None  # said as the whole registry's loading says it
+        if any(replay.facts(p) != stored.parts.facts.get(p.id) for p in patches):
+            return None
+        alone = Registry(
+            root=root,
+            patches=tuple(patches),
+            digest=registry_digest([(p.id, p.digest) for p in patches], []),
+        )
+        parts = replay.updated(
+            stored.parts, patches, _check(self.args, alone, source, jobs), self.files
+        )
+        if parts is None:
+            return None
+        sys.stdout.write(parts.text())
+        if (base := self._keeping(source)) is not None:
+            replay.put(replay.key(base, self.files), base, replay.Stored(parts, parts.code))
+        return parts.code
+
+    def keep(
+        self,
+        source: ReleaseSource,
+        report: CheckReport,
+        registry: Registry,
+        text: str,
+        warned: tuple[str, ...],
+    ) -> None:
+        """Keep the report just printed as `text`, in parts (when they give the same text)."""
+        base = self._keeping(source)
+        parts = replay.parts_of(report, registry, self.files) if base is not None else None
+        if base is not None and parts is not None and parts.text() == text:
+            stored = replay.Stored(parts, report.exit_code, warned)
+            replay.put(replay.key(base, self.files), base, stored)
+
+    def _keeping(self, source: ReleaseSource) -> str | None:
+        """The base key to keep this check's report under; None when it is not to be kept:
+        the registry's files changed while it ran, or are too young to tell
+        (`replay.settled`)."""
         listing = replay.listing_used(source)
-        if listing is not None and replay.settled(self.files, self.args.registry, self.started):
-            replay.put(replay.key(self.args, self.files, listing), stored)
+        if listing is None or not replay.settled(self.files, self.args.registry, self.started):
+            return None
+        return replay.base_key(self.args, listing)
 
 
 def _written(args: argparse.Namespace, registry: Registry, report: CheckReport) -> int:
@@ -284,7 +361,7 @@ def _seconds(text: str) -> float:
 def _bar(versions: list[str]) -> Iterator[DownloadProgress | None]:
     """The prefetch's progress bar on stderr when it is a terminal (none under -q; rich's
     progress module imported only then: a CI log has no terminal)."""
-    shown_on = progress_console()
+    shown_on = progress_console() if bars_shown() else None
     if shown_on is None or not shown_on.is_terminal:
         yield None
         return
