@@ -242,6 +242,7 @@ def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_ch
     "change",
     [
         "a patch others require",
+        "a patch that requires another",
         "the files it reads",
         "a new patch folder",
         "a file beside the patches",
@@ -267,6 +268,8 @@ def test_an_edit_reaching_beyond_one_patch_runs_the_whole_check(
     monkeypatch.setattr(replay, "EDITED_MOST", 2)
     if change == "a patch others require":
         _edit(registry, "base-one", 'title = "', 'title = "new ')
+    elif change == "a patch that requires another":
+        _edit(registry, "on-top", 'title = "', 'title = "new ')
     elif change == "the files it reads":
         (registry / "alone-0" / "patch.diff").write_text(unified("vllm/n.py", "a = 1\n", "a = 3\n"))
         _edit(registry, "alone-0", '"vllm/m.py"]', '"vllm/n.py"]')

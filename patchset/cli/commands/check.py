@@ -204,8 +204,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(
-    args: argparse.Namespace, registry: Registry, source: ReleaseSource, jobs: int
+    args: argparse.Namespace,
+    registry: Registry,
+    source: ReleaseSource,
+    jobs: int,
+    *,
+    prefetch: bool = True,
 ) -> CheckReport:
+    """The check `args` ask for of `registry` (`prefetch`: fetch each release's files ahead,
+    in parallel; else each is read when first wanted)."""
     from patchset._gc import collector_paused
     from patchset.release_check import Explain, check
 
@@ -225,6 +232,7 @@ def _check(
             served=args.served,
             progress=_bar,
             jobs=jobs,
+            prefetch=prefetch,
         )
 
 
@@ -275,16 +283,16 @@ class _Kept:
             patches = [load_patch(root / name) for name in names]
         except PatchsetError:
             return None  # said as the whole registry's loading says it
-        if any(replay.facts(p) != stored.parts.facts.get(p.id) for p in patches):
-            return None
+        if any(p.requires or replay.facts(p) != stored.parts.facts.get(p.id) for p in patches):
+            return None  # stacked on others (checked on top of them), or related otherwise
         alone = Registry(
             root=root,
             patches=tuple(patches),
             digest=registry_digest([(p.id, p.digest) for p in patches], []),
         )
-        parts = replay.updated(
-            stored.parts, patches, _check(self.args, alone, source, jobs), self.files
-        )
+        # a few patches' files: read as wanted (cached, mostly), not fetched ahead in threads
+        report = _check(self.args, alone, source, jobs, prefetch=False)
+        parts = replay.updated(stored.parts, patches, report, self.files)
         if parts is None:
             return None
         sys.stdout.write(parts.text())
