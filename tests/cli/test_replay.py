@@ -214,6 +214,20 @@ def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_ch
     cache = tmp_path / "cache"
     first = _check(registry, cache, fake_index)
     assert first.code == 0, first.err
+    # printed from its parts: the bytes json's own encoder gives the whole report (offline,
+    # nothing is kept: the report is encoded whole)
+    argv: list[str | Path] = [
+        "check",
+        "--registry",
+        registry,
+        "--since",
+        VERSIONS[0],
+        "--format",
+        "json",
+    ]
+    offline = cli(*argv, "--offline", env={"PATCHSET_CACHE_DIR": str(cache)})
+    assert offline.out == first.out
+    assert offline.out == json.dumps(json.loads(first.out), indent=2) + "\n"
     loads = _Loads(monkeypatch)
 
     # its diff edited: another line put in

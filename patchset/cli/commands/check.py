@@ -176,11 +176,12 @@ def run(args: argparse.Namespace) -> int:
     if not report.releases:
         return _nothing_to_check(args, report, source)
     if args.format == "json":
-        text = dumps(report.to_dict()) + "\n"
-        sys.stdout.write(text)
+        # in parts when it may be kept: the parts are encoded once, and printed joined
+        parts = replay.parts_of(report, registry, kept.files) if kept is not None else None
+        sys.stdout.write(parts.text() if parts is not None else dumps(report.to_dict()) + "\n")
         code = _written(args, registry, report)
-        if kept is not None:
-            kept.keep(source, report, registry, text, tuple(warnings(registry, args.patches)))
+        if kept is not None and parts is not None:
+            kept.keep(source, replay.Stored(parts, code, tuple(warnings(registry, args.patches))))
         return code
     # the reports for people (rich's tables among them) imported only for them: a CI's JSON
     # check starts faster
@@ -296,23 +297,12 @@ class _Kept:
         if parts is None:
             return None
         sys.stdout.write(parts.text())
-        if (base := self._keeping(source)) is not None:
-            replay.put(replay.key(base, self.files), base, replay.Stored(parts, parts.code))
+        self.keep(source, replay.Stored(parts, parts.code))
         return parts.code
 
-    def keep(
-        self,
-        source: ReleaseSource,
-        report: CheckReport,
-        registry: Registry,
-        text: str,
-        warned: tuple[str, ...],
-    ) -> None:
-        """Keep the report just printed as `text`, in parts (when they give the same text)."""
-        base = self._keeping(source)
-        parts = replay.parts_of(report, registry, self.files) if base is not None else None
-        if base is not None and parts is not None and parts.text() == text:
-            stored = replay.Stored(parts, report.exit_code, warned)
+    def keep(self, source: ReleaseSource, stored: replay.Stored) -> None:
+        """Keep the report just printed (unless `_keeping` says not to)."""
+        if (base := self._keeping(source)) is not None:
             replay.put(replay.key(base, self.files), base, stored)
 
     def _keeping(self, source: ReleaseSource) -> str | None:
