@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.metadata
+import os
 import re
 import sys
 import tarfile
@@ -117,12 +118,7 @@ def _folder_package(
     if not source.is_dir():
         raise top.error(f"{path!r}: no such folder beside {SUPPORT_FILE}", "path")
     base = folder.resolve()
-    for item in sorted(source.rglob("*")):
-        real = item.resolve()
-        if real != base and base not in real.parents:
-            raise top.error(
-                f"{item.relative_to(folder)} leads outside the package ({real})", "path"
-            )
+    for item in _inside_links(top, folder, source, base):
         if item.is_file():
             rel = item.relative_to(source).as_posix()
             digest.update(f"\0{rel}\0".encode() + item.read_bytes())
@@ -131,6 +127,28 @@ def _folder_package(
             raise top.error(
                 f"{module!r}: neither {path}/{module}/ nor {path}/{module}.py", "modules"
             )
+
+
+def _inside_links(top: Table, folder: Path, source: Path, base: Path) -> list[Path]:
+    """Every entry under `source` in order (as `sorted(source.rglob("*"))`: symbolic links
+    listed, never walked into), each checked to resolve inside `base`: `source` itself and
+    each link are resolved; an entry reached through neither is where its folder is."""
+    root = source.resolve()
+    if root != base and base not in root.parents:
+        raise top.error(f"{source.relative_to(folder)} leads outside the package ({root})", "path")
+    found: list[tuple[tuple[str, ...], Path]] = []
+    for where, dirs, names in os.walk(source):
+        here = Path(where)
+        for name in (*dirs, *names):
+            item = here / name
+            found.append((item.relative_to(source).parts, item))
+            if item.is_symlink():
+                real = item.resolve()
+                if real != base and base not in real.parents:
+                    raise top.error(
+                        f"{item.relative_to(folder)} leads outside the package ({real})", "path"
+                    )
+    return [item for _, item in sorted(found)]
 
 
 def _pinned_package(
