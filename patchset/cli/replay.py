@@ -43,7 +43,7 @@ import sqlite3
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,7 +86,9 @@ class Parts:
     what an edit of one patch must leave alone for the report to be brought up to date by
     checking that patch only: every patch's digest (the registry's digest is made of them),
     what decides each checked patch's relations to the others (`facts`), the patches others
-    name, and the registry folder's `Files.tops` when the report was made."""
+    name, and the registry folder's `Files.tops` when the report was made, with a digest of
+    each one's content (an entry whose status changed but not its bytes, as a checkout or a
+    restore leaves it, is not an edit)."""
 
     schema: str
     registry: str
@@ -102,6 +104,7 @@ class Parts:
     facts: dict[str, str]
     referenced: tuple[str, ...]
     tops: dict[str, str]
+    contents: dict[str, str] = dataclasses.field(default_factory=dict)  # `content_digests`
 
     @property
     def code(self) -> int:
@@ -178,6 +181,48 @@ def files_state(root: Path) -> Files:
             own = top or (name if name else "")
             tops.setdefault(own, hashlib.sha256()).update(data)
     return Files(whole.hexdigest(), newest / 1e9, {k: h.hexdigest() for k, h in tops.items()})
+
+
+def content_digests(root: Path, tops: Iterable[str]) -> dict[str, str]:
+    """A digest of the content of each of `tops` (`Files.tops` names) under `root`: a
+    folder's entries (their paths, and each file's bytes or link's target), a file's bytes,
+    and for "" (the folder itself) the names in it."""
+    found: dict[str, str] = {}
+    for top in tops:
+        h = hashlib.sha256()
+        if not top:
+            with contextlib.suppress(OSError):
+                names = sorted(p.name for p in root.iterdir())
+                h.update("\0".join(names).encode("utf-8", "surrogateescape"))
+        else:
+            for rel, path in (
+                _entries(root / top.rstrip("/")) if top.endswith("/") else [("", root / top)]
+            ):
+                h.update(f"{rel}\0".encode("utf-8", "surrogateescape") + _content(path) + b"\0")
+        found[top] = h.hexdigest()
+    return found
+
+
+def _entries(folder: Path) -> list[tuple[str, Path]]:
+    """Every entry under `folder` (links not walked into), by relative path, in order."""
+    out: list[tuple[str, Path]] = []
+    for where, dirs, names in os.walk(folder):
+        for name in (*dirs, *names):
+            path = Path(where, name)
+            out.append((path.relative_to(folder).as_posix(), path))
+    return sorted(out)
+
+
+def _content(path: Path) -> bytes:
+    """A link's target, a file's bytes, a folder's mark (what a content digest reads)."""
+    try:
+        if path.is_symlink():
+            return b"L" + str(path.readlink()).encode("utf-8", "surrogateescape")
+        if path.is_dir():
+            return b"D"
+        return b"F" + path.read_bytes()
+    except OSError:
+        return b"?"
 
 
 @functools.cache
@@ -341,6 +386,7 @@ def _parts(data: Any) -> Parts | None:
             facts={str(k): str(v) for k, v in data["facts"].items()},
             referenced=tuple(map(str, data["referenced"])),
             tops={str(k): str(v) for k, v in data["tops"].items()},
+            contents={str(k): str(v) for k, v in data["contents"].items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
@@ -350,29 +396,35 @@ def _parts(data: Any) -> Parts | None:
     return made if regular else None
 
 
-def edited(parts: Parts, files: Files) -> list[str] | None:
-    """The patches whose folders changed since `parts` were made, when a check of them
-    alone may bring the report up to date: nothing else under the registry changed (the
-    same patch folders, the support packages and other files as they were), at most
-    `EDITED_MOST` of them, each checked in the report and named by no other patch.
-    None: the whole check runs."""
+def edited(parts: Parts, files: Files, root: Path) -> tuple[list[str], dict[str, str]] | None:
+    """The patches whose folders' content changed since `parts` were made (entries whose
+    status changed are read again: one whose bytes did not is not an edit), with every
+    entry's content digest now, when a check of them alone may bring the report up to date:
+    nothing else under the registry changed (the same patch folders, the support packages
+    and other files as they were), at most `EDITED_MOST` of them, each checked in the report
+    and named by no other patch. None: the whole check runs."""
     before, now = parts.tops, files.tops
-    if before.keys() != now.keys():
+    if before.keys() != now.keys() or before.keys() != parts.contents.keys():
         return None
-    changed = [name for name in now if now[name] != before[name]]
+    touched = [name for name in now if now[name] != before[name]]
+    contents = {**parts.contents, **content_digests(root, touched)}
+    changed = [name for name in touched if contents[name] != parts.contents[name]]
     folders = [name[:-1] for name in changed]
     if (
-        not changed
-        or len(changed) > EDITED_MOST
+        len(changed) > EDITED_MOST
         or not all(name.endswith("/") and name[:1] not in "._" for name in changed)
         or not all(f in parts.facts and f not in parts.referenced for f in folders)
     ):
         return None
-    return folders
+    return folders, contents
 
 
 def updated(
-    parts: Parts, patches: Sequence[Patch], report: CheckReport, files: Files
+    parts: Parts,
+    patches: Sequence[Patch],
+    report: CheckReport,
+    files: Files,
+    contents: dict[str, str],
 ) -> Parts | None:
     """`parts` with each of `patches` (edited, loaded again, each as `facts` said before)
     and its results in `report` (a check of those patches alone, of the same releases) in
@@ -414,6 +466,7 @@ def updated(
         gates=gates,
         digests=digests,
         tops=files.tops,
+        contents=contents,
     )
 
 
@@ -549,6 +602,7 @@ __all__ = [
     "Stored",
     "base_key",
     "code_digest",
+    "content_digests",
     "edited",
     "eligible",
     "facts",

@@ -16,6 +16,7 @@ import pytest
 
 from patchset.authoring.tree import unified
 from patchset.cli import loading, replay
+from patchset.cli.commands import check as check_command
 from patchset.errors import ExitCode
 from tests.helpers.cli import Result, cli
 from tests.helpers.fake_index import FakeIndex
@@ -250,6 +251,34 @@ def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_ch
     assert loads.count == 0
     assert both.out == _fresh(registry, cache, fake_index, tmp_path).out
     assert json.loads(both.out)["registry"] != json.loads(edited.out)["registry"]
+
+
+def test_files_rewritten_with_the_same_bytes_are_not_an_edit(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    """A checkout or a restore: every file's status changes, none of its bytes (a CI that
+    keeps the cache between fresh clones gets the report kept, not the whole check)."""
+    for version in VERSIONS:
+        fake_index.add_release(
+            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
+        )
+    registry = _mixed(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    first = _check(registry, cache, fake_index)
+    for path in sorted(registry.rglob("*")):
+        if path.is_file():  # a new file (another inode) renamed into place, as git writes
+            spare = path.with_name(path.name + ".new")
+            spare.write_bytes(path.read_bytes())
+            spare.replace(path)
+    loads = _Loads(monkeypatch)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a patch was checked")
+
+    monkeypatch.setattr(check_command, "_check", refuse)
+    again = _check(registry, cache, fake_index)
+    assert (again.code, again.out, loads.count) == (first.code, first.out, 0)
+    assert _check(registry, cache, fake_index).out == first.out  # and kept under the new state
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import sys
 import time
@@ -273,13 +274,19 @@ class _Kept:
         stored = replay.latest(self.base) if self.base is not None else None
         if stored is None or stored.warnings or self.args.patches:
             return None
-        names = replay.edited(stored.parts, self.files)
-        if names is None:
+        root = Path(self.args.registry)
+        found = replay.edited(stored.parts, self.files, root)
+        if found is None:
             return None
+        names, contents = found
+        if not names:  # touched, not changed (a checkout, a restore): the report as it was
+            parts = dataclasses.replace(stored.parts, tops=self.files.tops, contents=contents)
+            sys.stdout.write(parts.text())
+            self.keep(source, replay.Stored(parts, parts.code))
+            return parts.code
         from patchset.registry import Registry, load_patch
         from patchset.registry.load import registry_digest
 
-        root = Path(self.args.registry)
         try:
             patches = [load_patch(root / name) for name in names]
         except PatchsetError:
@@ -293,17 +300,25 @@ class _Kept:
         )
         # a few patches' files: read as wanted (cached, mostly), not fetched ahead in threads
         report = _check(self.args, alone, source, jobs, prefetch=False)
-        parts = replay.updated(stored.parts, patches, report, self.files)
-        if parts is None:
+        made = replay.updated(stored.parts, patches, report, self.files, contents)
+        if made is None:
             return None
-        sys.stdout.write(parts.text())
-        self.keep(source, replay.Stored(parts, parts.code))
-        return parts.code
+        sys.stdout.write(made.text())
+        self.keep(source, replay.Stored(made, made.code))
+        return made.code
 
     def keep(self, source: ReleaseSource, stored: replay.Stored) -> None:
-        """Keep the report just printed (unless `_keeping` says not to)."""
-        if (base := self._keeping(source)) is not None:
-            replay.put(replay.key(base, self.files), base, stored)
+        """Keep the report just printed (unless `_keeping` says not to), with the content
+        digest of each entry of the registry (those `stored` lacks read now)."""
+        if (base := self._keeping(source)) is None:
+            return
+        parts = stored.parts
+        if parts.contents.keys() != parts.tops.keys():
+            contents = replay.content_digests(Path(self.args.registry), parts.tops)
+            stored = dataclasses.replace(
+                stored, parts=dataclasses.replace(parts, contents=contents)
+            )
+        replay.put(replay.key(base, self.files), base, stored)
 
     def _keeping(self, source: ReleaseSource) -> str | None:
         """The base key to keep this check's report under; None when it is not to be kept:
