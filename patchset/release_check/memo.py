@@ -282,10 +282,12 @@ def _only_regular(path: Path) -> None:
 
 
 def clear(folder: Path | None = None) -> None:
-    """Forget every memoised result (the benchmark's "no memo" run)."""
+    """Forget every memoised result (the benchmark's "no memo" run), and the reports the
+    command line keeps beside them (`patchset.cli.replay`)."""
     base = folder or memo_dir()
-    for path in base.glob(f"check-{FORMAT}.sqlite*"):
-        path.unlink(missing_ok=True)
+    for pattern in (f"check-{FORMAT}.sqlite*", "reports-*.sqlite*"):
+        for path in base.glob(pattern):
+            path.unlink(missing_ok=True)
 
 
 Reader = Callable[[str], bytes | None]
