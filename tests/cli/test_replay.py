@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from patchset.authoring.tree import unified
-from patchset.cli import loading, replay
+from patchset.cli import loading, registry_state, replay, report_parts
 from patchset.cli.commands import check as check_command
 from patchset.errors import ExitCode
 from tests.helpers.cli import Result, cli
@@ -66,7 +66,7 @@ def _loaded(result: Result) -> bool:
 @pytest.fixture
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files just written may be kept from (the tests' registries are seconds old)."""
-    monkeypatch.setattr(replay, "RACY", 0.0)
+    monkeypatch.setattr(registry_state, "RACY", 0.0)
 
 
 def test_an_unchanged_check_prints_the_kept_report_without_loading_the_registry(
@@ -139,7 +139,7 @@ def test_a_report_made_while_the_registry_is_young_or_written_is_not_kept(
         _no_load(m)
         assert _loaded(_check(registry, cache, fake_index))
 
-    monkeypatch.setattr(replay, "RACY", 0.0)
+    monkeypatch.setattr(registry_state, "RACY", 0.0)
     real_load = getattr(loading, "load_registry")  # noqa: B009 -- the name loading calls
 
     def written_meanwhile(*args: object, **kwargs: object) -> object:
@@ -308,7 +308,7 @@ def test_an_edit_reaching_beyond_one_patch_runs_the_whole_check(
     cache = tmp_path / "cache"
     _check(registry, cache, fake_index)
     loads = _Loads(monkeypatch)
-    monkeypatch.setattr(replay, "EDITED_MOST", 2)
+    monkeypatch.setattr(report_parts, "EDITED_MOST", 2)
     if change == "a patch others require":
         _edit(registry, "base-one", 'title = "', 'title = "new ')
     elif change == "a patch that requires another":
@@ -335,13 +335,13 @@ def test_an_edit_reaching_beyond_one_patch_runs_the_whole_check(
 
 def test_files_state_sees_a_rewrite_of_the_same_size(tmp_path: Path) -> None:
     (tmp_path / "a").write_text("one\n")
-    before = replay.files_state(tmp_path)
+    before = registry_state.files_state(tmp_path)
     time.sleep(0.01)
     (tmp_path / "a").write_text("two\n")  # the same size; its times change
-    after = replay.files_state(tmp_path)
+    after = registry_state.files_state(tmp_path)
     assert after.digest != before.digest
     os.utime(tmp_path / "a", ns=(0, 0))  # a file's change time is not the caller's to set
-    assert replay.files_state(tmp_path).digest not in {before.digest, after.digest}
+    assert registry_state.files_state(tmp_path).digest not in {before.digest, after.digest}
 
 
 def test_the_check_commands_timeout_default_is_the_networks() -> None:

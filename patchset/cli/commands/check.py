@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchset.cli import replay
+from patchset.cli import registry_state, replay, report_parts
 from patchset.cli.options import add_command, served_arg, switch
 from patchset.cli.output import (
     bars_shown,
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         return _nothing_to_check(args, report, source)
     if args.format == "json":
         # in parts when it may be kept: the parts are encoded once, and printed joined
-        parts = replay.parts_of(report, registry, kept.files) if kept is not None else None
+        parts = report_parts.parts_of(report, registry, kept.files) if kept is not None else None
         sys.stdout.write(parts.text() if parts is not None else dumps(report.to_dict()) + "\n")
         code = _written(args, registry, report)
         if kept is not None and parts is not None:
@@ -245,7 +245,7 @@ class _Kept:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.started = time.time()
-        self.files = replay.files_state(args.registry)
+        self.files = registry_state.files_state(args.registry)
         self.base: str | None = None  # the key but the registry's files, once known
 
     @classmethod
@@ -275,7 +275,7 @@ class _Kept:
         if stored is None or stored.warnings or self.args.patches:
             return None
         root = Path(self.args.registry)
-        found = replay.edited(stored.parts, self.files, root)
+        found = report_parts.edited(stored.parts, self.files, root)
         if found is None:
             return None
         names, contents = found
@@ -291,7 +291,9 @@ class _Kept:
             patches = [load_patch(root / name) for name in names]
         except PatchsetError:
             return None  # said as the whole registry's loading says it
-        if any(p.requires or replay.facts(p) != stored.parts.facts.get(p.id) for p in patches):
+        if any(
+            p.requires or report_parts.facts(p) != stored.parts.facts.get(p.id) for p in patches
+        ):
             return None  # stacked on others (checked on top of them), or related otherwise
         alone = Registry(
             root=root,
@@ -300,7 +302,7 @@ class _Kept:
         )
         # a few patches' files: read as wanted (cached, mostly), not fetched ahead in threads
         report = _check(self.args, alone, source, jobs, prefetch=False)
-        made = replay.updated(stored.parts, patches, report, self.files, contents)
+        made = report_parts.updated(stored.parts, patches, report, self.files, contents)
         if made is None:
             return None
         sys.stdout.write(made.text())
@@ -314,7 +316,7 @@ class _Kept:
             return
         parts = stored.parts
         if parts.contents.keys() != parts.tops.keys():
-            contents = replay.content_digests(Path(self.args.registry), parts.tops)
+            contents = registry_state.content_digests(Path(self.args.registry), parts.tops)
             stored = dataclasses.replace(
                 stored, parts=dataclasses.replace(parts, contents=contents)
             )
@@ -323,9 +325,11 @@ class _Kept:
     def _keeping(self, source: ReleaseSource) -> str | None:
         """The base key to keep this check's report under; None when it is not to be kept:
         the registry's files changed while it ran, or are too young to tell
-        (`replay.settled`)."""
+        (`registry_state.settled`)."""
         listing = replay.listing_used(source)
-        if listing is None or not replay.settled(self.files, self.args.registry, self.started):
+        if listing is None or not registry_state.settled(
+            self.files, self.args.registry, self.started
+        ):
             return None
         return replay.base_key(self.args, listing)
 
