@@ -532,6 +532,26 @@ def test_prefetch_looks_for_moves_only_of_files_that_were_there(
         assert tree.read(elsewhere) == b"a = 5\n"
 
 
+def test_prefetch_reads_also_files_where_they_are_without_a_search(
+    fake_index: FakeIndex, tmp_cache: Cache
+) -> None:
+    """`also` (a python patch's modules, looked up, never searched for): fetched where a
+    release has them; where one lacks it, no file of the same name is fetched for it."""
+    module, package = "vllm/a/mod.py", "vllm/a/mod/__init__.py"
+    elsewhere = "vllm/other/mod.py"
+    fake_index.add_release("0.3.0", {module: b"m = 3\n", elsewhere: b"a = 3\n"})
+    fake_index.add_release("0.4.0", {package: b"m = 4\n", elsewhere: b"a = 4\n"})
+    source(fake_index, tmp_cache).prefetch(["0.3.0", "0.4.0"], also=[module, package])
+
+    def cached(data: bytes) -> bool:
+        return tmp_cache.has_blob(hashlib.sha256(data).hexdigest())
+
+    assert cached(b"m = 3\n") and cached(b"m = 4\n")
+    assert not cached(b"a = 3\n") and not cached(b"a = 4\n")  # mod.py vanished: no search
+    with offline_source(tmp_cache).open("0.4.0") as tree:
+        assert tree.read(package) == b"m = 4\n"
+
+
 def test_prefetch_names_what_failed(index: FakeIndex, tmp_cache: Cache) -> None:
     with pytest.raises(SourceError, match=r"1 of 2 releases failed: 9\.9\.9: vllm 9\.9\.9 is not"):
         source(index, tmp_cache).prefetch(["0.1.0", "9.9.9"])
