@@ -963,3 +963,41 @@ def test_check_memo_reads_by_the_wheels_list(
     edited = check(load_registry(registry), versions, source=offline_source(cache), memo=Memo(memo))
     assert [r.verdict for r in edited.results] == ["needed", "conflict"]
     assert (decoded, reads) == ([], [])  # read by digest, from the cache's checked blobs
+
+
+def test_a_blob_is_written_whole_0644_and_leaves_nothing_behind(
+    tmp_cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`store_blob`'s lean write: 0o644 whatever the umask, a folder in the entry's place
+    replaced, read back checked; on a full disk one error line, no temporary file left."""
+    import zlib
+
+    data = b"x = 1\n" * 100
+    sha = hashlib.sha256(data).hexdigest()
+    deflater = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    deflated = deflater.compress(data) + deflater.flush()
+    path = tmp_cache.blob_path(sha)
+    (path / "inside").mkdir(parents=True)  # something else in its place
+    old = os.umask(0o077)
+    try:
+        tmp_cache.store_blob(sha, deflated)
+    finally:
+        os.umask(old)
+    assert path.is_file() and path.stat().st_mode & 0o777 == 0o644
+    assert tmp_cache.read_blob(sha) == data
+    assert [p.name for p in path.parent.iterdir()] == [sha]
+
+    other = hashlib.sha256(b"y").hexdigest()
+    real_fdopen = os.fdopen
+
+    def full(fd: int, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if "w" in mode:
+            os.close(fd)
+            return open("/dev/full", "wb")  # noqa: PTH123 -- the caller closes it
+        return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(cache_module.os, "fdopen", full)  # type: ignore[attr-defined]
+    with pytest.raises(SourceError, match="the cache's disk is full"):
+        tmp_cache.store_blob(other, b"y")
+    assert not tmp_cache.has_blob(other)
+    assert list(tmp_cache.root.rglob("*.tmp")) == []
