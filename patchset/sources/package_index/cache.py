@@ -175,9 +175,14 @@ class Cache:
             os.utime(path)  # last use, for `cache prune --older-than`
         return manifest
 
-    def store_manifest(self, manifest: Manifest) -> None:
+    def store_manifest(self, manifest: Manifest) -> Manifest:
+        """Store `manifest`; returned as a load would give it (its list kept packed, decoded
+        when first used: a third of the memory of a list of lists, for a wheel's thousands
+        of members, in a cold check's every process)."""
+        raw = packing.encode(manifest)
         with _entry_file(self.manifest_path(manifest.artifact)) as out:
-            out.write(packing.encode(manifest))
+            out.write(raw)
+        return packing.decode(raw) or manifest
 
     def drop_manifest(self, artifact: str) -> None:
         with contextlib.suppress(OSError):

@@ -253,7 +253,7 @@ class IndexSource(ReleaseSource):
             if cached is not None:
                 return cached
             manifest = self._from_download(file) if full else self._wheel_manifest(file)
-            self.cache.store_manifest(manifest)
+            manifest = self.cache.store_manifest(manifest)
             self._known[file.filename] = manifest
             return manifest
 
