@@ -24,8 +24,14 @@ class Prefetch:
         ordered: list[str],
         paths: list[str],
         progress: ProgressBar | None,
+        also: list[str] | None = None,
     ) -> None:
         self.source, self.ordered, self.paths, self.progress = source, ordered, paths, progress
+        # the other files the verdicts rest on (a python patch's modules, looked up, never
+        # searched for): fetched where a release has them (`ReleaseSource.prefetch`); read
+        # one by one as the check goes, each would be a request of its own
+        fetched = set(paths)
+        self.also = [f for f in also or () if f not in fetched]
         self.done = False
 
     def __call__(self) -> None:
@@ -34,4 +40,7 @@ class Prefetch:
         self.done = True
         progress, ordered = self.progress, self.ordered
         with progress(ordered) if progress is not None else nullcontext() as heard:
-            self.source.prefetch(ordered, paths=self.paths, progress=heard)
+            if self.also:
+                self.source.prefetch(ordered, paths=self.paths, progress=heard, also=self.also)
+            else:
+                self.source.prefetch(ordered, paths=self.paths, progress=heard)

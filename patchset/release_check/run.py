@@ -73,11 +73,10 @@ def check(
     selected = list(registry.select(patches))
     wanted = select.for_check(source, versions=list(versions), since=since, pre=pre)
     ordered = sorted(wanted, key=ranges.version_key)
-    fetch = (
-        Prefetch(source, ordered, files_needed(selected), progress)
-        if prefetch and ordered and not source.offline
-        else None
-    )
+    fetch = None
+    if prefetch and ordered and not source.offline:  # a python patch's modules too
+        rests = _rests_on(selected, _by_id(registry))
+        fetch = Prefetch(source, ordered, files_needed(selected), progress, also=rests)
     memo = memo if memo is not None or not use_memo else Memo()
     if memo is None and fetch is not None:
         fetch()  # every result worked out: every file read

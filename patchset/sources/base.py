@@ -103,10 +103,13 @@ class ReleaseSource(Protocol):
         *,
         paths: Sequence[str] | None = None,
         progress: DownloadProgress | None = None,
+        also: Sequence[str] | None = None,
     ) -> Mapping[str, Path]:
         """Make `versions` local ahead of `open` (in parallel where it can), with `paths` of
-        each where the source fetches file by file; where each is kept, for a source that
-        keeps files. The default has nothing to fetch (and ignores `paths`)."""
+        each where the source fetches file by file (and the files a moved-file search reads
+        for one a release lacks), and `also` where a release has them (no search for them);
+        where each is kept, for a source that keeps files. The default has nothing to fetch
+        (and ignores `paths` and `also`)."""
         return {}
 
     def settle(self) -> None:

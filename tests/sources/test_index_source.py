@@ -532,6 +532,26 @@ def test_prefetch_looks_for_moves_only_of_files_that_were_there(
         assert tree.read(elsewhere) == b"a = 5\n"
 
 
+def test_prefetch_reads_also_files_where_they_are_without_a_search(
+    fake_index: FakeIndex, tmp_cache: Cache
+) -> None:
+    """`also` (a python patch's modules, looked up, never searched for): fetched where a
+    release has them; where one lacks it, no file of the same name is fetched for it."""
+    module, package = "vllm/a/mod.py", "vllm/a/mod/__init__.py"
+    elsewhere = "vllm/other/mod.py"
+    fake_index.add_release("0.3.0", {module: b"m = 3\n", elsewhere: b"a = 3\n"})
+    fake_index.add_release("0.4.0", {package: b"m = 4\n", elsewhere: b"a = 4\n"})
+    source(fake_index, tmp_cache).prefetch(["0.3.0", "0.4.0"], also=[module, package])
+
+    def cached(data: bytes) -> bool:
+        return tmp_cache.has_blob(hashlib.sha256(data).hexdigest())
+
+    assert cached(b"m = 3\n") and cached(b"m = 4\n")
+    assert not cached(b"a = 3\n") and not cached(b"a = 4\n")  # mod.py vanished: no search
+    with offline_source(tmp_cache).open("0.4.0") as tree:
+        assert tree.read(package) == b"m = 4\n"
+
+
 def test_prefetch_names_what_failed(index: FakeIndex, tmp_cache: Cache) -> None:
     with pytest.raises(SourceError, match=r"1 of 2 releases failed: 9\.9\.9: vllm 9\.9\.9 is not"):
         source(index, tmp_cache).prefetch(["0.1.0", "9.9.9"])
@@ -943,3 +963,41 @@ def test_check_memo_reads_by_the_wheels_list(
     edited = check(load_registry(registry), versions, source=offline_source(cache), memo=Memo(memo))
     assert [r.verdict for r in edited.results] == ["needed", "conflict"]
     assert (decoded, reads) == ([], [])  # read by digest, from the cache's checked blobs
+
+
+def test_a_blob_is_written_whole_0644_and_leaves_nothing_behind(
+    tmp_cache: Cache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`store_blob`'s lean write: 0o644 whatever the umask, a folder in the entry's place
+    replaced, read back checked; on a full disk one error line, no temporary file left."""
+    import zlib
+
+    data = b"x = 1\n" * 100
+    sha = hashlib.sha256(data).hexdigest()
+    deflater = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    deflated = deflater.compress(data) + deflater.flush()
+    path = tmp_cache.blob_path(sha)
+    (path / "inside").mkdir(parents=True)  # something else in its place
+    old = os.umask(0o077)
+    try:
+        tmp_cache.store_blob(sha, deflated)
+    finally:
+        os.umask(old)
+    assert path.is_file() and path.stat().st_mode & 0o777 == 0o644
+    assert tmp_cache.read_blob(sha) == data
+    assert [p.name for p in path.parent.iterdir()] == [sha]
+
+    other = hashlib.sha256(b"y").hexdigest()
+    real_fdopen = os.fdopen
+
+    def full(fd: int, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if "w" in mode:
+            os.close(fd)
+            return open("/dev/full", "wb")  # noqa: PTH123 -- the caller closes it
+        return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(cache_module.os, "fdopen", full)  # type: ignore[attr-defined]
+    with pytest.raises(SourceError, match="the cache's disk is full"):
+        tmp_cache.store_blob(other, b"y")
+    assert not tmp_cache.has_blob(other)
+    assert list(tmp_cache.root.rglob("*.tmp")) == []

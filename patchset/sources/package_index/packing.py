@@ -122,6 +122,7 @@ class Members(Mapping[str, list[Any]]):
             if not isinstance(members, dict):
                 raise SourceError(_DAMAGED)
             self._members = members
+            self._body = b""  # decoded: its bytes are not needed again
         return self._members
 
     def __getitem__(self, key: str) -> list[Any]:

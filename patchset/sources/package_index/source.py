@@ -117,9 +117,10 @@ class IndexSource(ReleaseSource):
         *,
         paths: Sequence[str] | None = None,
         progress: DownloadProgress | None = None,
+        also: Sequence[str] | None = None,
         workers: int = 32,
     ) -> dict[str, Path]:
-        """Fetch several releases (their manifests, and `paths` of each) in parallel;
+        """Fetch several releases (their manifests, `paths` and `also` of each) in parallel;
         `progress(version, received, expected)` in bytes as requests are answered, with
         ``received == expected`` once a release is ready. Returns each release's manifest file.
 
@@ -148,7 +149,9 @@ class IndexSource(ReleaseSource):
         try:
             failed.update(_failures(each_done(build, wanted, workers=max(1, workers))))
             ordered = sorted(trees, key=ranges.version_key)
-            todo = _to_fetch([(v, trees[v]) for v in ordered], files, self.members.has)
+            todo = _to_fetch(
+                [(v, trees[v]) for v in ordered], files, self.members.has, also=also or ()
+            )
             failed.update(_failures(each_done(fetch, ordered, workers=max(1, workers))))
         finally:
             if meter is not None:
@@ -250,7 +253,7 @@ class IndexSource(ReleaseSource):
             if cached is not None:
                 return cached
             manifest = self._from_download(file) if full else self._wheel_manifest(file)
-            self.cache.store_manifest(manifest)
+            manifest = self.cache.store_manifest(manifest)
             self._known[file.filename] = manifest
             return manifest
 
@@ -386,13 +389,18 @@ def _canonical(version: str) -> str:
 
 
 def _to_fetch(
-    trees: list[tuple[str, IndexTree]], paths: list[str], cached: Callable[[str], bool]
+    trees: list[tuple[str, IndexTree]],
+    paths: list[str],
+    cached: Callable[[str], bool],
+    *,
+    also: Sequence[str] = (),
 ) -> dict[str, list[str]]:
     """What each release of a prefetch (oldest first) fetches: `paths`, and for a path it
     lacks the files a moved-file search would read (`IndexTree.stand_ins`), unless the path
-    is only in later releases (not written yet: nothing to look for); a member whose sha256
-    an older release fetches, or the cache holds, is left to them. An sdist's tree is given
-    all (its files come with its manifest)."""
+    is only in later releases (not written yet: nothing to look for); `also` where it has
+    them (no search: a python patch's modules, looked up, never searched for); a member
+    whose sha256 an older release fetches, or the cache holds, is left to them. An sdist's
+    tree is given all (its files come with its manifest)."""
     first = {
         p: next((i for i, (_, t) in enumerate(trees) if p in t.manifest.members), None)
         for p in paths
@@ -403,7 +411,7 @@ def _to_fetch(
         members = tree.manifest.members
         lacking = [p for p in paths if p not in members]
         vanished = [p for p in lacking if (at := first[p]) is None or at < i]
-        wanted = [*paths, *tree.stand_ins(vanished)]
+        wanted = [*paths, *also, *tree.stand_ins(vanished)]
         if tree.manifest.kind != "wheel":
             out[version] = wanted
             continue
