@@ -12,7 +12,7 @@ import opcode
 import re
 import types
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -493,60 +493,10 @@ def _outside(line: str, indent: str) -> bool:
     return not line.startswith(indent) and not line.lstrip().startswith("#") and bool(line.strip())
 
 
-# Whitespace `str.strip` takes besides spaces, tabs and newlines: where any is in a unit, it is
-# dedented line by line (`_dedented_lines`), elsewhere by `_dedent_patterns`.
-_ODD_SPACE = re.compile(
-    "[\x0b\x0c\r\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
-)
-
-
-@functools.lru_cache(maxsize=64)
-def _dedent_patterns(indent: str) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
-    """For `indent` (spaces): a tab in the indentation past it of a line holding more than
-    blanks; what `_dedented_lines` takes off each line (a blank line's blanks, `indent`, a
-    comment's indentation), and the indentation past it of each line holding more."""
-    ind = re.escape(indent)
-    return (
-        re.compile(rf"^{ind} *\t[ \t]*[^ \t\n]", re.MULTILINE),
-        re.compile(rf"^(?:[ \t]+$|{ind}|[ \t]+(?=#))", re.MULTILINE),
-        re.compile(rf"^{ind}( *)[^ \n]", re.MULTILINE),
-    )
-
-
 def _dedented(text: str, indent: str) -> str:
     """`text` without `indent` on each line ("" when a line lacks it, holds a tab in its
     indentation, or blocks nest near the compiler's limit of 20 in one scope: the unit's own
-    depth in the file is at most its indentation's width): `_dedented_lines`' answer, found
-    by a few searches over the whole text (no loop over its lines in Python)."""
-    if not indent or indent.strip(" ") or _ODD_SPACE.search(text) is not None:
-        return _dedented_lines(text, indent)
-    tab, strip, leads = _dedent_patterns(indent)
-    if _outside_pattern(indent).search(text) is not None or tab.search(text) is not None:
-        return ""
-    widths = leads.findall(text)
-    # the depth is at most the number of distinct widths: counted only where that is near
-    if len(set(widths)) + 1 + len(indent) >= 20 and _depth(map(len, widths)) + len(indent) >= 20:
-        return ""
-    body = strip.sub("", text)
-    return body if body.strip("\n") else ""
-
-
-def _depth(widths: Iterable[int]) -> int:
-    """How many blocks deep (the module's own counted) lines of these indentation widths,
-    in order, nest."""
-    stack = [0]
-    deepest = 0
-    for width in widths:
-        while stack and stack[-1] > width:
-            stack.pop()
-        if not stack or stack[-1] < width:
-            stack.append(width)
-        deepest = max(deepest, len(stack))
-    return deepest
-
-
-def _dedented_lines(text: str, indent: str) -> str:
-    """`_dedented`, line by line."""
+    depth in the file is at most its indentation's width)."""
     body: list[str] = []
     widths = [0]
     deepest = 0

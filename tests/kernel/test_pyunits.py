@@ -76,26 +76,3 @@ def test_edits_with_the_same_middle_are_told_apart() -> None:
     error = pycompile.edit_error(before, bad, "m.py")
     assert error is not None and error == pycompile.compile_error(bad)
     assert pycompile.edit_error(before, good, "m.py") is None
-
-
-LINE_PIECES = ("    ", "  ", " ", "\t", "#", "x", "def f():", "'''", "\xa0", "\x0b", "é", "")
-
-
-@pytest.mark.parametrize("indent", ["    ", "  ", " " * 8])
-def test_dedented_is_that_of_reading_line_by_line(indent: str) -> None:
-    """`_dedented` (searches over the whole text) answers as `_dedented_lines` (line by
-    line): lines lacking the indentation (comments and blank lines let pass), tabs in it,
-    odd whitespace, nesting near the compiler's limit, nothing but comments."""
-    rng = random.Random(len(indent))  # noqa: S311 - a fixed test sequence
-    for _ in range(20000):
-        lines = [
-            "".join(rng.choice(LINE_PIECES) for _ in range(rng.randint(0, 4)))
-            for _ in range(rng.randint(0, 6))
-        ]
-        text = "\n".join(lines) + "\n"
-        assert pyunits._dedented(text, indent) == pyunits._dedented_lines(text, indent), text
-    deep = "".join(" " * (len(indent) + k) + "if x:\n" for k in range(24))
-    for k in range(1, 24):
-        text = "".join(deep.splitlines(keepends=True)[:k])
-        assert pyunits._dedented(text, indent) == pyunits._dedented_lines(text, indent)
-    assert pyunits._dedented(deep, indent) == ""
