@@ -202,9 +202,10 @@ def units(
             return found
         top = tops[bisect.bisect_right(tops, i) - 1]
         placed = None
-        for s in _around(a, starts[: bisect.bisect_right(starts, i)], top):
-            if s < run:
-                break
+        within = starts[: bisect.bisect_right(starts, i)]
+        for s in _around(a, within, top, i=i, tops=tops, known=known):
+            if s < run:  # it reaches into a unit placed before
+                continue
             placed = _place(known, a, b, s=s, i=i, js=j - (i - s), tops=tops)
             if placed is not None:
                 break
@@ -305,20 +306,42 @@ def _edited_lines(
     return lines
 
 
-def _around(a: list[str], before: tuple[int, ...], top: int) -> list[int]:
-    """The units that may hold a change after the starts `before` (sorted): the last one,
-    then each earlier one less indented (up to four), then `top` (module level)."""
+def _around(
+    a: list[str], before: tuple[int, ...], top: int, *, i: int, tops: list[int], known: Known
+) -> list[int]:
+    """The units that may hold a change at line `i` after the starts `before` (sorted): the
+    last one, the one before it at its own indentation where the change starts at its first
+    line (lines put at the end of the one before), then each earlier one less indented (up
+    to four), then `top` (module level). Where `top` is the line after a module-level class
+    or def (not a statement's start) and only blank and comment lines stand from it to `i`
+    (lines put at the end of that class), that statement's own units come before `top`,
+    and the statement itself (from the top before) after it."""
+    floor = top
+    if top and top not in known.starts and not any(_code(line) for line in a[top:i]):
+        floor = tops[bisect.bisect_left(tops, top) - 1]
     chain: list[int] = []
     width = None
+    sibling = False
     for s in reversed(before):
-        if s <= top or len(chain) == 4:
+        if s <= floor or len(chain) == 4:
             break
         here = len(a[s]) - len(a[s].lstrip())
         if width is None or here < width:
             chain.append(s)
             width = here
+        elif here == width and chain == [i] and not sibling:
+            chain.append(s)
+            sibling = True
     chain.append(top)
+    if floor != top:
+        chain.append(floor)
     return chain
+
+
+def _code(line: str) -> bool:
+    """Whether `line` holds more than blanks and a comment."""
+    text = line.lstrip()
+    return bool(text) and not text.startswith("#")
 
 
 def _place(
