@@ -51,6 +51,11 @@ class Known:
     ends: tuple[int, ...] = ()
     classes: tuple[int, ...] = ()  # the starts that are classes
 
+    @functools.cached_property
+    def bounds(self) -> list[int]:
+        """Every start and end, sorted once (`_place` looks for a unit's end among them)."""
+        return sorted({*self.starts, *self.ends})
+
 
 def facts(source: bytes, flags: int, found: Found) -> Known:
     """A compiling source's `Known`, its flags and its starts, ends and classes given."""
@@ -58,9 +63,9 @@ def facts(source: bytes, flags: int, found: Found) -> Known:
     declared: list[int] = []
     top = False
     line, at = 0, 0
-    for match in _GLOBALS.finditer(source) if b"global" in source or b"nonlocal" in source else ():
-        line += source.count(b"\n", at, match.start())
-        at = match.start()
+    for start in _declarations(source):
+        line += source.count(b"\n", at, start)
+        at = start
         declared.append(line)
         top = top or source[at : at + 1] not in (b" ", b"\t")
     futures: list[int] = []
@@ -80,6 +85,29 @@ def facts(source: bytes, flags: int, found: Found) -> Known:
         tuple(sorted(set(ends))),
         tuple(sorted(classes)),
     )
+
+
+_WORD_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def _declarations(source: bytes) -> list[int]:
+    """Where each line matching `_GLOBALS` starts, in order: each `global` and `nonlocal`
+    found by a search for the word (a regular expression anchored at line starts tries
+    every position of the file), kept where only blanks stand before it on its line and
+    no word character follows it."""
+    found: list[int] = []
+    for word in (b"global", b"nonlocal"):
+        at = source.find(word)
+        while at >= 0:
+            start = source.rfind(b"\n", 0, at) + 1
+            end = at + len(word)
+            if (end == len(source) or source[end] not in _WORD_BYTES) and not source[
+                start:at
+            ].strip(b" \t"):
+                found.append(start)
+            at = source.find(word, end)
+    found.sort()
+    return found
 
 
 # Sources compiled whole, by a digest of their content (oldest first out): `_known` compiles
@@ -129,7 +157,9 @@ def code_starts(code: types.CodeType) -> tuple[list[int], list[int]]:
     return starts, classes
 
 
-def units(known: Known, before: bytes, after: bytes) -> Found | None:
+def units(
+    known: Known, before: bytes, after: bytes, shared: tuple[int, int] | None = None
+) -> Found | None:
     """`after`'s def and class starts and its ends when `after` (an edit of `before`, which
     compiles) is known to compile from its changed units alone, else None. `after` is read
     as `before`'s lines with some stretches replaced, each stretch [s, e) starting at a def
@@ -146,11 +176,12 @@ def units(known: Known, before: bytes, after: bytes) -> Found | None:
     scope's declarations reach its other statements), `import *` and `:=` (a class body
     around it); anywhere a module-level `global` or `nonlocal`, `__future__` (on either
     side), a coding declaration, tabs or form feeds in indentation, a byte-order mark, a
-    NUL, CR line ends, nesting near the compiler's limits (20 blocks)."""
+    NUL, CR line ends, nesting near the compiler's limits (20 blocks). `shared`: their
+    `common_ends`, when the caller has it."""
     a = _lines(before)
     if known.top_declares or a is None:
         return None
-    b = _edited_lines(a, before, after)
+    b = _edited_lines(a, before, after, shared)
     if b is None:
         return None
     starts, ends = known.starts, known.ends
@@ -171,9 +202,10 @@ def units(known: Known, before: bytes, after: bytes) -> Found | None:
             return found
         top = tops[bisect.bisect_right(tops, i) - 1]
         placed = None
-        for s in _around(a, starts[: bisect.bisect_right(starts, i)], top):
-            if s < run:
-                break
+        within = starts[: bisect.bisect_right(starts, i)]
+        for s in _around(a, within, top, i=i, tops=tops, known=known):
+            if s < run:  # it reaches into a unit placed before
+                continue
             placed = _place(known, a, b, s=s, i=i, js=j - (i - s), tops=tops)
             if placed is not None:
                 break
@@ -249,11 +281,14 @@ def _shared(x: bytes, y: bytes, n: int, cut: Callable[[bytes, int, int], bytes])
     return lo
 
 
-def _edited_lines(a: list[str], before: bytes, after: bytes) -> list[str] | None:
+def _edited_lines(
+    a: list[str], before: bytes, after: bytes, shared: tuple[int, int] | None = None
+) -> list[str] | None:
     """`_lines(after)` for an `after` read as an edit of `before` (whose lines `a` are):
     the lines wholly in their shared start and end are `before`'s own (the same strings),
-    only the rest of `after` is decoded and checked."""
-    p, q = common_ends(before, after)
+    only the rest of `after` is decoded and checked. `shared`: their `common_ends`, if
+    known."""
+    p, q = shared or common_ends(before, after)
     head = before.count(b"\n", 0, p)  # lines a[:head] end inside the shared start
     start = before.rfind(b"\n", 0, p) + 1  # where line `head` starts, in both
     tail = before.count(b"\n", len(before) - q) if q else 0  # a[-tail:] in the shared end
@@ -271,20 +306,42 @@ def _edited_lines(a: list[str], before: bytes, after: bytes) -> list[str] | None
     return lines
 
 
-def _around(a: list[str], before: tuple[int, ...], top: int) -> list[int]:
-    """The units that may hold a change after the starts `before` (sorted): the last one,
-    then each earlier one less indented (up to four), then `top` (module level)."""
+def _around(
+    a: list[str], before: tuple[int, ...], top: int, *, i: int, tops: list[int], known: Known
+) -> list[int]:
+    """The units that may hold a change at line `i` after the starts `before` (sorted): the
+    last one, the one before it at its own indentation where the change starts at its first
+    line (lines put at the end of the one before), then each earlier one less indented (up
+    to four), then `top` (module level). Where `top` is the line after a module-level class
+    or def (not a statement's start) and only blank and comment lines stand from it to `i`
+    (lines put at the end of that class), that statement's own units come before `top`,
+    and the statement itself (from the top before) after it."""
+    floor = top
+    if top and top not in known.starts and not any(_code(line) for line in a[top:i]):
+        floor = tops[bisect.bisect_left(tops, top) - 1]
     chain: list[int] = []
     width = None
+    sibling = False
     for s in reversed(before):
-        if s <= top or len(chain) == 4:
+        if s <= floor or len(chain) == 4:
             break
         here = len(a[s]) - len(a[s].lstrip())
         if width is None or here < width:
             chain.append(s)
             width = here
+        elif here == width and chain == [i] and not sibling:
+            chain.append(s)
+            sibling = True
     chain.append(top)
+    if floor != top:
+        chain.append(floor)
     return chain
+
+
+def _code(line: str) -> bool:
+    """Whether `line` holds more than blanks and a comment."""
+    text = line.lstrip()
+    return bool(text) and not text.startswith("#")
 
 
 def _place(
@@ -308,7 +365,8 @@ def _place(
         if not in_class and _within(known.declared, top, end):
             return None
     n = len(a)
-    for e in [*(x for x in sorted({*known.starts, *known.ends}) if i < x < n), n]:
+    bounds = known.bounds
+    for e in [*bounds[bisect.bisect_right(bounds, i) : bisect.bisect_left(bounds, n)], n]:
         line = a[e] if e < n else ""
         if e < n and len(line) - len(line.lstrip()) > len(indent):
             continue  # deeper: inside the unit
@@ -478,13 +536,15 @@ def _risky_top(text: str) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _outside_pattern(indent: str) -> re.Pattern[str]:
-    """Lines that hold code (not only a comment) less indented than `indent`."""
-    return re.compile(rf"^(?!{re.escape(indent)}|[ \t]*(?:#|$))", re.MULTILINE)
+    """Lines that hold code (not only a comment) less indented than `indent`, searched for
+    in lines each led by a line break (a pattern led by a character is searched for fast;
+    one anchored at line starts is tried at every position)."""
+    return re.compile(rf"\n(?!{re.escape(indent)}|[ \t]*(?:#|\n|\Z))")
 
 
 def _any_outside(a: list[str], s: int, e: int, indent: str) -> bool:
     """Whether a line of a[s:e] is `_outside` a block indented by `indent`."""
-    return _outside_pattern(indent).search("\n".join(a[s:e])) is not None
+    return _outside_pattern(indent).search("\n" + "\n".join(a[s:e])) is not None
 
 
 def _outside(line: str, indent: str) -> bool:

@@ -248,3 +248,70 @@ def test_lines_added_after_a_def_that_ends_the_file() -> None:
             pycompile.clear_cache()
             pycompile.edit_error(before, before + b"\n", name)  # `before` known, by units next
             assert pycompile.edit_error(before, after, name) == broken_by(before, after)
+
+
+# (what the next release changes, the old text, the new text, whether its units tell):
+# lines put at the end of a class or of a method, where the units around the first changed
+# line are not the ones that change.
+AT_ENDS = (
+    ("a method put at the end of a class", "        COUNT = 1\n",
+     "        COUNT = 1\n\n    def third(self) -> int:\n        return 3\n", True),
+    ("lines put at the end of a method, after its blank line", "\n    def second",
+     "\n        # a note\n        values.append(1)\n    def second", True),
+    ("a function put after a class", "        COUNT = 1\n",
+     "        COUNT = 1\n\n\ndef third() -> int:\n    return 3\n", True),
+    ("a method after a module-level line (does not compile)", "        COUNT = 1\n",
+     "        COUNT = 1\n\nx = 1\n    def third(self):\n        pass\n", False),
+    ("a method's tail at column 0 (does not compile)", "\n    def second",
+     "\n        values.append(1)\n  y = 2\n    def second", False),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "old", "new", "by_units"), AT_ENDS, ids=[c[0] for c in AT_ENDS])
+def test_lines_put_at_the_end_of_a_class_or_method(
+    what: str, old: str, new: str, by_units: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next release's copy with lines put at the end of a class (after its last line) or
+    of a method (after the blank line before the next one): known from the copy before by
+    the units around them (the last method, the method before, not the class whole), as
+    compiling it whole says (compiles or not, starts, classes; each end a boundary); where
+    the lines make it not compile, the units refuse and it is compiled whole."""
+    whole_compiles: list[bytes] = []
+    real = pycompile._compile_known
+
+    def counting(source: bytes) -> object:
+        whole_compiles.append(source)
+        return real(source)
+
+    monkeypatch.setattr(pycompile, "_compile_known", counting)
+    units_compiled: list[str] = []
+    real_unit = pyunits._compiled
+
+    def recording(text: str, flags: int) -> object:
+        units_compiled.append(text)
+        return real_unit(text, flags)
+
+    monkeypatch.setattr(pyunits, "_compiled", recording)
+    before = CLASS.encode()
+    release = CLASS.replace(old, new, 1).encode()
+    assert release != before
+    pycompile.clear_cache()
+    pycompile._known_named(before, "m.py")
+    known = pycompile._known_named(release, "m.py")
+    whole = real(release)
+    assert (release not in whole_compiles) == by_units
+    if by_units:  # by the units around the lines put in, not the class whole
+        assert units_compiled
+        assert not any("class Config" in text for text in units_compiled), units_compiled
+    assert (known.error is None) == (whole.error is None) == by_units
+    if by_units:
+        same = ("starts", "classes", "flags", "declared", "top_declares", "futures")
+        assert [getattr(known, f) for f in same] == [getattr(whole, f) for f in same]
+        lines = release.decode().split("\n")
+        for end in known.ends:
+            assert compiles("\n".join(lines[:end])), end
+            assert compiles("\n".join(lines[end:])), end
+    edit = release.replace(b"import os", b"import os\nimport sys", 1)
+    pycompile.clear_cache()
+    pycompile._known_named(before, "m.py")
+    assert pycompile.edit_error(release, edit, "m.py") == broken_by(release, edit)

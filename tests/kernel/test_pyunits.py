@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -76,3 +77,34 @@ def test_edits_with_the_same_middle_are_told_apart() -> None:
     error = pycompile.edit_error(before, bad, "m.py")
     assert error is not None and error == pycompile.compile_error(bad)
     assert pycompile.edit_error(before, good, "m.py") is None
+
+
+def test_declarations_are_the_lines_globals_matches() -> None:
+    """`_declarations` (a search for the words) finds the lines `_GLOBALS` (anchored at each
+    line start) matches: at the start, after blanks or not, as part of a longer word,
+    followed by non-ASCII, at the end of the source."""
+    words = (b"global", b"nonlocal", b" ", b"\t", b"\n", b"x", b"_", b"\xc3\xa9", b"#", b"1")
+    rng = random.Random(5)  # noqa: S311 - a fixed test sequence
+    for _ in range(20000):
+        source = b"".join(rng.choice(words) for _ in range(rng.randint(0, 10)))
+        want = [m.start() for m in pyunits._GLOBALS.finditer(source)]
+        assert pyunits._declarations(source) == want, source
+
+
+@pytest.mark.parametrize("indent", ["    ", "  ", "\t"])
+def test_any_outside_is_a_search_from_each_line_start(indent: str) -> None:
+    """`_any_outside` (a search led by line breaks) finds what a search anchored at each line
+    start finds: code less indented than `indent` (comments and blank lines let pass; odd
+    whitespace is code to both), and agrees with `_outside` where no odd whitespace is."""
+    pieces = ("    ", "  ", " ", "\t", "#", "x", "", "\xa0", "\x0b")
+    anchored = re.compile(rf"^(?!{re.escape(indent)}|[ \t]*(?:#|$))", re.MULTILINE)
+    rng = random.Random(len(indent))  # noqa: S311 - a fixed test sequence
+    for _ in range(20000):
+        lines = [
+            "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
+            for _ in range(rng.randint(1, 5))
+        ]
+        found = pyunits._any_outside(lines, 0, len(lines), indent)
+        assert found == (anchored.search("\n".join(lines)) is not None), lines
+        if not any(c in line for line in lines for c in "\xa0\x0b"):
+            assert found == any(pyunits._outside(line, indent) for line in lines), lines
