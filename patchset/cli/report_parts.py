@@ -20,7 +20,7 @@ from patchset.errors import ExitCode
 
 if TYPE_CHECKING:
     from patchset.registry import Patch, Registry
-    from patchset.release_check import CheckReport
+    from patchset.release_check import CheckReport, CheckResult
 
 EDITED_MOST = 4  # patches edited since the kept report that are checked alone (more: all)
 
@@ -101,11 +101,12 @@ def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | N
         return None
     results: list[tuple[str, ...]] = []
     attention = dict.fromkeys(order, 0)
+    rests: dict[tuple[object, ...], str] = {}
     for i, version in enumerate(versions):
         mine = report.results[i * count : (i + 1) * count]
         if tuple(r.patch for r in mine) != order or any(r.vllm != version for r in mine):
             return None
-        results.append(tuple(encoded(r.to_dict(), 2) for r in mine))
+        results.append(tuple(result_text(r, rests) for r in mine))
         for r in mine:
             attention[r.patch] += r.needs_attention
     data = report.to_dict()
@@ -132,6 +133,24 @@ def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | N
         referenced=tuple(sorted(referenced)),
         tops=files.tops,
     )
+
+
+_HEAD = '{\n      "vllm": '  # how `encoded(result.to_dict(), 2)` starts: the release first
+
+
+def result_text(result: CheckResult, rests: dict[tuple[object, ...], str]) -> str:
+    """`encoded(result.to_dict(), 2)`, the text after its release encoded once for results
+    alike but for the release (`rests`: a patch's result is often the same in many)."""
+    values = result.__dict__
+    alike = tuple(v for k, v in values.items() if k != "vllm")
+    rest = rests.get(alike)
+    if rest is None:
+        text = encoded(result.to_dict(), 2)
+        version = encoded(result.vllm, 0)
+        if not text.startswith(_HEAD + version):
+            return text  # not laid out as expected: encoded whole, not shared
+        rest = rests[alike] = text[len(_HEAD) + len(version) :]
+    return Encoded(_HEAD + encoded(result.vllm, 0) + rest)
 
 
 def to_data(parts: Parts) -> dict[str, Any]:
