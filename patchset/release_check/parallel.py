@@ -32,11 +32,12 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from patchset.errors import PatchsetError, UsageError
-from patchset.kernel.touches import module_files, parse_touch
-from patchset.registry import Patch
+
+if TYPE_CHECKING:  # `wanted` is all the CLI asks before a report kept from last time
+    from patchset.registry import Patch
 
 T = TypeVar("T")
 LOG = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ def split(
     files costs less. The first group is the heaviest (the parent's: it pays no fork)."""
     if n < 2 or len(patches) < 2 or pairs < SMALLEST:
         return [list(patches)]
+    from patchset.kernel.touches import module_files, parse_touch  # noqa: PLC0415 -- see above
+
     per_patch, per_unit, per_unit_kib, per_file_kib = WEIGHTS
     kib: dict[str, float] = {}
     home: dict[str, str] = {}

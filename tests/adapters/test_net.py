@@ -6,6 +6,8 @@ import base64
 import hashlib
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -211,3 +213,16 @@ def test_remote_addresses_are_refused_in_unit_tests() -> None:
     """The conftest guard stops the lookup before any packet leaves the machine."""
     with pytest.raises(RuntimeError, match="mark it network"):
         socket.getaddrinfo("vllm-release.invalid", 443)
+
+
+def test_the_http_libraries_are_imported_with_the_first_request() -> None:
+    """A command that asks no server (a report kept from last time) imports the index client
+    and `parallel.wanted` without urllib3, http.client, ssl or the kernel (~70 ms)."""
+    code = (
+        "import sys, patchset.sources.package_index.client, patchset.release_check.parallel;"
+        "print(sorted(m for m in ('urllib3', 'ssl', 'http.client', 'urllib.request',"
+        " 'patchset.adapters.net.pools', 'patchset.kernel.touches', 'patchset.kernel.manifest')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from patchset.adapters.net import transport
+from patchset.adapters.net import pools, transport
 from patchset.authoring.runtime_sites import sites_from_edit, sites_toml
 from patchset.authoring.tree import unified
 from patchset.cli.main import main
@@ -233,10 +233,10 @@ def _raise_value() -> None:
 
 
 def test_a_child_keeps_none_of_the_parents_connection_pools() -> None:
-    transport._manager("http://127.0.0.1:9/", transport.DEFAULT_TRANSPORT)
-    assert transport._MANAGERS
-    assert parallel.Forked(lambda: len(transport._MANAGERS)).result() == 0
-    assert transport._MANAGERS  # the parent's own are left alone
+    pools._manager("http://127.0.0.1:9/", transport.DEFAULT_TRANSPORT)
+    assert pools._MANAGERS
+    assert parallel.Forked(lambda: len(pools._MANAGERS)).result() == 0
+    assert pools._MANAGERS  # the parent's own are left alone
 
 
 def test_split_keeps_order_and_a_files_patches_together(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ Transient failures (no connection, a timeout, a cut-off body, a 5xx or a 429) ar
 again with exponential backoff; any other 4xx fails at once. A download is streamed into
 a temporary file beside its destination, hashed on the way, and renamed into place only
 when its sha256 is the expected one, so a bad file is never left where the caller looks.
+
+urllib3, `http.client` and `ssl` are imported with the first request (`pools`), not with
+this module: a command that asks no server (a report kept from last time) does not pay ~30 ms.
 """
 
 from __future__ import annotations
@@ -19,26 +22,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import http
-import http.client
 import logging
 import os
 import re
-import ssl
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-import urllib3
-
 from patchset._fs import atomic_file
 from patchset.adapters.net.transport import DEFAULT_TRANSPORT as DEFAULT_TRANSPORT
 from patchset.adapters.net.transport import Transport as Transport
-from patchset.adapters.net.transport import _manager, _reason, answer_by
 from patchset.adapters.net.transport import _netrc_entry as _netrc_entry  # tests clear it
 from patchset.errors import IntegrityError, SourceError
 
@@ -224,7 +219,16 @@ def _file_range(url: str, start: int, end: int | None) -> tuple[bytes, int]:
 
 
 def _file_path(url: str) -> Path:
+    import urllib.request  # noqa: PLC0415 -- file: URLs only (it imports http.client, ssl)
+
     return Path(urllib.request.url2pathname(urllib.parse.urlsplit(url).path))
+
+
+def _reason(exc: object) -> str:
+    """`pools._reason`: a short cause for a message."""
+    from patchset.adapters.net.pools import _reason as reason  # noqa: PLC0415 -- see module
+
+    return reason(exc)
 
 
 def download(
@@ -332,7 +336,14 @@ class _Response:
     """One answer being read: its status, headers and final URL, and its body in pieces."""
 
     def __init__(self, raw: Any, url: str, wait: _Patience | None = None) -> None:
+        import http.client  # noqa: PLC0415 -- with the first request (see the module)
+
+        import urllib3  # noqa: PLC0415
+
         self._raw = raw  # a urllib3 response, or urllib's for a file: URL
+        self._web = isinstance(raw, urllib3.BaseHTTPResponse)
+        self._some = isinstance(raw, urllib3.HTTPResponse)  # it reads what has come
+        self._broken = (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError)
         self._wait = wait
         self.status: int = getattr(raw, "status", None) or 200  # urllib's file: answers have none
         self.headers: Any = raw.headers
@@ -343,13 +354,13 @@ class _Response:
         least one byte unless the body ended); a failure of the connection is transient
         (tried again), unlike one writing to disk."""
         try:
-            if isinstance(self._raw, urllib3.HTTPResponse) and some:
+            if self._some and some:
                 data: bytes = self._raw.read1(size, decode_content=False)
-            elif isinstance(self._raw, urllib3.BaseHTTPResponse):
+            elif self._web:
                 data = self._raw.read(None if size < 0 else size, decode_content=False)
             else:
                 data = self._raw.read(size)
-        except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as exc:
+        except self._broken as exc:
             raise _TransientError(_reason(exc)) from None
         if data and self._wait is not None:
             self._wait.heard()
@@ -359,7 +370,7 @@ class _Response:
         """Hand the connection back when the body was read to its end (kept alive for the next
         request); close it otherwise (a body not read, e.g. a whole wheel sent for a range)."""
         raw = self._raw
-        if not isinstance(raw, urllib3.BaseHTTPResponse):
+        if not self._web:
             raw.close()
             return
         if raw.length_remaining != 0:
@@ -384,8 +395,10 @@ def _open(
         response = _open_web(url, extra, wait, transport)
     try:
         if response.status >= 400:
+            from http import HTTPStatus  # noqa: PLC0415 -- an error only
+
             try:
-                reason = http.HTTPStatus(response.status).phrase
+                reason = HTTPStatus(response.status).phrase
             except ValueError:
                 reason = ""
             if response.status >= 500 or response.status == 429:  # 429: come back later
@@ -413,6 +426,12 @@ def _open_web(
     known, and each host gets only its own credentials: `private` headers, a token, go only
     to the first URL's host). With `deadline` (a `time.monotonic()`), the connection and the
     answer's head by then, however steadily the server drips it."""
+    import http.client  # noqa: PLC0415 -- with the first request (see the module)
+
+    import urllib3  # noqa: PLC0415
+
+    from patchset.adapters.net.pools import _failure, _manager, answer_by  # noqa: PLC0415
+
     host = urllib.parse.urlsplit(url).netloc
     for _ in range(MAX_REDIRECTS + 1):
         sent = dict(headers)
@@ -450,24 +469,11 @@ def _open_web(
     raise SourceError(f"{redact(url)}: more than {MAX_REDIRECTS} redirects")
 
 
-def _failure(url: str, exc: BaseException) -> Exception:
-    """The error for a request that got no answer: an untrusted certificate or a malformed
-    URL is final; anything else (no connection, a timeout, a reset) may pass."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return SourceError(
-                f"{redact(url)}: the server's certificate is not trusted"
-                f" ({cause.verify_message}); set pip's cert or trusted-host"
-            )
-        if isinstance(cause, urllib3.exceptions.LocationParseError):
-            return SourceError(f"{redact(url)}: malformed URL ({cause})")
-        cause = cause.__cause__ or cause.__context__
-    return _TransientError(_reason(exc))
-
-
 def _open_file(url: str, headers: dict[str, str], timeout: float) -> _Response:
     """A ``file:`` URL through urllib (a local mirror): the same answers as a server's."""
+    import urllib.error  # noqa: PLC0415 -- file: URLs only
+    import urllib.request  # noqa: PLC0415
+
     request = urllib.request.Request(redact(url), headers=headers)  # noqa: S310 -- file: only
     try:
         raw = urllib.request.urlopen(request, timeout=timeout)  # noqa: S310

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from patchset.adapters import net
@@ -253,6 +252,8 @@ def _ours(project: str | None, version: str) -> bool:
     """Whether a listed file is one of vLLM's: its file name names the project (another
     project's wheel on the page is not, as pip's link evaluator says) and a version that can
     be one."""
+    from packaging.utils import canonicalize_name  # noqa: PLC0415 -- see `pick_wheel`
+
     return (
         project is not None
         and canonicalize_name(project) == PROJECT
@@ -262,6 +263,10 @@ def _ours(project: str | None, version: str) -> bool:
 
 def pick_wheel(wheels: list[IndexFile]) -> IndexFile | None:
     """A wheel for this machine's architecture when there is one, else a pure one, else any."""
+    # packaging.utils (its tags) imported when a file name is read: a report kept from last
+    # time reads none
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # noqa: PLC0415
+
     machine = platform.machine().lower()
     machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 

@@ -25,7 +25,6 @@ URL or ``~/.netrc``.
 from __future__ import annotations
 
 import ast
-import configparser
 import contextlib
 import hashlib
 import importlib.metadata
@@ -94,6 +93,8 @@ def read_pip_config() -> dict[str, str]:
     """pip's configuration from its files and ``PIP_*`` variables, merged as ``pip config
     list`` shows it (a later file wins per section; then ``global`` < ``install`` <
     ``download`` < the environment); empty when a file cannot be parsed, as pip then fails."""
+    import configparser  # noqa: PLC0415 -- when pip's files are read, not to look up the memo
+
     merged: dict[tuple[str, str], str] = {}
     for name in pip_config_files():
         parser = configparser.RawConfigParser()
