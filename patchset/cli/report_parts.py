@@ -94,6 +94,8 @@ def facts(patch: Patch) -> str:
 def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | None:
     """`report` (of `registry`, whose folder `files` is) in parts; None when its results are
     not one per checked patch in every release, in the same order (then it is not kept)."""
+    from patchset.release_check.report import SCHEMA
+
     versions = tuple(r.version for r in report.releases)
     count = len(report.results) // len(versions) if versions else 0
     order = tuple(r.patch for r in report.results[:count])
@@ -109,7 +111,6 @@ def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | N
         results.append(tuple(result_text(r, rests) for r in mine))
         for r in mine:
             attention[r.patch] += r.needs_attention
-    data = report.to_dict()
     referenced = {
         other
         for p in registry.patches
@@ -118,10 +119,10 @@ def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | N
     }
     by_id = {p.id: p for p in registry.patches}
     return Parts(
-        schema=str(data["schema"]),
+        schema=SCHEMA,
         registry=report.registry,
         versions=versions,
-        releases=encoded(data["releases"], 1),
+        releases=encoded(report.release_dicts(), 1),
         order=order,
         results=tuple(results),
         attention=attention,

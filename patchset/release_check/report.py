@@ -123,19 +123,23 @@ class CheckReport:
                 return r
         raise KeyError((version, patch_id))
 
+    def release_dicts(self) -> list[dict[str, object]]:
+        """The releases as the JSON report lists them."""
+        return [
+            {
+                "vllm": r.version,
+                "origin": r.origin,
+                "sha256": r.digest,
+                "artifact": dict(r.details) if r.details is not None else None,
+            }
+            for r in self.releases
+        ]
+
     def to_dict(self) -> dict[str, object]:
         return {
             "schema": SCHEMA,
             "registry": self.registry,
-            "releases": [
-                {
-                    "vllm": r.version,
-                    "origin": r.origin,
-                    "sha256": r.digest,
-                    "artifact": dict(r.details) if r.details is not None else None,
-                }
-                for r in self.releases
-            ],
+            "releases": self.release_dicts(),
             "results": [r.to_dict() for r in self.results],
             "suggested_ranges": {k: list(v) for k, v in self.suggested.items()},
             "patches": self.patches,
