@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.metadata
 import os
 import re
 import sys
@@ -267,6 +266,8 @@ def import_rule(site_packages: Path | None, why: str = "no vLLM release at hand"
         infos.setdefault(canonicalize_name(folder.name.split("-", 1)[0]), folder)
     if "vllm" not in infos:
         return ImportRule(None, f"{site_packages} holds no vllm dist-info")
+    import importlib.metadata  # noqa: PLC0415 -- 10 ms at every registry load otherwise
+
     vllm = importlib.metadata.PathDistribution(infos["vllm"])
     modules: set[str] = set()
     for line in vllm.requires or []:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -190,6 +189,8 @@ def _pip_config_memo(memo: Path | None) -> dict[str, str]:
 
 
 def _memo_key() -> str | None:
+    import importlib.metadata  # noqa: PLC0415 -- off Linux only: 10 ms at every check otherwise
+
     try:
         pip_version = importlib.metadata.version("pip")
     except importlib.metadata.PackageNotFoundError:
