@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchset.cli.output import Encoded, dumps, encoded
+from patchset.cli.output import Encoded, encoded
 from patchset.cli.registry_state import Files, content_digests
 from patchset.errors import ExitCode
 
@@ -56,21 +56,32 @@ class Parts:
         return ExitCode.ATTENTION if any(self.attention.values()) else ExitCode.OK
 
     def text(self) -> str:
-        """The report's JSON, as `dumps(report.to_dict())` writes it, and a line end."""
+        """The report's JSON, as `dumps(report.to_dict())` writes it, and a line end: its
+        parts joined as json's indent of 2 lays out a list and an object (the test holds the
+        two the same bytes)."""
+        results = [text for each in self.results for text in each]
         return (
-            dumps(
-                {
-                    "schema": self.schema,
-                    "registry": self.registry,
-                    "releases": Encoded(self.releases),
-                    "results": [Encoded(text) for each in self.results for text in each],
-                    "suggested_ranges": {k: Encoded(v) for k, v in self.suggested.items()},
-                    "patches": {k: Encoded(v) for k, v in self.gates.items()},
-                    "exit_code": int(self.code),
-                }
-            )
-            + "\n"
+            f'{{\n  "schema": {encoded(self.schema, 1)},'
+            f'\n  "registry": {encoded(self.registry, 1)},'
+            f'\n  "releases": {self.releases},\n  "results": {_listed(results)},'
+            f'\n  "suggested_ranges": {_mapped(self.suggested)},'
+            f'\n  "patches": {_mapped(self.gates)},\n  "exit_code": {int(self.code)}\n}}\n'
         )
+
+
+_INNER = ",\n    "
+
+
+def _listed(items: Sequence[str]) -> str:
+    """A list one level in, of items encoded two levels in."""
+    return "[\n    " + _INNER.join(items) + "\n  ]" if items else "[]"
+
+
+def _mapped(values: dict[str, str]) -> str:
+    """An object one level in, of values encoded two levels in."""
+    if not values:
+        return "{}"
+    return "{\n    " + _INNER.join(f"{encoded(k, 2)}: {v}" for k, v in values.items()) + "\n  }"
 
 
 def facts(patch: Patch) -> str:
