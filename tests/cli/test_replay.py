@@ -173,11 +173,7 @@ class _Loads:
 
 def _fresh(registry: Path, cache: Path, index: FakeIndex, tmp_path: Path) -> Result:
     """The check as it runs with no report kept (its memo and files as `cache` has them)."""
-    other = tmp_path / f"fresh-{len(list(tmp_path.glob('fresh-*')))}"
-    shutil.copytree(cache, other)
-    for kept in (other / "memo").glob("reports-*"):
-        kept.unlink()
-    return _check(registry, other, index)
+    return _fresh_with(registry, cache, index, tmp_path)
 
 
 def _edit(registry: Path, patch_id: str, old: str, new: str, name: str = "patch.toml") -> None:
@@ -349,3 +345,52 @@ def test_the_check_commands_timeout_default_is_the_networks() -> None:
     from patchset.cli.commands import check
 
     assert check.DEFAULT_TIMEOUT == net.DEFAULT_TIMEOUT
+
+
+def test_files_state_sees_a_folder_link_and_an_empty_folder(tmp_path: Path) -> None:
+    """Entries the loader sees but that hold no file: a link to a folder (listed, never
+    walked into) and an empty folder (a patch folder without patch.toml is a warning)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "patch.toml").write_text("x\n")
+    before = registry_state.files_state(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with_empty = registry_state.files_state(tmp_path)
+    assert with_empty.digest != before.digest and "empty/" in with_empty.tops
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "a" / "link").symlink_to(tmp_path / "outside")
+    linked = registry_state.files_state(tmp_path)
+    assert linked.digest != with_empty.digest
+    assert linked.tops["a/"] != with_empty.tops["a/"]
+
+
+def test_a_check_of_some_patches_is_kept_apart_from_the_whole_one(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    for version in VERSIONS:
+        fake_index.add_release(
+            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
+        )
+    registry = _mixed(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    whole = _check(registry, cache, fake_index)
+    some = _check(registry, cache, fake_index, "--patch", "alone-1")
+    assert len(json.loads(some.out)["results"]) == len(VERSIONS)
+    loads = _Loads(monkeypatch)
+    assert _check(registry, cache, fake_index, "--patch", "alone-1").out == some.out
+    assert _check(registry, cache, fake_index).out == whole.out
+    assert loads.count == 0
+    _edit(registry, "alone-1", 'title = "', 'title = "new ')
+    again = _check(registry, cache, fake_index, "--patch", "alone-1")  # --patch: the whole check
+    assert loads.count == 1
+    assert again.out == _fresh_with(registry, cache, fake_index, tmp_path, "--patch", "alone-1").out
+
+
+def _fresh_with(
+    registry: Path, cache: Path, index: FakeIndex, tmp_path: Path, *more: str
+) -> Result:
+    """`_fresh` with more options."""
+    other = tmp_path / f"fresh-{len(list(tmp_path.glob('fresh-*')))}"
+    shutil.copytree(cache, other)
+    for kept in (other / "memo").glob("reports-*"):
+        kept.unlink()
+    return _check(registry, other, index, *more)
