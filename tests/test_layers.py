@@ -3,7 +3,7 @@
 - `kernel/` (what ships into images) imports only the standard library and itself;
 - `registry/` imports only the standard library, `packaging`, the two parsers it needs
   (`tomlkit` for style-kept edits, `unidiff` for diffs) and, of patchset, `kernel`, `errors`,
-  `_fs` (atomic writes) and itself;
+  `_fs` (atomic writes), `_lazy` (a package's names imported on first use) and itself;
 - nothing outside `cli/` imports `rich` (not even for type checking);
 - the wings `importers/`, `upstream/` and `cli/` are imported by `cli/` only (and `cli/` by
   nothing in the package but the entry point `__main__`);
@@ -28,7 +28,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "patchset"
 STDLIB = frozenset(sys.stdlib_module_names)
 REGISTRY_THIRD_PARTY = frozenset({"packaging", "tomlkit", "unidiff"})
-REGISTRY_PATCHSET = ("patchset.kernel", "patchset.errors", "patchset._fs", "patchset.registry")
+REGISTRY_PATCHSET = (
+    "patchset.kernel",
+    "patchset.errors",
+    "patchset._fs",
+    "patchset._lazy",
+    "patchset.registry",
+)
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ finds where a missing target file went (check and refresh); `memo` keeps results
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from patchset._lazy import exports
 
 if TYPE_CHECKING:
     from patchset.release_check.report import (
@@ -60,15 +61,4 @@ _WHERE = {
     **dict.fromkeys(("check", "check_tree", "files_needed"), "patchset.release_check.run"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    """A name of `__all__`, imported from its module on first use (then kept here)."""
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = exports(__name__, _WHERE, __all__)

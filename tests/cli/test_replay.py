@@ -183,6 +183,15 @@ def _edit(registry: Path, patch_id: str, old: str, new: str, name: str = "patch.
     path.write_text(text.replace(old, new, 1))
 
 
+def _mixed_releases(fake_index: FakeIndex, root: Path) -> Path:
+    """`_mixed` at `root`, and the releases it is checked against (both files in each)."""
+    for version in VERSIONS:
+        fake_index.add_release(
+            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
+        )
+    return _mixed(root)
+
+
 def _mixed(root: Path) -> Path:
     """Three independent patches, one required by a fourth, and a support-free layout."""
     for n in range(3):
@@ -203,11 +212,7 @@ def _mixed(root: Path) -> Path:
 def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_check_says(
     tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
 ) -> None:
-    for version in VERSIONS:
-        fake_index.add_release(
-            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
-        )
-    registry = _mixed(tmp_path / "patches")
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
     cache = tmp_path / "cache"
     first = _check(registry, cache, fake_index)
     assert first.code == 0, first.err
@@ -254,11 +259,7 @@ def test_files_rewritten_with_the_same_bytes_are_not_an_edit(
 ) -> None:
     """A checkout or a restore: every file's status changes, none of its bytes (a CI that
     keeps the cache between fresh clones gets the report kept, not the whole check)."""
-    for version in VERSIONS:
-        fake_index.add_release(
-            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
-        )
-    registry = _mixed(tmp_path / "patches")
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
     cache = tmp_path / "cache"
     first = _check(registry, cache, fake_index)
     for path in sorted(registry.rglob("*")):
@@ -296,11 +297,7 @@ def test_an_edit_reaching_beyond_one_patch_runs_the_whole_check(
     settled: None,
     change: str,
 ) -> None:
-    for version in VERSIONS:
-        fake_index.add_release(
-            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
-        )
-    registry = _mixed(tmp_path / "patches")
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
     cache = tmp_path / "cache"
     _check(registry, cache, fake_index)
     loads = _Loads(monkeypatch)
@@ -366,11 +363,7 @@ def test_files_state_sees_a_folder_link_and_an_empty_folder(tmp_path: Path) -> N
 def test_a_check_of_some_patches_is_kept_apart_from_the_whole_one(
     tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
 ) -> None:
-    for version in VERSIONS:
-        fake_index.add_release(
-            version, {"vllm/m.py": OLD.encode(), "vllm/n.py": b"a = 1\n"}, wheel_only=True
-        )
-    registry = _mixed(tmp_path / "patches")
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
     cache = tmp_path / "cache"
     whole = _check(registry, cache, fake_index)
     some = _check(registry, cache, fake_index, "--patch", "alone-1")

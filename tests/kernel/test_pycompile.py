@@ -11,6 +11,19 @@ from patchset.kernel import pycompile, pyunits
 from patchset.kernel.pycompile import broken_by, compile_error, compiles
 
 
+def _whole_compiles(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The sources compiled whole from here on (`pycompile._compile_known`), in order."""
+    compiled: list[bytes] = []
+    real = pycompile._compile_known
+
+    def counting(source: bytes) -> object:
+        compiled.append(source)
+        return real(source)
+
+    monkeypatch.setattr(pycompile, "_compile_known", counting)
+    return compiled
+
+
 def test_good_source_compiles() -> None:
     assert compile_error("def f():\n    return 1\n") is None
     assert compiles(b"x = '\\d'\n")  # a SyntaxWarning is not an error
@@ -122,14 +135,8 @@ def test_a_release_known_from_the_one_before_is_known_as_compiled_whole(
     """The same file in the next release (`name` given) is judged as an edit of the copy
     known before it: what it says of that copy (compiles or not, where its defs and classes
     start) is what compiling it whole says, and edits of it are judged as `broken_by` does."""
-    whole_compiles: list[bytes] = []
-    real = pycompile._compile_known
-
-    def counting(source: bytes) -> object:
-        whole_compiles.append(source)
-        return real(source)
-
-    monkeypatch.setattr(pycompile, "_compile_known", counting)
+    real = pycompile._compile_known  # compiling whole, uncounted
+    whole_compiles = _whole_compiles(monkeypatch)
     rng = random.Random(seed)  # noqa: S311 - a fixed test sequence
     sources = [p.read_bytes() for p in sorted(Path(pycompile.__file__).parent.parent.rglob("*.py"))]
     derived = 0
@@ -276,14 +283,8 @@ def test_lines_put_at_the_end_of_a_class_or_method(
     the units around them (the last method, the method before, not the class whole), as
     compiling it whole says (compiles or not, starts, classes; each end a boundary); where
     the lines make it not compile, the units refuse and it is compiled whole."""
-    whole_compiles: list[bytes] = []
-    real = pycompile._compile_known
-
-    def counting(source: bytes) -> object:
-        whole_compiles.append(source)
-        return real(source)
-
-    monkeypatch.setattr(pycompile, "_compile_known", counting)
+    real = pycompile._compile_known  # compiling whole, uncounted
+    whole_compiles = _whole_compiles(monkeypatch)
     units_compiled: list[str] = []
     real_unit = pyunits._compiled
 

@@ -17,8 +17,9 @@ directory and members, `sdist` an sdist, `client` the index, `cache` the user ca
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from patchset._lazy import exports
 
 if TYPE_CHECKING:
     from patchset.sources.package_index.source import ARTIFACTS, Artifact, IndexSource
@@ -33,15 +34,4 @@ _WHERE = {
     **dict.fromkeys(("IndexTree",), "patchset.sources.package_index.tree"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    """A name of `__all__`, imported from its module on first use (then kept here)."""
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = exports(__name__, _WHERE, __all__)
