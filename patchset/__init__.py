@@ -16,9 +16,8 @@ until it is asked for. `patchset.check` is the function; its package's other nam
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from patchset._lazy import exports
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from patchset.adapters.actions import escape_data, escape_property, workflow_command
@@ -53,16 +52,23 @@ __all__ = [
 ]
 
 _WHERE = {
-    **dict.fromkeys(
-        ("escape_data", "escape_property", "workflow_command"), "patchset.adapters.actions"
-    ),
-    **dict.fromkeys(("ApplyReport", "PatchResult", "apply", "revert"), "patchset.engine.apply"),
-    **dict.fromkeys(("ExitCode", "PatchsetError"), "patchset.errors"),
-    **dict.fromkeys(
-        ("BuildReport", "build"), "patchset.image.build"
-    ),  # the Docker SDK: only on use
-    **dict.fromkeys(("Patch", "Registry", "Variant", "load_registry"), "patchset.registry"),
-    **dict.fromkeys(("CheckReport", "CheckResult", "check"), "patchset.release_check"),
+    **dict.fromkeys(("escape_data", "escape_property", "workflow_command"), "adapters.actions"),
+    **dict.fromkeys(("ApplyReport", "PatchResult", "apply", "revert"), "engine.apply"),
+    **dict.fromkeys(("ExitCode", "PatchsetError"), "errors"),
+    **dict.fromkeys(("BuildReport", "build"), "image.build"),  # the Docker SDK: only on use
+    **dict.fromkeys(("Patch", "Registry", "Variant", "load_registry"), "registry"),
+    **dict.fromkeys(("CheckReport", "CheckResult", "check"), "release_check"),
 }
 
-__getattr__, __dir__ = exports(__name__, _WHERE, __all__)
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (then kept here)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'patchset' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"patchset.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,6 +1,6 @@
-"""A package's names imported from their modules on first use (PEP 562): `import patchset`,
-or one module of a package, does not import the rest of it (the command line takes over
-Ctrl-C early; a kept check report is printed without loading the registry)."""
+"""A package's names imported from their modules on first use (PEP 562): one module of the
+package is imported without the rest of it (a kept check report is printed without loading
+the registry). `patchset` itself has its own (`import patchset` imports nothing else)."""
 
 from __future__ import annotations
 
