@@ -21,12 +21,15 @@ What the key holds:
 - a digest of every module of patchset, Python's version and the machine's architecture
   (which wheel a release is read from).
 
-Reports live in the memo's folder (``<cache>/memo/reports-2.sqlite``: removing the memo
+Reports live in the memo's folder (``<cache>/memo/reports-3.sqlite``: removing the memo
 removes them), in parts (`patchset.cli.report_parts`: a report kept for the same check and
-another state of the registry is brought up to date for a few edited patches), compressed,
-the newest `KEPT` only, each sealed like the memo's rows (an HMAC keyed by the memo's
-secret): a row that is not believed is a miss. Only the package index source and the JSON
-format are answered this way; `-v` (which logs the run) never is.
+another state of the registry is brought up to date for a few edited patches), its results
+in compressed chunks, one per patch (named by their digest and shared between the reports
+they are in: an edit's report writes its patch's chunk only), the newest `KEPT` only, each
+sealed like the memo's rows (an HMAC keyed by the memo's secret, over the chunks' digests;
+each chunk is checked against its digest): a row or chunk that is not believed is a miss.
+Only the package index source and the JSON format are answered this way; `-v` (which logs
+the run) never is.
 """
 
 from __future__ import annotations
@@ -55,12 +58,16 @@ from patchset.cli.report_parts import Parts
 if TYPE_CHECKING:
     from patchset.sources.base import ReleaseSource
 
-FORMAT = 2  # 2: a report is kept in parts, beside the key without the registry's files
+# 2: a report is kept in parts, beside the key without the registry's files; 3: its results
+# in chunks, one per patch, shared by the reports they are in (an edit writes its patch's)
+FORMAT = 3
 KEPT = 8  # reports kept (a few registries, option sets or branches checked in turn)
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, base TEXT NOT NULL,"
-    " value BLOB NOT NULL, seal TEXT NOT NULL, stamp REAL NOT NULL)"
+    " head BLOB NOT NULL, chunks TEXT NOT NULL, seal TEXT NOT NULL, stamp REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS chunks (digest TEXT PRIMARY KEY, value BLOB NOT NULL)",
 )
+_BATCH = 500  # digests per query (well under SQLite's bound on parameters)
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -182,7 +189,8 @@ def _db() -> Iterator[tuple[sqlite3.Connection, bytes] | None]:
         db = sqlite3.connect(path, timeout=5, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")  # as the memo's: a cache, no fsync per report
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(_SCHEMA)
+        for statement in _SCHEMA:
+            db.execute(statement)
     except (OSError, sqlite3.Error):
         if db is not None:
             db.close()
@@ -196,12 +204,12 @@ def _db() -> Iterator[tuple[sqlite3.Connection, bytes] | None]:
 
 def get(report_key: str) -> Stored | None:
     """The report kept under `report_key`, if there is one and its seal holds."""
-    return _one("SELECT key, base, value, seal FROM reports WHERE key = ?", report_key)
+    return _one("SELECT key, base, head, chunks, seal FROM reports WHERE key = ?", report_key)
 
 
 def latest(base: str) -> Stored | None:
     """The newest report kept under the `base_key` `base` (of another registry state)."""
-    query = "SELECT key, base, value, seal FROM reports WHERE base = ? ORDER BY stamp DESC"
+    query = "SELECT key, base, head, chunks, seal FROM reports WHERE base = ? ORDER BY stamp DESC"
     return _one(query, base)
 
 
@@ -211,18 +219,34 @@ def _one(query: str, wanted: str) -> Stored | None:
             return None
         db, secret = opened
         try:
+            db.execute("BEGIN")  # one snapshot: a row and its chunks, whoever writes meanwhile
             row = db.execute(query, (wanted,)).fetchone()
+            if row is None:
+                return None
+            report_key, base, head, listed, said = row
+            if not isinstance(head, bytes) or not isinstance(listed, str):
+                return None
+            if said != seal(secret, report_key, base, _sum(head), listed):
+                return None
+            texts = _chunk_texts(db, listed.split())
         except sqlite3.Error:
             return None
-    if row is None:
-        return None
-    report_key, base, value, said = row
-    if not isinstance(value, bytes) or said != seal(secret, report_key, base, _sum(value)):
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("COMMIT")
+    if texts is None:
         return None
     try:
-        record = _unpacked(zlib.decompress(value))
-        code, warned = int(record["code"]), record["warnings"]
-        parts = report_parts.from_data(record["parts"])
+        record = json.loads(zlib.decompress(head))
+        data, code, warned = record["parts"], int(record["code"]), record["warnings"]
+        data["releases"], columns = texts[0], [t.split("\0") for t in texts[1:]]
+        if len(columns) != len(data["order"]):
+            raise ValueError("not one chunk per patch")
+        count = len(data["versions"])
+        if any(len(column) != count for column in columns):
+            raise ValueError("not one result per release in a chunk")
+        data["results"] = [[column[i] for column in columns] for i in range(count)]
+        parts = report_parts.from_data(data)
     except (ValueError, KeyError, TypeError, zlib.error):
         return None
     if parts is None or not all(isinstance(w, str) for w in warned):
@@ -230,53 +254,81 @@ def _one(query: str, wanted: str) -> Stored | None:
     return Stored(parts, code, tuple(warned))
 
 
+def _chunk_texts(db: sqlite3.Connection, digests: list[str]) -> list[str] | None:
+    """The text of each chunk `digests` names, in their order; None when one is missing or
+    its bytes are not those its digest names (the row's seal covers the digests)."""
+    found: dict[str, str] = {}
+    for digest, value in _chunk_rows(db, "digest, value", digests):
+        try:
+            data = zlib.decompress(value)
+        except (zlib.error, TypeError):
+            return None
+        if _sum(data) != digest:
+            return None
+        found[digest] = data.decode("utf-8", "surrogateescape")
+    try:
+        return [found[d] for d in digests]
+    except KeyError:
+        return None
+
+
 def put(report_key: str, base: str, stored: Stored) -> None:
     """Keep `stored` under `report_key` (best effort: a cache that cannot be written only
-    costs the speed); the oldest beyond `KEPT` go."""
-    record = {
-        "parts": report_parts.to_data(stored.parts),
-        "code": stored.code,
-        "warnings": list(stored.warnings),
-    }
-    value = zlib.compress(_packed(record), 1)
+    costs the speed); the oldest beyond `KEPT` go, with the chunks no report names."""
+    data = report_parts.to_data(stored.parts)
+    results, releases = data.pop("results"), data.pop("releases")
+    record = {"parts": data, "code": stored.code, "warnings": list(stored.warnings)}
+    head = zlib.compress(json.dumps(record).encode("utf-8", "surrogateescape"), 1)
+    # the chunks: the releases, then each patch's results (one per release, NUL between:
+    # encoded JSON holds none), each named by its digest and shared by the reports it is in
+    texts = [releases, *("\0".join(each[i] for each in results) for i in range(len(data["order"])))]
+    named = [(_sum(b), b) for b in (t.encode("utf-8", "surrogateescape") for t in texts)]
+    chunks = dict(named)
+    listed = " ".join(d for d, _ in named)
     with _db() as opened:
         if opened is None:
             return
         db, secret = opened
-        sealed = seal(secret, report_key, base, _sum(value))
+        sealed = seal(secret, report_key, base, _sum(head), listed)
         with contextlib.suppress(sqlite3.Error), db:
             db.execute("BEGIN IMMEDIATE")
-            db.execute(
-                "INSERT OR REPLACE INTO reports VALUES (?, ?, ?, ?, ?)",
-                (report_key, base, value, sealed, time.time()),
+            have = _present(db, list(chunks))
+            db.executemany(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?)",
+                [(d, zlib.compress(b, 1)) for d, b in chunks.items() if d not in have],
             )
+            replaced = db.execute("SELECT 1 FROM reports WHERE key = ?", (report_key,)).fetchone()
             db.execute(
+                "INSERT OR REPLACE INTO reports VALUES (?, ?, ?, ?, ?, ?)",
+                (report_key, base, head, listed, sealed, time.time()),
+            )
+            gone = db.execute(
                 "DELETE FROM reports WHERE key NOT IN"
                 " (SELECT key FROM reports ORDER BY stamp DESC LIMIT ?)",
                 (KEPT,),
-            )
+            ).rowcount
+            if replaced is not None or gone:
+                _collect(db)
 
 
-# A stored record: the length of its JSON head (8 hex digits), the head, then every result's
-# text (`Parts.results`, release by release) joined by NUL (encoded JSON holds none): the
-# bulk of a report read and written without JSON escaping it again.
-def _packed(record: dict[str, Any]) -> bytes:
-    parts = dict(record["parts"])
-    body = "\0".join(text for each in parts.pop("results") for text in each)
-    head = json.dumps({**record, "parts": parts}).encode("utf-8", "surrogateescape")
-    return b"%08x" % len(head) + head + body.encode("utf-8", "surrogateescape")
+def _present(db: sqlite3.Connection, digests: list[str]) -> set[str]:
+    """Those of `digests` whose chunk is stored."""
+    return {d for (d,) in _chunk_rows(db, "digest", digests)}
 
 
-def _unpacked(data: bytes) -> dict[str, Any]:
-    size = int(data[:8], 16)
-    record: dict[str, Any] = json.loads(data[8 : 8 + size])
-    parts = record["parts"]
-    texts = data[8 + size :].decode("utf-8", "surrogateescape").split("\0")
-    count = len(parts["order"])
-    if not count or len(texts) != count * len(parts["versions"]):
-        raise ValueError("the results are not one per patch and release")
-    parts["results"] = [texts[i : i + count] for i in range(0, len(texts), count)]
-    return record
+def _chunk_rows(db: sqlite3.Connection, columns: str, digests: list[str]) -> Iterator[Any]:
+    """The rows of `chunks` (their `columns`) whose digest is one of `digests`."""
+    for start in range(0, len(digests), _BATCH):
+        batch = digests[start : start + _BATCH]
+        marks = ", ".join("?" * len(batch))  # placeholders only: the digests are bound
+        yield from db.execute(f"SELECT {columns} FROM chunks WHERE digest IN ({marks})", batch)  # noqa: S608
+
+
+def _collect(db: sqlite3.Connection) -> None:
+    """Remove the chunks no kept report names."""
+    named = {d for (listed,) in db.execute("SELECT chunks FROM reports") for d in listed.split()}
+    unused = [(d,) for (d,) in db.execute("SELECT digest FROM chunks") if d not in named]
+    db.executemany("DELETE FROM chunks WHERE digest = ?", unused)
 
 
 def _sum(value: bytes) -> str:

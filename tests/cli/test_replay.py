@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,43 @@ def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_ch
     assert loads.count == 0
     assert both.out == _fresh(registry, cache, fake_index, tmp_path).out
     assert json.loads(both.out)["registry"] != json.loads(edited.out)["registry"]
+
+
+def _chunks(cache: Path) -> dict[str, bytes]:
+    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+        return dict(db.execute("SELECT digest, value FROM chunks"))
+
+
+def test_an_edits_report_shares_the_chunks_of_the_patches_it_left_and_a_bad_chunk_is_no_hit(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
+    cache = tmp_path / "cache"
+    first = _check(registry, cache, fake_index)
+    before = _chunks(cache)
+    assert len(before) == 1 + len(json.loads(first.out)["patches"])  # the releases, each patch
+
+    _edit(registry, "alone-1", "revision = 1", "revision = 2")  # in each of its results
+    edited = _check(registry, cache, fake_index)
+    after = _chunks(cache)
+    assert len(after) == len(before) + 1  # the edited patch's results: the rest shared
+    assert before.items() <= after.items()
+
+    # a report evicted takes the chunks no other report names with it
+    monkeypatch.setattr(replay, "KEPT", 1)
+    _edit(registry, "alone-0", 'title = "', 'title = "new ')
+    newest = _check(registry, cache, fake_index)
+    left = _chunks(cache)
+    assert len(left) == len(before)
+    assert newest.out == _fresh(registry, cache, fake_index, tmp_path).out
+
+    # a chunk whose bytes are not those its digest names is not believed
+    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+        db.execute("UPDATE chunks SET value = ?", (zlib.compress(b"[]"),))
+    with monkeypatch.context() as m:
+        _no_load(m)
+        assert _loaded(_check(registry, cache, fake_index))
+    assert edited.out != newest.out
 
 
 def test_files_rewritten_with_the_same_bytes_are_not_an_edit(
