@@ -34,8 +34,8 @@ class Files:
 def files_state(root: Path) -> Files:
     """Every file and folder under `root` (links not followed), by path, size, times and
     inode, as a whole and by the entry at the top they are in."""
-    whole = hashlib.sha256()
-    tops: dict[str, hashlib._Hash] = {}
+    every: list[str] = []  # a line per file and folder, in the walk's order
+    by_top: dict[str, list[str]] = {}
     newest = 0
     base = len(str(root)) + 1
     for folder, dirs, names in os.walk(root):
@@ -55,11 +55,14 @@ def files_state(root: Path) -> Files:
                     f"{path[base:]}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
                     f"\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}\n"
                 )
-            data = line.encode("utf-8", "surrogateescape")
-            whole.update(data)
-            own = top or (name if name else "")
-            tops.setdefault(own, hashlib.sha256()).update(data)
-    return Files(whole.hexdigest(), newest / 1e9, {k: h.hexdigest() for k, h in tops.items()})
+            every.append(line)
+            by_top.setdefault(top or name, []).append(line)
+    tops = {k: _digest(lines) for k, lines in by_top.items()}
+    return Files(_digest(every), newest / 1e9, tops)
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def content_digests(root: Path, tops: Iterable[str]) -> dict[str, str]:
