@@ -44,9 +44,10 @@ class Manifest:
 def decode(raw: bytes) -> Manifest | None:
     """The manifest `raw` holds; None when it is not one (a format not read, a body that does
     not match its digest, a header that does not fit)."""
-    head, sep, body = raw.partition(b"\n")
-    if not sep:
+    end = raw.find(b"\n")
+    if end < 0:
         return None
+    head, body = raw[:end], memoryview(raw)[end + 1 :]  # not copied: most are never decoded
     try:
         header = json.loads(head)
         written = header.pop("format")
@@ -108,7 +109,7 @@ class Members(Mapping[str, list[Any]]):
     cost), each entry unpacked when asked for. The bytes were checked against the manifest's
     digest when it was loaded."""
 
-    def __init__(self, body: bytes, *, packed: bool = True) -> None:
+    def __init__(self, body: bytes | memoryview, *, packed: bool = True) -> None:
         self._body = body
         self.packed = packed  # False: written by format 2, entries as lists
         self._members: dict[str, str | list[Any]] | None = None
@@ -116,7 +117,7 @@ class Members(Mapping[str, list[Any]]):
     def _decoded(self) -> dict[str, str | list[Any]]:
         if self._members is None:
             try:
-                members = json.loads(self._body)
+                members = json.loads(bytes(self._body))
             except ValueError:
                 members = None
             if not isinstance(members, dict):
