@@ -33,32 +33,66 @@ class Files:
 
 def files_state(root: Path) -> Files:
     """Every file and folder under `root` (links not followed), by path, size, times and
-    inode, as a whole and by the entry at the top they are in."""
-    every: list[str] = []  # a line per file and folder, in the walk's order
+    inode, as a whole and by the entry at the top they are in: a folder, then its files and
+    links in name order, then each of its folders in turn (top-down, as `os.walk` goes)."""
+    every: list[str] = []  # a line per file and folder, in that order
     by_top: dict[str, list[str]] = {}
     newest = 0
-    base = len(str(root)) + 1
-    for folder, dirs, names in os.walk(root):
-        dirs.sort()
-        rel = folder[base:]
-        top = rel.split("/", 1)[0] + "/" if rel else ""
-        links = [d for d in dirs if Path(folder, d).is_symlink()]  # not walked into
-        for name in ("", *sorted(names), *links):
-            path = f"{folder}/{name}" if name else folder
-            try:
-                st = os.lstat(path)
-            except OSError:
-                line = f"{path[base:]}\0-\n"
+
+    def add(rel: str, top: str, st: os.stat_result | None) -> None:
+        nonlocal newest
+        if st is None:
+            line = f"{rel}\0-\n"
+        else:
+            newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+            line = (
+                f"{rel}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
+                f"\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}\n"
+            )
+        every.append(line)
+        by_top.setdefault(top, []).append(line)
+
+    def walk(path: str, rel: str, top: str, st: os.stat_result | None) -> None:
+        add(rel, top, st)
+        try:
+            with os.scandir(path) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            return
+        folders: list[os.DirEntry[str]] = []
+        links: list[os.DirEntry[str]] = []  # folders by a link: listed, not walked into
+        for entry in entries:
+            if not _is_dir(entry):
+                add(f"{rel}/{entry.name}" if rel else entry.name, top or entry.name, _lstat(entry))
             else:
-                newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
-                line = (
-                    f"{path[base:]}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}"
-                    f"\0{st.st_ctime_ns}\0{st.st_ino}\0{st.st_dev}\n"
-                )
-            every.append(line)
-            by_top.setdefault(top or name, []).append(line)
+                (links if entry.is_symlink() else folders).append(entry)
+        for entry in links:
+            add(f"{rel}/{entry.name}" if rel else entry.name, top or entry.name, _lstat(entry))
+        for entry in folders:
+            inner = f"{rel}/{entry.name}" if rel else entry.name
+            walk(entry.path, inner, top or f"{entry.name}/", _lstat(entry))
+
+    try:
+        own: os.stat_result | None = os.lstat(root)
+    except OSError:
+        own = None
+    walk(str(root), "", "", own)
     tops = {k: _digest(lines) for k, lines in by_top.items()}
     return Files(_digest(every), newest / 1e9, tops)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # a link to a folder too (listed with the files, not walked)
+    except OSError:
+        return False
+
+
+def _lstat(entry: os.DirEntry[str]) -> os.stat_result | None:
+    try:
+        return entry.stat(follow_symlinks=False)
+    except OSError:
+        return None
 
 
 def _digest(lines: list[str]) -> str:

@@ -39,7 +39,7 @@ import contextlib
 import functools
 import hashlib
 import json
-import platform
+import os
 import sqlite3
 import sys
 import time
@@ -113,7 +113,7 @@ def base_key(args: argparse.Namespace, listing: str) -> str:
         FORMAT,
         code_digest(),
         sys.version,
-        platform.machine(),
+        os.uname().machine,  # platform.machine(), without importing platform
         str(Path(args.registry).resolve()),
         listing,
         list(args.vllm),

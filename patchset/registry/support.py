@@ -18,15 +18,10 @@ import hashlib
 import os
 import re
 import sys
-import tarfile
 import textwrap
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 
 from patchset.errors import RegistryError
 from patchset.kernel.touches import parsed  # one parse per module text
@@ -174,6 +169,9 @@ def _pinned_package(
     if actual != sha256:
         raise top.error(f"{name} is damaged: its sha256 is {actual}, not the pinned one", "sha256")
     digest.update(data)
+    import tarfile  # noqa: PLC0415 -- a pinned package only (~3 ms a start otherwise)
+    import zipfile  # noqa: PLC0415
+
     try:
         members = _members(path)
     except (zipfile.BadZipFile, tarfile.TarError, OSError, EOFError) as exc:
@@ -198,6 +196,9 @@ def _pinned_package(
 
 def _members(path: Path) -> list[tuple[str, str | None]]:
     """The member names of a wheel, zip or tarball, with a link's target (tar)."""
+    import tarfile  # noqa: PLC0415 -- see `_pinned_package`
+    import zipfile  # noqa: PLC0415
+
     if path.name.endswith((".whl", ".zip")):
         with zipfile.ZipFile(path) as archive:
             return [(info.filename, None) for info in archive.infolist()]
@@ -261,6 +262,10 @@ def import_rule(site_packages: Path | None, why: str = "no vLLM release at hand"
     dist-info there: today's rule (`why` says so)."""
     if site_packages is None:
         return ImportRule(None, why)
+    # packaging's requirement parser only here: its imports cost ~5 ms at every registry load
+    from packaging.requirements import InvalidRequirement, Requirement  # noqa: PLC0415
+    from packaging.utils import canonicalize_name  # noqa: PLC0415
+
     infos: dict[str, Path] = {}
     for folder in sorted(site_packages.glob("*.dist-info")):
         infos.setdefault(canonicalize_name(folder.name.split("-", 1)[0]), folder)

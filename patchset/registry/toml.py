@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import difflib
 import hashlib
 import hmac
 import json
@@ -145,6 +144,8 @@ def parsed_cache(file: Path | None) -> Iterator[None]:
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    import difflib  # noqa: PLC0415 -- a misspelt key only
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

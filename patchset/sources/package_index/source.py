@@ -22,7 +22,6 @@ from patchset.sources.package_index.cache import Cache
 from patchset.sources.package_index.client import MAX_AGE, IndexFile, PackageIndex, pick_wheel
 from patchset.sources.package_index.members import Members, Meter, each_done
 from patchset.sources.package_index.packing import Manifest, member_sha256
-from patchset.sources.package_index.sdist import sdist_manifest
 from patchset.sources.package_index.settings import IndexSettings
 from patchset.sources.package_index.tree import IndexTree
 
@@ -321,6 +320,9 @@ class IndexSource(ReleaseSource):
             raise
         try:
             if file.kind == "sdist":
+                # sdists only: tarfile is not imported by a check of wheels
+                from patchset.sources.package_index.sdist import sdist_manifest  # noqa: PLC0415
+
                 members = sdist_manifest(dest, self.cache)
                 return _manifest(file, "full", members)
             url = dest.resolve().as_uri()

@@ -11,7 +11,6 @@ sha256 that RECORD gives for it: a member that does not match is never returned.
 from __future__ import annotations
 
 import binascii
-import csv
 import hashlib
 import struct
 import zlib
@@ -229,6 +228,8 @@ def parse_record(data: bytes, name: str) -> dict[str, str]:
         else:
             others.append(line)
     if others:
+        import csv  # noqa: PLC0415 -- quoted rows only (rare)
+
         try:
             rows = list(csv.reader(others))
         except csv.Error:
