@@ -7,7 +7,6 @@ gitpython and the Docker client are slow to import and not always needed.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +128,8 @@ def parse_source(
                 raise UsageError(f"{spec!r}: say which {'image' if kind == 'image' else 'folder'}")
             return SOURCES[known](rest, SourceOptions(index_url, offline, prereleases, version))
     if sep and kind.isalpha() and len(kind) > 1 and not Path(spec).exists():
+        import difflib  # noqa: PLC0415 -- a misspelt kind only
+
         hint = difflib.get_close_matches(kind, SOURCES, n=1)
         did_you_mean = f"; did you mean {hint[0]}:?" if hint else ""
         raise UsageError(

@@ -30,7 +30,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import urllib.parse
@@ -124,6 +123,8 @@ def _pip_name(name: str) -> str:
 def ask_pip_config() -> dict[str, str]:
     """``pip config list`` as {key: value}, later scopes winning; empty when pip is not
     installed or fails."""
+    import subprocess  # noqa: PLC0415 -- asked of pip off Linux only
+
     try:
         done = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"],
