@@ -12,6 +12,7 @@ import sqlite3
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -290,6 +291,40 @@ def test_an_edits_report_shares_the_chunks_of_the_patches_it_left_and_a_bad_chun
         _no_load(m)
         assert _loaded(_check(registry, cache, fake_index))
     assert edited.out != newest.out
+
+
+def test_a_patch_written_while_an_edit_is_checked_is_checked_again_next_time(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    """An edit's report is kept without a second look at the registry (every entry's content
+    digest was read before its check): an entry written meanwhile has another status next
+    time, and its content is not the digest kept, so it is checked again."""
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
+    cache = tmp_path / "cache"
+    _check(registry, cache, fake_index)
+    _edit(registry, "alone-1", "revision = 1", "revision = 2")
+    real = check_command._check
+
+    def written_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        report = real(*args, **kwargs)
+        _edit(registry, "alone-1", "revision = 2", "revision = 3")
+        _edit(registry, "alone-2", "revision = 1", "revision = 4")
+        return report
+
+    with monkeypatch.context() as m:
+        m.setattr(check_command, "_check", written_meanwhile)
+        during = _check(registry, cache, fake_index)
+    assert {
+        r["revision"] for r in json.loads(during.out)["results"] if r["patch"] == "alone-1"
+    } == {2}
+    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM reports").fetchone() == (2,)  # kept
+    loads = _Loads(monkeypatch)
+    after = _check(registry, cache, fake_index)
+    assert loads.count == 0  # the two written meanwhile checked alone, the rest kept
+    assert after.out == _fresh(registry, cache, fake_index, tmp_path).out
+    revisions = {r["patch"]: r["revision"] for r in json.loads(after.out)["results"]}
+    assert (revisions["alone-1"], revisions["alone-2"]) == (3, 4)
 
 
 def test_files_rewritten_with_the_same_bytes_are_not_an_edit(

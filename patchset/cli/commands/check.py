@@ -312,23 +312,24 @@ class _Kept:
     def keep(self, source: ReleaseSource, stored: replay.Stored) -> None:
         """Keep the report just printed (unless `_keeping` says not to), with the content
         digest of each entry of the registry (those `stored` lacks read now)."""
-        if (base := self._keeping(source)) is None:
-            return
         parts = stored.parts
-        if parts.contents.keys() != parts.tops.keys():
+        known = parts.contents.keys() == parts.tops.keys()  # read before the check (an edit)
+        if (base := self._keeping(source, again=not known)) is None:
+            return
+        if not known:
             contents = registry_state.content_digests(Path(self.args.registry), parts.tops)
             stored = dataclasses.replace(
                 stored, parts=dataclasses.replace(parts, contents=contents)
             )
         replay.put(replay.key(base, self.files), base, stored)
 
-    def _keeping(self, source: ReleaseSource) -> str | None:
+    def _keeping(self, source: ReleaseSource, *, again: bool) -> str | None:
         """The base key to keep this check's report under; None when it is not to be kept:
-        the registry's files changed while it ran, or are too young to tell
-        (`registry_state.settled`)."""
+        the registry's files are too young to tell, or (`again`: looked at once more)
+        changed while it ran (`registry_state.settled`)."""
         listing = replay.listing_used(source)
         if listing is None or not registry_state.settled(
-            self.files, self.args.registry, self.started
+            self.files, self.args.registry, self.started, again=again
         ):
             return None
         return replay.base_key(self.args, listing)
