@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from patchset import cachedb
 from patchset._fs import cache_secret, seal
 from patchset.cachedir import cache_root
 from patchset.cli import report_parts
@@ -175,31 +176,23 @@ def _listing_digest(where: str, files: Any) -> str:
 
 @contextlib.contextmanager
 def _db() -> Iterator[tuple[sqlite3.Connection, bytes] | None]:
-    folder = cache_root() / "memo"
-    path = folder / f"reports-{FORMAT}.sqlite"
-    db = None
+    path = _path()
     try:
-        secret = cache_secret(folder)
-        if any(
-            p.is_symlink() or (p.exists() and not p.is_file())
-            for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
-        ):
-            yield None
-            return
-        db = sqlite3.connect(path, timeout=5, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")  # as the memo's: a cache, no fsync per report
-        db.execute("PRAGMA synchronous=NORMAL")
-        for statement in _SCHEMA:
-            db.execute(statement)
+        secret = cache_secret(path.parent)
+        db = cachedb.open_db(path, _SCHEMA, timeout=5)
     except (OSError, sqlite3.Error):
-        if db is not None:
-            db.close()
         yield None
         return
     try:
         yield db, secret
+    except sqlite3.Error as exc:  # a cache: no report kept or found (a damaged file removed)
+        cachedb.discard_if_damaged(path, exc)
     finally:
         db.close()
+
+
+def _path() -> Path:
+    return cache_root() / "memo" / f"reports-{FORMAT}.sqlite"
 
 
 def get(report_key: str) -> Stored | None:
@@ -214,12 +207,13 @@ def latest(base: str) -> Stored | None:
 
 
 def _one(query: str, wanted: str) -> Stored | None:
+    texts: list[str] | None = None  # stays None when SQLite fails (`_db` swallows its error)
     with _db() as opened:
         if opened is None:
             return None
         db, secret = opened
+        db.execute("BEGIN")  # one snapshot: a row and its chunks, whoever writes meanwhile
         try:
-            db.execute("BEGIN")  # one snapshot: a row and its chunks, whoever writes meanwhile
             row = db.execute(query, (wanted,)).fetchone()
             if row is None:
                 return None
@@ -229,8 +223,6 @@ def _one(query: str, wanted: str) -> Stored | None:
             if said != seal(secret, report_key, base, _sum(head), listed):
                 return None
             texts = _chunk_texts(db, listed.split())
-        except sqlite3.Error:
-            return None
         finally:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("COMMIT")
@@ -290,7 +282,7 @@ def put(report_key: str, base: str, stored: Stored) -> None:
             return
         db, secret = opened
         sealed = seal(secret, report_key, base, _sum(head), listed)
-        with contextlib.suppress(sqlite3.Error), db:
+        with db:  # a transaction (an error: rolled back, and swallowed by `_db`)
             db.execute("BEGIN IMMEDIATE")
             have = _present(db, list(chunks))
             db.executemany(

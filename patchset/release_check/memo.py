@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from patchset import cachedb
 from patchset._fs import cache_secret, seal
 from patchset.cachedir import cache_root
 from patchset.release_check.report import CheckResult
@@ -51,10 +51,11 @@ from patchset.release_check.report import CheckResult
 # array in its fields' order (an object before), the key a sha256 over the repr of its parts;
 # 4: a release's file digests are one row of table `releases` (a row per file of `files`)
 FORMAT = 4
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT);
-CREATE TABLE IF NOT EXISTS releases (release TEXT PRIMARY KEY, digests TEXT NOT NULL, seal TEXT);
-"""
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT)",
+    "CREATE TABLE IF NOT EXISTS releases"
+    " (release TEXT PRIMARY KEY, digests TEXT NOT NULL, seal TEXT)",
+)
 # The modules whose code decides a verdict: a change to any of them starts a fresh memo.
 _DECIDERS = (
     "kernel/hunks.py",
@@ -124,18 +125,24 @@ class Memo:
     def _conn(self) -> sqlite3.Connection | None:
         if self._db is None and not self._broken:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                for part in ("", "-wal", "-shm"):  # a folder or FIFO there would hang sqlite
-                    _only_regular(self.path.with_name(self.path.name + part))
-                db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
-                db.executescript(_SCHEMA)
-                _secret(self.path.parent)  # made with the memo: no secret, no memo
-                self._db = db
+                db = cachedb.open_db(self.path, _SCHEMA, timeout=30)
             except (OSError, sqlite3.Error):
                 self._broken = True
+                return None
+            try:
+                _secret(self.path.parent)  # made with the memo: no secret, no memo
+            except OSError:
+                db.close()
+                self._broken = True
+                return None
+            self._db = db
         return self._db
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        """Carry on without the memo (read-only, locked); one SQLite finds damaged is
+        removed, to start again next run."""
+        self._broken = True
+        cachedb.discard_if_damaged(self.path, exc)
 
     def key(self, *parts: object) -> str:
         """A sha256 over the memo format, the deciding code's digest and the repr of `parts`
@@ -185,7 +192,9 @@ class Memo:
                         bad.append(key)
                     else:
                         found[key] = self._read[key] = self._values[value] = result
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
+            if cachedb.damaged(exc):
+                self._failed(exc)
             return known
         self._absent.update(k for k in wanted if k not in found)
         if bad:
@@ -208,7 +217,9 @@ class Memo:
             return {}
         try:
             return self._digests(db, release)
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
+            if cachedb.damaged(exc):
+                self._failed(exc)
             return {}
 
     def put_digests(self, release: str, digests: dict[str, str]) -> None:
@@ -224,8 +235,8 @@ class Memo:
                 value = json.dumps(known, sort_keys=True, separators=(",", ":"))
                 row = (release, value, _seal(self.path.parent, release, value))
                 db.execute("INSERT OR REPLACE INTO releases VALUES (?, ?, ?)", row)
-        except sqlite3.Error:
-            self._broken = True  # read-only or locked: carry on without the memo
+        except sqlite3.Error as exc:
+            self._failed(exc)
 
     def _digests(self, db: sqlite3.Connection, release: str) -> dict[str, str]:
         """The release's row, if sealed and a mapping of texts; a row that is not is dropped
@@ -252,8 +263,8 @@ class Memo:
             with db:
                 db.execute("BEGIN")
                 db.executemany(sql, rows)
-        except sqlite3.Error:
-            self._broken = True  # read-only or locked: carry on without the memo
+        except sqlite3.Error as exc:
+            self._failed(exc)
 
     def close(self) -> None:
         self._read.clear()
@@ -270,15 +281,6 @@ def _decoded(value: str) -> CheckResult | None:
         return CheckResult.from_memo(json.loads(value))
     except (ValueError, TypeError, KeyError, IndexError):
         return None
-
-
-def _only_regular(path: Path) -> None:
-    """Remove what is at `path` unless it is a regular file (or nothing)."""
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 def clear(folder: Path | None = None) -> None:
