@@ -77,9 +77,10 @@ def _report(rng: random.Random, registry: Registry, versions: list[str]) -> Chec
 
 def test_parts_print_the_whole_reports_bytes_and_round_trip(tmp_path: Path) -> None:
     rng = random.Random(38)  # noqa: S311 - a fixed seed: the same reports every run
-    registry = _registry(tmp_path / "patches", 5)
+    registries = [_registry(tmp_path / f"patches-{n}", n) for n in (0, 1, 5)]
     files = Files("d", 0.0, {"p00-x/": "s"})
-    for _ in range(40):
+    for trial in range(40):
+        registry = registries[trial % 3]
         versions = [f"0.{n}.0" for n in range(rng.randint(1, 4))]
         report = _report(rng, registry, versions)
         parts = report_parts.parts_of(report, registry, files)

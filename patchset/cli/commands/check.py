@@ -179,7 +179,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         # in parts when it may be kept: the parts are encoded once, and printed joined
         parts = report_parts.parts_of(report, registry, kept.files) if kept is not None else None
-        sys.stdout.write(parts.text() if parts is not None else dumps(report.to_dict()) + "\n")
+        if parts is not None:
+            sys.stdout.writelines(parts.pieces())
+        else:
+            sys.stdout.write(dumps(report.to_dict()) + "\n")
         code = _written(args, registry, report)
         if kept is not None and parts is not None:
             kept.keep(source, replay.Stored(parts, code, tuple(warnings(registry, args.patches))))
@@ -264,7 +267,7 @@ class _Kept:
         if stored.warnings:
             for line in stored.warnings:
                 err_console().print(line, markup=False, soft_wrap=True)
-        sys.stdout.write(stored.parts.text())
+        sys.stdout.writelines(stored.parts.pieces())
         return stored.code
 
     def edited(self, source: ReleaseSource, jobs: int) -> int | None:
@@ -281,7 +284,7 @@ class _Kept:
         names, contents = found
         if not names:  # touched, not changed (a checkout, a restore): the report as it was
             parts = dataclasses.replace(stored.parts, tops=self.files.tops, contents=contents)
-            sys.stdout.write(parts.text())
+            sys.stdout.writelines(parts.pieces())
             self.keep(source, replay.Stored(parts, parts.code))
             return parts.code
         from patchset.registry import Registry, load_patch
@@ -305,7 +308,7 @@ class _Kept:
         made = report_parts.updated(stored.parts, patches, report, self.files, contents)
         if made is None:
             return None
-        sys.stdout.write(made.text())
+        sys.stdout.writelines(made.pieces())
         self.keep(source, replay.Stored(made, made.code))
         return made.code
 
