@@ -28,6 +28,7 @@ class FileLines:
         "_depth",
         "_folds",
         "_found",
+        "_held",
         "_parent",
         "_splice",
         "_text",
@@ -38,6 +39,7 @@ class FileLines:
         self.lines = lines  # not to be changed while this object is in use
         self._folds: dict[int, str] = {}  # line: its folded text, for the lines looked at
         self._found: dict[str, list[int]] = {}  # `where`'s answers so far (sites share them)
+        self._held: dict[str, bool] = {}  # `holds`' answers so far, for a file's own lines
         self._text: str | None = None
         self._all: list[str] | None = None  # every line folded, once asked for
         self._broken: bool | None = None  # whether a line holds a "\n" (known once asked)
@@ -106,8 +108,11 @@ class FileLines:
     def holds(self, needle: str) -> bool:
         """Whether some line holds `needle` (no line break in it): False for certain when the
         text this came from and the lines the edits put in do not; it may say True else."""
-        if self._parent is None or self._splice is None:
-            return needle in self.text
+        if self._parent is None or self._splice is None:  # a search of the whole text, once
+            held = self._held.get(needle)
+            if held is None:
+                held = self._held[needle] = needle in self.text
+            return held
         at, _, count = self._splice
         return self._parent.holds(needle) or any(needle in x for x in self.lines[at : at + count])
 
