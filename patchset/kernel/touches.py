@@ -15,6 +15,7 @@ import hashlib
 import io
 import itertools
 import re
+import symtable
 import tokenize
 from collections.abc import Callable, Iterable
 
@@ -241,12 +242,67 @@ def _piece_steps(piece: bytes) -> list[_ScopeStep] | None:
     steps: list[_ScopeStep] | None = None
     steps = _class_piece(piece) if len(piece) > _CLASS_SPLIT else None
     if steps is None:
+        steps = _def_steps(piece, "")
+    if steps is None:
         try:
             steps = _scope_steps(ast.parse(piece).body)
         except (SyntaxError, ValueError):
             steps = None
     _keep_piece(key, steps)
     return steps
+
+
+# Most pieces (and most runs of a class body) are one def: its steps are its name alone,
+# once the piece is known to parse. The parser's tree of its body is not needed for that:
+# `symtable` parses it without building the tree's Python objects (a third cheaper).
+_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
+
+
+@functools.lru_cache(maxsize=16)
+def _shallow_lines(indent: str) -> re.Pattern[str]:
+    """On "\n" + text: each line holding more than blanks and no deeper than `indent`."""
+    return re.compile(rf"\n(?!{re.escape(indent)}[ \t]|[ \t]*(?:\n|\Z))([^\n]*)")
+
+
+def _lone_def(text: str, indent: str) -> str | None:
+    """The name of the def that `text` (whole statements of a block at `indent`) is, when
+    its lines show it is one def statement (decorated or not) and nothing more: at `indent`
+    itself (no line less indented), decorators, then the one line starting ``def name(``
+    (or ``async def``), and else only comments and lines starting with a closing bracket
+    (a signature's or a decorator's end). Any other statement of the block would start a
+    line at `indent` with none of those. None when that is not plain (the caller parses)."""
+    name = None
+    for match in _shallow_lines(indent).finditer("\n" + text):
+        line = match.group(1)
+        if not line.startswith(indent):
+            return None
+        first = line[len(indent)]
+        if first in "#)]}":
+            continue
+        if first == "@" and name is None:
+            continue
+        found = _DEF.match(line, len(indent))
+        if found is None or name is not None:
+            return None
+        name = found.group(1)
+    return name
+
+
+def _def_steps(source: bytes | str, indent: str, head: str = "") -> list[_ScopeStep] | None:
+    """[(name, True, None)] when `source` (whole statements at `indent`, parsed after
+    `head`) is one def statement (`_lone_def`) and parses; None when not known so."""
+    try:
+        text = source if isinstance(source, str) else source.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    name = _lone_def(text, indent)
+    if name is None:
+        return None
+    try:
+        symtable.symtable(head + text, "<piece>", "exec")  # as text: read as in its module
+    except (SyntaxError, ValueError, RecursionError):
+        return None  # parsed whole by the caller, which gives its answer
+    return [(name, True, None)]
 
 
 def _keep_piece(key: bytes, steps: list[_ScopeStep] | None) -> None:
@@ -327,17 +383,21 @@ def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
     for a, b in itertools.pairwise(cuts):
         if b <= a:
             continue
-        found = _body_steps(body[a:b])
+        found = _body_steps(body[a:b], indent)
         if found is None:
             return None
         steps += found
     return [(cls.name, True, _replayed(steps))]
 
 
-def _body_steps(chunk: str) -> list[_ScopeStep] | None:
+def _body_steps(chunk: str, indent: str) -> list[_ScopeStep] | None:
     key = hashlib.blake2b(b"class body\0" + chunk.encode("utf-8"), digest_size=16).digest()
     if key in _PIECES:
         return _PIECES[key]
+    steps = _def_steps(chunk, indent, "if 1:\n")
+    if steps is not None:
+        _keep_piece(key, steps)
+        return steps
     try:
         tree = ast.parse("if 1:\n" + chunk)
     except (SyntaxError, ValueError):
