@@ -321,17 +321,30 @@ _COLUMN_0 = re.compile(r"\n[^ #\n]")  # these on "\n" + text: each line start
 _CODE = re.compile(r"\n *[^ #\n]")
 
 
-def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
-    """The steps of a piece that is one decorated or plain class, from its header parsed with
-    ``pass`` for a body and its body cut where a line at the body's indentation begins a
-    statement, each run parsed alone inside ``if 1:`` (kept by its text). None when the piece
-    is not that or is not sure to be read so: the caller parses it whole."""
-    try:
-        text = piece.decode("utf-8")
-    except UnicodeDecodeError:
+# A class header the tokenizer need not read: decorators and the class line, each whole on
+# its line, with no string, comment (but the class line's last) or nested bracket in it.
+_PLAIN_HEAD = re.compile(
+    r"(?:@[A-Za-z_][\w.]*(?:\([^()\n#'\"\\]*\))?[ ]*\n)*"
+    r"class[ ]+[A-Za-z_]\w*[ ]*(?:\([^()\n#'\"\\]*\))?[ ]*:[ ]*(?:#[^\n]*)?\n"
+)
+# After it: blank and comment lines (no INDENT from the tokenizer), then the first line of
+# code's indentation.
+_BODY_LEAD = re.compile(r"(?:[ ]*(?:#[^\n]*)?\n)*( *)(?=[^ \n#])")
+
+
+def _plain_head(text: str) -> tuple[int, str] | None:
+    """Where the body of a class piece with a `_PLAIN_HEAD` starts, and its indentation (None
+    when the header is not that plain: the tokenizer reads it)."""
+    head = _PLAIN_HEAD.match(text)
+    if head is None:
         return None
-    if not _CLASS_START.match(text) or "\r" in text or "\t" in text or "\f" in text:
-        return None
+    lead = _BODY_LEAD.match(text, head.end())
+    return None if lead is None or not lead.group(1) else (head.end(), lead.group(1))
+
+
+def _tokenized_head(text: str) -> tuple[int, str] | None:
+    """Where the body of a class piece starts (the line after the header's last) and its
+    indentation, as the tokenizer reads the header; None when not sure."""
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     head_row = indent = None
     seen_class = False
@@ -352,6 +365,24 @@ def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
     start = 0
     for _ in range(head_row):  # the header's lines, through the one ending it
         start = text.index("\n", start) + 1
+    return start, indent
+
+
+def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
+    """The steps of a piece that is one decorated or plain class, from its header parsed with
+    ``pass`` for a body and its body cut where a line at the body's indentation begins a
+    statement, each run parsed alone inside ``if 1:`` (kept by its text). None when the piece
+    is not that or is not sure to be read so: the caller parses it whole."""
+    try:
+        text = piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not _CLASS_START.match(text) or "\r" in text or "\t" in text or "\f" in text:
+        return None
+    header = _plain_head(text) or _tokenized_head(text)
+    if header is None:
+        return None
+    start, indent = header
     head, body = text[:start], text[start:]
     if _COLUMN_0.search("\n" + body):
         return None  # a line at column 0 (in a string?): not sure where the class ends

@@ -183,3 +183,27 @@ def test_a_class_body_is_cut_where_sure(index: int) -> None:
 )
 def test_a_lone_def_is_told_from_its_lines(text: str, indent: str, name: str | None) -> None:
     assert touches._lone_def(text, indent) == name
+
+
+HEADS = [  # (a class piece, whether its header is plain: read without the tokenizer)
+    ("class A:\n    # c\n\n  # d\n        x = 1\n", True),
+    ("class A:  # c\n    x = 1\n", True),
+    ("@d\n@e.f(1, 2)\nclass A(B, metaclass=M):\n    pass\n", True),
+    ("class A:\n    '''doc'''\n", True),
+    ("class A:\n    # only a comment", False),  # no body: the tokenizer gives no INDENT
+    ("class A:\n\n    ", False),
+    ("class A:\nx = 1\n", False),
+    ("@d(\n)\nclass A:\n    x = 1\n", False),  # a decorator on two lines
+    ("class A(f(x)):\n    x = 1\n", False),  # nested brackets
+    ("class A: x = 1\n", False),
+    ("class A(\n    B):\n    x = 1\n", False),
+    ("class A(B['x:y']):\n    x = 1\n", False),  # a string
+    ("class \u00c4(B):\n    x = 1\n", False),
+]
+
+
+@pytest.mark.parametrize(("text", "plain"), HEADS)
+def test_a_plain_class_header_is_read_as_the_tokenizer_reads_it(text: str, plain: bool) -> None:
+    found = touches._plain_head(text)
+    assert (found is not None) == plain
+    assert found is None or found == touches._tokenized_head(text)
