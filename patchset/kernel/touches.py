@@ -322,10 +322,13 @@ _CODE = re.compile(r"\n *[^ #\n]")
 
 
 # A class header the tokenizer need not read: decorators and the class line, each whole on
-# its line, with no string, comment (but the class line's last) or nested bracket in it.
+# its line (their brackets closed there, strings on one line and with no backslash, no
+# comment but the class line's last). A header it would read otherwise does not parse.
+_ARG = r"""(?:[^()\n#'"\\]|"[^"\\\n]*"|'[^'\\\n]*')"""
+_ARGS = rf"\((?:{_ARG}|\({_ARG}*\))*\)"
 _PLAIN_HEAD = re.compile(
-    r"(?:@[A-Za-z_][\w.]*(?:\([^()\n#'\"\\]*\))?[ ]*\n)*"
-    r"class[ ]+[A-Za-z_]\w*[ ]*(?:\([^()\n#'\"\\]*\))?[ ]*:[ ]*(?:#[^\n]*)?\n"
+    rf"(?:@[A-Za-z_][\w.]*(?:{_ARGS})?[ ]*\n)*"
+    rf"class[ ]+[A-Za-z_]\w*[ ]*(?:{_ARGS})?[ ]*:[ ]*(?:#[^\n]*)?\n"
 )
 # After it: blank and comment lines (no INDENT from the tokenizer), then the first line of
 # code's indentation.
@@ -344,7 +347,10 @@ def _plain_head(text: str) -> tuple[int, str] | None:
 
 def _tokenized_head(text: str) -> tuple[int, str] | None:
     """Where the body of a class piece starts (the line after the header's last) and its
-    indentation, as the tokenizer reads the header; None when not sure."""
+    indentation, as the tokenizer reads the header; None when not sure (and, without
+    tokenizing it, for a piece with no line starting ``class``: a decorated def)."""
+    if not text.startswith("class") and "\nclass" not in text:
+        return None
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     head_row = indent = None
     seen_class = False

@@ -107,6 +107,7 @@ CLASSES = [
     b"class P:\n    def m(self): ...\n    [a, b] = 1, 2\n    def n(\n        self,\n    ): ...\n",
     b"class Q:\n    @property\n    def p(self): ...\n    @p.setter\n    def p(self, v): ...\n",
     b"class R:\n    async def m(self):\n        await x\n    # a comment\n    def n(self): ...\n",
+    b"class S(B[):\n    x = 1\n",  # a plain header's line that does not end the header
 ]
 
 
@@ -194,10 +195,13 @@ HEADS = [  # (a class piece, whether its header is plain: read without the token
     ("class A:\n\n    ", False),
     ("class A:\nx = 1\n", False),
     ("@d(\n)\nclass A:\n    x = 1\n", False),  # a decorator on two lines
-    ("class A(f(x)):\n    x = 1\n", False),  # nested brackets
+    ("class A(f(x)):\n    x = 1\n", True),  # brackets one deep
+    ("class A(B[f(g(x))]):\n    x = 1\n", False),  # two deep
     ("class A: x = 1\n", False),
     ("class A(\n    B):\n    x = 1\n", False),
-    ("class A(B['x:y']):\n    x = 1\n", False),  # a string
+    ("class A(B['x:y']):\n    x = 1\n", True),  # a string
+    ("@c(c=D(a=True))\n@d('#(', \"'\")\nclass A:\n    x = 1\n", True),
+    ("class A(B['x\\'y']):\n    x = 1\n", False),  # a backslash in a string
     ("class \u00c4(B):\n    x = 1\n", False),
 ]
 
@@ -207,3 +211,9 @@ def test_a_plain_class_header_is_read_as_the_tokenizer_reads_it(text: str, plain
     found = touches._plain_head(text)
     assert (found is not None) == plain
     assert found is None or found == touches._tokenized_head(text)
+
+
+def test_a_decorated_def_is_not_tokenized_for_a_class_header() -> None:
+    text = "@jit\ndef f(\n    x,\n):\n    return '''\n  class A:\n'''\n"
+    assert touches._tokenized_head(text) is None
+    assert touches._tokenized_head("@d\nclass A(\n    B,\n):\n    x = 1\n") == (22, "    ")
