@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .indents import any_outside, dedented
+
 if TYPE_CHECKING:
     from .pycompile import CompileError
 
@@ -370,7 +372,7 @@ def _place(
         line = a[e] if e < n else ""
         if e < n and len(line) - len(line.lstrip()) > len(indent):
             continue  # deeper: inside the unit
-        if indent and _any_outside(a, s, e, indent):
+        if indent and any_outside(a, s, e, indent):
             return None  # a line of `before` less indented: not one block
         if _within(known.futures, s, e):
             return None  # the file's `__future__` flags may change
@@ -475,7 +477,7 @@ def _compiles_alone(
 
 
 def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found | None:
-    if in_class and "__future__" not in text and _opens_at_zero(_dedented(text, indent)):
+    if in_class and "__future__" not in text and _opens_at_zero(dedented(text, indent)):
         # A class's own statements and methods (one block at `indent`, its first statement
         # at `indent` itself, no tab in it), in a class at module level as in place: the
         # same scopes around them, so `global`, `nonlocal`, `:=` and `import *` are judged
@@ -486,7 +488,7 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
         starts, classes = code_starts(code)
         return [x - 1 for x in starts if x], [], [x - 1 for x in classes if x]
     if indent:
-        text = _dedented(text, indent)
+        text = dedented(text, indent)
         if not _opens_at_zero(text) or _risky(text):  # a statement of the block, at its start
             return None
     elif _risky_top(text):
@@ -532,56 +534,6 @@ def _risky_top(text: str) -> bool:
     if "__future__" in text or text.startswith(("global", "nonlocal")):
         return True
     return ("\nglobal" in text or "\nnonlocal" in text) and _RISKY_TOP.search(text) is not None
-
-
-@functools.lru_cache(maxsize=64)
-def _outside_pattern(indent: str) -> re.Pattern[str]:
-    """Lines that hold code (not only a comment) less indented than `indent`, searched for
-    in lines each led by a line break (a pattern led by a character is searched for fast;
-    one anchored at line starts is tried at every position)."""
-    return re.compile(rf"\n(?!{re.escape(indent)}|[ \t]*(?:#|\n|\Z))")
-
-
-def _any_outside(a: list[str], s: int, e: int, indent: str) -> bool:
-    """Whether a line of a[s:e] is `_outside` a block indented by `indent`."""
-    return _outside_pattern(indent).search("\n" + "\n".join(a[s:e])) is not None
-
-
-def _outside(line: str, indent: str) -> bool:
-    """Whether `line` stands outside a block indented by `indent`: it holds code (not only
-    a comment: comment lines do not open or close blocks) and less indentation."""
-    return not line.startswith(indent) and not line.lstrip().startswith("#") and bool(line.strip())
-
-
-def _dedented(text: str, indent: str) -> str:
-    """`text` without `indent` on each line ("" when a line lacks it, holds a tab in its
-    indentation, or blocks nest near the compiler's limit of 20 in one scope: the unit's own
-    depth in the file is at most its indentation's width)."""
-    body: list[str] = []
-    widths = [0]
-    deepest = 0
-    for line in text.split("\n"):
-        if not line.strip():
-            body.append("")
-            continue
-        if not line.startswith(indent):
-            if not _outside(line, indent):  # a comment: the tokenizer passes it by
-                body.append(line.lstrip())
-                continue
-            return ""
-        rest = line[len(indent) :]
-        lead = rest[: len(rest) - len(rest.lstrip())]
-        if "\t" in lead:
-            return ""
-        while widths and widths[-1] > len(lead):
-            widths.pop()
-        if not widths or widths[-1] < len(lead):
-            widths.append(len(lead))
-        deepest = max(deepest, len(widths))
-        body.append(rest)
-    if deepest + len(indent) >= 20 or not any(body):
-        return ""
-    return "\n".join(body)
 
 
 def clear() -> None:
