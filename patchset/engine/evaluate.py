@@ -460,7 +460,7 @@ _RESOLVED_KEPT = 32  # answers kept a touch (the oldest out)
 def _resolve(touch: str, read: Reader) -> tuple[str | None, str | None]:
     """`touches.resolve(touch, read)`, answered from `_resolved` when it can be."""
     known = _resolved.setdefault(touch, [])
-    for reads, answer in known:
+    for reads, answer in reversed(known):  # the newest first: the last release's, mostly
         if all(read(rel) == data for rel, data in reads):
             return answer
     reads_now: list[tuple[str, bytes | None]] = []

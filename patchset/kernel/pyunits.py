@@ -160,7 +160,12 @@ def code_starts(code: types.CodeType) -> tuple[list[int], list[int]]:
 
 
 def units(
-    known: Known, before: bytes, after: bytes, shared: tuple[int, int] | None = None
+    known: Known,
+    before: bytes,
+    after: bytes,
+    shared: tuple[int, int] | None = None,
+    *,
+    facts: bool = True,
 ) -> Found | None:
     """`after`'s def and class starts and its ends when `after` (an edit of `before`, which
     compiles) is known to compile from its changed units alone, else None. `after` is read
@@ -179,7 +184,8 @@ def units(
     around it); anywhere a module-level `global` or `nonlocal`, `__future__` (on either
     side), a coding declaration, tabs or form feeds in indentation, a byte-order mark, a
     NUL, CR line ends, nesting near the compiler's limits (20 blocks). `shared`: their
-    `common_ends`, when the caller has it."""
+    `common_ends`, when the caller has it. `facts=False`: whether it compiles alone, `after`'s
+    starts and ends not gathered (an empty `Found` when it does)."""
     a = _lines(before)
     if known.top_declares or a is None:
         return None
@@ -198,9 +204,10 @@ def units(
         same = _same(a, b, i, j)
         i, j = i + same, j + same
         if i == n and j == m:
-            found[0].extend(x + j - i for x in _between(starts, kept, n))
-            found[1].extend(x + j - i for x in _between(ends, kept, n + 1))
-            found[2].extend(x + j - i for x in _between(classes, kept, n))
+            if facts:
+                found[0].extend(x + j - i for x in _between(starts, kept, n))
+                found[1].extend(x + j - i for x in _between(ends, kept, n + 1))
+                found[2].extend(x + j - i for x in _between(classes, kept, n))
             return found
         top = tops[bisect.bisect_right(tops, i) - 1]
         placed = None
@@ -215,11 +222,12 @@ def units(
             return None
         e, k, inner = placed
         js = j - (i - s)
-        found[0].extend(x + j - i for x in _between(starts, kept, s))
-        found[1].extend(x + j - i for x in _between(ends, kept, s + 1))  # s itself stays one
-        found[2].extend(x + j - i for x in _between(classes, kept, s))
-        for mine, theirs in zip(found, inner, strict=True):
-            mine.extend(x + js for x in theirs)
+        if facts:
+            found[0].extend(x + j - i for x in _between(starts, kept, s))
+            found[1].extend(x + j - i for x in _between(ends, kept, s + 1))  # s stays one
+            found[2].extend(x + j - i for x in _between(classes, kept, s))
+            for mine, theirs in zip(found, inner, strict=True):
+                mine.extend(x + js for x in theirs)
         kept = e
         i, j = e, k
 
