@@ -192,6 +192,8 @@ def units(
     b = _edited_lines(a, before, after, shared)
     if b is None:
         return None
+    if facts:  # `after` is kept as a source (the next release's file): its lines are these
+        _keep_edited(after, b)
     starts, ends = known.starts, known.ends
     n, m = len(a), len(b)
     tops = sorted({0, *(x for x in ends if x < n), *(x for x in starts if a[x][:1] not in " \t")})
@@ -251,7 +253,12 @@ def _same(a: list[str], b: list[str], i: int, j: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _lines(source: bytes) -> list[str] | None:
     """`source`'s lines (shared: not to be changed), None where no unit can judge it: not
-    UTF-8, a NUL, CR, byte-order mark or form feed in it, a coding declaration."""
+    UTF-8, a NUL, CR, byte-order mark or form feed in it, a coding declaration. Those an
+    edit of another source gave, when it was read so (`_edited_lines`: the same lines),
+    are taken as they are, not decoded and split again."""
+    edited = _edited.pop(source, None)
+    if edited is not None:
+        return edited
     try:
         text = source.decode("utf-8")
     except UnicodeDecodeError:
@@ -289,6 +296,19 @@ def _shared(x: bytes, y: bytes, n: int, cut: Callable[[bytes, int, int], bytes])
         else:
             hi = mid
     return lo
+
+
+# The lines of sources read as edits of another (`units` with facts: a release's file read as
+# an edit of the last release's), by the source, for `_lines` to take when it is asked for
+# them (it is next: the edits of that file are judged by its units).
+_edited: dict[bytes, list[str]] = {}
+_EDITED_KEPT = 16
+
+
+def _keep_edited(source: bytes, lines: list[str]) -> None:
+    if len(_edited) >= _EDITED_KEPT:
+        del _edited[next(iter(_edited))]
+    _edited[source] = lines
 
 
 def _edited_lines(
@@ -548,6 +568,7 @@ def clear() -> None:
     """Forget the units judged and the sources' lines kept."""
     _UNITS.clear()
     _lines.cache_clear()
+    _edited.clear()
 
 
 __all__ = ["Found", "Known", "clear", "code_starts", "common_ends", "facts", "module_ends", "units"]

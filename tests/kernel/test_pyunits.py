@@ -133,3 +133,16 @@ def test_a_unit_is_dedented_by_its_patterns_as_line_by_line(seed: int) -> None:
         text = "".join("    " * (d + 1) + "if x:\n" for d in range(depth))
         text += "    " * (depth + 1) + "pass\n"
         assert indents.dedented(text, "    ") == indents.dedented_lines(text, "    ")
+
+
+def test_a_source_read_as_an_edit_keeps_the_lines_it_was_read_with() -> None:
+    """A release's file judged as an edit of the last release's (`units` with facts) is next
+    a source whose edits are judged: its lines are the ones read then, equal to its own."""
+    pycompile.clear_cache()
+    before = b"def f():\n    return 1\n\n\ndef g():\n    return 2\n"
+    after = before.replace(b"return 2", b"return 3")
+    assert pyunits.units(pycompile._known(before), before, after) is not None
+    kept = pyunits._edited[after]
+    assert pyunits._lines(after) is kept
+    assert kept == after.decode().split("\n")
+    assert after not in pyunits._edited  # taken, not kept twice
