@@ -96,22 +96,25 @@ def _site_file(data: bytes) -> tuple[str, FileLines, str, bool]:
     whose file has these bytes, reads the same one (it is never changed in place)."""
     text = _decode(data)
     lines, eol, eof = split_text(text)
-    made = _made.pop(data, None)
-    if made is not None and made.lines == lines:  # what an evaluation left: its folding kept
-        return text, made, eol, eof
+    made = _made.pop(id(data), None)
+    if made is not None and made[0] is data and made[1].lines == lines:
+        return text, made[1], eol, eof  # what an evaluation left: its folding kept
     return text, FileLines(lines), eol, eof
 
 
-# The lines an evaluation's change was rendered from, by the bytes rendered: an apply reads
-# each patch's result as the next one's file, which then shares the folding of its lines.
-_made: collections.OrderedDict[bytes, FileLines] = collections.OrderedDict()
+# The lines an evaluation's change was rendered from, by the bytes object rendered (held
+# here, so its id is no other's): an apply reads each patch's result, that very object, as
+# the next one's file, which then shares the folding of its lines. Kept by the object, not
+# by its bytes: a check never reads a change again, and hashing each would cost it a pass
+# over every changed file.
+_made: collections.OrderedDict[int, tuple[bytes, FileLines]] = collections.OrderedDict()
 _MADE_KEPT = 64
 
 
 def _keep_made(data: bytes, view: FileLines) -> None:
     if len(_made) >= _MADE_KEPT:
         _made.popitem(last=False)  # the oldest (a dict's first key is found by a scan)
-    _made[data] = view
+    _made[id(data)] = (data, view)
 
 
 def clear_caches() -> None:
@@ -457,7 +460,7 @@ _RESOLVED_KEPT = 32  # answers kept a touch (the oldest out)
 def _resolve(touch: str, read: Reader) -> tuple[str | None, str | None]:
     """`touches.resolve(touch, read)`, answered from `_resolved` when it can be."""
     known = _resolved.setdefault(touch, [])
-    for reads, answer in known:
+    for reads, answer in reversed(known):  # the newest first: the last release's, mostly
         if all(read(rel) == data for rel, data in reads):
             return answer
     reads_now: list[tuple[str, bytes | None]] = []

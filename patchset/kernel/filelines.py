@@ -22,11 +22,24 @@ def fold(line: str) -> str:
 class FileLines:
     """A file's lines and what sites share of them (see the module). Never changed in place."""
 
-    __slots__ = ("_all", "_broken", "_depth", "_folds", "_parent", "_splice", "_text", "lines")
+    __slots__ = (
+        "_all",
+        "_broken",
+        "_depth",
+        "_folds",
+        "_found",
+        "_held",
+        "_parent",
+        "_splice",
+        "_text",
+        "lines",
+    )
 
     def __init__(self, lines: list[str]) -> None:
         self.lines = lines  # not to be changed while this object is in use
         self._folds: dict[int, str] = {}  # line: its folded text, for the lines looked at
+        self._found: dict[str, list[int]] = {}  # `where`'s answers so far (sites share them)
+        self._held: dict[str, bool] = {}  # `holds`' answers so far, for a file's own lines
         self._text: str | None = None
         self._all: list[str] | None = None  # every line folded, once asked for
         self._broken: bool | None = None  # whether a line holds a "\n" (known once asked)
@@ -95,13 +108,25 @@ class FileLines:
     def holds(self, needle: str) -> bool:
         """Whether some line holds `needle` (no line break in it): False for certain when the
         text this came from and the lines the edits put in do not; it may say True else."""
-        if self._parent is None or self._splice is None:
-            return needle in self.text
+        if self._parent is None or self._splice is None:  # a search of the whole text, once
+            held = self._held.get(needle)
+            if held is None:
+                held = self._held[needle] = needle in self.text
+            return held
         at, _, count = self._splice
         return self._parent.holds(needle) or any(needle in x for x in self.lines[at : at + count])
 
     def where(self, folded: str) -> list[int]:
-        """The 0-based lines whose folded text is `folded`, in order."""
+        """The 0-based lines whose folded text is `folded`, in order (the same list for the
+        same line asked again: not to be changed). Every patch on a file in a release reads
+        the same `FileLines`, and anchors' first lines recur (patches that build on another
+        anchor where it does), so each is searched for once."""
+        found = self._found.get(folded)
+        if found is None:
+            found = self._found[folded] = self._where(folded)
+        return found
+
+    def _where(self, folded: str) -> list[int]:
         if self._parent is None or self._splice is None:
             return self._search(folded)
         at, size, count = self._splice

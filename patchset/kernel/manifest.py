@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
+from .checks import Check
 from .hunks import Hunk
 from .predicates import Node, PredicateError
 from .predicates import parse as parse_predicate
@@ -49,26 +50,6 @@ class Base:
     name: str
     id: str | None = None
     digest: str | None = None
-
-
-@dataclass(frozen=True)
-class Check:
-    """One `[[verify]]` of a patch: `attribute` (module:attribute exists), `file` holding
-    `contains` (relative to the folder holding vllm/), or `expr` over the imported `module`."""
-
-    attribute: str | None = None
-    file: str | None = None
-    contains: str | None = None
-    module: str | None = None
-    expr: str | None = None
-    timeout: float = 10.0
-
-    def describe(self) -> str:
-        if self.attribute:
-            return f"{self.attribute} exists"
-        if self.file:
-            return f"{self.file} contains {self.contains!r}"
-        return f"{self.module}: {self.expr}"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .indents import any_outside, dedented
+
 if TYPE_CHECKING:
     from .pycompile import CompileError
 
@@ -158,7 +160,12 @@ def code_starts(code: types.CodeType) -> tuple[list[int], list[int]]:
 
 
 def units(
-    known: Known, before: bytes, after: bytes, shared: tuple[int, int] | None = None
+    known: Known,
+    before: bytes,
+    after: bytes,
+    shared: tuple[int, int] | None = None,
+    *,
+    facts: bool = True,
 ) -> Found | None:
     """`after`'s def and class starts and its ends when `after` (an edit of `before`, which
     compiles) is known to compile from its changed units alone, else None. `after` is read
@@ -177,13 +184,16 @@ def units(
     around it); anywhere a module-level `global` or `nonlocal`, `__future__` (on either
     side), a coding declaration, tabs or form feeds in indentation, a byte-order mark, a
     NUL, CR line ends, nesting near the compiler's limits (20 blocks). `shared`: their
-    `common_ends`, when the caller has it."""
+    `common_ends`, when the caller has it. `facts=False`: whether it compiles alone, `after`'s
+    starts and ends not gathered (an empty `Found` when it does)."""
     a = _lines(before)
     if known.top_declares or a is None:
         return None
     b = _edited_lines(a, before, after, shared)
     if b is None:
         return None
+    if facts:  # `after` is kept as a source (the next release's file): its lines are these
+        _keep_edited(after, b)
     starts, ends = known.starts, known.ends
     n, m = len(a), len(b)
     tops = sorted({0, *(x for x in ends if x < n), *(x for x in starts if a[x][:1] not in " \t")})
@@ -196,9 +206,10 @@ def units(
         same = _same(a, b, i, j)
         i, j = i + same, j + same
         if i == n and j == m:
-            found[0].extend(x + j - i for x in _between(starts, kept, n))
-            found[1].extend(x + j - i for x in _between(ends, kept, n + 1))
-            found[2].extend(x + j - i for x in _between(classes, kept, n))
+            if facts:
+                found[0].extend(x + j - i for x in _between(starts, kept, n))
+                found[1].extend(x + j - i for x in _between(ends, kept, n + 1))
+                found[2].extend(x + j - i for x in _between(classes, kept, n))
             return found
         top = tops[bisect.bisect_right(tops, i) - 1]
         placed = None
@@ -213,11 +224,12 @@ def units(
             return None
         e, k, inner = placed
         js = j - (i - s)
-        found[0].extend(x + j - i for x in _between(starts, kept, s))
-        found[1].extend(x + j - i for x in _between(ends, kept, s + 1))  # s itself stays one
-        found[2].extend(x + j - i for x in _between(classes, kept, s))
-        for mine, theirs in zip(found, inner, strict=True):
-            mine.extend(x + js for x in theirs)
+        if facts:
+            found[0].extend(x + j - i for x in _between(starts, kept, s))
+            found[1].extend(x + j - i for x in _between(ends, kept, s + 1))  # s stays one
+            found[2].extend(x + j - i for x in _between(classes, kept, s))
+            for mine, theirs in zip(found, inner, strict=True):
+                mine.extend(x + js for x in theirs)
         kept = e
         i, j = e, k
 
@@ -241,7 +253,12 @@ def _same(a: list[str], b: list[str], i: int, j: int) -> int:
 @functools.lru_cache(maxsize=64)
 def _lines(source: bytes) -> list[str] | None:
     """`source`'s lines (shared: not to be changed), None where no unit can judge it: not
-    UTF-8, a NUL, CR, byte-order mark or form feed in it, a coding declaration."""
+    UTF-8, a NUL, CR, byte-order mark or form feed in it, a coding declaration. Those an
+    edit of another source gave, when it was read so (`_edited_lines`: the same lines),
+    are taken as they are, not decoded and split again."""
+    edited = _edited.pop(source, None)
+    if edited is not None:
+        return edited
     try:
         text = source.decode("utf-8")
     except UnicodeDecodeError:
@@ -279,6 +296,19 @@ def _shared(x: bytes, y: bytes, n: int, cut: Callable[[bytes, int, int], bytes])
         else:
             hi = mid
     return lo
+
+
+# The lines of sources read as edits of another (`units` with facts: a release's file read as
+# an edit of the last release's), by the source, for `_lines` to take when it is asked for
+# them (it is next: the edits of that file are judged by its units).
+_edited: dict[bytes, list[str]] = {}
+_EDITED_KEPT = 16
+
+
+def _keep_edited(source: bytes, lines: list[str]) -> None:
+    if len(_edited) >= _EDITED_KEPT:
+        del _edited[next(iter(_edited))]
+    _edited[source] = lines
 
 
 def _edited_lines(
@@ -370,7 +400,7 @@ def _place(
         line = a[e] if e < n else ""
         if e < n and len(line) - len(line.lstrip()) > len(indent):
             continue  # deeper: inside the unit
-        if indent and _any_outside(a, s, e, indent):
+        if indent and any_outside(a, s, e, indent):
             return None  # a line of `before` less indented: not one block
         if _within(known.futures, s, e):
             return None  # the file's `__future__` flags may change
@@ -475,7 +505,7 @@ def _compiles_alone(
 
 
 def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found | None:
-    if in_class and "__future__" not in text and _opens_at_zero(_dedented(text, indent)):
+    if in_class and "__future__" not in text and _opens_at_zero(dedented(text, indent)):
         # A class's own statements and methods (one block at `indent`, its first statement
         # at `indent` itself, no tab in it), in a class at module level as in place: the
         # same scopes around them, so `global`, `nonlocal`, `:=` and `import *` are judged
@@ -486,7 +516,7 @@ def _judge_alone(flags: int, text: str, indent: str, *, in_class: bool) -> Found
         starts, classes = code_starts(code)
         return [x - 1 for x in starts if x], [], [x - 1 for x in classes if x]
     if indent:
-        text = _dedented(text, indent)
+        text = dedented(text, indent)
         if not _opens_at_zero(text) or _risky(text):  # a statement of the block, at its start
             return None
     elif _risky_top(text):
@@ -534,60 +564,11 @@ def _risky_top(text: str) -> bool:
     return ("\nglobal" in text or "\nnonlocal" in text) and _RISKY_TOP.search(text) is not None
 
 
-@functools.lru_cache(maxsize=64)
-def _outside_pattern(indent: str) -> re.Pattern[str]:
-    """Lines that hold code (not only a comment) less indented than `indent`, searched for
-    in lines each led by a line break (a pattern led by a character is searched for fast;
-    one anchored at line starts is tried at every position)."""
-    return re.compile(rf"\n(?!{re.escape(indent)}|[ \t]*(?:#|\n|\Z))")
-
-
-def _any_outside(a: list[str], s: int, e: int, indent: str) -> bool:
-    """Whether a line of a[s:e] is `_outside` a block indented by `indent`."""
-    return _outside_pattern(indent).search("\n" + "\n".join(a[s:e])) is not None
-
-
-def _outside(line: str, indent: str) -> bool:
-    """Whether `line` stands outside a block indented by `indent`: it holds code (not only
-    a comment: comment lines do not open or close blocks) and less indentation."""
-    return not line.startswith(indent) and not line.lstrip().startswith("#") and bool(line.strip())
-
-
-def _dedented(text: str, indent: str) -> str:
-    """`text` without `indent` on each line ("" when a line lacks it, holds a tab in its
-    indentation, or blocks nest near the compiler's limit of 20 in one scope: the unit's own
-    depth in the file is at most its indentation's width)."""
-    body: list[str] = []
-    widths = [0]
-    deepest = 0
-    for line in text.split("\n"):
-        if not line.strip():
-            body.append("")
-            continue
-        if not line.startswith(indent):
-            if not _outside(line, indent):  # a comment: the tokenizer passes it by
-                body.append(line.lstrip())
-                continue
-            return ""
-        rest = line[len(indent) :]
-        lead = rest[: len(rest) - len(rest.lstrip())]
-        if "\t" in lead:
-            return ""
-        while widths and widths[-1] > len(lead):
-            widths.pop()
-        if not widths or widths[-1] < len(lead):
-            widths.append(len(lead))
-        deepest = max(deepest, len(widths))
-        body.append(rest)
-    if deepest + len(indent) >= 20 or not any(body):
-        return ""
-    return "\n".join(body)
-
-
 def clear() -> None:
     """Forget the units judged and the sources' lines kept."""
     _UNITS.clear()
     _lines.cache_clear()
+    _edited.clear()
 
 
 __all__ = ["Found", "Known", "clear", "code_starts", "common_ends", "facts", "module_ends", "units"]

@@ -309,7 +309,7 @@ class Files:
         found = self.unit_facts.get(rel)
         if found is None or before is None or digest(before) != found[0]:
             return False
-        return units(found[1], before, after) is not None
+        return units(found[1], before, after, facts=False) is not None
 
     def changed(self) -> dict[str, bytes | None]:
         """The files this start writes (or removes): those whose bytes differ from disk."""

@@ -15,6 +15,7 @@ import hashlib
 import io
 import itertools
 import re
+import symtable
 import tokenize
 from collections.abc import Callable, Iterable
 
@@ -241,12 +242,67 @@ def _piece_steps(piece: bytes) -> list[_ScopeStep] | None:
     steps: list[_ScopeStep] | None = None
     steps = _class_piece(piece) if len(piece) > _CLASS_SPLIT else None
     if steps is None:
+        steps = _def_steps(piece, "")
+    if steps is None:
         try:
             steps = _scope_steps(ast.parse(piece).body)
         except (SyntaxError, ValueError):
             steps = None
     _keep_piece(key, steps)
     return steps
+
+
+# Most pieces (and most runs of a class body) are one def: its steps are its name alone,
+# once the piece is known to parse. The parser's tree of its body is not needed for that:
+# `symtable` parses it without building the tree's Python objects (a third cheaper).
+_DEF = re.compile(r"(?:async[ \t]+)?def[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(")
+
+
+@functools.lru_cache(maxsize=16)
+def _shallow_lines(indent: str) -> re.Pattern[str]:
+    """On "\n" + text: each line holding more than blanks and no deeper than `indent`."""
+    return re.compile(rf"\n(?!{re.escape(indent)}[ \t]|[ \t]*(?:\n|\Z))([^\n]*)")
+
+
+def _lone_def(text: str, indent: str) -> str | None:
+    """The name of the def that `text` (whole statements of a block at `indent`) is, when
+    its lines show it is one def statement (decorated or not) and nothing more: at `indent`
+    itself (no line less indented), decorators, then the one line starting ``def name(``
+    (or ``async def``), and else only comments and lines starting with a closing bracket
+    (a signature's or a decorator's end). Any other statement of the block would start a
+    line at `indent` with none of those. None when that is not plain (the caller parses)."""
+    name = None
+    for match in _shallow_lines(indent).finditer("\n" + text):
+        line = match.group(1)
+        if not line.startswith(indent):
+            return None
+        first = line[len(indent)]
+        if first in "#)]}":
+            continue
+        if first == "@" and name is None:
+            continue
+        found = _DEF.match(line, len(indent))
+        if found is None or name is not None:
+            return None
+        name = found.group(1)
+    return name
+
+
+def _def_steps(source: bytes | str, indent: str, head: str = "") -> list[_ScopeStep] | None:
+    """[(name, True, None)] when `source` (whole statements at `indent`, parsed after
+    `head`) is one def statement (`_lone_def`) and parses; None when not known so."""
+    try:
+        text = source if isinstance(source, str) else source.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    name = _lone_def(text, indent)
+    if name is None:
+        return None
+    try:
+        symtable.symtable(head + text, "<piece>", "exec")  # as text: read as in its module
+    except (SyntaxError, ValueError, RecursionError):
+        return None  # parsed whole by the caller, which gives its answer
+    return [(name, True, None)]
 
 
 def _keep_piece(key: bytes, steps: list[_ScopeStep] | None) -> None:
@@ -265,16 +321,35 @@ _COLUMN_0 = re.compile(r"\n[^ #\n]")  # these on "\n" + text: each line start
 _CODE = re.compile(r"\n *[^ #\n]")
 
 
-def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
-    """The steps of a piece that is one decorated or plain class, from its header parsed with
-    ``pass`` for a body and its body cut where a line at the body's indentation begins a
-    statement, each run parsed alone inside ``if 1:`` (kept by its text). None when the piece
-    is not that or is not sure to be read so: the caller parses it whole."""
-    try:
-        text = piece.decode("utf-8")
-    except UnicodeDecodeError:
+# A class header the tokenizer need not read: decorators and the class line, each whole on
+# its line (their brackets closed there, strings on one line and with no backslash, no
+# comment but the class line's last). A header it would read otherwise does not parse.
+_ARG = r"""(?:[^()\n#'"\\]|"[^"\\\n]*"|'[^'\\\n]*')"""
+_ARGS = rf"\((?:{_ARG}|\({_ARG}*\))*\)"
+_PLAIN_HEAD = re.compile(
+    rf"(?:@[A-Za-z_][\w.]*(?:{_ARGS})?[ ]*\n)*"
+    rf"class[ ]+[A-Za-z_]\w*[ ]*(?:{_ARGS})?[ ]*:[ ]*(?:#[^\n]*)?\n"
+)
+# After it: blank and comment lines (no INDENT from the tokenizer), then the first line of
+# code's indentation.
+_BODY_LEAD = re.compile(r"(?:[ ]*(?:#[^\n]*)?\n)*( *)(?=[^ \n#])")
+
+
+def _plain_head(text: str) -> tuple[int, str] | None:
+    """Where the body of a class piece with a `_PLAIN_HEAD` starts, and its indentation (None
+    when the header is not that plain: the tokenizer reads it)."""
+    head = _PLAIN_HEAD.match(text)
+    if head is None:
         return None
-    if not _CLASS_START.match(text) or "\r" in text or "\t" in text or "\f" in text:
+    lead = _BODY_LEAD.match(text, head.end())
+    return None if lead is None or not lead.group(1) else (head.end(), lead.group(1))
+
+
+def _tokenized_head(text: str) -> tuple[int, str] | None:
+    """Where the body of a class piece starts (the line after the header's last) and its
+    indentation, as the tokenizer reads the header; None when not sure (and, without
+    tokenizing it, for a piece with no line starting ``class``: a decorated def)."""
+    if not text.startswith("class") and "\nclass" not in text:
         return None
     tokens = tokenize.generate_tokens(io.StringIO(text).readline)
     head_row = indent = None
@@ -296,6 +371,24 @@ def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
     start = 0
     for _ in range(head_row):  # the header's lines, through the one ending it
         start = text.index("\n", start) + 1
+    return start, indent
+
+
+def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
+    """The steps of a piece that is one decorated or plain class, from its header parsed with
+    ``pass`` for a body and its body cut where a line at the body's indentation begins a
+    statement, each run parsed alone inside ``if 1:`` (kept by its text). None when the piece
+    is not that or is not sure to be read so: the caller parses it whole."""
+    try:
+        text = piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not _CLASS_START.match(text) or "\r" in text or "\t" in text or "\f" in text:
+        return None
+    header = _plain_head(text) or _tokenized_head(text)
+    if header is None:
+        return None
+    start, indent = header
     head, body = text[:start], text[start:]
     if _COLUMN_0.search("\n" + body):
         return None  # a line at column 0 (in a string?): not sure where the class ends
@@ -327,17 +420,21 @@ def _class_piece(piece: bytes) -> list[_ScopeStep] | None:
     for a, b in itertools.pairwise(cuts):
         if b <= a:
             continue
-        found = _body_steps(body[a:b])
+        found = _body_steps(body[a:b], indent)
         if found is None:
             return None
         steps += found
     return [(cls.name, True, _replayed(steps))]
 
 
-def _body_steps(chunk: str) -> list[_ScopeStep] | None:
+def _body_steps(chunk: str, indent: str) -> list[_ScopeStep] | None:
     key = hashlib.blake2b(b"class body\0" + chunk.encode("utf-8"), digest_size=16).digest()
     if key in _PIECES:
         return _PIECES[key]
+    steps = _def_steps(chunk, indent, "if 1:\n")
+    if steps is not None:
+        _keep_piece(key, steps)
+        return steps
     try:
         tree = ast.parse("if 1:\n" + chunk)
     except (SyntaxError, ValueError):

@@ -15,7 +15,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from patchset.errors import RegistryError, UnknownPatchError
-from patchset.kernel.manifest import Check
+from patchset.kernel.checks import Check
 from patchset.kernel.predicates import Node, switch_on
 from patchset.kernel.sites import Site, SiteProbe
 from patchset.registry.diffs import FileDiff

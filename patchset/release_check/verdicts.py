@@ -481,4 +481,19 @@ def _weigh_probe(
 
 
 def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", errors="replace")
+    """A probe's file as text: decoded once per bytes object (a release's file is one object
+    for every patch whose probe reads it)."""
+    if data is None:
+        return None
+    seen = _TEXTS.get(id(data))
+    if seen is not None and seen[0] is data:
+        return seen[1]
+    text = data.decode("utf-8", errors="replace")
+    if len(_TEXTS) >= _TEXTS_KEPT:
+        del _TEXTS[next(iter(_TEXTS))]
+    _TEXTS[id(data)] = (data, text)  # the bytes held: their id is no other object's
+    return text
+
+
+_TEXTS: dict[int, tuple[bytes, str]] = {}
+_TEXTS_KEPT = 16

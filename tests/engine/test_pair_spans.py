@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+from patchset.engine import evaluate as evaluation
 from patchset.engine import order, pairs
 from patchset.engine.apply import apply
 from patchset.engine.evaluate import evaluate
@@ -127,3 +128,25 @@ def test_spans_of_lines_put_beside_an_anchor_are_the_line_diffs() -> None:
         matcher = difflib.SequenceMatcher(None, was, now, False)
         want = [(at + i1, at + i2) for tag, i1, i2, _, _ in matcher.get_opcodes() if tag != "equal"]
         assert of_site(old, new, (at, size, len(now)), []) == want, (was, now)
+
+
+def test_the_next_patch_shares_the_lines_a_change_was_rendered_from(tmp_path: Path) -> None:
+    """An evaluation's change, read as the very bytes object it gave (an apply's next patch
+    on the file), is read through the lines it was rendered from; equal bytes from elsewhere
+    (a file read again, a check's next release) are read afresh, and give the same lines."""
+    evaluation.clear_caches()
+    root = tmp_path / "reg"
+    site = _site("s", "insert-after", "    y = x + 3", "    z = 1")
+    add_patch(root, "one-site", sites=site, targets=[FILE])
+    patch = load_registry(root).patches[0]
+    tree = {FILE: BODY.encode()}
+    ev = evaluate(patch, patch.variants[0], tree.get)
+    data = ev.changes[FILE]
+    _, view, _, _ = evaluation._site_file(data)
+    assert view.splice is not None  # the edited lines themselves: their folding kept
+    evaluation.clear_caches()
+    ev = evaluate(patch, patch.variants[0], tree.get)
+    copy = bytes(bytearray(ev.changes[FILE]))
+    _, fresh, _, _ = evaluation._site_file(copy)
+    assert fresh.splice is None
+    assert fresh.lines == view.lines

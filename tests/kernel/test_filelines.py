@@ -62,3 +62,28 @@ def test_lines_holding_a_line_break_are_still_found() -> None:
     assert view.where("c = 3") == [1, 3]
     assert view.where("a = 1 b = 2") == [0]
     assert find_block(view, ["a = 1", "c = 3"]) == [2]
+
+
+def test_each_line_is_searched_for_once_and_edits_read_the_answers_kept() -> None:
+    """`where` keeps its answers: asked again, the same list, no search; an edit made after
+    its parent answered reads that answer, and is right where the edit changed the lines."""
+    rng = random.Random(38)  # noqa: S311 - a fixed seed: the same cases every run
+    for _ in range(200):
+        plain = _random_lines(rng, rng.randint(0, 30))
+        view = FileLines(list(plain))
+        for _ in range(rng.randint(1, 8)):
+            for probe in {fold(line) for line in plain} | {"return"}:
+                assert view.where(probe) == _where(plain, probe), (plain, probe)
+            at = rng.randint(0, len(plain))
+            size = rng.randint(0, min(3, len(plain) - at))
+            new = _random_lines(rng, rng.randint(0, 3))
+            plain = [*plain[:at], *new, *plain[at + size :]]
+            view = view.edited(at, size, new)
+        for probe in {fold(line) for line in plain} | {"return"}:
+            assert view.where(probe) == _where(plain, probe), (plain, probe)
+    lines = [f"value_{i % 10} = 1" for i in range(100)]
+    view = FileLines(lines)
+    first = view.where("value_3 = 1")
+    view.lines = []  # a search now would find nothing: the answer comes from what was kept
+    assert view.where("value_3 = 1") is first
+    assert first == list(range(3, 100, 10))

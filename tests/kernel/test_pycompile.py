@@ -95,7 +95,11 @@ def test_an_edit_judged_by_its_units_is_judged_as_the_whole_file(seed: int) -> N
         pycompile.edit_error(before, before + b"\n")  # an edit before: from now on, by units
         assert pycompile.edit_error(before, after) == want
         assert pycompile.edit_error(before, other) == broken_by(before, other)
-        judged_alone += pyunits.units(pycompile._known(before), before, after) is not None
+        found = pyunits.units(pycompile._known(before), before, after)
+        judged_alone += found is not None
+        # only whether: the same answer, no facts of `after` gathered
+        alone = pyunits.units(pycompile._known(before), before, after, facts=False)
+        assert alone == (None if found is None else ([], [], []))
     assert judged_alone > 5  # the units alone decided a share of them
 
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from patchset.kernel import pycompile, pyunits
+from patchset.kernel import indents, pycompile, pyunits
 
 PIECES = (b"a", b"b", b"\n", b"\n", b"#", b" ", b"\xc3\xa9", b"\r", b"\xff", b"\x00", b"\f")
 
@@ -93,9 +93,9 @@ def test_declarations_are_the_lines_globals_matches() -> None:
 
 @pytest.mark.parametrize("indent", ["    ", "  ", "\t"])
 def test_any_outside_is_a_search_from_each_line_start(indent: str) -> None:
-    """`_any_outside` (a search led by line breaks) finds what a search anchored at each line
+    """`any_outside` (a search led by line breaks) finds what a search anchored at each line
     start finds: code less indented than `indent` (comments and blank lines let pass; odd
-    whitespace is code to both), and agrees with `_outside` where no odd whitespace is."""
+    whitespace is code to both), and agrees with `outside` where no odd whitespace is."""
     pieces = ("    ", "  ", " ", "\t", "#", "x", "", "\xa0", "\x0b")
     anchored = re.compile(rf"^(?!{re.escape(indent)}|[ \t]*(?:#|$))", re.MULTILINE)
     rng = random.Random(len(indent))  # noqa: S311 - a fixed test sequence
@@ -104,7 +104,45 @@ def test_any_outside_is_a_search_from_each_line_start(indent: str) -> None:
             "".join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
             for _ in range(rng.randint(1, 5))
         ]
-        found = pyunits._any_outside(lines, 0, len(lines), indent)
+        found = indents.any_outside(lines, 0, len(lines), indent)
         assert found == (anchored.search("\n".join(lines)) is not None), lines
         if not any(c in line for line in lines for c in "\xa0\x0b"):
-            assert found == any(pyunits._outside(line, indent) for line in lines), lines
+            assert found == any(indents.outside(line, indent) for line in lines), lines
+
+
+def test_odd_spaces_are_all_whitespace_but_space_tab_and_line_break() -> None:
+    spaces = {chr(c) for c in range(0x110000) if chr(c).isspace()}
+    assert set(indents.ODD_SPACES) == spaces - {" ", "\t", "\n"}
+
+
+DEDENT_PIECES = ["    ", "  ", "\t", "", "x", "# c", "\x0b", "\xa0", " ", "if x:", "\n", "\r"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_unit_is_dedented_by_its_patterns_as_line_by_line(seed: int) -> None:
+    """`dedented` cuts the common unit by patterns over its text: the very text, or "",
+    that reading it line by line gives (lines lacking the indentation, tabs in it, comment
+    lines less indented, blank lines of blanks, odd whitespace, deep nesting)."""
+    rng = random.Random(seed)  # noqa: S311 - a fixed seed: the same cases every run
+    for _ in range(3000):
+        text = "".join(rng.choice(DEDENT_PIECES) for _ in range(rng.randint(0, 14)))
+        for indent in ("", " ", "    ", "        "):
+            want = indents.dedented_lines(text, indent)
+            assert indents.dedented(text, indent) == want, (text, indent)
+    for depth in range(14, 22):  # blocks nested near the compiler's limit
+        text = "".join("    " * (d + 1) + "if x:\n" for d in range(depth))
+        text += "    " * (depth + 1) + "pass\n"
+        assert indents.dedented(text, "    ") == indents.dedented_lines(text, "    ")
+
+
+def test_a_source_read_as_an_edit_keeps_the_lines_it_was_read_with() -> None:
+    """A release's file judged as an edit of the last release's (`units` with facts) is next
+    a source whose edits are judged: its lines are the ones read then, equal to its own."""
+    pycompile.clear_cache()
+    before = b"def f():\n    return 1\n\n\ndef g():\n    return 2\n"
+    after = before.replace(b"return 2", b"return 3")
+    assert pyunits.units(pycompile._known(before), before, after) is not None
+    kept = pyunits._edited[after]
+    assert pyunits._lines(after) is kept
+    assert kept == after.decode().split("\n")
+    assert after not in pyunits._edited  # taken, not kept twice

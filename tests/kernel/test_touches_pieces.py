@@ -6,6 +6,8 @@ module of a real vLLM release."""
 from __future__ import annotations
 
 import ast
+import symtable
+from typing import Any
 
 import pytest
 
@@ -66,6 +68,14 @@ TRICKY = [
     b"def f():\n    return '''\n'''\ndef g(): ...\n",
     b"x = 1\nfrom __future__ import annotations\n",  # parses (the compiler refuses it)
     b"",
+    # one def, read without its tree (`_lone_def`), or not
+    b"@dec(\n    1,\n)\ndef f(\n    a,\n) -> int:\n    return a\n",  # closing brackets
+    b"@dec(\n    1,\n)\ndef f(): ...\n(g) = 1\n[h, i] = 1, 2\n",  # more statements after it
+    b"def f():\n    s = '''\ndef g(): pass\n'''\n    return s\n",  # a def line in a string
+    b"async  def  f(): ...\ndef g(): pass; x = 1\n",  # the `x` is the def's own
+    b"def \\\nf(): ...\ndef f\xc3\xa9(): ...\n",  # continued, not ASCII
+    b"def f():\n    nonlocal x\n",  # parses (symtable refuses it)
+    b"def f(:\n    pass\n# a comment\n",
 ]
 
 
@@ -94,6 +104,10 @@ CLASSES = [
     b"class L:\n    try:\n        import a\n    except E:\n        pass\n    n = 1\n",
     b"class M:\n    x = 1 + \\\n    2\n    y = 2\n",  # a continued line
     b"class N:\n    x = 1\nclass O:\n    def m(self): ...\n",
+    b"class P:\n    def m(self): ...\n    [a, b] = 1, 2\n    def n(\n        self,\n    ): ...\n",
+    b"class Q:\n    @property\n    def p(self): ...\n    @p.setter\n    def p(self, v): ...\n",
+    b"class R:\n    async def m(self):\n        await x\n    # a comment\n    def n(self): ...\n",
+    b"class S(B[):\n    x = 1\n",  # a plain header's line that does not end the header
 ]
 
 
@@ -115,17 +129,23 @@ def test_a_piece_seen_before_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch
     touches._PIECES.clear()
     old = b"import os\n\ndef f(): ...\n\nclass C:\n    def m(self): ...\n"
     assert defines(old, "C.m")
-    parsed: list[bytes] = []
-    real = ast.parse
+    parsed: list[bytes | str] = []
+    real, real_table = ast.parse, symtable.symtable
 
-    def counting(source: bytes) -> ast.Module:
+    def counting(source: bytes, *args: Any, **kwargs: Any) -> Any:
         parsed.append(source)
-        return real(source)
+        return real(source, *args, **kwargs)
+
+    def counting_table(source: str, *args: Any) -> symtable.SymbolTable:
+        parsed.append(source)
+        return real_table(source, *args)
 
     monkeypatch.setattr(ast, "parse", counting)
-    new = old.replace(b"def f(): ...", b"def f(x): ...")
+    monkeypatch.setattr(symtable, "symtable", counting_table)
+    new = old.replace(b"def f(): ...", b"def f(x): ...").replace(b"C:\n", b"C:\n    x = 1\n")
     assert defines(new, "f") and defines(new, "C.m")
-    assert parsed == [b"def f(x): ...\n\n"]  # only the piece that changed
+    # only the pieces that changed: a def parsed without its tree, a class whole
+    assert parsed == ["def f(x): ...\n\n", b"class C:\n    x = 1\n    def m(self): ...\n"]
 
 
 @pytest.mark.network
@@ -146,3 +166,54 @@ def test_every_module_of_a_real_release() -> None:
 def test_a_class_body_is_cut_where_sure(index: int) -> None:
     (piece,) = touches._pieces(CLASSES[index])
     assert touches._class_piece(piece) is not None  # read in pieces, not whole
+
+
+@pytest.mark.parametrize(
+    ("text", "indent", "name"),
+    [
+        ("def f(a): ...\n", "", "f"),
+        ("@dec(\n    1,\n)\nasync def g(\n    a,\n) -> int:\n    return a\n\n# end\n", "", "g"),
+        ("    @property\n    def p(self):\n        return 1\n", "    ", "p"),
+        ("def f(): ...\n(g) = 1\n", "", None),  # another statement
+        ("def f():\n    s = '''\ndef g(): pass\n'''\n", "", None),  # a def line in a string
+        ("x = 1\n", "", None),
+        ("def \\\nf(): ...\n", "", None),
+        ("    def m(self): ...\n  y = 1\n", "    ", None),  # a line less indented
+        ("@dec\n", "", None),
+    ],
+)
+def test_a_lone_def_is_told_from_its_lines(text: str, indent: str, name: str | None) -> None:
+    assert touches._lone_def(text, indent) == name
+
+
+HEADS = [  # (a class piece, whether its header is plain: read without the tokenizer)
+    ("class A:\n    # c\n\n  # d\n        x = 1\n", True),
+    ("class A:  # c\n    x = 1\n", True),
+    ("@d\n@e.f(1, 2)\nclass A(B, metaclass=M):\n    pass\n", True),
+    ("class A:\n    '''doc'''\n", True),
+    ("class A:\n    # only a comment", False),  # no body: the tokenizer gives no INDENT
+    ("class A:\n\n    ", False),
+    ("class A:\nx = 1\n", False),
+    ("@d(\n)\nclass A:\n    x = 1\n", False),  # a decorator on two lines
+    ("class A(f(x)):\n    x = 1\n", True),  # brackets one deep
+    ("class A(B[f(g(x))]):\n    x = 1\n", False),  # two deep
+    ("class A: x = 1\n", False),
+    ("class A(\n    B):\n    x = 1\n", False),
+    ("class A(B['x:y']):\n    x = 1\n", True),  # a string
+    ("@c(c=D(a=True))\n@d('#(', \"'\")\nclass A:\n    x = 1\n", True),
+    ("class A(B['x\\'y']):\n    x = 1\n", False),  # a backslash in a string
+    ("class \u00c4(B):\n    x = 1\n", False),
+]
+
+
+@pytest.mark.parametrize(("text", "plain"), HEADS)
+def test_a_plain_class_header_is_read_as_the_tokenizer_reads_it(text: str, plain: bool) -> None:
+    found = touches._plain_head(text)
+    assert (found is not None) == plain
+    assert found is None or found == touches._tokenized_head(text)
+
+
+def test_a_decorated_def_is_not_tokenized_for_a_class_header() -> None:
+    text = "@jit\ndef f(\n    x,\n):\n    return '''\n  class A:\n'''\n"
+    assert touches._tokenized_head(text) is None
+    assert touches._tokenized_head("@d\nclass A(\n    B,\n):\n    x = 1\n") == (22, "    ")
