@@ -5,12 +5,14 @@ makes it run again, and a report made while the registry was being written is no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sqlite3
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,17 @@ def _check(registry: Path, cache: Path, index: FakeIndex, *more: str) -> Result:
         *more,
         env={"PATCHSET_CACHE_DIR": str(cache), "PATCHSET_JOBS": "1"},
     )
+
+
+@contextlib.contextmanager
+def _reports_db(cache: Path) -> Iterator[sqlite3.Connection]:
+    """The kept reports' file in `cache`, to read or tamper with (committed, then closed)."""
+    db = sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite")
+    try:
+        with db:
+            yield db
+    finally:
+        db.close()
 
 
 def _no_load(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,7 +125,7 @@ def test_an_option_a_new_release_or_a_tampered_row_checks_again(
     fuzzed = _check(registry, cache, fake_index, "--fuzz", "1")  # another option: its own
     assert fuzzed.code == 0
 
-    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+    with _reports_db(cache) as db:
         db.execute("UPDATE reports SET seal = 'x' || substr(seal, 2)")
     with monkeypatch.context() as m:
         _no_load(m)
@@ -257,7 +270,7 @@ def test_an_edit_of_one_patch_checks_that_patch_alone_and_says_what_the_whole_ch
 
 
 def _chunks(cache: Path) -> dict[str, bytes]:
-    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+    with _reports_db(cache) as db:
         return dict(db.execute("SELECT digest, value FROM chunks"))
 
 
@@ -285,7 +298,7 @@ def test_an_edits_report_shares_the_chunks_of_the_patches_it_left_and_a_bad_chun
     assert newest.out == _fresh(registry, cache, fake_index, tmp_path).out
 
     # a chunk whose bytes are not those its digest names is not believed
-    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+    with _reports_db(cache) as db:
         db.execute("UPDATE chunks SET value = ?", (zlib.compress(b"[]"),))
     with monkeypatch.context() as m:
         _no_load(m)
@@ -317,7 +330,7 @@ def test_a_patch_written_while_an_edit_is_checked_is_checked_again_next_time(
     assert {
         r["revision"] for r in json.loads(during.out)["results"] if r["patch"] == "alone-1"
     } == {2}
-    with sqlite3.connect(cache / "memo" / f"reports-{replay.FORMAT}.sqlite") as db:
+    with _reports_db(cache) as db:
         assert db.execute("SELECT count(*) FROM reports").fetchone() == (2,)  # kept
     loads = _Loads(monkeypatch)
     after = _check(registry, cache, fake_index)
