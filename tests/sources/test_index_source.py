@@ -722,6 +722,29 @@ def test_a_damaged_manifest_is_rebuilt_not_believed(index: FakeIndex, tmp_cache:
     assert read(offline_source(tmp_cache), "0.1.0") == SOURCE
 
 
+def test_a_cached_list_is_read_when_first_used_and_checked_then(
+    index: FakeIndex, tmp_cache: Cache
+) -> None:
+    """A cached manifest opens by its header line: a release read by the digests a memo keeps
+    (`read_listed`) never reads the list; a list damaged since is found when it is first
+    used, never believed: offline an error naming the release, online built again."""
+    assert read(source(index, tmp_cache), "0.1.0") == SOURCE
+    path = tmp_cache.manifest_path(wheel_name("0.1.0"))
+    path.write_bytes(path.read_bytes().replace(b"fla/ops/utils.py", b"fla/ops/utilz.py"))
+    digest = hashlib.sha256(SOURCE).hexdigest()
+    with offline_source(tmp_cache).open("0.1.0") as tree:
+        assert tree.info.version == "0.1.0"  # the header's
+        assert tree.read_listed(UTILS, digest) == SOURCE  # by the memo's digest: no list
+        with pytest.raises(SourceError, match=r"0\.1\.0 is not in the cache .*was damaged"):
+            tree.listed_digest(UTILS)
+    assert not path.exists()  # removed: built again by the next run that may fetch
+    path.write_bytes(b"")  # a cached list emptied: not a header, read whole, dropped
+    with source(index, tmp_cache).open("0.1.0") as tree:
+        assert tree.listed_digest(UTILS) == digest
+        assert tree.read(UTILS) == SOURCE
+    assert packing.decode(path.read_bytes()) is not None  # built again, and kept
+
+
 def test_a_damaged_member_is_fetched_again(index: FakeIndex, tmp_cache: Cache) -> None:
     """issue 16 #9: a damaged cached member is rebuilt, not an error forever."""
     assert read(source(index, tmp_cache), "0.1.0") == SOURCE

@@ -51,6 +51,7 @@ LOG = logging.getLogger(__name__)
 LOCK_TIMEOUT = 900.0  # seconds; another process may be downloading a 45 MB sdist
 ANSWER_FORMAT = "patchset-answer/2"
 _STALE_TEMP = 3600.0  # seconds after which a temporary file is an orphan
+_HEAD = 1 << 16  # a manifest's header line is within its first bytes (a few hundred of them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,9 +157,17 @@ class Cache:
 
     # -- manifests -----------------------------------------------------------------------
 
-    def load_manifest(self, artifact: str) -> Manifest | None:
-        """The artifact's manifest if cached and intact; a damaged one is deleted."""
+    def load_manifest(self, artifact: str, *, later: bool = False) -> Manifest | None:
+        """The artifact's manifest if cached and intact; a damaged one is deleted. `later`:
+        only its header read now, its file list when first used (checked then: `DamagedListError`
+        when it does not match, and deleted: `IndexTree.listed` builds it again)."""
         path = self.manifest_path(artifact)
+        if later:
+            manifest = self._manifest_head(path)
+            if manifest is not None and manifest.artifact == artifact:
+                with contextlib.suppress(OSError):
+                    os.utime(path)  # last use, for `cache prune --older-than`
+                return manifest
         raw = read_entry(path)
         if raw is None:
             return None
@@ -173,6 +182,28 @@ class Cache:
                 self.store_manifest(manifest)
         with contextlib.suppress(OSError):
             os.utime(path)  # last use, for `cache prune --older-than`
+        return manifest
+
+    @staticmethod
+    def _manifest_head(path: Path) -> Manifest | None:
+        """The manifest at `path` from its header line, its list read when first used; None
+        when the header is not one of today's (read whole then, as before)."""
+        head = read_entry(path, at_most=_HEAD)
+        end = head.find(b"\n") if head is not None else -1
+        if head is None or end < 0:
+            return None
+
+        def body() -> bytes | None:
+            raw = read_entry(path)
+            if raw is None or not raw.startswith(head[: end + 1]):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # built again (`IndexTree.listed`): never believed
+                return None
+            return raw[end + 1 :]
+
+        manifest = packing.decode_head(head[:end], body)
+        if manifest is None or packing.written_before(manifest):
+            return None
         return manifest
 
     def store_manifest(self, manifest: Manifest) -> Manifest:
@@ -430,11 +461,12 @@ def _write_error(dest: Path, exc: OSError) -> SourceError:
     )
 
 
-def read_entry(path: Path | str) -> bytes | None:
-    """A cache entry's bytes, if it is a regular file (or a link to one); None when absent.
-    Anything else in its place (a folder, a FIFO, a device) is removed, and None: the entry
-    is fetched again. Opened without blocking, so a FIFO never hangs the read; read with
-    plain reads of the size it has (no buffered file object: a check reads a thousand)."""
+def read_entry(path: Path | str, *, at_most: int | None = None) -> bytes | None:
+    """A cache entry's bytes (its first `at_most` at most), if it is a regular file (or a
+    link to one); None when absent. Anything else in its place (a folder, a FIFO, a device)
+    is removed, and None: the entry is fetched again. Opened without blocking, so a FIFO
+    never hangs the read; read with plain reads of the size it has (no buffered file
+    object: a check reads a thousand)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -445,6 +477,8 @@ def read_entry(path: Path | str) -> bytes | None:
     try:
         found = os.fstat(fd)
         if stat.S_ISREG(found.st_mode):
+            if at_most is not None:
+                return os.read(fd, at_most)
             return _read_all(fd, found.st_size)
     except OSError:  # unreadable: as if damaged
         pass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from patchset.errors import SourceError
@@ -47,18 +47,45 @@ def decode(raw: bytes) -> Manifest | None:
     end = raw.find(b"\n")
     if end < 0:
         return None
-    head, body = raw[:end], memoryview(raw)[end + 1 :]  # not copied: most are never decoded
+    body = memoryview(raw)[end + 1 :]  # not copied: most are never decoded
+    return _manifest(raw[:end], lambda digest: body if _sha256(body) == digest else None)
+
+
+def decode_head(head: bytes, body: Callable[[], bytes | None]) -> Manifest | None:
+    """The manifest whose header line is `head` (None: not one), its body read with `body`
+    and checked against the header's digest when its list is first used (a damaged or
+    vanished body then raises `DamagedListError`): a check that the memo tells every file's digest
+    reads no file list, and a list is 80% of a cached manifest's bytes."""
+
+    def checked(digest: str) -> Callable[[], bytes]:
+        def read() -> bytes:
+            data = body()
+            if data is None or _sha256(data) != digest:
+                raise DamagedListError(_DAMAGED)
+            return data
+
+        return read
+
+    return _manifest(head, checked)
+
+
+def _manifest(head: bytes, body: Callable[[str], Any]) -> Manifest | None:
+    """The manifest of header line `head`, its list `body(digest)` (None: not to be believed)."""
     try:
         header = json.loads(head)
         written = header.pop("format")
         if written not in _READABLE:
             return None
-        if header.pop("digest") != hashlib.sha256(body).hexdigest():
+        listed = body(header.pop("digest"))
+        if listed is None:
             return None
-        manifest = Manifest(members=Members(body, packed=written == FORMAT), **header)
+        return Manifest(members=Members(listed, packed=written == FORMAT), **header)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-    return manifest
+
+
+def _sha256(data: bytes | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def encode(manifest: Manifest) -> bytes:
@@ -103,21 +130,38 @@ def _unpack(packed: str | list[Any]) -> list[Any]:
 _DAMAGED = "a cached release's file list is damaged; run `patchset cache clear`"
 
 
+class DamagedListError(SourceError):
+    """A cached file list read after its header (`decode_head`) does not match its digest."""
+
+
 class Members(Mapping[str, list[Any]]):
     """A cached manifest's file list, decoded on first use (a warm check, answered by the
     memo, opens every release but reads no file, and decoding a wheel's list is most of its
-    cost), each entry unpacked when asked for. The bytes were checked against the manifest's
-    digest when it was loaded."""
+    cost), each entry unpacked when asked for. Its bytes were checked against the manifest's
+    digest when it was loaded, or (given as a reader: `decode_head`) are when first read:
+    a damaged list then raises `DamagedListError`."""
 
-    def __init__(self, body: bytes | memoryview, *, packed: bool = True) -> None:
+    def __init__(
+        self, body: bytes | memoryview | Callable[[], bytes], *, packed: bool = True
+    ) -> None:
         self._body = body
         self.packed = packed  # False: written by format 2, entries as lists
         self._members: dict[str, str | list[Any]] | None = None
 
+    @property
+    def checked(self) -> bool:
+        """Whether the list's bytes are known to match its digest (read, or given checked)."""
+        return self._members is not None or not callable(self._body)
+
+    def check(self) -> None:
+        """The list read and decoded now (`DamagedListError` when its bytes do not match)."""
+        self._decoded()
+
     def _decoded(self) -> dict[str, str | list[Any]]:
         if self._members is None:
+            body = self._body() if callable(self._body) else self._body
             try:
-                members = json.loads(bytes(self._body))
+                members = json.loads(bytes(body))
             except ValueError:
                 members = None
             if not isinstance(members, dict):

@@ -99,7 +99,8 @@ class IndexSource(ReleaseSource):
         manifest, fallback = self._manifest(version)
         tree = IndexTree(self.members, manifest, fallback)
         wanted = list(paths)
-        more = tree.stand_ins([p for p in wanted if p not in manifest.members])
+        listed = tree.listed()
+        more = tree.stand_ins([p for p in wanted if p not in listed])
         tree.fetch([*wanted, *more], keep=False)
         return tree
 
@@ -204,7 +205,7 @@ class IndexSource(ReleaseSource):
         wheels = [] if self.artifact == "sdist" else self._cached_wheels(name)
         sdist = [] if self.artifact == "wheel" else [f"vllm-{name}.tar.gz"]
         for artifact in [*wheels, *sdist]:
-            manifest = self._known.get(artifact) or self.cache.load_manifest(artifact)
+            manifest = self._known.get(artifact) or self.cache.load_manifest(artifact, later=True)
             if manifest is not None and (not self.verify_full or manifest.verified == "full"):
                 self._known[artifact] = manifest  # read once a run, not once per look
                 self._chosen[version] = manifest
@@ -228,9 +229,18 @@ class IndexSource(ReleaseSource):
         sdist = self.index.release(version).sdist
         return None if sdist is None else self._build(sdist)
 
-    def rebuild(self, manifest: Manifest) -> Manifest:
-        """Build the manifest again from its artifact (a member it names went missing)."""
+    def rebuild(self, manifest: Manifest, *, damaged: bool = False) -> Manifest:
+        """Build the manifest again from its artifact (a member it names went missing, or,
+        `damaged`, its cached file list does not match its digest: removed first)."""
+        if damaged:
+            self.drop_manifest(manifest.artifact)
         if self.offline:
+            if damaged:
+                raise SourceError(
+                    f"offline, and vllm {manifest.version} is not in the cache at"
+                    f" {self.cache.root} (its file list there was damaged); run without"
+                    " --offline to fetch it"
+                )
             raise SourceError(
                 f"offline, and files of {manifest.artifact} are missing from the cache at"
                 f" {self.cache.root}; run without --offline to fetch them again"
@@ -262,7 +272,9 @@ class IndexSource(ReleaseSource):
         self.cache.drop_manifest(artifact)
 
     def _usable(self, file: IndexFile, full: bool) -> Manifest | None:
-        manifest = self._known.get(file.filename) or self.cache.load_manifest(file.filename)
+        manifest = self._known.get(file.filename) or self.cache.load_manifest(
+            file.filename, later=True
+        )
         if manifest is None:
             return None
         self._known[file.filename] = manifest  # read once a run, not once per look
@@ -403,14 +415,12 @@ def _to_fetch(
     them (no search: a python patch's modules, looked up, never searched for); a member
     whose sha256 an older release fetches, or the cache holds, is left to them. An sdist's
     tree is given all (its files come with its manifest)."""
-    first = {
-        p: next((i for i, (_, t) in enumerate(trees) if p in t.manifest.members), None)
-        for p in paths
-    }
+    listed = [tree.listed() for _, tree in trees]
+    first = {p: next((i for i, members in enumerate(listed) if p in members), None) for p in paths}
     claimed: set[str] = set()
     out: dict[str, list[str]] = {}
     for i, (version, tree) in enumerate(trees):
-        members = tree.manifest.members
+        members = listed[i]
         lacking = [p for p in paths if p not in members]
         vanished = [p for p in lacking if (at := first[p]) is None or at < i]
         wanted = [*paths, *also, *tree.stand_ins(vanished)]

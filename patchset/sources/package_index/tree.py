@@ -7,11 +7,12 @@ the source that made it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import PurePosixPath
+from typing import Any
 
 from patchset.sources.base import ReleaseInfo, ReleaseTree
-from patchset.sources.package_index import wheel
+from patchset.sources.package_index import packing, wheel
 from patchset.sources.package_index.members import Members
 from patchset.sources.package_index.packing import Manifest, member_sha256
 
@@ -86,11 +87,24 @@ class IndexTree(ReleaseTree):
         }
         return ReleaseInfo(version=m.version, origin=origin, digest=m.sha256, details=details)
 
+    def listed(self) -> Mapping[str, list[Any]]:
+        """The release's file list, read and checked when first wanted (a cached manifest
+        is loaded by its header: `Cache.load_manifest`); one found damaged is built again
+        from the index (`IndexSource.rebuild`), never believed."""
+        members = self.manifest.members
+        if isinstance(members, packing.Members) and not members.checked:
+            try:
+                members.check()
+            except packing.DamagedListError:
+                self.manifest = self._members.manifests.rebuild(self.manifest, damaged=True)
+                members = self.manifest.members
+        return members
+
     def paths(self) -> Iterator[str]:
-        return iter(sorted(p for p in self.manifest.members if p.startswith("vllm/")))
+        return iter(sorted(p for p in self.listed() if p.startswith("vllm/")))
 
     def read(self, relpath: str) -> bytes | None:
-        entry = self.manifest.members.get(relpath)
+        entry = self.listed().get(relpath)
         if entry is None:
             return self._outside_wheel(relpath)
         with self._lock:
@@ -108,7 +122,8 @@ class IndexTree(ReleaseTree):
     def read_many(self, relpaths: Iterable[str]) -> dict[str, bytes | None]:
         """Several files at once: what is not cached comes in one round of range requests."""
         wanted = list(dict.fromkeys(relpaths))
-        inside = [p for p in wanted if p in self.manifest.members]
+        listed = self.listed()
+        inside = [p for p in wanted if p in listed]
         with self._lock:
             cold = [p for p in inside if p not in self._near]
         self.fetch(cold, keep=False)  # `read` then takes each from memory or the cache, once
@@ -119,9 +134,10 @@ class IndexTree(ReleaseTree):
     ) -> dict[str, bytes]:
         """Make sure `paths` (those in the release) are cached; their bytes, checked (with
         ``keep=False`` only those fetched now: the others are not read back)."""
+        listed = self.listed()
         m = self.manifest
-        wanted = [p for p in dict.fromkeys(paths) if p in m.members]
-        missing = [p for p in wanted if not self._members.has(m.members[p][0])]
+        wanted = [p for p in dict.fromkeys(paths) if p in listed]
+        missing = [p for p in wanted if not self._members.has(listed[p][0])]
         out: dict[str, bytes] = {}
         if missing and m.kind == "sdist":
             self.manifest = self._members.manifests.rebuild(
@@ -141,7 +157,7 @@ class IndexTree(ReleaseTree):
             with self._lock:
                 self._near.update({p: got[p].data for p in extra if p in got})
         for path in wanted if keep else ():
-            sha = m.members[path][0]
+            sha = listed[path][0]
             if path not in out and (
                 data := self._members.recall(sha) or self._members.cache.read_blob(sha)
             ):
@@ -154,6 +170,7 @@ class IndexTree(ReleaseTree):
         wanted = [PurePosixPath(p) for p in missing if p.endswith(".py")]
         if not wanted:
             return []
+        self.listed()
         by_name, by_folder = _python_members(self.manifest)
         found: list[str] = []
         for pure in wanted:
@@ -165,7 +182,7 @@ class IndexTree(ReleaseTree):
         folders = {p.rpartition("/")[0] for p in paths}  # string splits: thousands of members
         budget = READAHEAD
         found = []
-        for name, entry in sorted(self.manifest.members.items()):
+        for name, entry in sorted(self.listed().items()):
             if name.rpartition("/")[0] in folders and name not in paths:
                 if name in self._near or self._members.cache.has_blob(entry[0]):
                     continue
@@ -178,7 +195,7 @@ class IndexTree(ReleaseTree):
     def listed_digest(self, relpath: str) -> str | None:
         """The sha256 the manifest lists for `relpath` (the one its bytes are checked against
         when read), "-" for a file the release lacks; None for one outside the wheel."""
-        sha = member_sha256(self.manifest.members, relpath)
+        sha = member_sha256(self.listed(), relpath)
         if sha is not None:
             return sha
         if self.manifest.kind != "wheel" or relpath.startswith("vllm/"):
@@ -187,7 +204,7 @@ class IndexTree(ReleaseTree):
 
     def listed_size(self, relpath: str) -> int | None:
         """The size the manifest lists for `relpath` (None for a file it does not hold)."""
-        entry = self.manifest.members.get(relpath)
+        entry = self.listed().get(relpath)
         return int(entry[1]) if entry is not None else None
 
     def read_listed(self, relpath: str, digest: str) -> bytes | None:
