@@ -1,3 +1,3 @@
-from patchset.cli.main import main
+from patchset.cli.main import entry
 
-raise SystemExit(main())
+entry()

@@ -18,6 +18,7 @@ sys.excepthook = _interrupted_on_start  # before the imports below, which take a
 
 import argparse  # noqa: E402 - after the hook above, on purpose
 import contextlib  # noqa: E402
+import gc  # noqa: E402
 import importlib  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -261,4 +262,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def entry() -> None:
-    raise SystemExit(main(sys.argv[1:]))
+    """The `patchset` command (and `python -m patchset`): `main`, then the process ends."""
+    code = main(sys.argv[1:])
+    # What the command left is freed as the interpreter ends, each object once; frozen, the
+    # collector does not walk it all once more before that (0.15 s after a collection's
+    # check, a twentieth of an edited patch's). Not in `main`: an in-process caller's heap
+    # is its own.
+    gc.freeze()
+    raise SystemExit(code)

@@ -161,9 +161,9 @@ def listing_used(source: ReleaseSource) -> str | None:
     files = getattr(index, "_files", None)
     if index is None or files is None:
         return None
-    from dataclasses import asdict
+    from patchset._plain import fields_dict  # the same dict as `asdict`: its fields are plain
 
-    return _listing_digest(index.where(), [asdict(f) for f in files])
+    return _listing_digest(index.where(), [fields_dict(f) for f in files])
 
 
 def _listing_digest(where: str, files: Any) -> str:
