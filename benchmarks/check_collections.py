@@ -18,6 +18,9 @@ processes it picks itself), is timed four ways:
   no report kept): the median of three such runs, each from the same cache (a run of a third
   of a second is at the mercy of the machine's other work: one run alone is a poor figure).
 
+Cold, no memo and one edit are each the median of three runs (cold: three empty caches, the
+median run's cache kept for the others; no memo: three copies of it; each run printed).
+
 CPU seconds (`*_cpu_s`: the check's process and the children it forked), the largest
 process's peak memory (peak_mb) and the cache's size after the cold run (cache_mb) go beside
 them. Every run's JSON must be the same bytes, and the edit's those of the whole check
@@ -43,10 +46,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parent.parent
 SINCE = "0.17.0"
-EDITS = 3  # one-edit runs, the median taken
+RUNS = 3  # cold, no-memo and one-edit runs: the median run taken
 PYCACHE = Path(tempfile.gettempdir()) / "patchset-check-collections-pycache"
 MIRRORS = {
     "genesis": ("PATCHSET_GENESIS_DIR", "PATCHSET_GENESIS_MIRROR"),
@@ -96,6 +100,19 @@ def patchset(cwd: Path, cache: Path, *args: str) -> tuple[float, float, float, s
         return wall, cpu, usage.ru_maxrss / 1024, out.read().decode()
 
 
+Run = TypeVar("Run", bound=tuple[Any, ...])
+
+
+def median(runs: list[Run]) -> Run:
+    """The run of median wall seconds (its first field)."""
+    return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+
+
+def said(runs: list[tuple[Any, ...]]) -> str:
+    """ "median of 1.00, 1.20, 1.10 s": each run's wall seconds, in the order run."""
+    return "median of " + ", ".join(f"{run[0]:.2f}" for run in runs) + " s"
+
+
 def size_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
 
@@ -103,7 +120,7 @@ def size_mb(folder: Path) -> float:
 def one_edit(
     project: Path, cache: Path, scratch: Path, check: tuple[str, ...]
 ) -> tuple[float, float, bool]:
-    """The first patch's title edited, checked `EDITS` times from the same cache: the median
+    """The first patch's title edited, checked `RUNS` times from the same cache: the median
     run's wall and CPU seconds, and whether every run's JSON is the whole check's (run after,
     with no report kept). The patch is as it was afterwards; `cache` as after the last run."""
     first = sorted(p.parent for p in (project / "patches").glob("*/patch.toml"))[0]
@@ -114,7 +131,7 @@ def one_edit(
     toml.write_text(original.replace('title = "', 'title = "edited ', 1))
     try:
         edits = []
-        for _ in range(EDITS):
+        for _ in range(RUNS):
             shutil.rmtree(cache)
             shutil.copytree(before, cache)
             edits.append(patchset(project, cache, *check))
@@ -125,9 +142,8 @@ def one_edit(
         edit_whole = patchset(project, whole, *check)[3]
     finally:
         toml.write_text(original)
-    edit, edit_cpu, _, _ = sorted(edits)[EDITS // 2]
-    runs = ", ".join(f"{e[0]:.2f}" for e in edits)
-    print(f"one edit ({first.name}): median of {runs} s ({edit_cpu:.2f} s CPU)", flush=True)
+    edit, edit_cpu, _, _ = median(edits)
+    print(f"one edit ({first.name}): {said(edits)} ({edit_cpu:.2f} s CPU)", flush=True)
     return edit, edit_cpu, all(e[3] == edit_whole for e in edits)
 
 
@@ -151,19 +167,24 @@ def main() -> None:
         patches = sum(1 for p in (project / "patches").glob("*/patch.toml"))
         check = ("check", "--since", SINCE, "--format", "json")
 
-        cache = scratch / "cache"  # empty: the cold run
-        cold, cold_cpu, peak_mb, cold_out = patchset(project, cache, *check)
+        # each from an empty cache of its own
+        colds = [(*patchset(project, scratch / f"cache-{i}", *check), i) for i in range(RUNS)]
+        cold, cold_cpu, peak_mb, cold_out, chosen = median(colds)
+        cache = scratch / f"cache-{chosen}"  # the median run's: the runs below start from it
         cache_mb = size_mb(cache)
         if args.json is not None:
             args.json.write_text(cold_out)
         report = json.loads(cold_out)
-        print(f"cold: {cold:.2f} s ({cold_cpu:.2f} s CPU), cache {cache_mb:.1f} MB", flush=True)
+        print(f"cold: {said(colds)} ({cold_cpu:.2f} s CPU), cache {cache_mb:.1f} MB", flush=True)
 
-        files = scratch / "files"
-        shutil.copytree(cache, files)
-        shutil.rmtree(files / "memo")
-        nomemo, nomemo_cpu, _, nomemo_out = patchset(project, files, *check)
-        print(f"no memo: {nomemo:.2f} s ({nomemo_cpu:.2f} s CPU)", flush=True)
+        nomemos = []  # each from a copy of that cache, its memo removed
+        for i in range(RUNS):
+            files = scratch / f"files-{i}"
+            shutil.copytree(cache, files)
+            shutil.rmtree(files / "memo")
+            nomemos.append(patchset(project, files, *check))
+        nomemo, nomemo_cpu, _, _ = median(nomemos)
+        print(f"no memo: {said(nomemos)} ({nomemo_cpu:.2f} s CPU)", flush=True)
 
         warm_runs = [patchset(project, cache, *check) for _ in range(3)]
         warm, warm_cpu, _, warm_out = min(warm_runs)
@@ -171,7 +192,9 @@ def main() -> None:
 
         edit, edit_cpu, edit_same = one_edit(project, cache, scratch, check)
 
-        same = cold_out == nomemo_out == warm_out and edit_same
+        same = (
+            len({run[3] for run in [*colds, *nomemos]}) == 1 and cold_out == warm_out and edit_same
+        )
         print(
             f"patches={patches} releases={len(report['releases'])}"
             f" results={len(report['results'])} cold_s={cold:.2f} cold_cpu_s={cold_cpu:.2f}"
