@@ -8,13 +8,16 @@ from __future__ import annotations
 import __future__
 
 import ast
+import contextlib
 import functools
 import hashlib
 import itertools
 import operator
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from . import pyunits
 from .pyunits import Known, code_starts, common_ends, facts, module_ends, units
@@ -178,6 +181,11 @@ _LAST: dict[str, tuple[bytes, Known]] = {}
 def _known_named(source: bytes, name: str) -> Known:
     key = _digest_of(source)
     known = _KNOWN.get(key)
+    store = _STORES[-1] if _STORES else None
+    if known is None and store is not None:
+        known = store.known(key)
+        if known is not None:
+            _keep(key, known)
     if known is None:
         last = _LAST.get(name) if name else None
         if last is not None and last[1].error is None:
@@ -187,9 +195,70 @@ def _known_named(source: bytes, name: str) -> Known:
                 _keep(key, known)
         if known is None:
             known = _known(source, key)
+        if store is not None:
+            store.keep(key, known)
     if name:
         _LAST[name] = (source, known)
     return known
+
+
+class FactsStore(Protocol):
+    """Where what compiling a file told (its `Known`) is kept between runs, by a digest of its
+    bytes (a check's memo: an edited patch's check then compiles no release file again)."""
+
+    def known(self, key: bytes) -> Known | None: ...
+
+    def keep(self, key: bytes, known: Known) -> None: ...
+
+
+_STORES: list[FactsStore | None] = []  # the innermost `facts_kept`'s last
+
+
+@contextlib.contextmanager
+def facts_kept(store: FactsStore | None) -> Iterator[None]:
+    """Within it, the facts of each file an edit is judged against (`edit_error`'s `before`:
+    a release's file) are asked of `store` before it is compiled, and kept there after."""
+    _STORES.append(store)
+    try:
+        yield
+    finally:
+        _STORES.pop()
+
+
+def known_plain(known: Known) -> list[object]:
+    """`known` as JSON's values: [error line, error message, flags, top_declares, starts,
+    declared, futures, ends, classes] (the error's two null when it compiles)."""
+    error = known.error
+    return [
+        None if error is None else error.line,
+        None if error is None else error.message,
+        known.flags,
+        known.top_declares,
+        list(known.starts),
+        list(known.declared),
+        list(known.futures),
+        list(known.ends),
+        list(known.classes),
+    ]
+
+
+def known_from_plain(value: object) -> Known | None:
+    """The `Known` `known_plain` gave `value` for; None for anything else."""
+    if not isinstance(value, list) or len(value) != 9:
+        return None
+    line, message, flags, top, *lines = value
+    if type(flags) is not int or type(top) is not bool:
+        return None
+    if not all(isinstance(x, list) and all(type(n) is int for n in x) for x in lines):
+        return None
+    if line is None and message is None:
+        error = None
+    elif type(line) is int and isinstance(message, str):
+        error = CompileError(line, message)
+    else:
+        return None
+    starts, declared, futures, ends, classes = (tuple(x) for x in lines)
+    return Known(error, starts, flags, declared, top, futures, ends, classes)
 
 
 def tree_error(tree: ast.Module, name: str = "<patched>") -> CompileError | None:
@@ -290,11 +359,15 @@ def _cuts(source: bytes) -> list[int]:
 
 __all__ = [
     "CompileError",
+    "FactsStore",
     "broken_by",
     "clear_cache",
     "compile_error",
     "compiles",
     "edit_error",
+    "facts_kept",
+    "known_from_plain",
+    "known_plain",
     "new_file_error",
     "tree_error",
 ]

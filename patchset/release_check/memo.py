@@ -3,7 +3,7 @@ releases is a lookup, and editing one patch re-evaluates that patch only.
 
 One SQLite file under the cache root, in a folder of its own: ``<cache root>/memo/check-4.sqlite``
 (the ``4`` is `FORMAT`; a new format starts a new file, the old one is simply no longer read).
-Two tables:
+Three tables:
 
 - ``results``: key -> one result, a JSON array of its fields in the order `CheckResult`
   declares them (`CheckResult.to_memo`), but the release and the range, which the reader
@@ -20,6 +20,17 @@ Two tables:
   JSON object, path -> sha256, "-" for a file the release lacks), for releases whose digest
   pins their content (the package index's, checked against the index): a warm check then
   reads no file, and takes a release's digests with one row.
+- ``facts``: key -> what compiling one source told (`pycompile.known_plain`: where its defs
+  and classes start and end, its ``global`` lines, its ``__future__`` flags, or its compile
+  error), for each file an edit was judged against (a release's file, or what a required
+  patch made of it). The key is a sha256 over the memo format, the deciding code's digest, the
+  Python, and a digest of the source's bytes. An edited patch's check then judges its edits
+  of a large file without compiling the release's file again (the units its edit changes
+  only). Written with each release's results; a check whose memo holds no such row asks
+  for none.
+
+Every key covers the Python that runs the check: whether a file compiles, and the compiler's
+message, are that Python's.
 
 A key met again in a later release of the same check (the files it reads have the same bytes
 there) is answered from the rows already read, neither fetched nor decoded again; a row whose
@@ -36,15 +47,19 @@ a cache that cannot be written (read-only, locked for too long) only costs the s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from patchset import cachedb
 from patchset._fs import cache_secret, seal
 from patchset.cachedir import cache_root
+from patchset.kernel.pycompile import known_from_plain, known_plain
+from patchset.kernel.pyunits import Known
 from patchset.release_check.report import CheckResult
 
 # 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
@@ -55,6 +70,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT)",
     "CREATE TABLE IF NOT EXISTS releases"
     " (release TEXT PRIMARY KEY, digests TEXT NOT NULL, seal TEXT)",
+    "CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, value TEXT NOT NULL, seal TEXT)",
 )
 # The modules whose code decides a verdict: a change to any of them starts a fresh memo.
 _DECIDERS = (
@@ -115,12 +131,16 @@ class Memo:
         self._db: sqlite3.Connection | None = None
         self._broken = False
         self.code = _code_digest()
-        self._base = hashlib.sha256(f"{FORMAT}\0{self.code}\0".encode())
+        # the Python too: whether a file compiles, and the compiler's message, are its own
+        python = f"{sys.implementation.name}-{sys.version}"
+        self._base = hashlib.sha256(f"{FORMAT}\0{self.code}\0{python}\0".encode())
         self._read: dict[str, CheckResult] = {}  # the rows read this run, by key
         self._values: dict[str, CheckResult] = {}  # and by their text
         self._absent: set[str] = set()  # the keys asked for this run and not found
         self.hits = 0  # results `get` answered
         self.misses = 0  # and those it did not
+        self._facts: bool | None = None  # whether table `facts` has a row (None: not asked)
+        self._new_facts: dict[str, str] = {}  # key -> value, written with the next results
 
     def _conn(self) -> sqlite3.Connection | None:
         if self._db is None and not self._broken:
@@ -202,13 +222,56 @@ class Memo:
         return found
 
     def put_many(self, items: dict[str, CheckResult]) -> None:
+        """Keep `items` (key -> result), and the files' facts kept since the last call."""
         db = self._conn()
-        if db is None or not items:
+        if db is None:
+            return
+        if self._new_facts:
+            folder = self.path.parent
+            facts = [(k, v, _seal(folder, k, v)) for k, v in self._new_facts.items()]
+            self._new_facts.clear()
+            self._write(
+                db, "INSERT OR REPLACE INTO facts (key, value, seal) VALUES (?, ?, ?)", facts
+            )
+        if not items:
             return
         self._absent.difference_update(items)  # read again if met again
         values = {k: json.dumps(r.to_memo(), separators=(",", ":")) for k, r in items.items()}
         rows = [(k, v, _seal(self.path.parent, k, v)) for k, v in values.items()]
         self._write(db, "INSERT OR REPLACE INTO results (key, value, seal) VALUES (?, ?, ?)", rows)
+
+    def known(self, digest: bytes) -> Known | None:
+        """What compiling the source of this digest told (`pycompile.FactsStore`), if kept
+        and sealed; a row that is not is dropped. A memo with no such row is asked once."""
+        db = self._conn() if self._facts is not False else None
+        if db is None:
+            return None
+        key = self.key("facts", digest.hex())
+        try:
+            if self._facts is None:
+                self._facts = db.execute("SELECT 1 FROM facts LIMIT 1").fetchone() is not None
+                if not self._facts:
+                    return None
+            row = db.execute("SELECT value, seal FROM facts WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            if cachedb.damaged(exc):
+                self._failed(exc)
+            return None
+        if row is None:
+            return None
+        value, seal = row
+        known = None
+        if isinstance(value, str) and seal == _seal(self.path.parent, key, value):
+            with contextlib.suppress(ValueError, RecursionError):
+                known = known_from_plain(json.loads(value))
+        if known is None:
+            self._write(db, "DELETE FROM facts WHERE key = ?", [(key,)])
+        return known
+
+    def keep(self, digest: bytes, known: Known) -> None:
+        """Keep `known` for the source of this digest (written with the next `put_many`)."""
+        value = json.dumps(known_plain(known), separators=(",", ":"))
+        self._new_facts[self.key("facts", digest.hex())] = value
 
     def digests(self, release: str) -> dict[str, str]:
         """The file digests already known for a release (by its own digest)."""
@@ -267,6 +330,7 @@ class Memo:
             self._failed(exc)
 
     def close(self) -> None:
+        self.put_many({})  # the facts kept since the last results
         self._read.clear()
         self._values.clear()
         self._absent.clear()

@@ -14,6 +14,7 @@ from packaging.version import Version
 
 from patchset.engine.order import on_top_of_required, required_chain
 from patchset.errors import PatchsetError, UsageError
+from patchset.kernel import pycompile
 from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check import parallel
@@ -342,20 +343,21 @@ def _check_release(
             results.append(memoised.at(version, in_range=in_range))
             continue
         existed = _existed(fact.written_before(known_version), files, seen)
-        r = one(
-            patch,
-            tree,
-            version,
-            read_for(patch),
-            max_fuzz=max_fuzz,
-            explain=explain,
-            existed=existed,
-            before=_last_content(patch, version, state),
-            python_files=release.python_files,
-            served=served,
-            in_range=in_range,
-            meant=meant,
-        )
+        with pycompile.facts_kept(memo):  # what compiling a release's file told, kept
+            r = one(
+                patch,
+                tree,
+                version,
+                read_for(patch),
+                max_fuzz=max_fuzz,
+                explain=explain,
+                existed=existed,
+                before=_last_content(patch, version, state),
+                python_files=release.python_files,
+                served=served,
+                in_range=in_range,
+                meant=meant,
+            )
         results.append(r)
         if key is not None:
             store[key] = r

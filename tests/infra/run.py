@@ -19,12 +19,14 @@ benchmark or a subprocess of a test names its images under the same run).
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import os
 import re
 import signal
 import socket
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -212,12 +214,22 @@ def remove_run(client: Any, run: str) -> list[str]:
 def engine_if_up() -> Iterator[Any]:
     """A ``docker.DockerClient`` when an engine answers at once, else None (nothing to clean
     where no engine runs; the docker fixtures provision one when a test needs it)."""
-    try:
-        import docker
+    client = None
+    with warnings.catch_warnings():
+        # docker-py leaves the socket of a first request that failed (no engine) open: it is
+        # collected here, quietly, not at some later test's setup as a ResourceWarning
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            import docker
 
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception:  # no engine, no socket, no permission: nothing of a run's to remove
+            client = docker.from_env(timeout=10)
+            client.ping()
+        except Exception:  # no engine, no socket, no permission: nothing of a run's to remove
+            if client is not None:
+                client.close()
+            client = None
+        gc.collect()
+    if client is None:
         yield None
         return
     # answering at once is the test; removing a run's images on a loaded machine (two runs

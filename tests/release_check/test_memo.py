@@ -9,12 +9,14 @@ import hashlib
 import hmac
 import json
 import sqlite3
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from patchset.kernel import pycompile
 from patchset.registry import Patch, load_registry
 from patchset.release_check import CheckResult, check_tree
 from patchset.release_check.memo import FORMAT, Memo
@@ -227,3 +229,71 @@ def test_the_code_that_decides_a_verdict_keys_the_memo() -> None:
     for rel in ("kernel/pycompile.py", "kernel/pyunits.py", "kernel/served.py"):
         assert rel in deciders
     assert all((root / rel).is_file() for rel in deciders), deciders
+
+
+PY_TARGET = "vllm/model.py"
+PY_BODY = "".join(f"def f{n}(x):\n    return x + {n}\n" for n in range(40))
+PY_DIFF = """\
+    --- a/vllm/model.py
+    +++ b/vllm/model.py
+    @@ -5,3 +5,3 @@
+     def f2(x):
+    -    return x + 2
+    +    return x + {new}
+     def f3(x):
+    """
+
+
+def _python_check(registry: Path, memo: Memo, new: str) -> tuple[CheckResult, int]:
+    """The patch's payload set to make f2 return `new`, checked against one release whose
+    file is `PY_BODY`, nothing compiled known beforehand: its result, and how many times the
+    release's file was compiled (once, unless the memo held what compiling it told)."""
+    (registry / "pat" / "patch.diff").write_text(textwrap.dedent(PY_DIFF.format(new=new)))
+    pycompile.clear_cache()
+    compiled_whole: list[bytes] = []
+    real = pycompile._compile_known
+
+    def counted(source: bytes) -> Any:
+        if source == PY_BODY.encode():  # not the patched file (compiled whole when broken)
+            compiled_whole.append(source)
+        return real(source)
+
+    pycompile._compile_known = counted  # type: ignore[assignment]
+    try:
+        tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {PY_TARGET: PY_BODY.encode()})
+        (result,) = check_tree(_patches(registry), tree, "0.19.0", memo=memo)
+    finally:
+        pycompile._compile_known = real  # type: ignore[assignment]
+    return result, len(compiled_whole)
+
+
+def test_what_compiling_a_release_file_told_is_kept_with_the_results(tmp_path: Path) -> None:
+    """The release's file is compiled once in any number of runs: its facts (where its defs
+    start and end...) are a sealed row of the memo, read by the next check that edits it (a
+    patch's payload edited: its result computed again, the release's file not compiled).
+    A row rewritten, or sealed but no such facts, is dropped, the file compiled again, and
+    the result is the same."""
+    registry = tmp_path / "patches"
+    add_patch(registry, "pat", diff=PY_DIFF.format(new="20"), targets=[PY_TARGET])
+    first, compiled = _python_check(registry, Memo(tmp_path / "memo"), "20")
+    assert (first.verdict, compiled) == ("needed", 1)
+    memo = Memo(tmp_path / "memo")
+    edited, compiled = _python_check(registry, memo, "21")
+    assert (edited.verdict, memo.misses, compiled) == ("needed", 1, 0)
+    broken, compiled = _python_check(registry, Memo(tmp_path / "memo"), "(")  # kept: not compiled
+    assert (broken.verdict, compiled) == ("conflict", 0)
+    assert "would not compile after the edit" in broken.detail
+
+    db = sqlite3.connect(Memo(tmp_path / "memo").path)
+    ((key, value),) = db.execute("SELECT key, value FROM facts").fetchall()
+    assert json.loads(value)[:2] == [None, None]  # it compiles
+    for forged, seal_of, new in [  # each with a payload not checked yet (no result kept)
+        (value.replace("[", "[ ", 1), lambda v: "0" * 64, "22"),  # rewritten: no seal fits
+        ("[1, 2]", lambda v: _seal(tmp_path / "memo", key, v), "23"),  # sealed, not facts
+    ]:
+        with db:
+            db.execute("UPDATE facts SET value = ?, seal = ?", (forged, seal_of(forged)))
+        again, compiled = _python_check(registry, Memo(tmp_path / "memo"), new)
+        assert (again.verdict, compiled) == ("needed", 1)
+        assert db.execute("SELECT value FROM facts").fetchall() == [(value,)]  # written again
+    db.close()
