@@ -258,12 +258,12 @@ def _python_check(registry: Path, memo: Memo, new: str) -> tuple[CheckResult, in
             compiled_whole.append(source)
         return real(source)
 
-    pycompile._compile_known = counted  # type: ignore[assignment]
+    pycompile._compile_known = counted
     try:
         tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {PY_TARGET: PY_BODY.encode()})
         (result,) = check_tree(_patches(registry), tree, "0.19.0", memo=memo)
     finally:
-        pycompile._compile_known = real  # type: ignore[assignment]
+        pycompile._compile_known = real
     return result, len(compiled_whole)
 
 
@@ -287,12 +287,13 @@ def test_what_compiling_a_release_file_told_is_kept_with_the_results(tmp_path: P
     db = sqlite3.connect(Memo(tmp_path / "memo").path)
     ((key, value),) = db.execute("SELECT key, value FROM facts").fetchall()
     assert json.loads(value)[:2] == [None, None]  # it compiles
-    for forged, seal_of, new in [  # each with a payload not checked yet (no result kept)
-        (value.replace("[", "[ ", 1), lambda v: "0" * 64, "22"),  # rewritten: no seal fits
-        ("[1, 2]", lambda v: _seal(tmp_path / "memo", key, v), "23"),  # sealed, not facts
+    rewritten = value.replace("[", "[ ", 1)
+    for forged, seal, new in [  # each with a payload not checked yet (no result kept)
+        (rewritten, "0" * 64, "22"),  # rewritten: the seal does not fit
+        ("[1, 2]", _seal(tmp_path / "memo", key, "[1, 2]"), "23"),  # sealed, not facts
     ]:
         with db:
-            db.execute("UPDATE facts SET value = ?, seal = ?", (forged, seal_of(forged)))
+            db.execute("UPDATE facts SET value = ?, seal = ?", (forged, seal))
         again, compiled = _python_check(registry, Memo(tmp_path / "memo"), new)
         assert (again.verdict, compiled) == ("needed", 1)
         assert db.execute("SELECT value FROM facts").fetchall() == [(value,)]  # written again
