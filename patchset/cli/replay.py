@@ -21,7 +21,7 @@ What the key holds:
 - a digest of every module of patchset, Python's version and the machine's architecture
   (which wheel a release is read from).
 
-Reports live in the memo's folder (``<cache>/memo/reports-3.sqlite``: removing the memo
+Reports live in the memo's folder (``<cache>/memo/reports-4.sqlite``: removing the memo
 removes them), in parts (`patchset.cli.report_parts`: a report kept for the same check and
 another state of the registry is brought up to date for a few edited patches), its results
 in compressed chunks, one per patch (named by their digest and shared between the reports
@@ -60,8 +60,9 @@ if TYPE_CHECKING:
     from patchset.sources.base import ReleaseSource
 
 # 2: a report is kept in parts, beside the key without the registry's files; 3: its results
-# in chunks, one per patch, shared by the reports they are in (an edit writes its patch's)
-FORMAT = 3
+# in chunks, one per patch, shared by the reports they are in (an edit writes its patch's);
+# 4: the patches stacked on each (`required_by`), not those named by others
+FORMAT = 4
 KEPT = 8  # reports kept (a few registries, option sets or branches checked in turn)
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS reports (key TEXT PRIMARY KEY, base TEXT NOT NULL,"

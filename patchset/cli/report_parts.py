@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from patchset.release_check import CheckReport, CheckResult
 
 EDITED_MOST = 4  # patches edited since the kept report that are checked alone (more: all)
+CHECKED_MOST = 16  # and with the patches stacked on them, those checked (more: all)
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,10 @@ class Parts:
     """A check's JSON report in parts (each value already `encoded` where it stands), with
     what an edit of one patch must leave alone for the report to be brought up to date by
     checking that patch only: every patch's digest (the registry's digest is made of them),
-    what decides each checked patch's relations to the others (`facts`), the patches others
-    name, and the registry folder's `Files.tops` when the report was made, with a digest of
-    each one's content (an entry whose status changed but not its bytes, as a checkout or a
-    restore leaves it, is not an edit)."""
+    what decides each checked patch's relations to the others (`facts`), the patches stacked
+    on each (`required_by`), and the registry folder's `Files.tops` when the report was
+    made, with a digest of each one's content (an entry whose status changed but not its
+    bytes, as a checkout or a restore leaves it, is not an edit)."""
 
     schema: str
     registry: str
@@ -47,7 +48,7 @@ class Parts:
     digests: tuple[tuple[str, str], ...]  # every patch of the registry: id, digest
     support: tuple[tuple[str, str], ...]  # every support package: name, digest
     facts: dict[str, str]
-    referenced: tuple[str, ...]
+    required_by: dict[str, tuple[str, ...]]  # per patch, those whose `requires` name it
     tops: dict[str, str]
     contents: dict[str, str] = dataclasses.field(default_factory=dict)  # `content_digests`
 
@@ -130,12 +131,10 @@ def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | N
         results.append(tuple(result_text(r, rests) for r in mine))
         for r in mine:
             attention[r.patch] += r.needs_attention
-    referenced = {
-        other
-        for p in registry.patches
-        for other in (*p.requires, *p.conflicts, p.lifecycle.superseded_by)
-        if other
-    }
+    required_by: dict[str, list[str]] = {}
+    for p in registry.patches:
+        for other in p.requires:
+            required_by.setdefault(other, []).append(p.id)
     by_id = {p.id: p for p in registry.patches}
     return Parts(
         schema=SCHEMA,
@@ -150,7 +149,7 @@ def parts_of(report: CheckReport, registry: Registry, files: Files) -> Parts | N
         digests=tuple((p.id, p.digest) for p in registry.patches),
         support=tuple((s.name, s.digest) for s in registry.support),
         facts={i: facts(by_id[i]) for i in order},
-        referenced=tuple(sorted(referenced)),
+        required_by={k: tuple(sorted(v)) for k, v in sorted(required_by.items())},
         tops=files.tops,
     )
 
@@ -193,7 +192,7 @@ def from_data(data: Any) -> Parts | None:
             digests=tuple((str(i), str(d)) for i, d in data["digests"]),
             support=tuple((str(n), str(d)) for n, d in data["support"]),
             facts={str(k): str(v) for k, v in data["facts"].items()},
-            referenced=tuple(map(str, data["referenced"])),
+            required_by={str(k): tuple(map(str, v)) for k, v in data["required_by"].items()},
             tops={str(k): str(v) for k, v in data["tops"].items()},
             contents={str(k): str(v) for k, v in data["contents"].items()},
         )
@@ -210,8 +209,8 @@ def edited(parts: Parts, files: Files, root: Path) -> tuple[list[str], dict[str,
     status changed are read again: one whose bytes did not is not an edit), with every
     entry's content digest now, when a check of them alone may bring the report up to date:
     nothing else under the registry changed (the same patch folders, the support packages
-    and other files as they were), at most `EDITED_MOST` of them, each checked in the report
-    and named by no other patch. None: the whole check runs."""
+    and other files as they were), at most `EDITED_MOST` of them, each checked in the report.
+    None: the whole check runs."""
     before, now = parts.tops, files.tops
     if before.keys() != now.keys() or before.keys() != parts.contents.keys():
         return None
@@ -222,10 +221,23 @@ def edited(parts: Parts, files: Files, root: Path) -> tuple[list[str], dict[str,
     if (
         len(changed) > EDITED_MOST
         or not all(name.endswith("/") and name[:1] not in "._" for name in changed)
-        or not all(f in parts.facts and f not in parts.referenced for f in folders)
+        or not all(f in parts.facts for f in folders)
     ):
         return None
     return folders, contents
+
+
+def stacked_on(parts: Parts, ids: Sequence[str]) -> list[str]:
+    """The patches whose results rest on those of `ids`: each stacked on one of them (its
+    `requires` chain names it), in the report's order; `ids` not among them."""
+    found: set[str] = set()
+    todo = list(ids)
+    while todo:
+        for other in parts.required_by.get(todo.pop(), ()):
+            if other not in found:
+                found.add(other)
+                todo.append(other)
+    return [i for i in parts.order if i in found and i not in ids]
 
 
 def updated(
@@ -279,4 +291,15 @@ def updated(
     )
 
 
-__all__ = ["EDITED_MOST", "Parts", "edited", "facts", "from_data", "parts_of", "to_data", "updated"]
+__all__ = [
+    "CHECKED_MOST",
+    "EDITED_MOST",
+    "Parts",
+    "edited",
+    "facts",
+    "from_data",
+    "parts_of",
+    "stacked_on",
+    "to_data",
+    "updated",
+]

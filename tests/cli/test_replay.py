@@ -365,10 +365,49 @@ def test_files_rewritten_with_the_same_bytes_are_not_an_edit(
 
 
 @pytest.mark.parametrize(
+    "case",
+    [
+        ("base-one", {"base-one", "on-top"}),  # others require it: they are checked on it again
+        ("on-top", {"on-top"}),  # it requires another: checked on top of it, the other loaded
+    ],
+)
+def test_an_edit_of_a_stacked_patch_checks_its_stack_and_says_what_the_whole_check_says(
+    tmp_path: Path,
+    fake_index: FakeIndex,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: None,
+    case: tuple[str, set[str]],
+) -> None:
+    """A patch others are stacked on (their results rest on it) is checked with them; one
+    stacked on others is checked on top of them: the registry is not loaded whole, only those
+    patches are checked, and the report is the whole check's, byte for byte."""
+    edited, checked = case
+    registry = _mixed_releases(fake_index, tmp_path / "patches")
+    cache = tmp_path / "cache"
+    _check(registry, cache, fake_index)
+    _edit(registry, edited, 'title = "', 'title = "new ')
+    if edited == "base-one":  # its payload too: what the patch on top of it reads changes
+        (registry / "base-one" / "patch.diff").write_text(
+            unified("vllm/m.py", OLD, OLD.replace("min", "max") + "# more\n")
+        )
+    loads = _Loads(monkeypatch)
+    asked: list[list[str] | None] = []
+    real = check_command._check
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        asked.append(kwargs.get("patches"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(check_command, "_check", recorded)
+    again = _check(registry, cache, fake_index)
+    assert loads.count == 0 and len(asked) == 1 and set(asked[0] or ()) == checked
+    fresh = _fresh(registry, cache, fake_index, tmp_path)
+    assert (again.code, again.out, again.err) == (fresh.code, fresh.out, fresh.err)
+
+
+@pytest.mark.parametrize(
     "change",
     [
-        "a patch others require",
-        "a patch that requires another",
         "the files it reads",
         "a new patch folder",
         "a file beside the patches",
@@ -388,11 +427,7 @@ def test_an_edit_reaching_beyond_one_patch_runs_the_whole_check(
     _check(registry, cache, fake_index)
     loads = _Loads(monkeypatch)
     monkeypatch.setattr(report_parts, "EDITED_MOST", 2)
-    if change == "a patch others require":
-        _edit(registry, "base-one", 'title = "', 'title = "new ')
-    elif change == "a patch that requires another":
-        _edit(registry, "on-top", 'title = "', 'title = "new ')
-    elif change == "the files it reads":
+    if change == "the files it reads":
         (registry / "alone-0" / "patch.diff").write_text(unified("vllm/n.py", "a = 1\n", "a = 3\n"))
         _edit(registry, "alone-0", '"vllm/m.py"]', '"vllm/n.py"]')
     elif change == "a new patch folder":

@@ -27,7 +27,7 @@ from patchset.cli.sourceopts import add_source_options, source_from
 from patchset.errors import ExitCode, PatchsetError, UsageError
 
 if TYPE_CHECKING:  # imported when the check runs: a report kept from last time needs none
-    from patchset.registry import Registry
+    from patchset.registry import Patch, Registry
     from patchset.release_check import CheckReport
     from patchset.sources.base import DownloadProgress, ReleaseSource
 
@@ -223,9 +223,10 @@ def _check(
     jobs: int,
     *,
     prefetch: bool = True,
+    patches: list[str] | None = None,
 ) -> CheckReport:
     """The check `args` ask for of `registry` (`prefetch`: fetch each release's files ahead,
-    in parallel; else each is read when first wanted)."""
+    in parallel; else each is read when first wanted); of `patches` alone, when given."""
     from patchset.release_check import Explain, check
 
     explain: Explain = "all" if args.explain else "none" if args.format == "json" else "in-range"
@@ -237,7 +238,7 @@ def _check(
         since=args.since,
         pre=args.pre,
         source=source,
-        patches=args.patches,
+        patches=patches if patches is not None else args.patches,
         max_fuzz=args.fuzz,
         explain=explain,
         served=args.served,
@@ -245,6 +246,19 @@ def _check(
         jobs=jobs,
         prefetch=prefetch,
     )
+
+
+def _load_unchanged(root: Path, patch_id: str, loaded: dict[str, Patch]) -> Patch:
+    """The patch `patch_id` from its folder (once: `loaded` keeps it); a PatchsetError when
+    it does not load or its folder holds another patch (the whole check then says why)."""
+    if patch_id not in loaded:
+        from patchset.registry import load_patch
+
+        patch = load_patch(root / patch_id)
+        if patch.id != patch_id:
+            raise PatchsetError(f"{patch_id}: the folder holds patch {patch.id}")
+        loaded[patch_id] = patch
+    return loaded[patch_id]
 
 
 class _Kept:
@@ -300,18 +314,30 @@ class _Kept:
             patches = [load_patch(root / name) for name in names]
         except PatchsetError:
             return None  # said as the whole registry's loading says it
-        if any(
-            p.requires or report_parts.facts(p) != stored.parts.facts.get(p.id) for p in patches
-        ):
-            return None  # stacked on others (checked on top of them), or related otherwise
+        if any(report_parts.facts(p) != stored.parts.facts.get(p.id) for p in patches):
+            return None  # its relations, files or names changed: the whole check
+        # the patches stacked on an edited one are checked again with it (on top of it), each
+        # checked patch on top of the patches it requires (loaded, not checked)
+        again = report_parts.stacked_on(stored.parts, [p.id for p in patches])
+        if len(patches) + len(again) > report_parts.CHECKED_MOST:
+            return None
+        loaded = {p.id: p for p in patches}
+        try:
+            checked = [*patches, *(_load_unchanged(root, i, loaded) for i in again)]
+            todo = [r for p in checked for r in p.requires]
+            while todo:
+                todo.extend(_load_unchanged(root, todo.pop(), loaded).requires)
+        except PatchsetError:
+            return None
         alone = Registry(
             root=root,
-            patches=tuple(patches),
-            digest=registry_digest([(p.id, p.digest) for p in patches], []),
+            patches=tuple(loaded.values()),
+            digest=registry_digest([(p.id, p.digest) for p in loaded.values()], []),
         )
         # a few patches' files: read as wanted (cached, mostly), not fetched ahead in threads
-        report = _check(self.args, alone, source, jobs, prefetch=False)
-        made = report_parts.updated(stored.parts, patches, report, self.files, contents)
+        ids = [p.id for p in checked]
+        report = _check(self.args, alone, source, jobs, prefetch=False, patches=ids)
+        made = report_parts.updated(stored.parts, checked, report, self.files, contents)
         if made is None:
             return None
         sys.stdout.writelines(made.pieces())
