@@ -137,9 +137,12 @@ def key(base: str, files: Files) -> str:
 
 
 def listing_now(args: argparse.Namespace) -> str | None:
-    """The index's list of vLLM files as a check would read it now without asking the
-    index (fresh in the cache), as a digest with the index's address; None when the check
-    would ask the index (or the list is not to be had)."""
+    """The index's list of vLLM files as the check will read it, as a digest with the
+    index's address: the cached list while it is fresh; once it is due, asked of the index
+    now, as the check would ask for it (one page, kept in the cache for the check), so that a
+    report kept from before still answers a check run hours later when the list is the same
+    (a CI restoring its cache). None when the list is not to be had (the check itself asks,
+    and says why)."""
     from patchset.sources.package_index.cache import Cache
     from patchset.sources.package_index.client import MAX_AGE, PackageIndex
     from patchset.sources.package_index.settings import resolve
@@ -152,7 +155,15 @@ def listing_now(args: argparse.Namespace) -> str | None:
     index = PackageIndex(args.index_url, offline=True, cache=cache, settings=settings)
     cached = cache.load_json(index.cache_key)
     if cached is None or time.time() - cached[0] >= MAX_AGE:
-        return None
+        try:  # the list is due: asked for now (the check then reads it from the cache)
+            PackageIndex(
+                args.index_url, cache=cache, settings=settings, timeout=args.timeout
+            ).files()
+        except Exception:  # unreachable, refused, a bad page: the check asks and says why
+            return None
+        cached = cache.load_json(index.cache_key)
+        if cached is None:
+            return None
     return _listing_digest(index.where(), cached[1].get("files"))
 
 

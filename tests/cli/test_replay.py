@@ -113,6 +113,42 @@ def test_an_unchanged_check_prints_the_kept_report_without_loading_the_registry(
         assert _check(registry, cache, fake_index).out == edited.out  # and kept in turn
 
 
+def _list_due(cache: Path) -> None:
+    """The index's cached list of files made older than its age of reuse (`MAX_AGE`)."""
+    (answer,) = (cache / "index").glob("*.json")
+    record = json.loads(answer.read_text())
+    record["fetched_at"] -= 3600.0
+    answer.write_text(json.dumps(record))
+
+
+def test_a_report_kept_answers_once_the_index_list_is_due_and_the_same(
+    tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
+) -> None:
+    """A check an hour later (a CI restoring its cache): the index's list is due, so it is
+    asked for (once) before the kept reports are looked at; the same list, the same report,
+    printed without loading the registry. A list that changed (a new release) runs the
+    check."""
+    for version in VERSIONS:
+        _release(fake_index, version)
+    registry = _registry(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    first = _check(registry, cache, fake_index)
+    page = "/simple/vllm/"
+    asked = fake_index.server.hits[page]
+    _list_due(cache)
+    with monkeypatch.context() as m:
+        _no_load(m)
+        again = _check(registry, cache, fake_index)
+    assert (again.code, again.out, again.err) == (first.code, first.out, first.err)
+    assert fake_index.server.hits[page] == asked + 1
+    _list_due(cache)
+    fake_index.add_release("0.21.0", {"vllm/m.py": OLD.encode()}, wheel_only=True)
+    with monkeypatch.context() as m:
+        _no_load(m)
+        assert _loaded(_check(registry, cache, fake_index))  # a new list: checked again
+    assert fake_index.server.hits[page] == asked + 2
+
+
 def test_an_option_a_new_release_or_a_tampered_row_checks_again(
     tmp_path: Path, fake_index: FakeIndex, monkeypatch: pytest.MonkeyPatch, settled: None
 ) -> None:
