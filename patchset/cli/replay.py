@@ -55,6 +55,7 @@ from patchset.cachedir import cache_root
 from patchset.cli import report_parts
 from patchset.cli.registry_state import Files
 from patchset.cli.report_parts import Parts
+from patchset.errors import SourceError
 
 if TYPE_CHECKING:
     from patchset.sources.base import ReleaseSource
@@ -141,8 +142,9 @@ def listing_now(args: argparse.Namespace) -> str | None:
     index's address: the cached list while it is fresh; once it is due, asked of the index
     now, as the check would ask for it (one page, kept in the cache for the check), so that a
     report kept from before still answers a check run hours later when the list is the same
-    (a CI restoring its cache). None when the list is not to be had (the check itself asks,
-    and says why)."""
+    (a CI restoring its cache). The index's SourceError (unreachable, refusing, a bad page)
+    is raised, as the check's own request would (asked once, not twice); None when the list
+    is not to be had otherwise (the check itself asks, and says why)."""
     from patchset.sources.package_index.cache import Cache
     from patchset.sources.package_index.client import MAX_AGE, PackageIndex
     from patchset.sources.package_index.settings import resolve
@@ -159,7 +161,9 @@ def listing_now(args: argparse.Namespace) -> str | None:
             PackageIndex(
                 args.index_url, cache=cache, settings=settings, timeout=args.timeout
             ).files()
-        except Exception:  # unreachable, refused, a bad page: the check asks and says why
+        except SourceError:
+            raise  # unreachable, refused, a bad page: what the check would say, once asked
+        except Exception:  # anything else: the check asks and says what it meets
             return None
         cached = cache.load_json(index.cache_key)
         if cached is None:

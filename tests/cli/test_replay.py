@@ -23,7 +23,7 @@ from patchset.cli import loading, registry_state, replay, report_parts
 from patchset.cli.commands import check as check_command
 from patchset.errors import ExitCode
 from tests.helpers.cli import Result, cli
-from tests.helpers.fake_index import FakeIndex
+from tests.helpers.fake_index import FakeIndex, Reply
 from tests.helpers.synthetic import add_patch
 
 VERSIONS = ("0.50.0", "0.51.0")
@@ -147,6 +147,30 @@ def test_a_report_kept_answers_once_the_index_list_is_due_and_the_same(
         _no_load(m)
         assert _loaded(_check(registry, cache, fake_index))  # a new list: checked again
     assert fake_index.server.hits[page] == asked + 2
+
+
+def test_an_index_refusing_the_due_list_is_asked_as_the_check_alone_asks_it(
+    tmp_path: Path, fake_index: FakeIndex, settled: None
+) -> None:
+    """The list due and the index answering 500: the check's own error (one line, exit 3),
+    the page asked as many times as by a check no report may answer (`--format table`): the
+    look-up before the kept reports does not ask twice."""
+    for version in VERSIONS:
+        _release(fake_index, version)
+    registry = _registry(tmp_path / "patches")
+    cache = tmp_path / "cache"
+    _check(registry, cache, fake_index)
+    page = "/simple/vllm/"
+    fake_index.server.route(page, Reply(500, b"down"))
+    said = []
+    for fmt in ("table", "json"):
+        _list_due(cache)
+        asked = fake_index.server.hits[page]
+        failed = _check(registry, cache, fake_index, "--format", fmt)
+        said.append((failed.code, fake_index.server.hits[page] - asked))
+        errors = [line for line in failed.err.splitlines() if "error:" in line]
+        assert len(errors) == 1 and "HTTP 500" in errors[0], failed.err
+    assert said[0] == said[1] == (ExitCode.UNAVAILABLE, said[0][1]), said
 
 
 def test_an_option_a_new_release_or_a_tampered_row_checks_again(
