@@ -15,7 +15,7 @@ from typing import Literal
 
 from patchset.engine.spans import Span, merged, of_site, other_breaks
 from patchset.engine.spans import clear_caches as spans_clear
-from patchset.kernel import pycompile
+from patchset.kernel import pycompile, touches
 from patchset.kernel.filelines import FileLines
 from patchset.kernel.hunks import (
     FileResult,
@@ -121,6 +121,7 @@ def clear_caches() -> None:
     """Forget what evaluations keep in memory (compile results, target files read for
     sites): a benchmark's "nothing known yet"."""
     pycompile.clear_cache()
+    touches.clear_caches()
     _site_file.cache_clear()
     spans_clear()
     _made.clear()

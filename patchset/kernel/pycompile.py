@@ -8,18 +8,14 @@ from __future__ import annotations
 import __future__
 
 import ast
-import contextlib
 import functools
-import hashlib
 import itertools
 import operator
 import re
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
 
-from . import pyunits
+from . import kept, pyunits
 from .pyunits import Known, code_starts, common_ends, facts, module_ends, units
 
 
@@ -116,7 +112,7 @@ def _edits_of(source: bytes) -> dict[tuple[int, int, bytes], CompileError | None
 
 
 def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
+    return kept.digest(data)
 
 
 # The digests of the sources last asked for by `_known_named`, by the object itself (kept
@@ -181,9 +177,9 @@ _LAST: dict[str, tuple[bytes, Known]] = {}
 def _known_named(source: bytes, name: str) -> Known:
     key = _digest_of(source)
     known = _KNOWN.get(key)
-    store = _STORES[-1] if _STORES else None
+    store = kept.store()
     if known is None and store is not None:
-        known = store.known(key)
+        known = known_from_plain(store.fact("known", key))
         if known is not None:
             _keep(key, known)
     if known is None:
@@ -195,34 +191,11 @@ def _known_named(source: bytes, name: str) -> Known:
                 _keep(key, known)
         if known is None:
             known = _known(source, key)
-        if store is not None:
-            store.keep(key, known)
+        if store is not None:  # what compiling a release's file told, kept between runs
+            store.keep_fact("known", key, known_plain(known))
     if name:
         _LAST[name] = (source, known)
     return known
-
-
-class FactsStore(Protocol):
-    """Where what compiling a file told (its `Known`) is kept between runs, by a digest of its
-    bytes (a check's memo: an edited patch's check then compiles no release file again)."""
-
-    def known(self, key: bytes) -> Known | None: ...
-
-    def keep(self, key: bytes, known: Known) -> None: ...
-
-
-_STORES: list[FactsStore | None] = []  # the innermost `facts_kept`'s last
-
-
-@contextlib.contextmanager
-def facts_kept(store: FactsStore | None) -> Iterator[None]:
-    """Within it, the facts of each file an edit is judged against (`edit_error`'s `before`:
-    a release's file) are asked of `store` before it is compiled, and kept there after."""
-    _STORES.append(store)
-    try:
-        yield
-    finally:
-        _STORES.pop()
 
 
 def known_plain(known: Known) -> list[object]:
@@ -359,13 +332,11 @@ def _cuts(source: bytes) -> list[int]:
 
 __all__ = [
     "CompileError",
-    "FactsStore",
     "broken_by",
     "clear_cache",
     "compile_error",
     "compiles",
     "edit_error",
-    "facts_kept",
     "known_from_plain",
     "known_plain",
     "new_file_error",

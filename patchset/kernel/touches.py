@@ -19,6 +19,8 @@ import symtable
 import tokenize
 from collections.abc import Callable, Iterable
 
+from . import kept
+
 # a release file's text by its relative path (None: absent)
 Reader = Callable[[str], bytes | str | None]
 
@@ -451,6 +453,49 @@ def _module_scope(source: bytes | str) -> Scope | None:
     None when it does not parse. Kept by content: a check asks many names of one module."""
     if source in _SCOPES:
         return _SCOPES[source]
+    store = kept.store()
+    if store is not None and isinstance(source, bytes):  # an earlier run's finding, kept
+        key = kept.digest(source)
+        found = store.fact("scope", key)
+        if found is None or (scope := _scope_from_plain(found)) is None:
+            scope = _module_scope_made(source)
+            store.keep_fact("scope", key, scope)
+    else:
+        scope = _module_scope_made(source)
+    if len(_SCOPES) >= _SCOPES_KEPT:
+        del _SCOPES[next(iter(_SCOPES))]
+    _SCOPES[source] = scope
+    return scope
+
+
+def clear_caches() -> None:
+    """Forget the modules read and their pieces (a benchmark's or a test's "nothing known")."""
+    _SCOPES.clear()
+    _PIECES.clear()
+    parsed.cache_clear()
+
+
+def _scope_from_plain(value: object, depth: int = 0) -> Scope | None:
+    """The `Scope` kept as `value` (JSON's object of names, each null or such an object);
+    None for anything else. A fact kept as null (a module that does not parse) is read as
+    not kept: worked out again."""
+    if not isinstance(value, dict) or depth > 64:
+        return None
+    scope: Scope = {}
+    for name, inner in value.items():
+        if not isinstance(name, str):
+            return None
+        if inner is None:
+            scope[name] = None
+        elif (nested := _scope_from_plain(inner, depth + 1)) is not None:
+            scope[name] = nested
+        else:
+            return None
+    return scope
+
+
+def _module_scope_made(source: bytes | str) -> Scope | None:
+    """`_module_scope` worked out: from its pieces (each kept by its text), else its tree."""
     scope: Scope | None = None
     if isinstance(source, bytes) and not (b"barry_as_FLUFL" in source or _CODING.match(source)):
         steps: list[_ScopeStep] = []
@@ -464,7 +509,4 @@ def _module_scope(source: bytes | str) -> Scope | None:
     if scope is None:
         tree = parsed(source)
         scope = None if tree is None else _scope(tree.body)
-    if len(_SCOPES) >= _SCOPES_KEPT:
-        del _SCOPES[next(iter(_SCOPES))]
-    _SCOPES[source] = scope
     return scope

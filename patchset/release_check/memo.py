@@ -20,14 +20,16 @@ Three tables:
   JSON object, path -> sha256, "-" for a file the release lacks), for releases whose digest
   pins their content (the package index's, checked against the index): a warm check then
   reads no file, and takes a release's digests with one row.
-- ``facts``: key -> what compiling one source told (`pycompile.known_plain`: where its defs
-  and classes start and end, its ``global`` lines, its ``__future__`` flags, or its compile
-  error), for each file an edit was judged against (a release's file, or what a required
-  patch made of it). The key is a sha256 over the memo format, the deciding code's digest, the
-  Python, and a digest of the source's bytes. An edited patch's check then judges its edits
-  of a large file without compiling the release's file again (the units its edit changes
-  only). Written with each release's results; a check whose memo holds no such row asks
-  for none.
+- ``facts``: key -> a fact about one source (`patchset.kernel.kept`), as JSON: what compiling
+  it told (kind ``known``, `pycompile.known_plain`: where its defs and classes start and end,
+  its ``global`` lines, its ``__future__`` flags, or its compile error), for each file an edit
+  was judged against (a release's file, or what a required patch made of it); the names its
+  module binds (kind ``scope``, `touches`), for each module a python patch's names were
+  looked up in. The key is a sha256 over the memo format, the deciding code's digest, the
+  Python, the kind and a digest of the source's bytes. An edited patch's check then judges
+  its edits of a large file without compiling the release's file again (the units its edit
+  changes only), and looks its names up without reading the module again. Written with each
+  release's results; a check whose memo holds no fact asks for none.
 
 Every key covers the Python that runs the check: whether a file compiles, and the compiler's
 message, are that Python's.
@@ -58,8 +60,6 @@ from pathlib import Path
 from patchset import cachedb
 from patchset._fs import cache_secret, seal
 from patchset.cachedir import cache_root
-from patchset.kernel.pycompile import known_from_plain, known_plain
-from patchset.kernel.pyunits import Known
 from patchset.release_check.report import CheckResult
 
 # 2: each row carries `seal`, a sha256 over the row, checked when read; 3: a result is a JSON
@@ -80,6 +80,7 @@ _DECIDERS = (
     "kernel/served.py",
     "kernel/pycompile.py",
     "kernel/pyunits.py",
+    "kernel/touches.py",
     "engine/evaluate.py",
     "engine/order.py",
     "release_check/report.py",
@@ -240,19 +241,21 @@ class Memo:
         rows = [(k, v, _seal(self.path.parent, k, v)) for k, v in values.items()]
         self._write(db, "INSERT OR REPLACE INTO results (key, value, seal) VALUES (?, ?, ?)", rows)
 
-    def known(self, digest: bytes) -> Known | None:
-        """What compiling the source of this digest told (`pycompile.FactsStore`), if kept
-        and sealed; a row that is not is dropped. A memo with no such row is asked once."""
+    def fact(self, kind: str, key: bytes) -> object | None:
+        """The fact of `kind` kept for the source of digest `key` (`kernel.kept.Store`), as
+        JSON's values, if kept and sealed (its kind's module checks the rest); a row whose
+        seal fails is dropped. A memo with no fact is asked once."""
         db = self._conn() if self._facts is not False else None
         if db is None:
             return None
-        key = self.key("facts", digest.hex())
+        row_key = self.key(kind, key.hex())
         try:
             if self._facts is None:
                 self._facts = db.execute("SELECT 1 FROM facts LIMIT 1").fetchone() is not None
                 if not self._facts:
                     return None
-            row = db.execute("SELECT value, seal FROM facts WHERE key = ?", (key,)).fetchone()
+            query = "SELECT value, seal FROM facts WHERE key = ?"
+            row = db.execute(query, (row_key,)).fetchone()
         except sqlite3.Error as exc:
             if cachedb.damaged(exc):
                 self._failed(exc)
@@ -260,18 +263,17 @@ class Memo:
         if row is None:
             return None
         value, seal = row
-        known = None
-        if isinstance(value, str) and seal == _seal(self.path.parent, key, value):
+        if isinstance(value, str) and seal == _seal(self.path.parent, row_key, value):
             with contextlib.suppress(ValueError, RecursionError):
-                known = known_from_plain(json.loads(value))
-        if known is None:
-            self._write(db, "DELETE FROM facts WHERE key = ?", [(key,)])
-        return known
+                found: object = json.loads(value)
+                return found
+        self._write(db, "DELETE FROM facts WHERE key = ?", [(row_key,)])
+        return None
 
-    def keep(self, digest: bytes, known: Known) -> None:
-        """Keep `known` for the source of this digest (written with the next `put_many`)."""
-        value = json.dumps(known_plain(known), separators=(",", ":"))
-        self._new_facts[self.key("facts", digest.hex())] = value
+    def keep_fact(self, kind: str, key: bytes, value: object) -> None:
+        """Keep `value` (JSON's values) as the fact of `kind` for the source of digest `key`
+        (written with the next `put_many`)."""
+        self._new_facts[self.key(kind, key.hex())] = json.dumps(value, separators=(",", ":"))
 
     def digests(self, release: str) -> dict[str, str]:
         """The file digests already known for a release (by its own digest)."""

@@ -14,7 +14,7 @@ from packaging.version import Version
 
 from patchset.engine.order import on_top_of_required, required_chain
 from patchset.errors import PatchsetError, UsageError
-from patchset.kernel import pycompile
+from patchset.kernel import kept
 from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check import parallel
@@ -343,7 +343,7 @@ def _check_release(
             results.append(memoised.at(version, in_range=in_range))
             continue
         existed = _existed(fact.written_before(known_version), files, seen)
-        with pycompile.facts_kept(memo):  # what compiling a release's file told, kept
+        with kept.kept_in(memo):  # what a release's files told (their units, names), kept
             r = one(
                 patch,
                 tree,

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from patchset.kernel import pycompile
+from patchset.engine import evaluate
+from patchset.kernel import pycompile, touches
 from patchset.registry import Patch, load_registry
 from patchset.release_check import CheckResult, check_tree
 from patchset.release_check.memo import FORMAT, Memo
@@ -220,13 +221,19 @@ def test_a_releases_digests_are_one_row_added_to_and_sealed(tmp_path: Path) -> N
 
 def test_the_code_that_decides_a_verdict_keys_the_memo() -> None:
     """Every module whose answer a verdict depends on (the hunks, the sites and the `when`
-    they are served under, the compile check and its units, the engine, the decision table)
+    they are served under, the compile check and its units, a python patch's names, the
+    engine, the decision table)
     is among those whose code starts a fresh memo when it changes, and each of them exists."""
     from patchset.release_check import memo
 
     root = Path(memo.__file__).resolve().parent.parent
     deciders = memo._DECIDERS
-    for rel in ("kernel/pycompile.py", "kernel/pyunits.py", "kernel/served.py"):
+    for rel in (
+        "kernel/pycompile.py",
+        "kernel/pyunits.py",
+        "kernel/served.py",
+        "kernel/touches.py",
+    ):
         assert rel in deciders
     assert all((root / rel).is_file() for rel in deciders), deciders
 
@@ -297,4 +304,76 @@ def test_what_compiling_a_release_file_told_is_kept_with_the_results(tmp_path: P
         again, compiled = _python_check(registry, Memo(tmp_path / "memo"), new)
         assert (again.verdict, compiled) == ("needed", 1)
         assert db.execute("SELECT value FROM facts").fetchall() == [(value,)]  # written again
+    db.close()
+
+
+HOOK_TOML = """id = "hook"
+title = "Wrap vllm.model.Model.forward"
+description = "Wraps forward."
+kind = "python"
+revision = 1
+vllm = ">=0.1"
+apply = "startup"
+targets = ["vllm/model.py"]
+touches = ["vllm.model:Model.{name}"]
+origin = "tests"
+credit = ["tests"]
+
+[upstream]
+state = "unsubmitted"
+"""
+HOOK_MODULE = "import os\n\n\nclass Model:\n" + "".join(
+    f"    def m{n}(self):\n        return {n}\n\n" for n in range(40)
+)
+
+
+def _hook_check(registry: Path, memo: Memo, name: str) -> tuple[CheckResult, int]:
+    """The python patch set to touch `Model.<name>`, checked against one release whose
+    module is `HOOK_MODULE`, nothing worked out beforehand: its result, and how many times
+    the release's module was read for the names it binds."""
+    (registry / "hook" / "patch.toml").write_text(HOOK_TOML.format(name=name))
+    evaluate.clear_caches()  # the module's names and the touches' answers
+    made: list[object] = []
+    real = touches._module_scope_made
+
+    def counted(source: bytes | str) -> Any:
+        if source == HOOK_MODULE.encode():  # not the plugin (its load reads it)
+            made.append(source)
+        return real(source)
+
+    touches._module_scope_made = counted
+    try:
+        tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {PY_TARGET: HOOK_MODULE.encode()})
+        (result,) = check_tree(_patches(registry), tree, "0.19.0", memo=memo)
+    finally:
+        touches._module_scope_made = real
+    return result, len(made)
+
+
+def test_the_names_a_release_module_binds_are_kept_with_the_results(tmp_path: Path) -> None:
+    """A python patch's names are looked up in the release's module, whose names (a class's
+    too) are worked out once in any number of runs: kept in the memo and read by the next
+    check (the patch edited: its result computed again, the module not read again). A row
+    that is no such names is not believed: worked out again, and written again."""
+    registry = tmp_path / "patches"
+    (registry / "hook").mkdir(parents=True)
+    (registry / "hook" / "plugin.py").write_text("def apply():\n    pass\n")
+    first, made = _hook_check(registry, Memo(tmp_path / "memo"), "m3")
+    assert (first.verdict, made) == ("needed", 1)
+    memo = Memo(tmp_path / "memo")
+    edited, made = _hook_check(registry, memo, "m39")
+    assert (edited.verdict, memo.misses, made) == ("needed", 1, 0)
+    gone, made = _hook_check(registry, Memo(tmp_path / "memo"), "m40")
+    assert (gone.verdict, made) == ("missing-target", 0)
+    db = sqlite3.connect(Memo(tmp_path / "memo").path)
+    ((key, value),) = db.execute("SELECT key, value FROM facts").fetchall()
+    assert set(json.loads(value)) == {"os", "Model"}
+    forged = json.dumps({"os": None, "Model": ["m41"]})  # sealed, not names
+    with db:
+        db.execute(
+            "UPDATE facts SET value = ?, seal = ?", (forged, _seal(tmp_path / "memo", key, forged))
+        )
+    again, made = _hook_check(registry, Memo(tmp_path / "memo"), "m41")
+    assert (again.verdict, made) == ("missing-target", 1)
+    assert db.execute("SELECT value FROM facts").fetchall() == [(value,)]
     db.close()
