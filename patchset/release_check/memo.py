@@ -20,7 +20,8 @@ Three tables:
   JSON object, path -> sha256, "-" for a file the release lacks), for releases whose digest
   pins their content (the package index's, checked against the index): a warm check then
   reads no file, and takes a release's digests with one row.
-- ``facts``: key -> a fact about one source (`patchset.kernel.kept`), as JSON: what compiling
+- ``facts``: key -> a fact about one source (`patchset.kernel.kept`), as JSON compressed with
+  zlib (the seal over the JSON): what compiling
   it told (kind ``known``, `pycompile.known_plain`: where its defs and classes start and end,
   its ``global`` lines, its ``__future__`` flags, or its compile error), for each file an edit
   was judged against (a release's file, or what a required patch made of it); the names its
@@ -54,6 +55,7 @@ import hashlib
 import json
 import sqlite3
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
@@ -227,9 +229,12 @@ class Memo:
         db = self._conn()
         if db is None:
             return
-        if self._new_facts:
+        if self._new_facts:  # each compressed (a module's names: 3 KB of JSON, 0.7 KB so)
             folder = self.path.parent
-            facts = [(k, v, _seal(folder, k, v)) for k, v in self._new_facts.items()]
+            facts = [
+                (k, zlib.compress(v.encode(), 1), _seal(folder, k, v))
+                for k, v in self._new_facts.items()
+            ]
             self._new_facts.clear()
             self._write(
                 db, "INSERT OR REPLACE INTO facts (key, value, seal) VALUES (?, ?, ?)", facts
@@ -263,9 +268,10 @@ class Memo:
         if row is None:
             return None
         value, seal = row
-        if isinstance(value, str) and seal == _seal(self.path.parent, row_key, value):
-            with contextlib.suppress(ValueError, RecursionError):
-                found: object = json.loads(value)
+        with contextlib.suppress(zlib.error, UnicodeDecodeError, ValueError, RecursionError):
+            text = zlib.decompress(value).decode() if isinstance(value, bytes) else None
+            if text is not None and seal == _seal(self.path.parent, row_key, text):
+                found: object = json.loads(text)
                 return found
         self._write(db, "DELETE FROM facts WHERE key = ?", [(row_key,)])
         return None
@@ -323,7 +329,9 @@ class Memo:
         db.execute("DELETE FROM releases WHERE release = ?", (release,))
         return {}
 
-    def _write(self, db: sqlite3.Connection, sql: str, rows: Sequence[Sequence[str]]) -> None:
+    def _write(
+        self, db: sqlite3.Connection, sql: str, rows: Sequence[Sequence[str | bytes]]
+    ) -> None:
         try:
             with db:
                 db.execute("BEGIN")

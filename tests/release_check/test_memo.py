@@ -10,6 +10,7 @@ import hmac
 import json
 import sqlite3
 import textwrap
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -293,14 +294,17 @@ def test_what_compiling_a_release_file_told_is_kept_with_the_results(tmp_path: P
 
     db = sqlite3.connect(Memo(tmp_path / "memo").path)
     ((key, value),) = db.execute("SELECT key, value FROM facts").fetchall()
-    assert json.loads(value)[:2] == [None, None]  # it compiles
-    rewritten = value.replace("[", "[ ", 1)
+    text = zlib.decompress(value).decode()  # the fact's JSON, compressed
+    assert json.loads(text)[:2] == [None, None]  # it compiles
+    rewritten = text.replace("[", "[ ", 1)
     for forged, seal, new in [  # each with a payload not checked yet (no result kept)
         (rewritten, "0" * 64, "22"),  # rewritten: the seal does not fit
         ("[1, 2]", _seal(tmp_path / "memo", key, "[1, 2]"), "23"),  # sealed, not facts
     ]:
         with db:
-            db.execute("UPDATE facts SET value = ?, seal = ?", (forged, seal))
+            db.execute(
+                "UPDATE facts SET value = ?, seal = ?", (zlib.compress(forged.encode()), seal)
+            )
         again, compiled = _python_check(registry, Memo(tmp_path / "memo"), new)
         assert (again.verdict, compiled) == ("needed", 1)
         assert db.execute("SELECT value FROM facts").fetchall() == [(value,)]  # written again
@@ -367,11 +371,12 @@ def test_the_names_a_release_module_binds_are_kept_with_the_results(tmp_path: Pa
     assert (gone.verdict, made) == ("missing-target", 0)
     db = sqlite3.connect(Memo(tmp_path / "memo").path)
     ((key, value),) = db.execute("SELECT key, value FROM facts").fetchall()
-    assert set(json.loads(value)) == {"os", "Model"}
+    assert set(json.loads(zlib.decompress(value))) == {"os", "Model"}
     forged = json.dumps({"os": None, "Model": ["m41"]})  # sealed, not names
     with db:
         db.execute(
-            "UPDATE facts SET value = ?, seal = ?", (forged, _seal(tmp_path / "memo", key, forged))
+            "UPDATE facts SET value = ?, seal = ?",
+            (zlib.compress(forged.encode()), _seal(tmp_path / "memo", key, forged)),
         )
     again, made = _hook_check(registry, Memo(tmp_path / "memo"), "m41")
     assert (again.verdict, made) == ("missing-target", 1)
