@@ -26,8 +26,9 @@ Three tables:
   its ``global`` lines, its ``__future__`` flags, or its compile error), for each file an edit
   was judged against (a release's file, or what a required patch made of it); the names its
   module binds (kind ``scope``, `touches`), for each module a python patch's names were
-  looked up in. The key is a sha256 over the memo format, the deciding code's digest, the
-  Python, the kind and a digest of the source's bytes. An edited patch's check then judges
+  looked up in. The key is a sha256 over the memo format, the digest of the modules that
+  work the facts out (`_FACT_MAKERS`: an upgrade leaving them as they were keeps the facts),
+  the Python, the kind and a digest of the source's bytes. An edited patch's check then judges
   its edits of a large file without compiling the release's file again (the units its edit
   changes only), and looks its names up without reading the module again. Written with each
   release's results; a check whose memo holds no fact asks for none.
@@ -82,7 +83,9 @@ _DECIDERS = (
     "kernel/served.py",
     "kernel/pycompile.py",
     "kernel/pyunits.py",
+    "kernel/indents.py",
     "kernel/touches.py",
+    "kernel/kept.py",
     "engine/evaluate.py",
     "engine/order.py",
     "release_check/report.py",
@@ -92,15 +95,27 @@ _DECIDERS = (
     "release_check/moves.py",
 )
 
+# The modules that work out the facts kept in table `facts` (`kernel/kept.py`): their digest,
+# not the whole deciding code's, keys a fact, so an upgrade of patchset that leaves them as
+# they were keeps what was worked out about release files (every kernel module they import
+# is here: a test holds it).
+_FACT_MAKERS = (
+    "kernel/kept.py",
+    "kernel/pycompile.py",
+    "kernel/pyunits.py",
+    "kernel/indents.py",
+    "kernel/touches.py",
+)
+
 
 def memo_dir() -> Path:
     return cache_root() / "memo"
 
 
-def _code_digest() -> str:
+def _code_digest(modules: tuple[str, ...] = _DECIDERS) -> str:
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for rel in _DECIDERS:
+    for rel in modules:
         path = root / rel
         h.update(rel.encode() + b"\0" + (path.read_bytes() if path.is_file() else b""))
     return h.hexdigest()
@@ -137,6 +152,8 @@ class Memo:
         # the Python too: whether a file compiles, and the compiler's message, are its own
         python = f"{sys.implementation.name}-{sys.version}"
         self._base = hashlib.sha256(f"{FORMAT}\0{self.code}\0{python}\0".encode())
+        makers = _code_digest(_FACT_MAKERS)
+        self._facts_base = hashlib.sha256(f"{FORMAT}\0facts\0{makers}\0{python}\0".encode())
         self._read: dict[str, CheckResult] = {}  # the rows read this run, by key
         self._values: dict[str, CheckResult] = {}  # and by their text
         self._absent: set[str] = set()  # the keys asked for this run and not found
@@ -253,7 +270,7 @@ class Memo:
         db = self._conn() if self._facts is not False else None
         if db is None:
             return None
-        row_key = self.key(kind, key.hex())
+        row_key = self._fact_key(kind, key)
         try:
             if self._facts is None:
                 self._facts = db.execute("SELECT 1 FROM facts LIMIT 1").fetchone() is not None
@@ -279,7 +296,14 @@ class Memo:
     def keep_fact(self, kind: str, key: bytes, value: object) -> None:
         """Keep `value` (JSON's values) as the fact of `kind` for the source of digest `key`
         (written with the next `put_many`)."""
-        self._new_facts[self.key(kind, key.hex())] = json.dumps(value, separators=(",", ":"))
+        self._new_facts[self._fact_key(kind, key)] = json.dumps(value, separators=(",", ":"))
+
+    def _fact_key(self, kind: str, key: bytes) -> str:
+        """A fact's row: a sha256 over the memo format, the digest of the code that works the
+        facts out (`_FACT_MAKERS`), the Python, the kind and the source's digest."""
+        h = self._facts_base.copy()
+        h.update(f"{kind}\0{key.hex()}".encode())
+        return h.hexdigest()
 
     def digests(self, release: str) -> dict[str, str]:
         """The file digests already known for a release (by its own digest)."""

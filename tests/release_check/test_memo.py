@@ -4,6 +4,7 @@ hit still follows the patch's content and the release's bytes."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import hmac
@@ -291,6 +292,11 @@ def test_what_compiling_a_release_file_told_is_kept_with_the_results(tmp_path: P
     broken, compiled = _python_check(registry, Memo(tmp_path / "memo"), "(")  # kept: not compiled
     assert (broken.verdict, compiled) == ("conflict", 0)
     assert "would not compile after the edit" in broken.detail
+    upgraded = Memo(tmp_path / "memo")  # another deciding code, the same code working facts out
+    upgraded.code = "another"
+    upgraded._base = hashlib.sha256(b"another")
+    again, compiled = _python_check(registry, upgraded, "21")
+    assert (again, upgraded.misses, compiled) == (edited, 1, 0)  # computed, not compiled
 
     db = sqlite3.connect(Memo(tmp_path / "memo").path)
     ((key, value),) = db.execute("SELECT key, value FROM facts").fetchall()
@@ -382,3 +388,38 @@ def test_the_names_a_release_module_binds_are_kept_with_the_results(tmp_path: Pa
     assert (again.verdict, made) == ("missing-target", 1)
     assert db.execute("SELECT value FROM facts").fetchall() == [(value,)]
     db.close()
+
+
+def _kernel_imports(rel: str, root: Path) -> set[str]:
+    """The kernel modules `rel` (a kernel module, "kernel/x.py") imports, as "kernel/y.py"."""
+    tree = ast.parse((root / rel).read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        inside = node.level == 1 or node.module in {"patchset.kernel", None}
+        if node.level == 1 and node.module:
+            found.add(f"kernel/{node.module}.py")
+        elif node.module and node.module.startswith("patchset.kernel."):
+            found.add(f"kernel/{node.module.rsplit('.', 1)[1]}.py")
+        elif inside:
+            found.update(f"kernel/{a.name}.py" for a in node.names)
+    return {m for m in found if (root / m).is_file()}
+
+
+@pytest.mark.parametrize("listed", ["_DECIDERS", "_FACT_MAKERS"])
+def test_the_modules_that_key_the_memo_hold_the_kernel_modules_they_import(listed: str) -> None:
+    """A kernel module imported (transitively) by one whose code keys the memo's results or
+    its facts is among them: a change to it starts a fresh memo (or fresh facts)."""
+    from patchset.release_check import memo
+
+    root = Path(memo.__file__).resolve().parent.parent
+    modules = set(getattr(memo, listed))
+    todo = [m for m in modules if m.startswith("kernel/")]
+    seen = set(todo)
+    while todo:
+        for imported in _kernel_imports(todo.pop(), root):
+            if imported not in seen:
+                seen.add(imported)
+                todo.append(imported)
+    assert seen <= modules, sorted(seen - modules)
