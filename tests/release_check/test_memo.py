@@ -14,6 +14,7 @@ import textwrap
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -253,27 +254,37 @@ PY_DIFF = """\
     """
 
 
-def _python_check(registry: Path, memo: Memo, new: str) -> tuple[CheckResult, int]:
-    """The patch's payload set to make f2 return `new`, checked against one release whose
-    file is `PY_BODY`, nothing compiled known beforehand: its result, and how many times the
-    release's file was compiled (once, unless the memo held what compiling it told)."""
-    (registry / "pat" / "patch.diff").write_text(textwrap.dedent(PY_DIFF.format(new=new)))
-    pycompile.clear_cache()
-    compiled_whole: list[bytes] = []
-    real = pycompile._compile_known
+def _checked_counting(
+    registry: Path, memo: Memo, body: str, worker: tuple[ModuleType, str]
+) -> tuple[CheckResult, int]:
+    """The registry checked against one release whose `PY_TARGET` is `body`, nothing worked
+    out beforehand: its result, and how many times `worker` (a module and the name of its
+    function that works a fact out of a source) was called on the release's file."""
+    evaluate.clear_caches()  # the compiled sources, the modules' names, the touches' answers
+    module, name = worker
+    real = getattr(module, name)
+    calls: list[object] = []
 
-    def counted(source: bytes) -> Any:
-        if source == PY_BODY.encode():  # not the patched file (compiled whole when broken)
-            compiled_whole.append(source)
+    def counted(source: bytes | str) -> Any:
+        if source == body.encode():  # not the patched file, nor a plugin the loader reads
+            calls.append(source)
         return real(source)
 
-    pycompile._compile_known = counted
+    setattr(module, name, counted)
     try:
-        tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {PY_TARGET: PY_BODY.encode()})
+        tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {PY_TARGET: body.encode()})
         (result,) = check_tree(_patches(registry), tree, "0.19.0", memo=memo)
     finally:
-        pycompile._compile_known = real
-    return result, len(compiled_whole)
+        setattr(module, name, real)
+    return result, len(calls)
+
+
+def _python_check(registry: Path, memo: Memo, new: str) -> tuple[CheckResult, int]:
+    """The patch's payload set to make f2 return `new`, checked against `PY_BODY`: its
+    result, and how many times the release's file was compiled (once, unless the memo held
+    what compiling it told)."""
+    (registry / "pat" / "patch.diff").write_text(textwrap.dedent(PY_DIFF.format(new=new)))
+    return _checked_counting(registry, memo, PY_BODY, (pycompile, "_compile_known"))
 
 
 def test_what_compiling_a_release_file_told_is_kept_with_the_results(tmp_path: Path) -> None:
@@ -338,26 +349,10 @@ HOOK_MODULE = "import os\n\n\nclass Model:\n" + "".join(
 
 
 def _hook_check(registry: Path, memo: Memo, name: str) -> tuple[CheckResult, int]:
-    """The python patch set to touch `Model.<name>`, checked against one release whose
-    module is `HOOK_MODULE`, nothing worked out beforehand: its result, and how many times
-    the release's module was read for the names it binds."""
+    """The python patch set to touch `Model.<name>`, checked against `HOOK_MODULE`: its
+    result, and how many times the release's module was read for the names it binds."""
     (registry / "hook" / "patch.toml").write_text(HOOK_TOML.format(name=name))
-    evaluate.clear_caches()  # the module's names and the touches' answers
-    made: list[object] = []
-    real = touches._module_scope_made
-
-    def counted(source: bytes | str) -> Any:
-        if source == HOOK_MODULE.encode():  # not the plugin (its load reads it)
-            made.append(source)
-        return real(source)
-
-    touches._module_scope_made = counted
-    try:
-        tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {PY_TARGET: HOOK_MODULE.encode()})
-        (result,) = check_tree(_patches(registry), tree, "0.19.0", memo=memo)
-    finally:
-        touches._module_scope_made = real
-    return result, len(made)
+    return _checked_counting(registry, memo, HOOK_MODULE, (touches, "_module_scope_made"))
 
 
 def test_the_names_a_release_module_binds_are_kept_with_the_results(tmp_path: Path) -> None:
