@@ -61,6 +61,16 @@ class SiteProbe:
             return False
         return self.regex is None or re.search(self.regex, text, re.MULTILINE) is not None
 
+    def matches_lines(self, view: FileLines) -> bool:
+        """`matches` of the lines' text, answered without joining it where a needle (one
+        line's worth) is surely absent: an edited file's text is the whole file again, for
+        every site with a probe after the first edit of it."""
+        if any("\n" not in needle and not view.holds(needle) for needle in self.contains):
+            return False
+        if self.any and all("\n" not in needle and not view.holds(needle) for needle in self.any):
+            return False
+        return self.matches(view.text)
+
     def describe(self) -> str:
         what = [repr(c) for c in self.contains]
         if self.any:
@@ -379,7 +389,7 @@ def _locate(
         given = ", ".join(f"{k}={v}" for k, v in sorted((served or {}).items())) or "nothing"
         detail = f"when {site.describe_when()}; served: {given}"
         return _Found(SiteResult(site.name, site.file, "skipped", detail=detail))
-    if site.probe is not None and site.probe.matches(view.text):
+    if site.probe is not None and site.probe.matches_lines(view):
         detail = f"its probe matches: {site.probe.describe()}"
         return _Found(SiteResult(site.name, site.file, "upstream", detail=detail))
     reasons: list[str] = []
