@@ -244,7 +244,9 @@ def _their_verdict(run: dict[str, Any]) -> str:
         # the module stopped before (or rolled back after) its patchers: its own reason
         if status == "applied":
             return "needed"
-        if "upstream" in reason or "drift marker" in reason:
+        # a module's "failed" is never the fix upstream (PN351's "NONE of the launch anchor
+        # variants matched (current-pin / upstream-main / ...)" names a shape, not a merge)
+        if status != "failed" and ("upstream" in reason or "drift marker" in reason):
             return "upstream"
         if any(w in reason for w in ("not found", "missing", "disappeared", "not resolvable")):
             return "missing-target"

@@ -177,6 +177,83 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
     assert result.verdict == "needed", result.detail
 
 
+AT_LEAST_ONE = """
+_LAUNCH = ("launch_a", "launch_b")
+
+def _make_patcher():
+    return TextPatcher(
+        patch_name="t", target_file=resolve_vllm_file("x.py"), marker="T v1",
+        sub_patches=[
+            TextPatch(name="tile", anchor="tile = 32\\n", replacement="tile = 64\\n", required=True),
+            TextPatch(name="launch_a", anchor="launch(w=4)\\n", replacement="launch(w=8)\\n", required=False),
+            TextPatch(name="launch_b", anchor="launch(w=4, **kw)\\n", replacement="launch(w=8, **kw)\\n", required=False),
+            TextPatch(name="extra", anchor="z = 1\\n", replacement="z = 2\\n", required=False),
+        ],
+    )
+
+def apply():
+    patcher = _make_patcher()
+    result, failure = patcher.apply()
+    if not set(patcher.applied_sub_patches).intersection(_LAUNCH):
+        return "failed", "NONE of the launch variants matched"
+    return "applied", "ok"
+"""
+
+
+def test_sub_patches_the_module_requires_one_of_are_one_site_with_alternatives(
+    tmp_path: Path,
+) -> None:
+    """PN351's convention: optional sub-patches, one per upstream shape of one edit, and an
+    `apply()` that fails when none of them applied. Imported as one site (not optional) whose
+    alternatives are the other shapes: a release with none of them is `partial` (the tile site
+    fits, the launch site does not), not the required sub-patch applied alone ("needed", a
+    half-patch Genesis itself refuses)."""
+    meta, sites, _ = _sites(tmp_path, AT_LEAST_ONE)
+    assert [(s["name"], s["optional"]) for s in sites] == [
+        ("tile", False),
+        ("launch_a", False),
+        ("extra", True),  # named by no such check: optional, as before
+    ]
+    assert sites[1]["alternatives"] == [
+        {"anchor": "launch(w=4, **kw)\n", "text": "launch(w=8, **kw)\n"}
+    ]
+    meta = {"id": "t-one", "title": "t", "description": "t", "kind": "runtime", "revision": 1}
+    meta |= {"vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
+    meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
+    registry = tmp_path / "patches"
+    write_patch_folder(
+        registry / "t-one", meta, {"sites.toml": toml_text({"site": sites}, header="h")}
+    )
+    files = {
+        "0.20.0": "tile = 32\nlaunch(w=4)\n",
+        "0.21.0": "tile = 32\nlaunch(w=4, **kw)\n",
+        "0.22.0": "tile = 32\nlaunch(w=4, num_stages=2, **kw)\n",  # a shape neither knows
+    }
+    verdicts = {}
+    for version, text in files.items():
+        release = fx.release(tmp_path / version, version, {"vllm/x.py": text})
+        report = patchset.check(
+            load_registry(registry), [version], source=parse_source(str(release)), use_memo=False
+        )
+        verdicts[version] = report.result(version, "t-one").verdict
+    assert verdicts == {"0.20.0": "needed", "0.21.0": "needed", "0.22.0": "partial"}
+
+
+def test_a_name_list_no_failing_check_reads_leaves_its_sub_patches_optional(
+    tmp_path: Path,
+) -> None:
+    # The same module whose `apply()` only reports which shape applied: nothing required.
+    body = AT_LEAST_ONE.replace('return "failed", "NONE', 'return "applied", "NONE')
+    _, sites, _ = _sites(tmp_path, body)
+    assert [(s["name"], s["optional"]) for s in sites] == [
+        ("tile", False),
+        ("launch_a", True),
+        ("launch_b", True),
+        ("extra", True),
+    ]
+    assert all("alternatives" not in s for s in sites)
+
+
 def test_a_fallback_file_becomes_a_variant_by_release(tmp_path: Path) -> None:
     """`resolve_vllm_file("a.py") or resolve_vllm_file("b.py")`: given releases, the import
     writes one payload per run of releases picking the same file, each where Genesis patches."""

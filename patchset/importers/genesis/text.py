@@ -51,6 +51,9 @@ class Patcher:
     # one of the patchers a factory returns by which file the release has (`if new: return
     # TextPatcher(new...)`, `if legacy: return TextPatcher(legacy...)`): Genesis builds one
     either: list[str] = field(default_factory=list)  # the files of the others
+    # sub-patches of which the module's own `apply()` requires one to apply (each list two or
+    # more optional ones: upstream shapes of one edit, `_at_least_one`)
+    one_of: list[list[int]] = field(default_factory=list)  # indices into `subs`
 
 
 def _arg(node: ast.Call, index: int, name: str) -> ast.expr | None:
@@ -90,6 +93,7 @@ def read_patchers(scope: Scope) -> tuple[list[Patcher], list[str]]:
                     continue  # a test/lint helper passing its own argument, never called here
                 unresolved.append(f"{scope.path.name}:{call.lineno}: {exc}")
     _either(scope.tree, owner, found)
+    _at_least_one(scope, found)
     return found, unresolved
 
 
@@ -108,6 +112,57 @@ def _either(tree: ast.Module, owner: dict[int, ast.AST], found: list[Patcher]) -
         if len({p.file for p in group}) > 1:
             for patcher in group:
                 patcher.either = [p.file for p in group if p.file != patcher.file]
+
+
+def _at_least_one(scope: Scope, found: list[Patcher]) -> None:
+    """Mark the optional sub-patches of which the module requires one: a function that reads
+    the patcher's `applied_sub_patches`, returns ``"failed", ...`` and names a module-level
+    tuple (list, set) of sub-patch names ("at least one launch variant must have fired":
+    PN351's three upstream shapes of one call, P88's, P107's, PN380's and P62's two). Those of
+    one patcher's optional sub-patches, two or more, become one site and its alternatives."""
+    named: set[str] = set()
+    for func in ast.walk(scope.tree):
+        if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        nodes = list(ast.walk(func))
+        if any(
+            isinstance(n, ast.Attribute) and n.attr == "applied_sub_patches" for n in nodes
+        ) and any(_returns_failed(n) for n in nodes):
+            named.update(n.id for n in nodes if isinstance(n, ast.Name))
+    for name in sorted(named):
+        members = _names_listed(scope, name)
+        for patcher in found if members else ():
+            group = [i for i, s in enumerate(patcher.subs) if s.name in members and not s.required]
+            if len(group) > 1 and group not in patcher.one_of:
+                patcher.one_of.append(group)
+
+
+def _returns_failed(node: ast.AST) -> bool:
+    """Whether `node` is a `return "failed", ...`."""
+    value = node.value if isinstance(node, ast.Return) else None
+    return (
+        isinstance(value, ast.Tuple)
+        and bool(value.elts)
+        and isinstance(value.elts[0], ast.Constant)
+        and value.elts[0].value == "failed"
+    )
+
+
+def _names_listed(scope: Scope, name: str) -> set[str]:
+    """The strings a module-level tuple, list or set of strings named `name` holds (none for
+    anything else)."""
+    node = scope.assigned.get(name)
+    if isinstance(node, ast.Call) and call_name(node) in ("frozenset", "set") and node.args:
+        node = node.args[0]
+    if not isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return set()
+    try:
+        values = [scope.value(item, {}) for item in node.elts]
+    except Unresolved:
+        return set()
+    if not all(isinstance(v, str) for v in values):
+        return set()
+    return {str(v) for v in values}
 
 
 def _helper_only(tree: ast.Module, caller: ast.AST | None) -> bool:
@@ -456,10 +511,15 @@ def runtime_patch(
             up = meta["upstream"]
             assert isinstance(up, dict)
             up["probe"] = {"file": patcher.file, "any": list(dict.fromkeys(patcher.drift))}
+        grouped = {i: group for group in patcher.one_of for i in group}
         for index, sub in enumerate(patcher.subs):
+            group = grouped.get(index, [index])
+            if index != group[0]:
+                continue  # an alternative of the group's first site
+            members = [patcher.subs[i] for i in group]
             before = [s.replacement for s in patcher.subs[:index]]
             file_probe = [m for m in drift if not any(m in t for t in before)]
-            if not sub.anchor.strip():
+            if not all(m.anchor.strip() for m in members):
                 raise Skipped(f"sub-patch {sub.name!r} has an empty anchor")
             marker = f"Genesis {gid} {patcher.marker} :: {sub.name}".replace("\n", " ")
             while marker in markers:
@@ -472,18 +532,25 @@ def runtime_patch(
                 "marker": marker,
                 "anchor": sub.anchor,
                 "text": sub.replacement,
-                "optional": not sub.required or sub.conditional or bool(patcher.either),
+                "optional": (not sub.required and len(members) == 1)
+                or any(m.conditional for m in members)
+                or bool(patcher.either),
             }
-            if sub.conditional:
-                lost.append(
-                    f"sub-patch {sub.name}: the module adds it only under an `if` (a state of"
-                    " the file); optional here"
-                )
-            probe = [m for m in [*sub.markers, *file_probe] if m]
+            if len(members) > 1:  # the module requires one of them: one site, its shapes
+                site["alternatives"] = [
+                    {"anchor": m.anchor, "text": m.replacement} for m in members[1:]
+                ]
+            for member in members:
+                if member.conditional:
+                    lost.append(
+                        f"sub-patch {member.name}: the module adds it only under an `if` (a"
+                        " state of the file); optional here"
+                    )
+                modules += imported_modules(member.replacement, PACKAGE)
+            probe = [m for member in members for m in [*member.markers, *file_probe] if m]
             if probe:
                 site["probe"] = {"any": list(dict.fromkeys(probe))}
             sites.append(site)
-            modules += imported_modules(sub.replacement, PACKAGE)
     targets = list(dict.fromkeys(p.file for p in patchers))
     meta["kind"] = "runtime"
     meta["targets"] = targets
