@@ -239,6 +239,41 @@ def test_sub_patches_the_module_requires_one_of_are_one_site_with_alternatives(
     assert verdicts == {"0.20.0": "needed", "0.21.0": "needed", "0.22.0": "partial"}
 
 
+def test_one_of_each_pair_the_module_requires_is_one_site_per_pair(tmp_path: Path) -> None:
+    # The successor's P100: each base name and its `_dev748` shape, at least one of each pair;
+    # not one site for all four (that would apply one edit of the four).
+    _, sites, _ = _sites(
+        tmp_path,
+        """
+        _BASES = ("a", "b")
+
+        def _make_patcher():
+            return TextPatcher(
+                patch_name="t", target_file=resolve_vllm_file("x.py"), marker="T v1",
+                sub_patches=[
+                    TextPatch(name="a", anchor="a = 1\\n", replacement="a = 2\\n", required=False),
+                    TextPatch(name="a_dev748", anchor="a = 10\\n", replacement="a = 20\\n", required=False),
+                    TextPatch(name="b", anchor="b = 1\\n", replacement="b = 2\\n", required=False),
+                    TextPatch(name="b_dev748", anchor="b = 10\\n", replacement="b = 20\\n", required=False),
+                ],
+            )
+
+        def apply():
+            patcher = _make_patcher()
+            result, failure = patcher.apply()
+            applied = set(patcher.applied_sub_patches)
+            for base in _BASES:
+                if base not in applied and f"{base}_dev748" not in applied:
+                    return "failed", f"neither shape of {base!r} matched"
+            return "applied", "ok"
+        """,
+    )
+    assert [(s["name"], s["optional"], s["alternatives"]) for s in sites] == [
+        ("a", False, [{"anchor": "a = 10\n", "text": "a = 20\n"}]),
+        ("b", False, [{"anchor": "b = 10\n", "text": "b = 20\n"}]),
+    ]
+
+
 def test_a_name_list_no_failing_check_reads_leaves_its_sub_patches_optional(
     tmp_path: Path,
 ) -> None:
