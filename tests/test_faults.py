@@ -124,8 +124,13 @@ def faultrun(
 ) -> subprocess.CompletedProcess[str]:
     """A `patchset` run killed (or counted) at a file-system step, with a cache folder of its
     own: the steps a run takes must not depend on what an earlier run left in the cache (the
-    registry's parsed-TOML file is written by the first run on a registry only)."""
-    with tempfile.TemporaryDirectory(prefix="faultrun-cache-") as cache:
+    registry's parsed-TOML file is written by the first run on a registry only). Its temporary
+    folder (TMPDIR) is its own too, removed afterwards: a run killed inside a
+    `tempfile.TemporaryDirectory` (refresh's scratch git repository) cannot remove it."""
+    with tempfile.TemporaryDirectory(prefix="faultrun-") as scratch:
+        cache, tmp = Path(scratch) / "cache", Path(scratch) / "tmp"
+        cache.mkdir()
+        tmp.mkdir()
         return subprocess.run(
             [sys.executable, str(FAULTRUN), *args],
             cwd=REPO,
@@ -133,7 +138,7 @@ def faultrun(
             text=True,
             check=False,
             timeout=timeout,
-            env={**os.environ, "PATCHSET_CACHE_DIR": cache, **env},
+            env={**os.environ, "PATCHSET_CACHE_DIR": str(cache), "TMPDIR": str(tmp), **env},
         )
 
 
