@@ -137,6 +137,7 @@ def test_a_dry_run_names_the_definitions_and_writes_none(tmp_path: Path) -> None
 
 
 @pytest.mark.collections
+@pytest.mark.network  # Genesis's releases from the package index (cached)
 @pytest.mark.skipif(
     not (os.environ.get("PATCHSET_GENESIS_DIR") and os.environ.get("PATCHSET_CLUB3090_DIR")),
     reason="PATCHSET_GENESIS_DIR or PATCHSET_CLUB3090_DIR unset",
