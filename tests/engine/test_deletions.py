@@ -333,6 +333,7 @@ def _starter(bin_dir: Path, bundle: Path, site: Path) -> Callable[..., Completed
 
     def start(*args: str, manifest_path: Path | None = None) -> Completed:
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PATCHSET_VLLM_ROOT": str(site)}
+        env["PATCHSET_PYCACHE"] = str(bin_dir.parent / "pycache")  # not the machine's /tmp
         if manifest_path is not None:
             env["PATCHSET_MANIFEST"] = str(manifest_path)
         return subprocess.run(

@@ -117,6 +117,7 @@ def test_every_module_a_stacked_set_changed_imports_in_real_vllm(tmp_path: Path)
                 "PATCHSET_VLLM_ROOT": str(site),
                 "PATCHSET_COMPUTE_CAPABILITY": "none",
                 "PATCHSET_IMPORT_TIMEOUT": "600",
+                "PATCHSET_PYCACHE": str(tmp_path / "pycache"),  # not the machine's /tmp
             },
         )
         report = json.loads(done.stdout.splitlines()[-1])
