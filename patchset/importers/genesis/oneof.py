@@ -36,7 +36,7 @@ def _reads_applied(node: ast.AST) -> bool:
 
 
 def _groups_asked(scope: Scope, node: ast.AST) -> list[set[str]]:
-    """The groups of sub-patch names `node` asks whether one of applied (see `_at_least_one`)."""
+    """The groups of sub-patch names `node` asks whether one of applied (see `required_groups`)."""
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
