@@ -129,6 +129,14 @@ def test_patchers_returned_in_turn_on_two_files_are_optional(tmp_path: Path) -> 
     assert sum("whichever the release has" in line for line in lost) == 2
 
 
+def _runtime_meta(pid: str) -> dict[str, object]:
+    """A runtime patch's patch.toml on vllm/x.py, its id `pid` (title and description too)."""
+    meta: dict[str, object] = {"id": pid, "title": pid, "description": pid, "kind": "runtime"}
+    meta |= {"revision": 1, "vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
+    meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
+    return meta
+
+
 BASE_TEXT = "def forward(x):\n    y = x + 1\n    return y\n"
 
 
@@ -155,10 +163,7 @@ def test_an_anchor_over_a_required_patchs_edit_reads_patchsets_marker(tmp_path: 
     }
 
     def draft(pid: str, site: dict[str, object], **extra: object) -> Draft:
-        meta = {"id": pid, "title": pid, "description": pid, "kind": "runtime", "revision": 1}
-        meta |= {"vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
-        meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
-        meta |= extra
+        meta = _runtime_meta(pid) | extra
         return Draft(pid, pid, meta, {"sites.toml": toml_text({"site": [site]}, header="h")})
 
     drafts = [draft("t-below", below_site), draft("t-above", above_site, requires=["t-below"])]
@@ -217,9 +222,7 @@ def test_sub_patches_the_module_requires_one_of_are_one_site_with_alternatives(
     assert sites[1]["alternatives"] == [
         {"anchor": "launch(w=4, **kw)\n", "text": "launch(w=8, **kw)\n"}
     ]
-    meta = {"id": "t-one", "title": "t", "description": "t", "kind": "runtime", "revision": 1}
-    meta |= {"vllm": ">=0.1", "apply": "startup", "targets": ["vllm/x.py"]}
-    meta |= {"origin": "test", "credit": ["test"], "upstream": {"state": "unsubmitted"}}
+    meta = _runtime_meta("t-one")
     registry = tmp_path / "patches"
     write_patch_folder(
         registry / "t-one", meta, {"sites.toml": toml_text({"site": sites}, header="h")}
