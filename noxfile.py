@@ -24,6 +24,19 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, success_codes=[0])
 
 
+NEWER_PYTHONS = ("3.12", "3.13")
+
+
+@nox.session(name="tests-python", python=NEWER_PYTHONS)
+def tests_python(session: nox.Session) -> None:
+    """The suite but its Docker and network tests on a newer Python than `tests` runs
+    (patchset supports 3.11 and later), `nox -s tests-python-3.13`: what a newer Python
+    changed (pathlib's errors, sqlite's warnings) shows here. Arguments go to pytest."""
+    session.install("-e", ".[test]")
+    marks = "not docker and not network"
+    session.run("pytest", "-m", marks, *session.posargs, success_codes=[0])
+
+
 @nox.session(name="tests-twice", venv_backend="none")
 def tests_twice(session: nox.Session) -> None:
     """The suite as on a fresh machine (.ci/run: an empty HOME and cache), twice in a row in

@@ -6,9 +6,11 @@ import ipaddress
 import os
 import shutil
 import socket
+import sqlite3
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,33 @@ def threads_end_with_their_test() -> Iterator[None]:
     alive = [t for t in left if t.is_alive() and _started_by_tests(t)]
     if alive:
         pytest.fail(f"the test left threads running: {alive}; join them", pytrace=False)
+
+
+class _Tracked(sqlite3.Connection):
+    """A connection `databases_close_with_their_test` can find again (a plain one takes no
+    weak reference)."""
+
+
+@pytest.fixture(autouse=True)
+def databases_close_with_their_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A SQLite connection opened during a test and still held when it ends (a `Memo` a test
+    made, a test's own look into a cache file) is closed then: Python 3.13 warns of an
+    unclosed one when it is collected, at whatever later test that happens in (an error
+    here). One dropped while the test runs is still collected, and warned of, in it."""
+    opened: weakref.WeakSet[_Tracked] = weakref.WeakSet()
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        kwargs.setdefault("factory", _Tracked)
+        db: sqlite3.Connection = real_connect(*args, **kwargs)
+        if isinstance(db, _Tracked):
+            opened.add(db)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    yield
+    for db in list(opened):
+        db.close()
 
 
 # -- network guard: unit tests reach loopback only ------------------------------------------

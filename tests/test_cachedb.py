@@ -72,7 +72,9 @@ def test_a_damaged_memo_is_started_again_not_an_error(tmp_path: Path) -> None:
     data = bytearray(memo.path.read_bytes())
     data[len(data) // 2 : len(data) // 2 + 8192] = b"\xff" * 8192
     memo.path.write_bytes(bytes(data))
-    assert Memo(folder).digests("r1") == {}  # damaged: a miss
-    again = Memo(folder)
-    again.put_digests("r1", {"vllm/a.py": "aa"})
-    assert Memo(folder).digests("r1") == {"vllm/a.py": "aa"}
+    with Memo(folder) as damaged:
+        assert damaged.digests("r1") == {}  # damaged: a miss
+    with Memo(folder) as again:
+        again.put_digests("r1", {"vllm/a.py": "aa"})
+    with Memo(folder) as after:
+        assert after.digests("r1") == {"vllm/a.py": "aa"}

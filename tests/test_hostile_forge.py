@@ -164,7 +164,8 @@ def test_a_memo_row_rewritten_with_a_recomputed_sha256_is_not_believed(tmp_path:
     add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=["vllm/mod.py"])
     patches = load_registry(tmp_path / "patches").patches
     tree = MemoryTree(ReleaseInfo("0.19.0", "memory"), {"vllm/mod.py": BODY.encode()})
-    (first,) = check_tree(patches, tree, "0.19.0", memo=Memo(tmp_path / "memo"))
+    with Memo(tmp_path / "memo") as made:
+        (first,) = check_tree(patches, tree, "0.19.0", memo=made)
     memo = Memo(tmp_path / "memo")
     db = sqlite3.connect(memo.path)
     with db:

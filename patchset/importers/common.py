@@ -3,6 +3,7 @@ releases it is read against."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -114,9 +115,11 @@ def _check_link(top: Path, path: Path) -> None:
     error = CollectionError
     try:
         target = path.resolve(strict=True)
-    except RuntimeError:
+    except RuntimeError:  # a loop, as Python before 3.13 says it
         raise error(f"{path}: a symlink loop: refused") from None
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a loop, as Python 3.13 says it
+            raise error(f"{path}: a symlink loop: refused") from None
         target = path.resolve(strict=False)
         if not target.is_relative_to(top):
             raise error(

@@ -363,7 +363,15 @@ class Memo:
         except sqlite3.Error as exc:
             self._failed(exc)
 
+    def __enter__(self) -> Memo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Write the facts kept since the last results and close the file (a later use opens
+        it again)."""
         self.put_many({})  # the facts kept since the last results
         self._read.clear()
         self._values.clear()

@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -71,12 +72,36 @@ def readable_site() -> Path:
     return site
 
 
+_AS_OTHER = ["setpriv", "--reuid", str(UID), "--regid", str(UID), "--clear-groups"]
+
+
+@functools.cache
+def _base_python() -> str:
+    """The base interpreter, once it is known to start as uid 1000; the test is skipped,
+    saying why, where it does not (a Python built with a shared libpython under root's own
+    folders, as pyenv's 3.12 and 3.13 are here, finds no library as another user)."""
+    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    probe = subprocess.run(
+        [*_AS_OTHER, python, "-s", "-c", "pass"],
+        cwd="/",
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    if probe.returncode != 0:
+        said = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        pytest.skip(f"{python} does not start as uid {UID} here: {said}")
+    return python
+
+
 def patchset_as_other_user(
     args: Sequence[str], *, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`python -m patchset ARGS` as uid 1000 (setpriv), from :func:`readable_site`."""
     site = readable_site()
-    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    python = _base_python()
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(site),  # read-only for that user: nothing of root's is read
@@ -84,9 +109,8 @@ def patchset_as_other_user(
         "PYTHONDONTWRITEBYTECODE": "1",
         "LANG": os.environ.get("LANG", "C.UTF-8"),
     }
-    command = ["setpriv", "--reuid", str(UID), "--regid", str(UID), "--clear-groups"]
     return subprocess.run(
-        [*command, python, "-s", "-m", "patchset", *args],
+        [*_AS_OTHER, python, "-s", "-m", "patchset", *args],
         cwd=site,
         env=env,
         capture_output=True,

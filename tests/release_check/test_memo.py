@@ -81,7 +81,8 @@ def test_a_result_comes_back_from_the_memo_field_for_field() -> None:
 def test_a_key_met_again_in_a_later_release_is_not_read_again(tmp_path: Path) -> None:
     add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
     patches = _patches(tmp_path / "patches")
-    check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
+    with Memo(tmp_path / "memo") as made:
+        check_tree(patches, _tree("0.19.0"), "0.19.0", memo=made)
     memo = Memo(tmp_path / "memo")
     (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=memo)
     assert memo.hits == 1
@@ -125,7 +126,8 @@ def _checked_with_forged_row(
     value first written."""
     add_patch(tmp_path / "patches", "pat", diff=MOD_DIFF, targets=[TARGET])
     patches = _patches(tmp_path / "patches")
-    (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=Memo(tmp_path / "memo"))
+    with Memo(tmp_path / "memo") as made:
+        (first,) = check_tree(patches, _tree("0.19.0"), "0.19.0", memo=made)
     memo = Memo(tmp_path / "memo")
     db = sqlite3.connect(memo.path)
     with db:
@@ -201,11 +203,12 @@ def test_a_releases_digests_are_one_row_added_to_and_sealed(tmp_path: Path) -> N
     memo.put_digests("r1", {"vllm/a.py": "aa", "vllm/gone.py": "-"})
     memo.put_digests("r1", {"vllm/b.py": "bb"})
     memo.put_digests("r2", {"vllm/a.py": "a2"})
-    assert Memo(tmp_path / "memo").digests("r1") == {
-        "vllm/a.py": "aa",
-        "vllm/gone.py": "-",
-        "vllm/b.py": "bb",
-    }
+    with Memo(tmp_path / "memo") as other:
+        assert other.digests("r1") == {
+            "vllm/a.py": "aa",
+            "vllm/gone.py": "-",
+            "vllm/b.py": "bb",
+        }
     db = sqlite3.connect(memo.path)
     with db:
         db.execute("UPDATE releases SET digests = ? WHERE release = 'r1'", ('{"vllm/a.py":"xx"}',))
@@ -276,6 +279,7 @@ def _checked_counting(
         (result,) = check_tree(_patches(registry), tree, "0.19.0", memo=memo)
     finally:
         setattr(module, name, real)
+        memo.close()  # its facts written (a later use opens it again)
     return result, len(calls)
 
 
