@@ -579,18 +579,20 @@ def test_add_into_an_unwritable_registry(tmp_path: Path) -> None:
     import tempfile
 
     tmp_path = Path(tempfile.mkdtemp(prefix="patchset-unwritable-", dir="/tmp"))
-    tmp_path.chmod(0o755)  # the other user reaches it (pytest's own folders are private)
-    registry = tmp_path / "patches"
-    registry.mkdir()
-    diff = tmp_path / "fix.diff"
-    diff.write_text(MOD_DIFF)
-    diff.chmod(0o644)
-    before = snapshot(registry)
-    proc = _add(registry, diff, "no-room", user=True)
-    line = error_line(proc)
-    ok = proc.returncode == 2 and "not writable" in line and snapshot(registry) == before
-    record(HOSTILE, "generated: red-team findings", "add: an unwritable registry", intact=ok)
-    shutil.rmtree(tmp_path)
+    try:  # removed however the test ends (a skip, a failure): nothing left in /tmp
+        tmp_path.chmod(0o755)  # the other user reaches it (pytest's own folders are private)
+        registry = tmp_path / "patches"
+        registry.mkdir()
+        diff = tmp_path / "fix.diff"
+        diff.write_text(MOD_DIFF)
+        diff.chmod(0o644)
+        before = snapshot(registry)
+        proc = _add(registry, diff, "no-room", user=True)
+        line = error_line(proc)
+        ok = proc.returncode == 2 and "not writable" in line and snapshot(registry) == before
+        record(HOSTILE, "generated: red-team findings", "add: an unwritable registry", intact=ok)
+    finally:
+        shutil.rmtree(tmp_path)
     assert ok, line
 
 
