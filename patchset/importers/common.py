@@ -115,10 +115,9 @@ def _check_link(top: Path, path: Path) -> None:
     error = CollectionError
     try:
         target = path.resolve(strict=True)
-    except RuntimeError:  # a loop, as Python before 3.13 says it
-        raise error(f"{path}: a symlink loop: refused") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a loop, as Python 3.13 says it
+    except (RuntimeError, OSError) as exc:
+        # a loop: RuntimeError before Python 3.13, OSError (ELOOP) from it on
+        if not isinstance(exc, OSError) or exc.errno == errno.ELOOP:
             raise error(f"{path}: a symlink loop: refused") from None
         target = path.resolve(strict=False)
         if not target.is_relative_to(top):
