@@ -3,7 +3,9 @@ compile check of each patched file, the anchors' searches), and every core is th
 
 `split` groups the patches by the file most of their sites or hunks are in, so that a file's
 reading, its first compile and its units are mostly paid in one process, the groups balanced
-by an estimate of their cost (`WEIGHTS`). `Forked` runs one group's check in a child process:
+by an estimate of their cost (`WEIGHTS`); the lightest files no other group reads are left
+as pieces that each process takes once its group is done (`Claims`), which evens out the
+estimate's error. `Forked` runs one group's check in a child process:
 a fork, so the loaded registry, the release cache's state and the options come along as they
 are, and only the answer (the group's results) is pickled back. A patch's verdict rests on
 the patch and the release's files only, never on the other patches checked with it, so a
@@ -15,7 +17,8 @@ forks; a lock another thread held would stay held), and a source whose releases 
 read beside the parent (`ReleaseSource.fork_safe`). Anything else runs in one process. A
 child that fails for any reason but a `PatchsetError` (killed, out of memory), or that stops
 answering (no CPU used and no byte sent for `STALL` seconds: stopped with SIGSTOP, hung; it is
-killed), leaves its group to the parent, which checks it itself: the answer is never lost.
+killed), leaves its group (and the pieces it took) to the parent, which checks it itself: the
+answer is never lost.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -97,23 +101,55 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and threading.active_count() == 1
 
 
+@dataclass(frozen=True)
+class Split:
+    """A check's patches for its processes: `groups`, one per process (the parent's first),
+    each checked where it was given; then `shared`, pieces (a home file's patches, the
+    heaviest first) that any process takes, one at a time, once its own group is done
+    (`Claims`): an estimate's error evens out at the end, and no piece reads a file another
+    piece reads, so it costs the same wherever it runs."""
+
+    groups: list[list[Patch]]
+    shared: list[list[Patch]] = field(default_factory=list)
+
+    @property
+    def processes(self) -> int:
+        return len(self.groups)
+
+
+SHARED = 0.25
+"""The part of a split check's estimated cost left to `Split.shared` (at most): the lightest
+home files whose files no other home file's patches read."""
+_MOST_SHARED = 4096  # pieces numbered in two bytes, all written to the pipe at once
+
+
 def split(
-    patches: Sequence[Patch], n: int, pairs: int, size: Callable[[str], int | None] | None = None
-) -> list[list[Patch]]:
-    """At most `n` groups of `patches` (each in their given order), one group when `pairs`
-    (patches x releases) is small.
+    patches: Sequence[Patch],
+    n: int,
+    pairs: int,
+    size: Callable[[str], int | None] | None = None,
+    stacked_on: Callable[[Patch], Sequence[Patch]] | None = None,
+) -> Split:
+    """`patches` for `n` processes (each group and piece in their given order), one group
+    when `pairs` (patches x releases) is small.
 
     A patch goes with the file most of its sites or hunks are in (its home; a python patch's,
     the module most of its names are looked up in), so that a file's patches are checked in
-    one process. What a group costs is estimated from measurements of
+    one process. What a home file's patches cost is estimated from measurements of
     the matrix benchmarks (`WEIGHTS`): per patch, per site or hunk, per site or hunk and KiB
     of its file (`size`, as the newest release lists it: a longer file takes longer to search
     and compile), and per KiB of each file the group reads (read, compiled and followed from
-    release to release once per process that reads it). The home files are placed the
+    release to release once per process that reads it). A patch stacked on others
+    (`stacked_on`: the patches it requires, applied first in every release) is checked with
+    theirs applied: their sites, hunks and files count as its own, and its home is where
+    most of them all are (beside the patches under it, whose files it reads too).
+
+    The lightest home files that share no file with another (up to `SHARED` of the
+    estimate) are left to `Split.shared`, the heaviest first. The others are placed the
     heaviest first, each in the group it leaves the lightest: the one already reading its
     files costs less. The first group is the heaviest (the parent's: it pays no fork)."""
     if n < 2 or len(patches) < 2 or pairs < SMALLEST:
-        return [list(patches)]
+        return Split([list(patches)])
     from patchset.kernel.touches import module_files, parse_touch  # noqa: PLC0415 -- see above
 
     per_patch, per_unit, per_unit_kib, per_file_kib = WEIGHTS
@@ -123,7 +159,8 @@ def split(
     reads: dict[str, set[str]] = {}  # and the files they read
     for patch in patches:
         per_file: dict[str, int] = {}
-        for variant in patch.variants:
+        under = stacked_on(patch) if stacked_on is not None and patch.requires else ()
+        for variant in (v for each in (*under, patch) for v in each.variants):
             for site in variant.sites:
                 per_file[site.file] = per_file.get(site.file, 0) + 1
             for diff in variant.diffs:
@@ -132,31 +169,121 @@ def split(
             files = module_files(parse_touch(touch)[0])  # read and parsed there: the file
             file = next((f for f in files if size is not None and size(f)), files[0])  # held
             per_file[file] = per_file.get(file, 0) + 1
-        for file in {*per_file, *patch.reads} - kib.keys():
+        read = {f for each in (*under, patch) for f in each.reads}
+        for file in {*per_file, *read} - kib.keys():
             kib[file] = ((size(file) if size is not None else None) or 0) / 1024
-        first = max(per_file, key=lambda f: (per_file[f], f)) if per_file else patch.id
+        # (of files as many sites or hunks in: the longest, whose reading costs the most)
+        first = max(per_file, key=lambda f: (per_file[f], kib[f], f)) if per_file else patch.id
         home[patch.id] = first
-        cost = per_patch + sum(k * (per_unit + per_unit_kib * kib[f]) for f, k in per_file.items())
-        own[first] = own.get(first, 0) + cost
-        reads.setdefault(first, set()).update(patch.reads, per_file)
+        alone = per_patch + sum(k * (per_unit + per_unit_kib * kib[f]) for f, k in per_file.items())
+        own[first] = own.get(first, 0) + alone
+        reads.setdefault(first, set()).update(read, per_file)
 
-    def files_cost(files: set[str]) -> float:
-        return per_file_kib * sum(kib.get(f, 0) for f in files)
+    def cost(file: str) -> float:
+        return own[file] + per_file_kib * sum(kib.get(f, 0) for f in reads[file])
 
+    heaviest_first = sorted(own, key=lambda f: (-cost(f), f))
+    shared = _shared(heaviest_first, reads, cost)
     loads = [0.0] * n
     holds: list[set[str]] = [set() for _ in range(n)]
     group_of: dict[str, int] = {}
-    for file in sorted(own, key=lambda f: (-(own[f] + files_cost(reads[f])), f)):
-        after = [loads[g] + own[file] + files_cost(reads[file] - holds[g]) for g in range(n)]
+    for file in (f for f in heaviest_first if f not in shared):
+        extra = [
+            own[file] + per_file_kib * sum(kib.get(f, 0) for f in reads[file] - held)
+            for held in holds
+        ]
+        after = [loads[g] + extra[g] for g in range(n)]
         chosen = after.index(min(after))
         group_of[file] = chosen
         loads[chosen] = after[chosen]
         holds[chosen] |= reads[file]
+    cut = _pieces(shared, cost, n)
+    piece_of = {file: i for i, files in enumerate(cut) for file in files}
     groups: list[list[Patch]] = [[] for _ in range(n)]
+    pieces: list[list[Patch]] = [[] for _ in cut]
     for patch in patches:
-        groups[group_of[home[patch.id]]].append(patch)
+        if home[patch.id] in piece_of:
+            pieces[piece_of[home[patch.id]]].append(patch)
+        else:
+            groups[group_of[home[patch.id]]].append(patch)
     heaviest = sorted(range(n), key=lambda g: -loads[g])
-    return [groups[g] for g in heaviest if groups[g]]
+    if not pieces:  # no piece for a process with no group of its own to take
+        return Split([groups[g] for g in heaviest if groups[g]])
+    return Split([groups[g] for g in heaviest], pieces)
+
+
+def _pieces(shared: list[str], cost: Callable[[str], float], n: int) -> list[list[str]]:
+    """The shared home files (the heaviest first) cut into pieces, each about `1 / (2 n)` of
+    what is left, the last at least `1 / 64` of them all (guided self-scheduling: the first
+    pieces big, few to take, the last small, so that the processes end together)."""
+    total = left = sum(cost(f) for f in shared)
+    pieces: list[list[str]] = []
+    for file in shared:
+        if not pieces or sum(cost(f) for f in pieces[-1]) >= max(left / (2 * n), total / 64):
+            left -= sum(cost(f) for f in pieces[-1]) if pieces else 0
+            pieces.append([])
+        pieces[-1].append(file)
+    return pieces
+
+
+def _shared(
+    heaviest_first: list[str], reads: dict[str, set[str]], cost: Callable[[str], float]
+) -> list[str]:
+    """The home files left to `Split.shared`, the heaviest first: the lightest of those
+    reading no file another home file's patches read, up to `SHARED` of the whole cost."""
+    readers: dict[str, int] = {}
+    for file in heaviest_first:
+        for f in reads[file]:
+            readers[f] = readers.get(f, 0) + 1
+    budget = SHARED * sum(cost(f) for f in heaviest_first)
+    taken: list[str] = []
+    for file in reversed(heaviest_first):
+        if len(taken) >= _MOST_SHARED or cost(file) > budget:
+            break
+        if all(readers[f] == 1 for f in reads[file]):
+            taken.append(file)
+            budget -= cost(file)
+    return taken[::-1]
+
+
+class Claims:
+    """The pieces of a `Split.shared`, taken one at a time by the processes of a check: their
+    numbers are written to a pipe before the fork, and each is read (two bytes at once: every
+    process reads whole numbers, so a read is never split) by the one process taking it."""
+
+    def __init__(self, count: int) -> None:
+        if not 0 <= count <= _MOST_SHARED:
+            raise ValueError(f"{count} pieces: at most {_MOST_SHARED}")
+        read_end, write_end = os.pipe()
+        try:
+            data = memoryview(b"".join(i.to_bytes(2, "big") for i in range(count)))
+            while data:  # fits in the pipe's buffer: nothing reads it yet
+                data = data[os.write(write_end, data) :]
+        finally:
+            os.close(write_end)
+        self._fd: int | None = read_end
+        self.taken: list[int] = []  # the pieces this process took, in order
+
+    def take(self) -> int | None:
+        """The next piece no process took yet (now this one's); None when none is left."""
+        if self._fd is None:
+            return None
+        data = os.read(self._fd, 2)
+        if len(data) < 2:
+            return None
+        self.taken.append(int.from_bytes(data, "big"))
+        return self.taken[-1]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Claims:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Forked(Generic[T]):

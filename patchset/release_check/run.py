@@ -84,9 +84,9 @@ def check(
     options = _Options(ordered, source, registry, max_fuzz, explain, served, fetch)
     processes = parallel.counted(jobs)
     try:
-        groups = _groups(selected, options, memo, processes)
-        if len(groups) > 1:
-            runs = _forked(groups, options, memo, on_release)
+        split = _split(selected, options, memo, processes)
+        if split.processes > 1:
+            runs = _forked(split, options, memo, on_release)
         else:
             runs = [_run(selected, options, memo, on_release)]
     finally:
@@ -109,9 +109,9 @@ def check(
     )
 
 
-def _groups(
+def _split(
     selected: list[Patch], options: _Options, memo: Memo | None, jobs: int
-) -> list[list[Patch]]:
+) -> parallel.Split:
     """The check's patches split for `jobs` processes (`parallel.split`), or one group:
     where a fork is not safe (or the source's trees are not: `ReleaseSource.fork_safe`), or
     where the memo answers nearly all (the first release's misses, times the releases, fewer
@@ -121,28 +121,35 @@ def _groups(
     ordered, source = options.ordered, options.source
     pairs = len(selected) * len(ordered)
     if jobs < 2 or pairs < parallel.SMALLEST or source is None or not source.fork_safe:
-        return [selected]
+        return parallel.Split([selected])
     source.settle()  # its own threads done (pip's settings asked for meanwhile)
     if not parallel.can_fork():
-        return [selected]
+        return parallel.Split([selected])
     if memo is not None:
         with source.open(ordered[0]) as tree:
             misses = _misses(selected, tree, ordered[0], memo, options)
         if misses * len(ordered) < parallel.SMALLEST:
-            return [selected]
+            return parallel.Split([selected])
     if options.fetch is not None and not options.fetch.done:
         options.fetch()  # here, before the children are forked: they share what it fetched
         source.settle()
         if not parallel.can_fork():
-            return [selected]
+            return parallel.Split([selected])
     sizes: dict[str, int] = {}
-    read = {f for p in selected for f in (*p.reads, *_named(p))}
+    by_id = _by_id(options.registry)
+
+    def stacked_on(patch: Patch) -> tuple[Patch, ...]:
+        return required_chain(patch, by_id) if by_id else ()
+
+    read = {
+        f for p in selected for each in (*stacked_on(p), p) for f in (*each.reads, *_named(each))
+    }
     for version in ordered:
         with source.open(version) as tree:
             if isinstance(tree, KnowsDigests):
                 for f in read:
                     sizes[f] = max(sizes.get(f, 0), tree.listed_size(f) or 0)
-    return parallel.split(selected, jobs, pairs, sizes.get)
+    return parallel.split(selected, jobs, pairs, sizes.get, stacked_on)
 
 
 def _misses(
@@ -208,43 +215,64 @@ class _Run:
 
 
 def _forked(
-    groups: list[list[Patch]],
+    split: parallel.Split,
     options: _Options,
     memo: Memo | None,
     on_release: Callable[[str], None] | None,
 ) -> list[_Run]:
     """The first group checked here (it drives `on_release`), each other in a child process
-    (with a memo of its own on the same file); a group whose child failed is checked here."""
+    (with a memo of its own on the same file); then each process takes the shared pieces one
+    at a time until none is left. A group whose child failed is checked here, and so are the
+    pieces it took."""
     folder = memo.path.parent if memo is not None else None
+    groups, shared = split.groups, split.shared
+    claims = parallel.Claims(len(shared))
 
-    def child(group: list[Patch]) -> Callable[[], _Run]:
-        def work() -> _Run:
+    def taken(own: Memo | None, digests: _Digests) -> list[_Run]:
+        return [_run(shared[i], options, own, None, digests) for i in iter(claims.take, None)]
+
+    def child(group: list[Patch]) -> Callable[[], _Shared]:
+        def work() -> _Shared:
             own = Memo(folder) if folder is not None else None
+            digests = _Digests(own)
             try:
-                return _run(group, options, own, None)
+                runs = [_run(group, options, own, None, digests), *taken(own, digests)]
+                digests.keep()
+                return _Shared(runs, tuple(claims.taken))
             finally:
                 if own is not None:
                     own.close()
 
         return work
 
-    children: list[parallel.Forked[_Run] | None] = []
+    children: list[parallel.Forked[_Shared] | None] = []
     try:
-        for group in groups[1:]:
-            try:
-                children.append(parallel.Forked(child(group)))
-            except OSError:  # no process to be had (a limit reached): checked here
-                children.append(None)
-        runs = [_run(groups[0], options, memo, on_release)]
+        with claims:
+            for group in groups[1:]:
+                try:
+                    children.append(parallel.Forked(child(group)))
+                except OSError:  # no process to be had (a limit reached): checked here
+                    children.append(None)
+            digests = _Digests(memo)
+            runs = [_run(groups[0], options, memo, on_release, digests), *taken(memo, digests)]
+        done = set(claims.taken)
         for forked, group in zip(children, groups[1:], strict=True):
             theirs = forked.result() if forked is not None else None
             if theirs is None:  # the child failed: this process checks its group
-                runs.append(_run(group, options, memo, None))
+                runs.append(_run(group, options, memo, None, digests))
                 continue
-            runs.append(theirs)
+            runs += theirs.runs
+            done.update(theirs.taken)
             if memo is not None:
-                memo.hits += theirs.hits
-                memo.misses += theirs.misses
+                memo.hits += sum(run.hits for run in theirs.runs)
+                memo.misses += sum(run.misses for run in theirs.runs)
+        # the pieces a failed child took (the pipe is empty: every other one was taken)
+        runs += [
+            _run(piece, options, memo, None, digests)
+            for i, piece in enumerate(shared)
+            if i not in done
+        ]
+        digests.keep()
     finally:
         for forked in children:
             if forked is not None:
@@ -252,13 +280,25 @@ def _forked(
     return runs
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """A child's answer: its group's run and those of the shared pieces it took."""
+
+    runs: list[_Run]
+    taken: tuple[int, ...]
+
+
 def _run(
     selected: list[Patch],
     options: _Options,
     memo: Memo | None,
     on_release: Callable[[str], None] | None,
+    digests: _Digests | None = None,
 ) -> _Run:
-    """`selected` checked against each release in order (in this process)."""
+    """`selected` checked against each release in order (in this process). The release files'
+    digests taken are kept in the memo at the end (or by the caller, with its `digests`:
+    those of all the groups a process checks, kept once)."""
+    ledger = digests if digests is not None else _Digests(memo)
     source = options.source
     assert source is not None
     infos: list[ReleaseInfo] = []
@@ -268,7 +308,7 @@ def _run(
     hits, misses = (memo.hits, memo.misses) if memo is not None else (0, 0)
     for version in options.ordered:
         with source.open(version) as tree:
-            files = _Files.of(tree, memo)
+            files = ledger.files(tree)
             name = _release_name(tree, version)
             results.append(
                 _check_release(selected, tree, name, release=files, state=state, options=options)
@@ -276,6 +316,8 @@ def _run(
             infos.append(_checked_info(tree, rests, files))
         if on_release is not None:
             on_release(version)
+    if digests is None:
+        ledger.keep()
     if memo is None:
         return _Run(results, infos)
     return _Run(results, infos, memo.hits - hits, memo.misses - misses)
@@ -296,9 +338,14 @@ def check_tree(
     say where a vanished file was); one that `requires` others (in `registry`) on top of
     them."""
     options = _Options([version], None, registry, max_fuzz, explain, served)
-    files = _Files.of(tree, memo)
+    ledger = _Digests(memo)
+    files = ledger.files(tree)
     state = _State(None, memo)
-    return _check_release(list(patches), tree, version, release=files, state=state, options=options)
+    results = _check_release(
+        list(patches), tree, version, release=files, state=state, options=options
+    )
+    ledger.keep()
+    return results
 
 
 def _check_release(
@@ -316,7 +363,6 @@ def _check_release(
     memo = state.memo
     known_version = Version(version) if ranges.is_version(version) else None
     by_id = _by_id(options.registry)
-    pinned = tree.info.digest
     read, digest = release.read, release.digest
 
     stacked: dict[tuple[str, ...], Callable[[str], bytes | None]] = {}  # by required chain
@@ -367,8 +413,6 @@ def _check_release(
         )
     if memo is not None:
         memo.put_many(store)
-        if pinned:
-            memo.put_digests(pinned, release.fresh)
     return results
 
 
@@ -403,15 +447,45 @@ def _release_name(tree: ReleaseTree, version: str) -> str:
     return tree.info.version if tree.info.version != "unknown" else version
 
 
+class _Digests:
+    """The digests of the releases' files a process knows (the memo's, read once a release)
+    and those it took itself: kept in the memo once its work is done (`keep`), not once per
+    group and release."""
+
+    def __init__(self, memo: Memo | None) -> None:
+        self.memo = memo
+        self._known: dict[str, dict[str, str]] = {}
+        self._fresh: dict[str, dict[str, str]] = {}
+
+    def files(self, tree: ReleaseTree) -> _Files:
+        """The release's files, with the digests the memo keeps for a release whose digest
+        pins its content (the index's): a warm check then reads no file."""
+        pinned = tree.info.digest
+        if self.memo is None or not pinned:
+            return _Files(tree, {})
+        if pinned not in self._known:
+            self._known[pinned] = self.memo.digests(pinned)
+        return _Files(tree, self._known[pinned], self._fresh.setdefault(pinned, {}))
+
+    def keep(self) -> None:
+        """The digests taken since the last `keep`, kept in the memo."""
+        if self.memo is not None:
+            for pinned, fresh in self._fresh.items():
+                self.memo.put_digests(pinned, fresh)
+        self._fresh.clear()
+
+
 class _Files:
     """One release's files as a check reads them: each file read once; a digest taken from
     the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
     the release's python files listed once (for moved-file hints)."""
 
-    def __init__(self, tree: ReleaseTree, known: dict[str, str]) -> None:
+    def __init__(
+        self, tree: ReleaseTree, known: dict[str, str], fresh: dict[str, str] | None = None
+    ) -> None:
         self.tree = tree
         self.known = known
-        self.fresh: dict[str, str] = {}  # digests not from the memo, to store in it
+        self.fresh = fresh if fresh is not None else {}  # not from the memo, to keep in it
         self._cache: dict[str, bytes | None] = {}
         self._lists = tree if isinstance(tree, KnowsDigests) else None
         self._python: PythonFiles | None = None

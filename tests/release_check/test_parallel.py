@@ -23,7 +23,7 @@ from patchset.authoring.tree import unified
 from patchset.cli.main import main
 from patchset.cli.progress import download_bar
 from patchset.errors import ExitCode, SourceError, UsageError
-from patchset.registry import Registry, load_registry
+from patchset.registry import Patch, Registry, load_registry
 from patchset.release_check import check, parallel
 from patchset.release_check.memo import Memo
 from patchset.release_check.report import CheckReport
@@ -242,22 +242,106 @@ def test_a_child_keeps_none_of_the_parents_connection_pools() -> None:
 def test_split_keeps_order_and_a_files_patches_together(tmp_path: Path) -> None:
     registry = _registry(tmp_path / "patches")
     patches = list(registry.patches)
-    groups = parallel.split(patches, 2, 1000)
-    assert len(groups) == 2
-    assert sorted(p.id for g in groups for p in g) == sorted(p.id for p in patches)
+    split = parallel.split(patches, 2, 1000)
+    assert split.processes == 2
+    every = [*split.groups, *split.shared]
+    assert sorted(p.id for g in every for p in g) == sorted(p.id for p in patches)
     rank = {p.id: i for i, p in enumerate(patches)}
-    for group in groups:
+    for group in every:
         assert [rank[p.id] for p in group] == sorted(rank[p.id] for p in group)
-    home = {p.id: i for i, g in enumerate(groups) for p in g}
-    for p in patches:  # every patch of a file in one group
+    home = {p.id: i for i, g in enumerate(every) for p in g}
+    for p in patches:  # every patch of a file in one group or piece
         assert {home[q.id] for q in patches if q.targets == p.targets} == {home[p.id]}
-    sizes = sorted(len(g) for g in groups)
-    assert sizes[1] - sizes[0] <= 6  # balanced within a file's patches
-    assert parallel.split(patches, 2, parallel.SMALLEST - 1) == [patches]  # small: one
-    assert parallel.split(patches, 1, 1000) == [patches]
+    # six files alike: the lightest left to share (a quarter of the cost at most: one file's
+    # patches), the others in the two groups
+    assert [len(piece) for piece in split.shared] == [6]
+    sizes = sorted(len(g) for g in split.groups)
+    assert sizes == [12, 18]  # balanced within a file's patches
+    assert parallel.split(patches, 2, parallel.SMALLEST - 1).groups == [patches]  # small: one
+    assert parallel.split(patches, 1, 1000) == parallel.Split([patches])
     big = {"vllm/m0.py": 200 * 1024}  # a long file weighs more: it gets a group of its own
     heavy = parallel.split(patches, 2, 1000, big.get)
-    assert {p.targets[0] for p in heavy[0]} == {"vllm/m0.py"}
+    assert {p.targets[0] for p in heavy.groups[0]} == {"vllm/m0.py"}
+
+
+def test_split_shares_the_lightest_files_read_by_no_other(tmp_path: Path) -> None:
+    """Pieces (the lightest home files, the heaviest piece first) read no file a group or
+    another piece reads; a patch stacked on another goes with it, whose file it reads."""
+    root = tmp_path / "patches"
+    for n in range(12):
+        file = f"vllm/s{n}.py"
+        text = _module(n, 0)
+        edited = text.replace("min(x.split, 8)", "min(x.split, 4)", 1)
+        add_patch(root, f"small-{n}", diff=unified(file, text, edited), targets=[file])
+    big = _module(99, 0)
+    for f in range(1, 6):  # a heavy file, and a patch of another file stacked on one of it
+        edited = big.replace(f"min(x.split, {8 + f})", "min(x.split, 1)", 1)
+        add_patch(
+            root, f"big-{f}", diff=unified("vllm/big.py", big, edited), targets=["vllm/big.py"]
+        )
+    other = _module(98, 0)
+    edited = other.replace("min(x.split, 8)", "min(x.split, 3)", 1)
+    add_patch(root, "on-top", diff=unified("vllm/o.py", other, edited), targets=["vllm/o.py"])
+    toml = root / "on-top" / "patch.toml"
+    toml.write_text(toml.read_text().replace("revision = 1", 'revision = 1\nrequires = ["big-1"]'))
+    registry = load_registry(root)
+    by_id = {p.id: p for p in registry.patches}
+    sizes = {"vllm/big.py": 400 * 1024} | {f"vllm/s{n}.py": (n + 1) * 1024 for n in range(12)}
+
+    def stacked_on(patch: Patch) -> list[Patch]:
+        return [by_id[r] for r in patch.requires]
+
+    split = parallel.split(registry.patches, 2, 1000, sizes.get, stacked_on)
+    where = {p.id: ("group", i) for i, g in enumerate(split.groups) for p in g}
+    where |= {p.id: ("piece", i) for i, g in enumerate(split.shared) for p in g}
+    assert where["on-top"] == where["big-1"]  # stacked: with the patches under it
+    assert all(where[f"big-{f}"] == where["big-1"] for f in range(1, 6))
+    assert split.shared, "no piece shared"
+    shared = [p.id for piece in split.shared for p in piece]
+    assert set(shared) <= {f"small-{n}" for n in range(12)}  # the light files read by no other
+    assert "small-0" in shared  # the lightest
+    costs = [sum(sizes[p.targets[0]] for p in piece) for piece in split.shared]
+    assert costs == sorted(costs, reverse=True)  # the heaviest piece first
+
+
+def test_claims_hand_each_piece_to_one_process_once() -> None:
+    with parallel.Claims(500) as claims:
+        child = parallel.Forked(lambda: [claims.take() for _ in range(250)])
+        mine = [claims.take() for _ in range(250)]
+        theirs = child.result()
+        assert claims.take() is None  # all taken
+    assert theirs is not None
+    assert sorted(n for n in mine + theirs if n is not None) == list(range(500))
+    assert None not in mine + theirs
+    assert claims.take() is None  # closed
+    with pytest.raises(ValueError, match="at most"):
+        parallel.Claims(1 << 16)
+
+
+def test_a_child_that_dies_holding_a_piece_leaves_it_to_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child takes a shared piece and is killed before it answers: the parent checks
+    the child's group and that piece (the report is one process's)."""
+    registry, source, one = _checked_in_one_process(tmp_path)
+    parent = os.getpid()
+    marker = tmp_path / "child-took-a-piece"
+    real_take = parallel.Claims.take
+
+    def take(self: parallel.Claims) -> int | None:
+        if os.getpid() != parent:
+            took = real_take(self)
+            marker.write_text(str(took))
+            os._exit(9)
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the child takes first
+        return real_take(self)
+
+    monkeypatch.setattr(parallel.Claims, "take", take)
+    split = check(registry, VERSIONS, source=source, use_memo=False, jobs=2)
+    assert marker.read_text() == "0"  # the child held the first piece when it died
+    assert _report_json(split) == _report_json(one)
 
 
 def test_jobs_wanted_from_the_argument_the_environment_or_the_cores() -> None:
