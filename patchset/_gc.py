@@ -37,6 +37,12 @@ class _CollectorPause:
                 self._depth -= 1
                 if self._depth == 0 and self._turned_off:
                     self._turned_off = False
+                    if gc.get_freeze_count() == 0:  # none a caller froze (left frozen)
+                        # what the pause made goes to the oldest generation as it is (a few
+                        # list splices): left young, the next allocation's collection would
+                        # walk it all at once (0.1 s after a collection's check)
+                        gc.freeze()
+                        gc.unfreeze()
                     gc.enable()
 
 
