@@ -228,13 +228,13 @@ def _forked(
     groups, shared = split.groups, split.shared
     claims = parallel.Claims(len(shared))
 
-    def taken(own: Memo | None, digests: _Digests) -> list[_Run]:
+    def taken(own: Memo | None, digests: _Releases) -> list[_Run]:
         return [_run(shared[i], options, own, None, digests) for i in iter(claims.take, None)]
 
     def child(group: list[Patch]) -> Callable[[], _Shared]:
         def work() -> _Shared:
             own = Memo(folder) if folder is not None else None
-            digests = _Digests(own)
+            digests = _Releases(own)
             try:
                 runs = [_run(group, options, own, None, digests), *taken(own, digests)]
                 digests.keep()
@@ -253,7 +253,7 @@ def _forked(
                     children.append(parallel.Forked(child(group)))
                 except OSError:  # no process to be had (a limit reached): checked here
                     children.append(None)
-            digests = _Digests(memo)
+            digests = _Releases(memo)
             runs = [_run(groups[0], options, memo, on_release, digests), *taken(memo, digests)]
         done = set(claims.taken)
         for forked, group in zip(children, groups[1:], strict=True):
@@ -293,12 +293,12 @@ def _run(
     options: _Options,
     memo: Memo | None,
     on_release: Callable[[str], None] | None,
-    digests: _Digests | None = None,
+    digests: _Releases | None = None,
 ) -> _Run:
     """`selected` checked against each release in order (in this process). The release files'
     digests taken are kept in the memo at the end (or by the caller, with its `digests`:
     those of all the groups a process checks, kept once)."""
-    ledger = digests if digests is not None else _Digests(memo)
+    ledger = digests if digests is not None else _Releases(memo)
     source = options.source
     assert source is not None
     infos: list[ReleaseInfo] = []
@@ -338,7 +338,7 @@ def check_tree(
     say where a vanished file was); one that `requires` others (in `registry`) on top of
     them."""
     options = _Options([version], None, registry, max_fuzz, explain, served)
-    ledger = _Digests(memo)
+    ledger = _Releases(memo)
     files = ledger.files(tree)
     state = _State(None, memo)
     results = _check_release(
@@ -447,32 +447,42 @@ def _release_name(tree: ReleaseTree, version: str) -> str:
     return tree.info.version if tree.info.version != "unknown" else version
 
 
-class _Digests:
-    """The digests of the releases' files a process knows (the memo's, read once a release)
-    and those it took itself: kept in the memo once its work is done (`keep`), not once per
-    group and release."""
+class _Releases:
+    """What a process knows of each release's files across the groups it checks (`_Known`):
+    the digests (the memo's, read once a release, and those it took itself: kept in the memo
+    once its work is done, `keep`, not once per group and release) and the python files'
+    list a moved-file search looks in (listed once)."""
 
     def __init__(self, memo: Memo | None) -> None:
         self.memo = memo
-        self._known: dict[str, dict[str, str]] = {}
-        self._fresh: dict[str, dict[str, str]] = {}
+        self._known: dict[str, _Known] = {}
 
     def files(self, tree: ReleaseTree) -> _Files:
         """The release's files, with the digests the memo keeps for a release whose digest
         pins its content (the index's): a warm check then reads no file."""
         pinned = tree.info.digest
         if self.memo is None or not pinned:
-            return _Files(tree, {})
+            return _Files(tree, _Known({}))
         if pinned not in self._known:
-            self._known[pinned] = self.memo.digests(pinned)
-        return _Files(tree, self._known[pinned], self._fresh.setdefault(pinned, {}))
+            self._known[pinned] = _Known(self.memo.digests(pinned))
+        return _Files(tree, self._known[pinned])
 
     def keep(self) -> None:
         """The digests taken since the last `keep`, kept in the memo."""
-        if self.memo is not None:
-            for pinned, fresh in self._fresh.items():
-                self.memo.put_digests(pinned, fresh)
-        self._fresh.clear()
+        for pinned, known in self._known.items():
+            if self.memo is not None and known.fresh:
+                self.memo.put_digests(pinned, known.fresh)
+            known.fresh = {}
+
+
+@dataclass
+class _Known:
+    """What is known of one release's files: their digests (`fresh`: those not from the
+    memo, to keep in it) and, once listed, its python files."""
+
+    digests: dict[str, str]
+    fresh: dict[str, str] = dataclasses.field(default_factory=dict)
+    python: PythonFiles | None = None
 
 
 class _Files:
@@ -480,22 +490,18 @@ class _Files:
     the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
     the release's python files listed once (for moved-file hints)."""
 
-    def __init__(
-        self, tree: ReleaseTree, known: dict[str, str], fresh: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, tree: ReleaseTree, known: _Known) -> None:
         self.tree = tree
-        self.known = known
-        self.fresh = fresh if fresh is not None else {}  # not from the memo, to keep in it
+        self._known = known
+        self.known = known.digests
         self._cache: dict[str, bytes | None] = {}
         self._lists = tree if isinstance(tree, KnowsDigests) else None
-        self._python: PythonFiles | None = None
 
     @classmethod
     def of(cls, tree: ReleaseTree, memo: Memo | None) -> _Files:
         """The release's files, with the digests the memo keeps for a release whose digest
-        pins its content (the index's): a warm check then reads no file."""
-        pinned = tree.info.digest
-        return cls(tree, memo.digests(pinned) if memo is not None and pinned else {})
+        pins its content (the index's)."""
+        return _Releases(memo).files(tree)
 
     def read(self, rel: str) -> bytes | None:
         if rel not in self._cache:
@@ -511,15 +517,15 @@ class _Files:
     def digest(self, rel: str) -> str:
         if rel not in self.known:
             said = self._lists.listed_digest(rel) if self._lists is not None else None
-            self.known[rel] = self.fresh[rel] = (
+            self.known[rel] = self._known.fresh[rel] = (
                 said if said is not None else file_digest(self.read(rel))
             )
         return self.known[rel]
 
     def python_files(self) -> PythonFiles:
-        if self._python is None:
-            self._python = PythonFiles(self.tree.paths())
-        return self._python
+        if self._known.python is None:
+            self._known.python = PythonFiles(self.tree.paths())
+        return self._known.python
 
 
 def files_needed(patches: Iterable[Patch]) -> list[str]:
