@@ -19,8 +19,8 @@ from patchset.kernel.touches import touch_files
 from patchset.registry import Patch, Registry, Variant, ranges
 from patchset.release_check import parallel
 from patchset.release_check.memo import Memo, file_digest
-from patchset.release_check.moves import PythonFiles
 from patchset.release_check.prefetch import Prefetch, ProgressBar
+from patchset.release_check.releasefiles import ReleaseFiles, Releases
 from patchset.release_check.report import CheckReport, CheckResult, Explain, suggest_ranges
 from patchset.release_check.verdicts import ancestry, is_base_release, one
 from patchset.sources import parse_source, select
@@ -156,7 +156,7 @@ def _misses(
     selected: list[Patch], tree: ReleaseTree, version: str, memo: Memo, options: _Options
 ) -> int:
     """How many of `selected` the memo has no result for in this (the first) release."""
-    files, state = _Files.of(tree, memo), _State(None, memo)
+    files, state = ReleaseFiles.of(tree, memo), _State(None, memo)
     name = _release_name(tree, version)
     plans, found = _plans(selected, tree, name, release=files, state=state, options=options)
     return sum(key is None or key not in found for *_, key in plans)
@@ -228,13 +228,13 @@ def _forked(
     groups, shared = split.groups, split.shared
     claims = parallel.Claims(len(shared))
 
-    def taken(own: Memo | None, digests: _Releases) -> list[_Run]:
+    def taken(own: Memo | None, digests: Releases) -> list[_Run]:
         return [_run(shared[i], options, own, None, digests) for i in iter(claims.take, None)]
 
     def child(group: list[Patch]) -> Callable[[], _Shared]:
         def work() -> _Shared:
             own = Memo(folder) if folder is not None else None
-            digests = _Releases(own)
+            digests = Releases(own)
             try:
                 runs = [_run(group, options, own, None, digests), *taken(own, digests)]
                 digests.keep()
@@ -253,7 +253,7 @@ def _forked(
                     children.append(parallel.Forked(child(group)))
                 except OSError:  # no process to be had (a limit reached): checked here
                     children.append(None)
-            digests = _Releases(memo)
+            digests = Releases(memo)
             runs = [_run(groups[0], options, memo, on_release, digests), *taken(memo, digests)]
         done = set(claims.taken)
         for forked, group in zip(children, groups[1:], strict=True):
@@ -293,12 +293,12 @@ def _run(
     options: _Options,
     memo: Memo | None,
     on_release: Callable[[str], None] | None,
-    digests: _Releases | None = None,
+    digests: Releases | None = None,
 ) -> _Run:
     """`selected` checked against each release in order (in this process). The release files'
     digests taken are kept in the memo at the end (or by the caller, with its `digests`:
     those of all the groups a process checks, kept once)."""
-    ledger = digests if digests is not None else _Releases(memo)
+    ledger = digests if digests is not None else Releases(memo)
     source = options.source
     assert source is not None
     infos: list[ReleaseInfo] = []
@@ -338,7 +338,7 @@ def check_tree(
     say where a vanished file was); one that `requires` others (in `registry`) on top of
     them."""
     options = _Options([version], None, registry, max_fuzz, explain, served)
-    ledger = _Releases(memo)
+    ledger = Releases(memo)
     files = ledger.files(tree)
     state = _State(None, memo)
     results = _check_release(
@@ -353,7 +353,7 @@ def _check_release(
     tree: ReleaseTree,
     version: str,
     *,
-    release: _Files,
+    release: ReleaseFiles,
     state: _State,
     options: _Options,
 ) -> list[CheckResult]:
@@ -427,7 +427,7 @@ def _rests_on(selected: Iterable[Patch], by_id: Mapping[str, Patch]) -> list[str
     return sorted(files)
 
 
-def _checked_info(tree: ReleaseTree, rests: list[str], files: _Files) -> ReleaseInfo:
+def _checked_info(tree: ReleaseTree, rests: list[str], files: ReleaseFiles) -> ReleaseInfo:
     """The release's info with its ``checked`` files (a tree that lists them: the index's)
     those of `rests` it holds, each with the sha256 the memo or the release's list gives (what
     a read is checked against): the same list whether the memo answered, which process read
@@ -445,87 +445,6 @@ def _checked_info(tree: ReleaseTree, rests: list[str], files: _Files) -> Release
 def _release_name(tree: ReleaseTree, version: str) -> str:
     """The release as its tree names it (its own version), else as it was asked for."""
     return tree.info.version if tree.info.version != "unknown" else version
-
-
-class _Releases:
-    """What a process knows of each release's files across the groups it checks (`_Known`):
-    the digests (the memo's, read once a release, and those it took itself: kept in the memo
-    once its work is done, `keep`, not once per group and release) and the python files'
-    list a moved-file search looks in (listed once)."""
-
-    def __init__(self, memo: Memo | None) -> None:
-        self.memo = memo
-        self._known: dict[str, _Known] = {}
-
-    def files(self, tree: ReleaseTree) -> _Files:
-        """The release's files, with the digests the memo keeps for a release whose digest
-        pins its content (the index's): a warm check then reads no file."""
-        pinned = tree.info.digest
-        if self.memo is None or not pinned:
-            return _Files(tree, _Known({}))
-        if pinned not in self._known:
-            self._known[pinned] = _Known(self.memo.digests(pinned))
-        return _Files(tree, self._known[pinned])
-
-    def keep(self) -> None:
-        """The digests taken since the last `keep`, kept in the memo."""
-        for pinned, known in self._known.items():
-            if self.memo is not None and known.fresh:
-                self.memo.put_digests(pinned, known.fresh)
-            known.fresh = {}
-
-
-@dataclass
-class _Known:
-    """What is known of one release's files: their digests (`fresh`: those not from the
-    memo, to keep in it) and, once listed, its python files."""
-
-    digests: dict[str, str]
-    fresh: dict[str, str] = dataclasses.field(default_factory=dict)
-    python: PythonFiles | None = None
-
-
-class _Files:
-    """One release's files as a check reads them: each file read once; a digest taken from
-    the memo, else from the tree's own list (the wheel's RECORD), else by reading the file;
-    the release's python files listed once (for moved-file hints)."""
-
-    def __init__(self, tree: ReleaseTree, known: _Known) -> None:
-        self.tree = tree
-        self._known = known
-        self.known = known.digests
-        self._cache: dict[str, bytes | None] = {}
-        self._lists = tree if isinstance(tree, KnowsDigests) else None
-
-    @classmethod
-    def of(cls, tree: ReleaseTree, memo: Memo | None) -> _Files:
-        """The release's files, with the digests the memo keeps for a release whose digest
-        pins its content (the index's)."""
-        return _Releases(memo).files(tree)
-
-    def read(self, rel: str) -> bytes | None:
-        if rel not in self._cache:
-            said = self.known.get(rel) if self._lists is not None else None
-            if said == "-":  # the release's list, as the memo keeps it, has no such file
-                self._cache[rel] = None
-            elif said is not None and self._lists is not None:
-                self._cache[rel] = self._lists.read_listed(rel, said)
-            else:
-                self._cache[rel] = self.tree.read(rel)
-        return self._cache[rel]
-
-    def digest(self, rel: str) -> str:
-        if rel not in self.known:
-            said = self._lists.listed_digest(rel) if self._lists is not None else None
-            self.known[rel] = self._known.fresh[rel] = (
-                said if said is not None else file_digest(self.read(rel))
-            )
-        return self.known[rel]
-
-    def python_files(self) -> PythonFiles:
-        if self._known.python is None:
-            self._known.python = PythonFiles(self.tree.paths())
-        return self._known.python
 
 
 def files_needed(patches: Iterable[Patch]) -> list[str]:
@@ -621,7 +540,7 @@ def _plans(
     tree: ReleaseTree,
     version: str,
     *,
-    release: _Files,
+    release: ReleaseFiles,
     state: _State,
     options: _Options,
 ) -> tuple[list[_Plan], dict[str, CheckResult]]:
