@@ -179,8 +179,11 @@ def split(
         own[first] = own.get(first, 0) + alone
         reads.setdefault(first, set()).update(read, per_file)
 
+    def files_cost(files: set[str]) -> float:
+        return per_file_kib * sum(kib.get(f, 0) for f in files)
+
     def cost(file: str) -> float:
-        return own[file] + per_file_kib * sum(kib.get(f, 0) for f in reads[file])
+        return own[file] + files_cost(reads[file])
 
     heaviest_first = sorted(own, key=lambda f: (-cost(f), f))
     shared = _shared(heaviest_first, reads, cost)
@@ -188,11 +191,7 @@ def split(
     holds: list[set[str]] = [set() for _ in range(n)]
     group_of: dict[str, int] = {}
     for file in (f for f in heaviest_first if f not in shared):
-        extra = [
-            own[file] + per_file_kib * sum(kib.get(f, 0) for f in reads[file] - held)
-            for held in holds
-        ]
-        after = [loads[g] + extra[g] for g in range(n)]
+        after = [loads[g] + own[file] + files_cost(reads[file] - holds[g]) for g in range(n)]
         chosen = after.index(min(after))
         group_of[file] = chosen
         loads[chosen] = after[chosen]
@@ -218,11 +217,14 @@ def _pieces(shared: list[str], cost: Callable[[str], float], n: int) -> list[lis
     pieces big, few to take, the last small, so that the processes end together)."""
     total = left = sum(cost(f) for f in shared)
     pieces: list[list[str]] = []
+    size = 0.0  # the last piece's
     for file in shared:
-        if not pieces or sum(cost(f) for f in pieces[-1]) >= max(left / (2 * n), total / 64):
-            left -= sum(cost(f) for f in pieces[-1]) if pieces else 0
+        if not pieces or size >= max(left / (2 * n), total / 64):
+            left -= size
             pieces.append([])
+            size = 0.0
         pieces[-1].append(file)
+        size += cost(file)
     return pieces
 
 

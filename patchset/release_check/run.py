@@ -228,24 +228,24 @@ def _forked(
     groups, shared = split.groups, split.shared
     claims = parallel.Claims(len(shared))
 
-    def taken(own: Memo | None, digests: Releases) -> list[_Run]:
-        return [_run(shared[i], options, own, None, digests) for i in iter(claims.take, None)]
+    def taken(own: Memo | None, releases: Releases) -> list[_Run]:
+        return [_run(shared[i], options, own, None, releases) for i in iter(claims.take, None)]
 
-    def child(group: list[Patch]) -> Callable[[], _Shared]:
-        def work() -> _Shared:
+    def child(group: list[Patch]) -> Callable[[], _Answer]:
+        def work() -> _Answer:
             own = Memo(folder) if folder is not None else None
-            digests = Releases(own)
+            releases = Releases(own)
             try:
-                runs = [_run(group, options, own, None, digests), *taken(own, digests)]
-                digests.keep()
-                return _Shared(runs, tuple(claims.taken))
+                runs = [_run(group, options, own, None, releases), *taken(own, releases)]
+                releases.keep()
+                return _Answer(runs, tuple(claims.taken))
             finally:
                 if own is not None:
                     own.close()
 
         return work
 
-    children: list[parallel.Forked[_Shared] | None] = []
+    children: list[parallel.Forked[_Answer] | None] = []
     try:
         with claims:
             for group in groups[1:]:
@@ -253,13 +253,13 @@ def _forked(
                     children.append(parallel.Forked(child(group)))
                 except OSError:  # no process to be had (a limit reached): checked here
                     children.append(None)
-            digests = Releases(memo)
-            runs = [_run(groups[0], options, memo, on_release, digests), *taken(memo, digests)]
+            releases = Releases(memo)
+            runs = [_run(groups[0], options, memo, on_release, releases), *taken(memo, releases)]
         done = set(claims.taken)
         for forked, group in zip(children, groups[1:], strict=True):
             theirs = forked.result() if forked is not None else None
             if theirs is None:  # the child failed: this process checks its group
-                runs.append(_run(group, options, memo, None, digests))
+                runs.append(_run(group, options, memo, None, releases))
                 continue
             runs += theirs.runs
             done.update(theirs.taken)
@@ -268,11 +268,11 @@ def _forked(
                 memo.misses += sum(run.misses for run in theirs.runs)
         # the pieces a failed child took (the pipe is empty: every other one was taken)
         runs += [
-            _run(piece, options, memo, None, digests)
+            _run(piece, options, memo, None, releases)
             for i, piece in enumerate(shared)
             if i not in done
         ]
-        digests.keep()
+        releases.keep()
     finally:
         for forked in children:
             if forked is not None:
@@ -281,7 +281,7 @@ def _forked(
 
 
 @dataclass(frozen=True)
-class _Shared:
+class _Answer:
     """A child's answer: its group's run and those of the shared pieces it took."""
 
     runs: list[_Run]
@@ -293,12 +293,12 @@ def _run(
     options: _Options,
     memo: Memo | None,
     on_release: Callable[[str], None] | None,
-    digests: Releases | None = None,
+    releases: Releases | None = None,
 ) -> _Run:
     """`selected` checked against each release in order (in this process). The release files'
-    digests taken are kept in the memo at the end (or by the caller, with its `digests`:
+    digests taken are kept in the memo at the end (or by the caller, with its `releases`:
     those of all the groups a process checks, kept once)."""
-    ledger = digests if digests is not None else Releases(memo)
+    ledger = releases if releases is not None else Releases(memo)
     source = options.source
     assert source is not None
     infos: list[ReleaseInfo] = []
@@ -316,7 +316,7 @@ def _run(
             infos.append(_checked_info(tree, rests, files))
         if on_release is not None:
             on_release(version)
-    if digests is None:
+    if releases is None:
         ledger.keep()
     if memo is None:
         return _Run(results, infos)
