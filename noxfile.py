@@ -13,13 +13,21 @@ import nox
 nox.options.sessions = ["lint", "tests"]  # `nox -s dist` builds and checks the release files
 nox.options.default_venv_backend = "venv"
 ROOT = Path(__file__).parent
+# What the sessions install, pinned: the versions CI last passed with (`nox -s constraints`).
+CONSTRAINTS = ROOT / ".ci" / "constraints.txt"
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    """`session.install`, bound by `CONSTRAINTS`: a new release of a tool changes nothing
+    until the file is bumped."""
+    session.install("-c", str(CONSTRAINTS), *args)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Provision Docker and a registry if missing, install patchset and test extras, run pytest."""
     session.run("bash", str(ROOT / "tests" / "infra" / "provision.sh"), external=True)
-    session.install("-e", ".[test]")
+    _install(session, "-e", ".[test]")
     # pytest exits 5 when it collected nothing: that is a broken set-up, never a pass.
     session.run("pytest", *session.posargs, success_codes=[0])
 
@@ -32,7 +40,7 @@ def tests_python(session: nox.Session) -> None:
     """The suite but its Docker and network tests on a newer Python than `tests` runs
     (patchset supports 3.11 and later), `nox -s tests-python-3.13`: what a newer Python
     changed (pathlib's errors, sqlite's warnings) shows here. Arguments go to pytest."""
-    session.install("-e", ".[test]")
+    _install(session, "-e", ".[test]")
     marks = "not docker and not network"
     session.run("pytest", "-m", marks, *session.posargs, success_codes=[0])
 
@@ -54,7 +62,7 @@ def dist(session: nox.Session) -> None:
     # the wheel alone: a checkout on PYTHONPATH (its egg-info) would pass for an installed
     # patchset, and pip would then not install the wheel
     session.env["PYTHONPATH"] = ""
-    session.install("build", "twine")
+    _install(session, "build", "twine")
     session.run("python", "-m", "build", "--outdir", str(out), str(ROOT))
     files = sorted(str(p) for p in out.iterdir())
     session.run("twine", "check", "--strict", *files)
@@ -74,10 +82,24 @@ def dist(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) and mypy in strict mode."""
-    session.install("-e", ".[test,lint]", "nox")
+    _install(session, "-e", ".[test,lint]", "nox")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
+
+
+@nox.session
+def constraints(session: nox.Session) -> None:
+    """Resolve patchset with its test and lint extras afresh (the newest releases each
+    range allows) and write what was installed to `.ci/constraints.txt`, its header kept;
+    then run the suite before committing it."""
+    session.install("-e", ".[test,lint]", "nox")
+    frozen = session.run("python", "-m", "pip", "freeze", "--exclude-editable", silent=True)
+    assert isinstance(frozen, str)
+    pins = [line for line in frozen.splitlines() if line and not line.startswith("patchset==")]
+    header = [line for line in CONSTRAINTS.read_text().splitlines() if line.startswith("#")]
+    CONSTRAINTS.write_text("\n".join([*header, *pins]) + "\n")
+    session.log(f"{len(pins)} pins written to {CONSTRAINTS}")
 
 
 def _patchset_nox() -> ModuleType:
