@@ -1,4 +1,5 @@
-"""The cache's SQLite files (the check's memo, the kept reports), opened alike.
+"""The cache's SQLite files (the check's memo, the kept reports, the release members), opened
+alike.
 
 They are caches: every row is sealed and checked when read, and a row missing only costs the
 time to compute it again. So they are written as caches are, with no fsync (WAL, and
@@ -18,21 +19,25 @@ from pathlib import Path
 _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
-def open_db(path: Path, schema: Iterable[str], *, timeout: float) -> sqlite3.Connection:
+def open_db(
+    path: Path, schema: Iterable[str], *, timeout: float, threads: bool = False
+) -> sqlite3.Connection:
     """`path` opened as a cache file (autocommit, WAL, no fsync) with the tables `schema`
     creates; one that SQLite finds damaged is removed and made again, and anything but a
     regular file at its place (or its ``-wal``/``-shm``) removed first (a folder or a FIFO
-    would hang SQLite). Raises OSError or sqlite3.Error when it cannot be opened."""
+    would hang SQLite). `threads`: the connection may be used from any thread (the caller
+    takes turns under a lock of its own). Raises OSError or sqlite3.Error when it cannot be
+    opened."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for part in _parts(path):
         _only_regular(part)
     try:
-        return _open(path, tuple(schema), timeout)
+        return _open(path, tuple(schema), timeout, threads)
     except sqlite3.DatabaseError as exc:
         if not damaged(exc):
             raise
         discard(path)
-        return _open(path, tuple(schema), timeout)
+        return _open(path, tuple(schema), timeout, threads)
 
 
 def damaged(exc: BaseException) -> bool:
@@ -54,8 +59,8 @@ def discard(path: Path) -> None:
         part.unlink(missing_ok=True)
 
 
-def _open(path: Path, schema: tuple[str, ...], timeout: float) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+def _open(path: Path, schema: tuple[str, ...], timeout: float, threads: bool) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=not threads)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=OFF")

@@ -233,15 +233,11 @@ class TestCacheEntries:
         assert first.returncode == 0, first.stderr
         cache = Cache(tmp_path / "cache")
         entries = [
-            p
-            for folder in ("blobs", "manifests", "index")
-            for p in (cache.root / folder).rglob("*")
-            if p.is_file()
+            cache.root / "blobs.sqlite",  # the members, one file
+            *(p for folder in ("manifests", "index") for p in (cache.root / folder).rglob("*")),
         ]
-        assert (
-            len({p.parent.parent.name if "blobs" in p.parts else p.parent.name for p in entries})
-            >= 3
-        )
+        entries = [p for p in entries if p.is_file()]
+        assert {p.parent.name for p in entries} >= {cache.root.name, "manifests", "index"}
         shutil.rmtree(cache.root / "memo")  # results worked out again: the files are read
         for path in entries:
             path.unlink()

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -31,7 +32,7 @@ from patchset.release_check import check
 from patchset.release_check.memo import Memo
 from patchset.sources import package_index, parse_source
 from patchset.sources.base import ReleaseSource, ReleaseTree
-from patchset.sources.package_index import IndexSource, packing
+from patchset.sources.package_index import IndexSource, blobs, packing
 from patchset.sources.package_index import cache as cache_module
 from patchset.sources.package_index import settings as pip_settings
 from patchset.sources.package_index.cache import Cache
@@ -745,13 +746,24 @@ def test_a_cached_list_is_read_when_first_used_and_checked_then(
     assert packing.decode(path.read_bytes()) is not None  # built again, and kept
 
 
+def damage_member(cache: Cache, data: bytes) -> None:
+    """The stored member of `data` rewritten by another writer (its row, not its name)."""
+    db = sqlite3.connect(cache.root / blobs.NAME)
+    with db:
+        changed = db.execute(
+            "UPDATE blobs SET deflated = ? WHERE sha256 = ?",
+            (b"\x00garbage", hashlib.sha256(data).hexdigest()),
+        ).rowcount
+    db.close()
+    assert changed == 1
+
+
 def test_a_damaged_member_is_fetched_again(index: FakeIndex, tmp_cache: Cache) -> None:
     """issue 16 #9: a damaged cached member is rebuilt, not an error forever."""
     assert read(source(index, tmp_cache), "0.1.0") == SOURCE
-    blob = tmp_cache.blob_path(hashlib.sha256(SOURCE).hexdigest())
-    blob.write_bytes(b"\x00garbage")
+    damage_member(tmp_cache, SOURCE)
     assert read(source(index, tmp_cache), "0.1.0") == SOURCE
-    blob.write_bytes(b"\x00garbage")
+    damage_member(tmp_cache, SOURCE)
     with pytest.raises(SourceError, match=r"offline, and .*utils\.py of .* is not in the cache"):
         read(offline_source(tmp_cache), "0.1.0")
 
@@ -879,8 +891,13 @@ def test_cache_info_prune_and_clear(index: FakeIndex, tmp_cache: Cache) -> None:
     old = time.time() - 40 * 86400
     for path in tmp_cache.root.rglob("*"):
         os.utime(path, (old, old))
+    db = sqlite3.connect(tmp_cache.root / blobs.NAME)
+    with db:  # the members stored as long ago
+        db.execute("UPDATE blobs SET stored = ?", (old,))
+    db.close()
     assert cli("cache", "prune", "--older-than", "30d", env=env).returncode == 0
-    assert not [f for f in cache_files(tmp_cache) if f.startswith(("manifests/", "blobs/"))]
+    assert not [f for f in cache_files(tmp_cache) if f.startswith("manifests/")]
+    assert list(tmp_cache.blobs.stored()) == []  # no manifest names them: dropped
     assert read(source(index, tmp_cache), "0.1.0") == SOURCE
     cleared = cli("cache", "clear", env=env)
     assert cleared.returncode == 0 and "cleared" in cleared.stdout
@@ -988,39 +1005,34 @@ def test_check_memo_reads_by_the_wheels_list(
     assert (decoded, reads) == ([], [])  # read by digest, from the cache's checked blobs
 
 
-def test_a_blob_is_written_whole_0644_and_leaves_nothing_behind(
-    tmp_cache: Cache, monkeypatch: pytest.MonkeyPatch
+def test_a_member_is_one_row_read_back_checked_and_a_full_disk_is_one_line(
+    tmp_cache: Cache,
 ) -> None:
-    """`store_blob`'s lean write: 0o644 whatever the umask, a folder in the entry's place
-    replaced, read back checked; on a full disk one error line, no temporary file left."""
+    """`store_blob` keeps a member as a row of ``blobs.sqlite`` (a folder in the file's place
+    replaced), read back checked; a store of the same member again keeps the row; on a full
+    disk (SQLite's own "full", at the file's page limit) one error line, the row not there."""
     import zlib
 
     data = b"x = 1\n" * 100
     sha = hashlib.sha256(data).hexdigest()
     deflater = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
     deflated = deflater.compress(data) + deflater.flush()
-    path = tmp_cache.blob_path(sha)
-    (path / "inside").mkdir(parents=True)  # something else in its place
-    old = os.umask(0o077)
-    try:
-        tmp_cache.store_blob(sha, deflated)
-    finally:
-        os.umask(old)
-    assert path.is_file() and path.stat().st_mode & 0o777 == 0o644
-    assert tmp_cache.read_blob(sha) == data
-    assert [p.name for p in path.parent.iterdir()] == [sha]
+    (tmp_cache.root / blobs.NAME / "inside").mkdir(parents=True)  # something else in its place
+    tmp_cache.store_blob(sha, deflated)
+    tmp_cache.store_blob(sha, deflated)
+    assert (tmp_cache.root / blobs.NAME).is_file()
+    assert tmp_cache.has_blob(sha) and tmp_cache.read_blob(sha) == data
+    assert [name for name, _ in tmp_cache.blobs.stored()] == [sha]
+    assert not tmp_cache.has_blob(hashlib.sha256(b"y").hexdigest())
 
-    other = hashlib.sha256(b"y").hexdigest()
-    real_fdopen = os.fdopen
-
-    def full(fd: int, mode: str = "r", *args: object, **kwargs: object) -> object:
-        if "w" in mode:
-            os.close(fd)
-            return open("/dev/full", "wb")  # noqa: PTH123 -- the caller closes it
-        return real_fdopen(fd, mode, *args, **kwargs)  # type: ignore[call-overload]
-
-    monkeypatch.setattr(cache_module.os, "fdopen", full)  # type: ignore[attr-defined]
-    with pytest.raises(SourceError, match="the cache's disk is full"):
-        tmp_cache.store_blob(other, b"y")
+    big = os.urandom(1 << 20)  # does not compress: a megabyte of pages
+    other = hashlib.sha256(big).hexdigest()
+    db = sqlite3.connect(tmp_cache.root / blobs.NAME)
+    (pages,) = db.execute("PRAGMA page_count").fetchone()
+    db.close()
+    tmp_cache.blobs._conn().execute(f"PRAGMA max_page_count = {pages + 2}")
+    with pytest.raises(SourceError, match="the cache's disk is full") as failed:
+        tmp_cache.store_blob(other, big)
+    assert "\n" not in str(failed.value)
     assert not tmp_cache.has_blob(other)
-    assert list(tmp_cache.root.rglob("*.tmp")) == []
+    assert tmp_cache.read_blob(sha) == data  # what was there stays

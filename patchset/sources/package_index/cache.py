@@ -8,16 +8,18 @@ Layout under that root::
                                 with RECORD's sha256 per member; for an sdist, every file's
                                 sha256. A header line names the artifact, the index's sha256
                                 of it, what was verified, and the sha256 of the list below it
-    blobs/ab/<sha256>           a member's bytes (raw deflate), named by their sha256
+    blobs.sqlite                the members read (raw deflate), by the sha256 of their bytes
+                                (`blobs`: one file, not one a member)
     index/<key>.json            an index's answer for vllm, with a digest of its content
     downloads/                  whole artifacts while they are read (--verify-full, the
                                 sdist fallback); deleted once read
     locks/<name>.lock           file locks taken around building one artifact's entry
 
 Everything is checked by content when read: a manifest against the digest in its header, a
-blob against its name, an index answer against its digest. What does not check out is
+member against its name, an index answer against its digest. What does not check out is
 deleted and built again, never believed. Every write goes to a temporary file renamed into
-place, so several processes can share a cache and a reader never sees a half-written file.
+place (the members: a row of an SQLite file), so several processes can share a cache and a
+reader never sees a half-written file.
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ import logging
 import os
 import shutil
 import stat
-import threading
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -41,9 +41,8 @@ from typing import IO, Any
 from patchset._fs import atomic_file
 from patchset.cachedir import cache_location, cache_root
 from patchset.errors import LockedError, SourceError
-from patchset.kernel.tree import put
 from patchset.registry import ranges
-from patchset.sources.package_index import packing
+from patchset.sources.package_index import blobs, packing
 from patchset.sources.package_index.packing import Manifest
 
 LOG = logging.getLogger(__name__)
@@ -66,14 +65,6 @@ class Cache:
 
     def manifest_path(self, artifact: str) -> Path:
         return self.root / "manifests" / f"{_plain_name(artifact)}.json"
-
-    def blob_path(self, sha256: str) -> Path:
-        return Path(self._blob_file(sha256))
-
-    def _blob_file(self, sha256: str) -> str:
-        """`blob_path` as a string, joined without pathlib: a check reads a thousand blobs."""
-        name = _plain_name(sha256)
-        return os.path.join(self.root, "blobs", name[:2], name)  # noqa: PTH118 -- see above
 
     def index_path(self, key: str) -> Path:
         return self.root / "index" / f"{_plain_name(key)}.json"
@@ -236,32 +227,22 @@ class Cache:
 
     # -- blobs ---------------------------------------------------------------------------
 
+    @property
+    def blobs(self) -> blobs.Blobs:
+        """The members (`blobs.for_root`: this process's connection to ``blobs.sqlite``)."""
+        return blobs.for_root(self.root)
+
     def read_blob(self, sha256: str) -> bytes | None:
         """The bytes named `sha256`, checked; None when absent or damaged (then deleted)."""
-        path = self._blob_file(sha256)
-        raw = read_entry(path)
-        if raw is None:
-            return None
-        try:
-            data = zlib.decompress(raw, -zlib.MAX_WBITS)
-        except zlib.error:
-            data = None
-        if data is None or hashlib.sha256(data).hexdigest() != sha256:
-            LOG.info("%s: damaged in the cache; it is fetched again", path)
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # noqa: PTH108 -- a string path (`_blob_file`)
-            return None
-        return data
+        return self.blobs.read(sha256)
 
     def has_blob(self, sha256: str) -> bool:
-        """Whether a blob is there to read (a regular file: it is checked when read)."""
-        return _regular(self._blob_file(sha256))
+        """Whether a member is there to read (it is checked when read)."""
+        return self.blobs.has(sha256)
 
     def store_blob(self, sha256: str, deflated: bytes) -> None:
         """Store a member's raw deflate stream under the sha256 of its inflated bytes."""
-        path = self._blob_file(sha256)
-        if not _regular(path):
-            _put(path, deflated)
+        self.blobs.store(sha256, deflated)
 
     # -- maintenance ---------------------------------------------------------------------
 
@@ -297,16 +278,17 @@ class Cache:
         named: set[str] = set()
         for manifest in self.manifests():
             named.update(entry[0] for entry in manifest.members.values())
-        for path in _files(self.root / "blobs"):
-            with contextlib.suppress(OSError):  # a blob written just now may await its manifest
-                if path.name not in named and now - path.stat().st_mtime > 60:
-                    drop(path)
+        unnamed = [  # a member stored just now may await its manifest
+            sha for sha, stored in self.blobs.stored() if sha not in named and now - stored > 60
+        ]
+        freed += self.blobs.delete(unnamed)
+        removed += len(unnamed)
         for path in _files(self.root):
             with contextlib.suppress(OSError):
                 orphan = path.name.endswith((".tmp", ".part")) or path.parent == self.downloads
                 if orphan and now - path.stat().st_mtime > _STALE_TEMP:
                     drop(path)
-        for old in ("sdists", "trees"):  # the format before manifests
+        for old in ("sdists", "trees", "blobs"):  # before manifests; members as files
             for path in _files(self.root / old):
                 drop(path)
         return removed, freed
@@ -314,6 +296,7 @@ class Cache:
     def clear(self) -> tuple[int, int]:
         """Remove everything but the locks folder. Returns (files removed, bytes freed)."""
         freed, removed = self.usage()
+        blobs.remove(self.root)
         for child in self.root.iterdir() if self.root.is_dir() else []:
             if child.name == "locks":
                 continue
@@ -388,65 +371,6 @@ def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
             raise _write_error(dest, exc) from None
 
 
-def _put(dest: str, data: bytes) -> None:
-    """`_entry_file`'s write, lean, for a blob (a cold check writes thousands: the general
-    path's checks and buffered file cost 0.15 ms each, this a quarter of it): a temporary
-    file beside `dest` named for this thread (a writer writes one at a time), 0o644 whatever
-    the umask, the folder's owner where it is not ours (root writing a user's cache), renamed
-    into place; a folder in the entry's place is removed; on any failure nothing is left."""
-    folder = os.path.dirname(dest)  # noqa: PTH120 -- a string path (`Cache._blob_file`)
-    _mkdir(Path(folder))
-    temp = os.path.join(  # noqa: PTH118
-        folder,
-        f".{os.path.basename(dest)}.{os.getpid()}-{threading.get_ident()}.tmp",  # noqa: PTH119
-    )
-    try:
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
-            _MADE.discard(Path(folder))
-            _mkdir(Path(folder))
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise SourceError(
-            f"cannot write in the cache folder {folder} ({exc.strerror});"
-            " set $PATCHSET_CACHE_DIR to a writable folder"
-        ) from None
-    try:
-        owner = _owner(folder)
-        if owner is not None:
-            with contextlib.suppress(PermissionError):
-                os.fchown(fd, *owner)
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as out:
-            fd = -1  # closed with `out`
-            out.write(data)
-        try:
-            put(Path(temp), Path(dest))  # the atomic rename's one home (`kernel.tree`)
-        except IsADirectoryError:
-            shutil.rmtree(dest, ignore_errors=True)
-            put(Path(temp), Path(dest))
-    except OSError as exc:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temp)  # noqa: PTH108
-        raise _write_error(Path(dest), exc) from None
-
-
-_OWNERS: dict[str, tuple[int, int] | None] = {}  # cache folder -> its owner, if not ours
-
-
-def _owner(folder: str) -> tuple[int, int] | None:
-    """The owner and group a new file in `folder` is given (as `_fs.atomic_file` gives
-    them): the folder's, when they are not this process's; None when they are."""
-    if folder not in _OWNERS:
-        info = os.stat(folder)  # noqa: PTH116
-        mine = (info.st_uid, info.st_gid) == (os.geteuid(), os.getegid())
-        _OWNERS[folder] = None if mine else (info.st_uid, info.st_gid)
-    return _OWNERS[folder]
-
-
 def _write_error(dest: Path, exc: OSError) -> SourceError:
     """A write in the cache that failed (a full disk, a quota, a read-only folder): one line,
     exit 3; what was written is gone, the cache as it was."""
@@ -499,13 +423,6 @@ def _read_all(fd: int, size: int) -> bytes:
     while chunk := os.read(fd, 1 << 16):
         parts.append(chunk)
     return b"".join(parts)
-
-
-def _regular(path: Path | str) -> bool:
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)  # noqa: PTH116 -- a string path too
-    except OSError:
-        return False
 
 
 def _remove(path: Path) -> None:
