@@ -71,14 +71,31 @@ class Blobs:
 
     def store(self, sha256: str, deflated: bytes) -> None:
         """Keep a member's raw deflate stream under the sha256 of its inflated bytes (a row
-        already there is kept). A full disk or a cache that cannot be written is one line."""
+        already there is kept). Best-effort, as a cache is: a file removed or locked meanwhile
+        (`cache clear`, another process) is opened again once, and else the member is not
+        kept (this run has it in memory; the next fetches it again). A full disk is one line."""
         with self._lock:
-            try:
-                self._conn().execute(
-                    "INSERT OR IGNORE INTO blobs VALUES (?, ?, ?)", (sha256, deflated, time.time())
-                )
-            except sqlite3.Error as exc:
-                self._failed(exc)
+            for _ in range(2):
+                try:
+                    self._conn().execute(
+                        "INSERT OR IGNORE INTO blobs VALUES (?, ?, ?)",
+                        (sha256, deflated, time.time()),
+                    )
+                except sqlite3.Error as exc:
+                    if getattr(exc, "sqlite_errorcode", None) in _FULL:
+                        raise SourceError(
+                            f"the cache's disk is full: cannot write {self.path}; free some"
+                            " space, `patchset cache prune`, or set $PATCHSET_CACHE_DIR to"
+                            " another disk"
+                        ) from None
+                    LOG.info("%s: %s; opened again", self.path, exc)
+                    discard_if_damaged(self.path, exc)
+                    self._forget()
+                except SourceError as exc:  # the file cannot be opened (a folder made unusable)
+                    LOG.info("%s; member %s not kept", exc, sha256)
+                    return
+                else:
+                    return
 
     def delete(self, names: list[str]) -> int:
         """Drop these members; the bytes freed."""
@@ -120,7 +137,7 @@ class Blobs:
             return None  # nothing stored yet: no file made for a question
         try:
             row: tuple[object, ...] | None = self._conn().execute(query, args).fetchone()
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, SourceError) as exc:
             LOG.info("%s: %s; read as empty", self.path, exc)
             discard_if_damaged(self.path, exc)
             self._forget()
@@ -138,19 +155,6 @@ class Blobs:
                     " set $PATCHSET_CACHE_DIR to a writable folder"
                 ) from None
         return self._db
-
-    def _failed(self, exc: sqlite3.Error) -> None:
-        if getattr(exc, "sqlite_errorcode", None) in _FULL:
-            raise SourceError(
-                f"the cache's disk is full: cannot write {self.path}; free some space,"
-                " `patchset cache prune`, or set $PATCHSET_CACHE_DIR to another disk"
-            ) from None
-        discard_if_damaged(self.path, exc)
-        self._forget()
-        raise SourceError(
-            f"cannot write {self.path} in the cache ({exc}); set $PATCHSET_CACHE_DIR to a"
-            " writable folder"
-        ) from None
 
     def _forget(self) -> None:
         if self._db is not None:
