@@ -20,24 +20,30 @@ _DAMAGED = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
 def open_db(
-    path: Path, schema: Iterable[str], *, timeout: float, threads: bool = False
+    path: Path,
+    schema: Iterable[str],
+    *,
+    timeout: float,
+    threads: bool = False,
+    page_size: int | None = None,
 ) -> sqlite3.Connection:
     """`path` opened as a cache file (autocommit, WAL, no fsync) with the tables `schema`
     creates; one that SQLite finds damaged is removed and made again, and anything but a
     regular file at its place (or its ``-wal``/``-shm``) removed first (a folder or a FIFO
     would hang SQLite). `threads`: the connection may be used from any thread (the caller
-    takes turns under a lock of its own). Raises OSError or sqlite3.Error when it cannot be
+    takes turns under a lock of its own). `page_size`: the page size a new file is made
+    with (an existing one keeps its own). Raises OSError or sqlite3.Error when it cannot be
     opened."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for part in _parts(path):
         _only_regular(part)
     try:
-        return _open(path, tuple(schema), timeout, threads)
+        return _open(path, tuple(schema), timeout, threads, page_size)
     except sqlite3.DatabaseError as exc:
         if not damaged(exc):
             raise
         discard(path)
-        return _open(path, tuple(schema), timeout, threads)
+        return _open(path, tuple(schema), timeout, threads, page_size)
 
 
 def damaged(exc: BaseException) -> bool:
@@ -59,9 +65,13 @@ def discard(path: Path) -> None:
         part.unlink(missing_ok=True)
 
 
-def _open(path: Path, schema: tuple[str, ...], timeout: float, threads: bool) -> sqlite3.Connection:
+def _open(
+    path: Path, schema: tuple[str, ...], timeout: float, threads: bool, page_size: int | None
+) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=not threads)
     try:
+        if page_size is not None:  # before WAL: a file in WAL mode keeps the size it has
+            db.execute(f"PRAGMA page_size={int(page_size)}")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=OFF")
         for statement in schema:
