@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from patchset.errors import SourceError
+
 
 def cache_root() -> Path:
     """Where the cache lives: ``$PATCHSET_CACHE_DIR``, else the platform's user cache."""
@@ -23,3 +25,17 @@ def cache_location() -> tuple[Path, str]:
     import platformdirs  # noqa: PLC0415 -- only when no override is set
 
     return platformdirs.user_cache_path("patchset", appauthor=False), "platformdirs (user cache)"
+
+
+def write_error(dest: Path, reason: str | None, *, full: bool) -> SourceError:
+    """A write in the cache that failed (`full`: the disk or a quota is full; else a
+    read-only or unusable folder): one line, exit 3, saying what to do."""
+    why = f" ({reason})" if reason else ""
+    if full:
+        return SourceError(
+            f"the cache's disk is full: cannot write {dest}{why}; free some space,"
+            " `patchset cache prune`, or set $PATCHSET_CACHE_DIR to another disk"
+        )
+    return SourceError(
+        f"cannot write {dest} in the cache{why}; set $PATCHSET_CACHE_DIR to a writable folder"
+    )

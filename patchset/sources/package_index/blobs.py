@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from patchset.cachedb import discard, discard_if_damaged, open_db
+from patchset.cachedir import write_error
 from patchset.errors import SourceError
 
 LOG = logging.getLogger(__name__)
@@ -87,11 +88,7 @@ class Blobs:
                     )
                 except sqlite3.Error as exc:
                     if getattr(exc, "sqlite_errorcode", None) in _FULL:
-                        raise SourceError(
-                            f"the cache's disk is full: cannot write {self.path}; free some"
-                            " space, `patchset cache prune`, or set $PATCHSET_CACHE_DIR to"
-                            " another disk"
-                        ) from None
+                        raise write_error(self.path, str(exc), full=True) from None
                     LOG.info("%s: %s; opened again", self.path, exc)
                     discard_if_damaged(self.path, exc)
                     self._forget()
@@ -102,7 +99,8 @@ class Blobs:
                     return
 
     def delete(self, names: list[str]) -> int:
-        """Drop these members; the bytes freed."""
+        """Drop these members; the bytes freed. A file that cannot be opened is one line
+        (`SourceError`), as any other cache write that cannot be made."""
         if not names:
             return 0
         freed = 0

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from patchset._fs import atomic_file
-from patchset.cachedir import cache_location, cache_root
+from patchset.cachedir import cache_location, cache_root, write_error
 from patchset.errors import LockedError, SourceError
 from patchset.registry import ranges
 from patchset.sources.package_index import blobs, packing
@@ -374,15 +374,7 @@ def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
 def _write_error(dest: Path, exc: OSError) -> SourceError:
     """A write in the cache that failed (a full disk, a quota, a read-only folder): one line,
     exit 3; what was written is gone, the cache as it was."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return SourceError(
-            f"the cache's disk is full: cannot write {dest} ({exc.strerror}); free some space,"
-            " `patchset cache prune`, or set $PATCHSET_CACHE_DIR to another disk"
-        )
-    return SourceError(
-        f"cannot write {dest} in the cache ({exc.strerror}); set $PATCHSET_CACHE_DIR to a"
-        " writable folder"
-    )
+    return write_error(dest, exc.strerror, full=exc.errno in (errno.ENOSPC, errno.EDQUOT))
 
 
 def read_entry(path: Path | str, *, at_most: int | None = None) -> bytes | None:
