@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -245,7 +246,7 @@ def test_a_cached_file_list_packs_each_entry_into_one_string(tmp_path: Path) -> 
     raw = cache.manifest_path("vllm-0.0.1-py3-none-any.whl").read_bytes()
     head, _, body = raw.partition(b"\n")
     assert json.loads(head)["format"] == FORMAT
-    assert json.loads(body)["vllm/a.py"] == f"{'1' * 64} 10 200 8 12345 8"
+    assert json.loads(zlib.decompress(body))["vllm/a.py"] == f"{'1' * 64} 10 200 8 12345 8"
     loaded = cache.load_manifest("vllm-0.0.1-py3-none-any.whl")
     assert loaded is not None
     assert dict(loaded.members) == entries
@@ -258,22 +259,44 @@ def test_a_cached_file_list_packs_each_entry_into_one_string(tmp_path: Path) -> 
         assert member_sha256(members, "vllm/c.py") is None
 
 
-def test_a_file_list_of_format_2_is_read_and_rewritten(tmp_path: Path) -> None:
+@pytest.mark.parametrize("written", ["patchset-manifest/2", "patchset-manifest/3"])
+def test_a_file_list_of_an_older_format_is_read_and_rewritten(tmp_path: Path, written: str) -> None:
+    """Format 2 (entries as lists) and 3 (entries packed, the body plain): read as they are,
+    then rewritten in today's form (the body deflated), whether loaded whole or head first."""
     cache = Cache(tmp_path)
     entries: dict[str, list[object]] = {"vllm/a.py": ["2" * 64, 3, 4, 5, 6, 8]}
-    body = json.dumps(entries).encode()
+    listed = entries if written.endswith("/2") else {"vllm/a.py": f"{'2' * 64} 3 4 5 6 8"}
+    body = json.dumps(listed).encode()
     manifest = _manifest(entries)
-    header = {**manifest.header(), "format": "patchset-manifest/2"}
+    header = {**manifest.header(), "format": written}
     header["digest"] = hashlib.sha256(body).hexdigest()
     path = cache.manifest_path(manifest.artifact)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(json.dumps(header).encode() + b"\n" + body)
-    loaded = cache.load_manifest(manifest.artifact)
+    loaded = cache.load_manifest(manifest.artifact, later=True)
     assert loaded is not None and dict(loaded.members) == entries
     assert member_sha256(loaded.members, "vllm/a.py") == "2" * 64
-    assert json.loads(path.read_bytes().partition(b"\n")[0])["format"] == FORMAT
-    again = cache.load_manifest(manifest.artifact)
+    head, _, kept = path.read_bytes().partition(b"\n")
+    assert json.loads(head)["format"] == FORMAT
+    assert json.loads(zlib.decompress(kept)) == {"vllm/a.py": f"{'2' * 64} 3 4 5 6 8"}
+    again = cache.load_manifest(manifest.artifact, later=True)
     assert again is not None and dict(again.members) == entries
+
+
+def test_a_deflated_file_list_is_smaller_and_read_back(tmp_path: Path) -> None:
+    """A wheel's list of many members is kept deflated: well under its plain JSON's size,
+    and every entry read back as stored."""
+    cache = Cache(tmp_path)
+    entries: dict[str, list[object]] = {
+        f"vllm/pkg{i % 40}/mod{i}.py": [hashlib.sha256(b"%d" % i).hexdigest(), i, 9 * i, i, i, 8]
+        for i in range(3000)
+    }
+    cache.store_manifest(_manifest(entries))
+    raw = cache.manifest_path("vllm-0.0.1-py3-none-any.whl").read_bytes()
+    plain = json.dumps({p: " ".join(map(str, e)) for p, e in entries.items()}).encode()
+    assert len(raw) < 0.6 * len(plain), (len(raw), len(plain))
+    loaded = cache.load_manifest("vllm-0.0.1-py3-none-any.whl", later=True)
+    assert loaded is not None and dict(loaded.members) == entries
 
 
 def test_a_damaged_entry_is_a_clear_error(tmp_path: Path) -> None:
@@ -281,7 +304,7 @@ def test_a_damaged_entry_is_a_clear_error(tmp_path: Path) -> None:
     cache.store_manifest(_manifest({"vllm/a.py": ["3" * 64, 1, 2, 3, 4, 8]}))
     path = cache.manifest_path("vllm-0.0.1-py3-none-any.whl")
     head, _, body = path.read_bytes().partition(b"\n")
-    body = body.replace(b" 1 2", b" x 2")
+    body = zlib.compress(zlib.decompress(body).replace(b" 1 2", b" x 2"))
     header = json.loads(head)
     header["digest"] = hashlib.sha256(body).hexdigest()  # the digest matches: damage inside
     path.write_bytes(json.dumps(header).encode() + b"\n" + body)

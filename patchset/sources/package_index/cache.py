@@ -169,7 +169,7 @@ class Cache:
                 path.unlink()
             return None
         if packing.written_before(manifest):
-            with contextlib.suppress(OSError):  # written by format 2: kept in today's form
+            with contextlib.suppress(OSError):  # written by an older format: kept in today's form
                 self.store_manifest(manifest)
         with contextlib.suppress(OSError):
             os.utime(path)  # last use, for `cache prune --older-than`

@@ -2,8 +2,13 @@
 
 A header line (JSON: the format, the artifact, the index's sha256 of it, what was verified,
 the digest of the body) and the body: one JSON object, path -> the member's entry packed as
-one string, "sha256 size ..." (format 2 wrote lists: still read, rewritten in today's form).
-The body is decoded on first use, each entry unpacked when asked for.
+one string, "sha256 size ..." , deflated (zlib). Format 3 kept the body plain and format 2
+wrote lists: both still read, and rewritten in today's form. The body is inflated and
+decoded on first use, each entry unpacked when asked for.
+
+Deflated, a wheel's list is 2.5 times smaller (a vLLM wheel's, 530 KB plain, is 210 KB): the
+lists were a third of the cache after a check of 26 releases (17 of 49.5 MB; the cache's size
+is a benchmark target, < 50 MB). Inflating one takes 1.4 ms, deflating it (level 1) 5 ms.
 """
 
 from __future__ import annotations
@@ -11,13 +16,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from patchset.errors import SourceError
 
-FORMAT = "patchset-manifest/3"  # members as "sha256 size ..." strings (/2: lists, still read)
-_READABLE = frozenset({FORMAT, "patchset-manifest/2"})
+FORMAT = "patchset-manifest/4"  # the body deflated (/3: plain, /2: lists; both still read)
+_PLAIN = "patchset-manifest/3"  # members as "sha256 size ..." strings, the body not deflated
+_LISTS = "patchset-manifest/2"  # entries as lists, the body plain
+_READABLE = frozenset({FORMAT, _PLAIN, _LISTS})
+_LEVEL = 1  # zlib's: 2.5 times smaller at a third of level 6's time (5 ms against 13 ms)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +88,8 @@ def _manifest(head: bytes, body: Callable[[str], Any]) -> Manifest | None:
         listed = body(header.pop("digest"))
         if listed is None:
             return None
-        return Manifest(members=Members(listed, packed=written == FORMAT), **header)
+        members = Members(listed, packed=written != _LISTS, deflated=written == FORMAT)
+        return Manifest(members=members, **header)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -94,14 +104,15 @@ def encode(manifest: Manifest) -> bytes:
         path: _FIELDS % tuple(entry) if len(entry) == _WHEEL_FIELDS else _pack(entry)
         for path, entry in manifest.members.items()
     }
-    body = json.dumps(packed, separators=(",", ":")).encode()  # in the wheel's order
+    plain = json.dumps(packed, separators=(",", ":")).encode()  # in the wheel's order
+    body = zlib.compress(plain, _LEVEL)
     header = {**manifest.header(), "digest": hashlib.sha256(body).hexdigest()}
     return json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
 
 def written_before(manifest: Manifest) -> bool:
     """Whether a decoded manifest was written by an older format (the cache rewrites it)."""
-    return isinstance(manifest.members, Members) and not manifest.members.packed
+    return isinstance(manifest.members, Members) and not manifest.members.deflated
 
 
 def _pack(entry: list[Any]) -> str:
@@ -142,10 +153,15 @@ class Members(Mapping[str, list[Any]]):
     a damaged list then raises `DamagedListError`."""
 
     def __init__(
-        self, body: bytes | memoryview | Callable[[], bytes], *, packed: bool = True
+        self,
+        body: bytes | memoryview | Callable[[], bytes],
+        *,
+        packed: bool = True,
+        deflated: bool = True,
     ) -> None:
         self._body = body
         self.packed = packed  # False: written by format 2, entries as lists
+        self.deflated = deflated  # False: written by format 3 or 2, the body plain
         self._members: dict[str, str | list[Any]] | None = None
 
     @property
@@ -161,8 +177,8 @@ class Members(Mapping[str, list[Any]]):
         if self._members is None:
             body = self._body() if callable(self._body) else self._body
             try:
-                members = json.loads(bytes(body))
-            except ValueError:
+                members = json.loads(zlib.decompress(body) if self.deflated else bytes(body))
+            except (ValueError, zlib.error):
                 members = None
             if not isinstance(members, dict):
                 raise SourceError(_DAMAGED)
