@@ -361,12 +361,15 @@ class _Kept:
     def _keeping(self, source: ReleaseSource, *, again: bool) -> str | None:
         """The base key to keep this check's report under; None when it is not to be kept:
         the registry's files are too young to tell, or (`again`: looked at once more)
-        changed while it ran (`registry_state.settled`)."""
-        listing = replay.listing_used(source)
-        if listing is None or not registry_state.settled(
-            self.files, self.args.registry, self.started, again=again
-        ):
+        changed while it ran (`registry_state.settled`). A report printed as it was kept (its
+        files touched, none changed: a checkout, a restore) is kept again under the key it
+        was found by, with the files' statuses now: the next run replays it without reading
+        every file again."""
+        if not registry_state.settled(self.files, self.args.registry, self.started, again=again):
             return None
+        listing = replay.listing_used(source)
+        if listing is None:  # no check ran (the report as it was): the key it was found by
+            return self.base
         return replay.base_key(self.args, listing)
 
 
