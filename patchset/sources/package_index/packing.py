@@ -2,7 +2,7 @@
 
 A header line (JSON: the format, the artifact, the index's sha256 of it, what was verified,
 the digest of the body) and the body: one JSON object, path -> the member's entry packed as
-one string, "sha256 size ..." , deflated (zlib). Format 3 kept the body plain and format 2
+one string, "sha256 size ...", deflated (zlib). Format 3 kept the body plain and format 2
 wrote lists: both still read, and rewritten in today's form. The body is inflated and
 decoded on first use, each entry unpacked when asked for.
 
