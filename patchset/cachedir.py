@@ -39,3 +39,12 @@ def write_error(dest: Path, reason: str | None, *, full: bool) -> SourceError:
     return SourceError(
         f"cannot write {dest} in the cache{why}; set $PATCHSET_CACHE_DIR to a writable folder"
     )
+
+
+def folder_error(folder: Path, reason: object) -> SourceError:
+    """A cache folder that cannot be written in (a read-only or unusable one): one line,
+    exit 3."""
+    return SourceError(
+        f"cannot write in the cache folder {folder} ({reason});"
+        " set $PATCHSET_CACHE_DIR to a writable folder"
+    )

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from patchset.cachedb import discard, discard_if_damaged, open_db
-from patchset.cachedir import write_error
+from patchset.cachedir import folder_error, write_error
 from patchset.errors import SourceError
 
 LOG = logging.getLogger(__name__)
@@ -154,10 +154,7 @@ class Blobs:
                 )
             except (OSError, sqlite3.Error) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-                raise SourceError(
-                    f"cannot write in the cache folder {self.path.parent} ({reason});"
-                    " set $PATCHSET_CACHE_DIR to a writable folder"
-                ) from None
+                raise folder_error(self.path.parent, reason) from None
         return self._db
 
     def _forget(self) -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from patchset._fs import atomic_file
-from patchset.cachedir import cache_location, cache_root, write_error
+from patchset.cachedir import cache_location, cache_root, folder_error, write_error
 from patchset.errors import LockedError, SourceError
 from patchset.registry import ranges
 from patchset.sources.package_index import blobs, packing
@@ -360,10 +360,7 @@ def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
                 _mkdir(dest.parent)
                 out = stack.enter_context(atomic_file(dest, mode=0o644, durable=False))
         except OSError as exc:
-            raise SourceError(
-                f"cannot write in the cache folder {dest.parent} ({exc.strerror});"
-                " set $PATCHSET_CACHE_DIR to a writable folder"
-            ) from None
+            raise folder_error(dest.parent, exc.strerror) from None
         try:
             with stack:
                 yield out
