@@ -88,8 +88,7 @@ def _manifest(head: bytes, body: Callable[[str], Any]) -> Manifest | None:
         listed = body(header.pop("digest"))
         if listed is None:
             return None
-        members = Members(listed, packed=written != _LISTS, deflated=written == FORMAT)
-        return Manifest(members=members, **header)
+        return Manifest(members=Members(listed, deflated=written == FORMAT), **header)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -153,14 +152,9 @@ class Members(Mapping[str, list[Any]]):
     a damaged list then raises `DamagedListError`."""
 
     def __init__(
-        self,
-        body: bytes | memoryview | Callable[[], bytes],
-        *,
-        packed: bool = True,
-        deflated: bool = True,
+        self, body: bytes | memoryview | Callable[[], bytes], *, deflated: bool = True
     ) -> None:
         self._body = body
-        self.packed = packed  # False: written by format 2, entries as lists
         self.deflated = deflated  # False: written by format 3 or 2, the body plain
         self._members: dict[str, str | list[Any]] | None = None
 
