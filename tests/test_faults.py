@@ -702,6 +702,8 @@ def test_check_races_cache_prune(fake_index: FakeIndex, tmp_path: Path) -> None:
         done.set()
         keeper.join(timeout=120)
     again = _check_json(env, fake_index.index_url)  # after the race: the cache still serves
+    failed = [(p.returncode, p.stderr[-300:]) for p in [*runs, again] if not p.stdout]
+    assert not failed, failed  # a run that printed no report: its exit code and last words
     same = all(_results(r) == _results(alone) and r.returncode == alone.returncode for r in runs)
     same = same and _results(again) == _results(alone)
     clean = all("Traceback" not in p.stderr for p in [*runs, *maintenance, again])

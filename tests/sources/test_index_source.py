@@ -913,6 +913,24 @@ def test_cache_info_prune_and_clear(index: FakeIndex, tmp_cache: Cache) -> None:
     assert bad.returncode == 2 and "not an age" in bad.stderr
 
 
+def test_a_cache_cleared_while_an_entry_is_written_costs_the_entry_alone(tmp_cache: Cache) -> None:
+    """`cache clear` between an entry's write and its rename into place (a check's manifest,
+    as `test_check_races_cache_prune` met it): the entry is not kept, nothing fails, and the
+    next one makes its folder again. Any other missing file is still the clear error."""
+    tmp_cache.store_json("before", {"n": 0}, source="test")  # the folder made (and remembered)
+    dest = tmp_cache.index_path("k")
+    with cache_module._entry_file(dest) as out:
+        out.write(b"{}")
+        tmp_cache.clear()
+    assert not dest.exists() and not dest.parent.exists()
+    tmp_cache.store_json("k", {"n": 1}, source="test")
+    loaded = tmp_cache.load_json("k")
+    assert loaded is not None and loaded[1] == {"n": 1}
+    with pytest.raises(SourceError, match="cannot write"), cache_module._entry_file(dest) as out:
+        out.write(b"{}")
+        (tmp_cache.root / "elsewhere.txt").read_bytes()  # not the rename: a real failure
+
+
 def test_parse_source_index(index: FakeIndex, tmp_cache: Cache) -> None:
     src = parse_source(None, index_url=index.index_url)
     assert isinstance(src, IndexSource)

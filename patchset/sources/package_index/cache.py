@@ -364,8 +364,20 @@ def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
         try:
             with stack:
                 yield out
+        except FileNotFoundError as exc:
+            if not _renamed_to(exc, dest):
+                raise _write_error(dest, exc) from None
+            # The entry, written whole, found gone with its folder when renamed into place: a
+            # `cache clear` ran meanwhile. Not kept, as if cleared a moment later; what was
+            # read and written stands (a cache entry is never counted on to be there).
+            LOG.info("%s: the cache was cleared while it was written; not kept", dest)
         except OSError as exc:
             raise _write_error(dest, exc) from None
+
+
+def _renamed_to(exc: FileNotFoundError, dest: Path) -> bool:
+    """Whether `exc` is the rename into `dest` failing (its second path is `dest`)."""
+    return exc.filename2 is not None and os.fspath(exc.filename2) == os.fspath(dest)
 
 
 def _write_error(dest: Path, exc: OSError) -> SourceError:
