@@ -670,10 +670,14 @@ def test_refresh_finish_killed_at_every_step(tmp_path: Path) -> None:
     assert not bad, bad
 
 
-def test_check_races_cache_prune(fake_index: FakeIndex, tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [(), ("--verify-full",)], ids=["ranges", "whole downloads"])
+def test_check_races_cache_prune(
+    fake_index: FakeIndex, tmp_path: Path, extra: tuple[str, ...]
+) -> None:
     """Three `patchset check` runs on a cold cache while `patchset cache prune` (everything
     older than 0 s) and `cache clear` run again and again: every check gives the verdicts a
-    check on its own gives, none fails or prints a traceback, and the cache is left sound."""
+    check on its own gives, none fails or prints a traceback, and the cache is left sound.
+    Each wheel read by ranges, or (`--verify-full`) downloaded whole and read."""
     files = {"vllm/model_executor/layers/fla/ops/utils.py": b"is_tma_supported = True\n"}
     for version in ("0.19.1", "0.20.0"):
         fake_index.add_release(version, files)
@@ -682,7 +686,8 @@ def test_check_races_cache_prune(fake_index: FakeIndex, tmp_path: Path) -> None:
             (fake_index.wheel_path(version), fake_index.wheels[version]),
         ):  # slow answers: the checks are still reading when the cache is pruned
             fake_index.server.route(path, Reply(200, data, delay=0.3))
-    alone = _check_json({"PATCHSET_CACHE_DIR": str(tmp_path / "alone")}, fake_index.index_url)
+    url = fake_index.index_url
+    alone = _check_json({"PATCHSET_CACHE_DIR": str(tmp_path / "alone")}, url, *extra)
     assert alone.returncode in (0, 1), alone.stderr
     env = {"PATCHSET_CACHE_DIR": str(tmp_path / "shared")}
     done = threading.Event()
@@ -697,11 +702,11 @@ def test_check_races_cache_prune(fake_index: FakeIndex, tmp_path: Path) -> None:
     keeper.start()
     try:
         with ThreadPoolExecutor(max_workers=3) as pool:
-            runs = list(pool.map(lambda _: _check_json(env, fake_index.index_url), range(3)))
+            runs = list(pool.map(lambda _: _check_json(env, url, *extra), range(3)))
     finally:
         done.set()
         keeper.join(timeout=120)
-    again = _check_json(env, fake_index.index_url)  # after the race: the cache still serves
+    again = _check_json(env, url, *extra)  # after the race: the cache still serves
     failed = [(p.returncode, p.stderr[-300:]) for p in [*runs, again] if not p.stdout]
     assert not failed, failed  # a run that printed no report: its exit code and last words
     same = all(_results(r) == _results(alone) and r.returncode == alone.returncode for r in runs)

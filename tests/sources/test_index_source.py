@@ -931,6 +931,22 @@ def test_a_cache_cleared_while_an_entry_is_written_costs_the_entry_alone(tmp_cac
         (tmp_cache.root / "elsewhere.txt").read_bytes()  # not the rename: a real failure
 
 
+def test_a_whole_download_outlives_a_cache_clear(tmp_cache: Cache) -> None:
+    """An artifact downloaded whole (`--verify-full`, an sdist) is read from a file of no
+    name: a `cache clear` while it is written or read takes nothing from it, and the next
+    one makes the folder again; none is left behind."""
+    with tmp_cache.scratch_file() as out:
+        out.write(b"x" * 90 + b"0123456789")
+        tmp_cache.clear()
+        out.flush()
+        assert net.read_range(out, 10, None) == (b"0123456789", 100)
+        assert net.read_range(out, 88, 91) == (b"xx01", 100)
+    assert not tmp_cache.downloads.exists()
+    with tmp_cache.scratch_file() as out:
+        out.write(b"y")
+        assert list(tmp_cache.downloads.iterdir()) == []
+
+
 def test_parse_source_index(index: FakeIndex, tmp_cache: Cache) -> None:
     src = parse_source(None, index_url=index.index_url)
     assert isinstance(src, IndexSource)

@@ -209,13 +209,19 @@ def _file_range(url: str, start: int, end: int | None) -> tuple[bytes, int]:
     path = _file_path(url)
     try:
         with path.open("rb") as f:
-            total = os.fstat(f.fileno()).st_size
-            first = max(total - start, 0) if end is None else start
-            last = total - 1 if end is None else min(end, total - 1)
-            f.seek(first)
-            return f.read(max(last - first + 1, 0)), total
+            return read_range(f, start, end)
     except OSError as exc:
         raise SourceError(f"{redact(url)}: {_reason(exc)}") from None
+
+
+def read_range(f: IO[bytes], start: int, end: int | None) -> tuple[bytes, int]:
+    """`fetch_range`'s answer read from the open file `f` (a download kept open): bytes
+    ``start..end`` (inclusive; ``end=None``: the last `start` bytes) and its whole size."""
+    total = os.fstat(f.fileno()).st_size
+    first = max(total - start, 0) if end is None else start
+    last = total - 1 if end is None else min(end, total - 1)
+    f.seek(first)
+    return f.read(max(last - first + 1, 0)), total
 
 
 def _file_path(url: str) -> Path:
@@ -233,7 +239,7 @@ def _reason(exc: object) -> str:
 
 def download(
     url: str,
-    dest: Path,
+    dest: Path | IO[bytes],
     *,
     sha256: str,
     timeout: float = DEFAULT_TIMEOUT,
@@ -241,28 +247,31 @@ def download(
     progress: Progress | None = None,
     transport: Transport = DEFAULT_TRANSPORT,
 ) -> None:
-    """Download `url` to `dest`, which appears only once its sha256 is verified.
-
-    Raises IntegrityError (and leaves nothing behind) when the bytes do not match.
-    """
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    """Download `url` to `dest`, its sha256 checked (IntegrityError when the bytes do not
+    match): a path, which appears only then (nothing left behind otherwise), or an open
+    file (a download kept open), written from its start (a retry starts it over)."""
     expected = sha256.lower()
 
-    def attempt(wait: _Patience) -> str:
-        # 0o644 as any cache file: readable by the other users of a shared cache
-        with (
-            atomic_file(dest, mode=0o644, suffix=".part") as tmp,
-            _open(url, wait, transport=transport) as response,
-        ):
-            digest = _stream(response, tmp, progress)
-            if digest != expected:
-                raise IntegrityError(
-                    f"{redact(url)}: sha256 {digest} does not match the index's {expected};"
-                    " the download was deleted"
-                )
+    def attempt(wait: _Patience, out: IO[bytes]) -> str:
+        out.seek(0)
+        out.truncate()
+        with _open(url, wait, transport=transport) as response:
+            digest = _stream(response, out, progress)
+        out.flush()  # all of it in the file: read back by its size (`read_range`)
+        if digest != expected:
+            raise IntegrityError(
+                f"{redact(url)}: sha256 {digest} does not match the index's {expected};"
+                " the download was deleted"
+            )
         return digest
 
-    _with_retries(url, attempt, retries=retries, timeout=timeout)
+    if not isinstance(dest, Path):
+        _with_retries(url, lambda wait: attempt(wait, dest), retries=retries, timeout=timeout)
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # 0o644 as any cache file: readable by the other users of a shared cache
+    with atomic_file(dest, mode=0o644, suffix=".part") as out:
+        _with_retries(url, lambda wait: attempt(wait, out), retries=retries, timeout=timeout)
 
 
 class _Patience:

@@ -12,7 +12,7 @@ Layout under that root::
                                 (`blobs`: one file, not one a member)
     index/<key>.json            an index's answer for vllm, with a digest of its content
     downloads/                  whole artifacts while they are read (--verify-full, the
-                                sdist fallback); deleted once read
+                                sdist fallback), in files of no name: gone once read
     locks/<name>.lock           file locks taken around building one artifact's entry
 
 Everything is checked by content when read: a manifest against the digest in its header, a
@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,6 +73,23 @@ class Cache:
     @property
     def downloads(self) -> Path:
         return self.root / "downloads"
+
+    @contextlib.contextmanager
+    def scratch_file(self) -> Iterator[IO[bytes]]:
+        """A file of no name in `downloads` to write and read (a whole artifact), gone when
+        the block ends or the process dies; a `cache clear` meanwhile does not reach it."""
+        _mkdir(self.downloads)
+        try:
+            try:
+                out = tempfile.TemporaryFile(dir=self.downloads)  # noqa: SIM115 - closed below
+            except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
+                _MADE.discard(self.downloads)
+                _mkdir(self.downloads)
+                out = tempfile.TemporaryFile(dir=self.downloads)  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise folder_error(self.downloads, exc.strerror) from None
+        with out:
+            yield out
 
     @contextlib.contextmanager
     def lock(self, name: str, *, wait: bool = True) -> Iterator[bool]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import tarfile
 import zlib
-from pathlib import Path, PurePosixPath
-from typing import Any
+from pathlib import PurePosixPath
+from typing import IO, Any
 
 from patchset.errors import SourceError
 from patchset.sources.package_index.cache import Cache
@@ -18,11 +18,12 @@ from patchset.sources.package_index.cache import Cache
 MAX_MEMBER = 4 << 20  # bytes; larger files (data, binaries) are not release code to check
 
 
-def sdist_manifest(sdist: Path, cache: Cache) -> dict[str, list[Any]]:
-    """path (``vllm/...``, ``csrc/...``) -> [sha256, size] of every regular file kept."""
+def sdist_manifest(source: IO[bytes], sdist: str, cache: Cache) -> dict[str, list[Any]]:
+    """path (``vllm/...``, ``csrc/...``) -> [sha256, size] of every regular file kept, read
+    from the open file `source` (the sdist named `sdist`, from where it stands)."""
     members: dict[str, list[Any]] = {}
     try:
-        with tarfile.open(sdist, mode="r|gz") as tar:
+        with tarfile.open(fileobj=source, mode="r|gz") as tar:
             for member in tar:
                 relpath = _relpath(member.name, sdist)
                 if relpath is None or not member.isfile() or member.size > MAX_MEMBER:
@@ -43,7 +44,7 @@ def sdist_manifest(sdist: Path, cache: Cache) -> dict[str, list[Any]]:
     return members
 
 
-def _relpath(name: str, sdist: Path) -> str | None:
+def _relpath(name: str, sdist: str) -> str | None:
     """``vllm-X/vllm/a/b.py`` -> ``vllm/a/b.py``; None for the top folder itself."""
     pure = PurePosixPath(name)
     if pure.is_absolute() or ".." in pure.parts or "\\" in name:

@@ -309,9 +309,9 @@ class IndexSource(ReleaseSource):
             return _wheel_to_manifest(file, directory, "members")
 
     def _from_download(self, file: IndexFile) -> Manifest:
-        """Download the whole artifact, check the index's sha256, read it, delete it."""
-        dest = self.cache.downloads / f"{threading.get_ident()}-{file.filename}"
-
+        """Download the whole artifact into a file of no name in the cache's downloads folder
+        (gone when closed, even by a kill; a `cache clear` meanwhile cannot take it away),
+        check the index's sha256, read it."""
         meter = self.members.meter
         counted = [0, 0]  # bytes received and expected so far, as told to the meter
 
@@ -324,26 +324,26 @@ class IndexSource(ReleaseSource):
                 counted[:] = [done, expected]
 
         LOG.info("downloading %s", net.redact(file.url))
-        try:
-            net.download(file.url, dest, sha256=file.sha256, progress=report, **self._net())
-        except SourceError:
-            if isinstance(self.index, PackageIndex):
-                self.index.forget()  # the answer may be stale: ask again next time
-            raise
-        try:
+        with self.cache.scratch_file() as out:
+            try:
+                net.download(file.url, out, sha256=file.sha256, progress=report, **self._net())
+            except SourceError:
+                if isinstance(self.index, PackageIndex):
+                    self.index.forget()  # the answer may be stale: ask again next time
+                raise
             if file.kind == "sdist":
                 # sdists only: tarfile is not imported by a check of wheels
                 from patchset.sources.package_index.sdist import sdist_manifest  # noqa: PLC0415
 
-                members = sdist_manifest(dest, self.cache)
+                out.seek(0)
+                members = sdist_manifest(out, file.filename, self.cache)
                 return _manifest(file, "full", members)
-            url = dest.resolve().as_uri()
 
             def tail(n: int) -> tuple[bytes, int]:
-                return net.fetch_range(url, n, None)
+                return net.read_range(out, n, None)
 
             def fetch(start: int, end: int) -> bytes:
-                return net.fetch_range(url, start, end)[0]
+                return net.read_range(out, start, end)[0]
 
             directory = wheel.read_directory(tail, fetch, file.filename)
             keep = [
@@ -354,8 +354,6 @@ class IndexSource(ReleaseSource):
             for member in wheel.fetch_members(directory, keep, fetch, file.filename).values():
                 self.cache.store_blob(member.sha256, member.deflated)
             return _wheel_to_manifest(file, directory, "full")
-        finally:
-            dest.unlink(missing_ok=True)
 
     def _net(self) -> dict[str, Any]:
         return {
