@@ -215,8 +215,7 @@ def _file_range(url: str, start: int, end: int | None) -> tuple[bytes, int]:
 
 
 def read_range(f: IO[bytes], start: int, end: int | None) -> tuple[bytes, int]:
-    """`fetch_range`'s answer read from the open file `f` (a download kept open): bytes
-    ``start..end`` (inclusive; ``end=None``: the last `start` bytes) and its whole size."""
+    """`fetch_range`'s answer (bytes ``start..end`` or the last `start`; the size) from `f`."""
     total = os.fstat(f.fileno()).st_size
     first = max(total - start, 0) if end is None else start
     last = total - 1 if end is None else min(end, total - 1)
@@ -247,9 +246,8 @@ def download(
     progress: Progress | None = None,
     transport: Transport = DEFAULT_TRANSPORT,
 ) -> None:
-    """Download `url` to `dest`, its sha256 checked (IntegrityError when the bytes do not
-    match): a path, which appears only then (nothing left behind otherwise), or an open
-    file (a download kept open), written from its start (a retry starts it over)."""
+    """Download `url` to `dest`, its sha256 checked (else IntegrityError): a path, which only
+    then appears (0o644, as any cache file), or an open file, written from its start."""
     expected = sha256.lower()
 
     def attempt(wait: _Patience, out: IO[bytes]) -> str:
@@ -265,13 +263,12 @@ def download(
             )
         return digest
 
-    if not isinstance(dest, Path):
+    if isinstance(dest, Path):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(dest, mode=0o644, suffix=".part") as out:  # a shared cache's users read it
+            _with_retries(url, lambda wait: attempt(wait, out), retries=retries, timeout=timeout)
+    else:
         _with_retries(url, lambda wait: attempt(wait, dest), retries=retries, timeout=timeout)
-        return
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    # 0o644 as any cache file: readable by the other users of a shared cache
-    with atomic_file(dest, mode=0o644, suffix=".part") as out:
-        _with_retries(url, lambda wait: attempt(wait, out), retries=retries, timeout=timeout)
 
 
 class _Patience:
