@@ -35,9 +35,9 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from patchset._fs import atomic_file
 from patchset.cachedir import cache_location, cache_root, folder_error, write_error
@@ -47,6 +47,7 @@ from patchset.sources.package_index import blobs, packing
 from patchset.sources.package_index.packing import Manifest
 
 LOG = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOCK_TIMEOUT = 900.0  # seconds; another process may be downloading a 45 MB sdist
 ANSWER_FORMAT = "patchset-answer/2"
@@ -78,17 +79,7 @@ class Cache:
     def scratch_file(self) -> Iterator[IO[bytes]]:
         """A file of no name in `downloads` to write and read (a whole artifact), gone when
         the block ends or the process dies; a `cache clear` meanwhile does not reach it."""
-        _mkdir(self.downloads)
-        try:
-            try:
-                out = tempfile.TemporaryFile(dir=self.downloads)  # noqa: SIM115 - closed below
-            except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
-                _MADE.discard(self.downloads)
-                _mkdir(self.downloads)
-                out = tempfile.TemporaryFile(dir=self.downloads)  # noqa: SIM115 - closed below
-        except OSError as exc:
-            raise folder_error(self.downloads, exc.strerror) from None
-        with out:
+        with _made_in(self.downloads, lambda: tempfile.TemporaryFile(dir=self.downloads)) as out:
             yield out
 
     @contextlib.contextmanager
@@ -366,19 +357,13 @@ def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
     """`_fs.atomic_file` for a cache entry: 0o644 whatever the umask (readable by the users of
     a shared cache), not fsynced (everything here is checked by content when read); a folder
     in the entry's place is removed; an unusable cache folder is one clear error."""
-    _mkdir(dest.parent)
     if dest.is_dir() and not dest.is_symlink():
         shutil.rmtree(dest, ignore_errors=True)
     with contextlib.ExitStack() as stack:
-        try:
-            try:
-                out = stack.enter_context(atomic_file(dest, mode=0o644, durable=False))
-            except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
-                _MADE.discard(dest.parent)
-                _mkdir(dest.parent)
-                out = stack.enter_context(atomic_file(dest, mode=0o644, durable=False))
-        except OSError as exc:
-            raise folder_error(dest.parent, exc.strerror) from None
+        out = _made_in(
+            dest.parent,
+            lambda: stack.enter_context(atomic_file(dest, mode=0o644, durable=False)),
+        )
         try:
             with stack:
                 yield out
@@ -391,6 +376,21 @@ def _entry_file(dest: Path) -> Iterator[IO[bytes]]:
             LOG.info("%s: the cache was cleared while it was written; not kept", dest)
         except OSError as exc:
             raise _write_error(dest, exc) from None
+
+
+def _made_in(folder: Path, make: Callable[[], T]) -> T:
+    """`make()`, which creates a file in `folder`: the folder made first (and again, once,
+    when a `cache clear` removed it meanwhile); an unusable folder is one clear error."""
+    _mkdir(folder)
+    try:
+        try:
+            return make()
+        except FileNotFoundError:  # the folder went away meanwhile (a `cache clear`)
+            _MADE.discard(folder)
+            _mkdir(folder)
+            return make()
+    except OSError as exc:
+        raise folder_error(folder, exc.strerror) from None
 
 
 def _renamed_to(exc: FileNotFoundError, dest: Path) -> bool:
